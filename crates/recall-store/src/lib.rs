@@ -1,0 +1,451 @@
+//! # recall-store
+//!
+//! The cache engine: a sharded hash index over a slot arena per shard, an
+//! eviction [`Policy`] per shard, TTLs, CAS values and honest memory
+//! accounting. It is synchronous and knows nothing of protocols, sockets,
+//! async runtimes or files; time comes in as an argument (`now`).
+//!
+//! ## Concurrency
+//! The keyspace is split over a power-of-two number of shards by the top bits
+//! of the key hash; each shard is a `parking_lot::Mutex` around its own table,
+//! arena and policy. A request locks exactly one shard for the duration of one
+//! operation, so threads contend only when they hit the same shard at the same
+//! moment, and there is no global lock. The CAS counter and the memory counter
+//! are the only shared atomics.
+//!
+//! ## Memory
+//! `-m` bounds the sum of item [`footprint`]s (slot + policy links + table
+//! bucket + rounded allocation). When a write would exceed it, the target
+//! shard evicts from its own policy first (so a hot shard pays for itself),
+//! then, if it has nothing left, others are asked in turn.
+
+pub mod clock;
+pub mod item;
+pub mod policy;
+mod shard;
+
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use parking_lot::Mutex;
+
+pub use clock::{Clock, ManualClock, SystemClock, UnixSecs};
+pub use item::footprint;
+pub use policy::{Policy, PolicyCounters, PolicyKind, SegmentedLru};
+use shard::Shard;
+pub use shard::ShardStats;
+
+/// Static configuration of a [`Store`].
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// Memory limit in bytes (memcached `-m`, in MB there).
+    pub mem_limit: usize,
+    /// Evict when full (`true`), or refuse writes (memcached `-M`).
+    pub evict: bool,
+    /// Number of shards; rounded up to a power of two.
+    pub shards: usize,
+    /// Issue CAS values (`false` is memcached `-C`).
+    pub cas_enabled: bool,
+    pub policy: PolicyKind,
+    pub hot_pct: u32,
+    pub warm_pct: u32,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            mem_limit: 64 << 20,
+            evict: true,
+            shards: 256,
+            cas_enabled: true,
+            policy: PolicyKind::SegmentedLru,
+            hot_pct: 20,
+            warm_pct: 40,
+        }
+    }
+}
+
+/// How a write treats an existing item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Set,
+    Add,
+    Replace,
+    Append,
+    Prepend,
+}
+
+/// A write request, already resolved by the engine (absolute expiry).
+#[derive(Debug, Clone, Copy)]
+pub struct Write<'a> {
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+    pub flags: u32,
+    /// Absolute Unix expiry, 0 = never.
+    pub exptime: UnixSecs,
+    pub mode: Mode,
+    /// Only store if the item's CAS equals this (0 = no check).
+    pub compare_cas: u64,
+    /// Use this CAS for the new version instead of drawing one (meta `E`).
+    pub explicit_cas: u64,
+    /// Meta `I`: on a CAS mismatch where the caller's CAS is older, store
+    /// anyway but mark the item stale.
+    pub invalidate: bool,
+    /// Meta `N` for append/prepend: create the item if missing, with this
+    /// absolute expiry.
+    pub vivify: Option<UnixSecs>,
+}
+
+impl<'a> Write<'a> {
+    pub fn new(mode: Mode, key: &'a [u8], value: &'a [u8], flags: u32, exptime: UnixSecs) -> Self {
+        Write {
+            key,
+            value,
+            flags,
+            exptime,
+            mode,
+            compare_cas: 0,
+            explicit_cas: 0,
+            invalidate: false,
+            vivify: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOutcome {
+    Stored { cas: u64 },
+    /// add on a present key, replace/append/prepend on a missing one.
+    NotStored,
+    /// CAS mismatch.
+    Exists,
+    /// CAS given, key missing.
+    NotFound,
+    /// Memory is full and eviction is off (or nothing could be evicted).
+    OutOfMemory,
+}
+
+/// Options for a read.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReadOpts {
+    /// New absolute expiry to set on a hit (gat/touch; meta `T`).
+    pub touch: Option<UnixSecs>,
+    /// Don't update access time / LRU position (meta `u`).
+    pub no_bump: bool,
+    /// On miss, create an empty item with this absolute expiry and hand the
+    /// caller the win token (meta `N`).
+    pub vivify: Option<UnixSecs>,
+    /// If the remaining TTL is below this many seconds, hand out the win
+    /// token once (meta `R`).
+    pub recache_below: Option<u32>,
+}
+
+/// Token state reported with a read, for stale-while-revalidate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Tokens {
+    /// This caller won the right to recache (meta `W`).
+    pub win: bool,
+    /// The item is stale (meta `X`).
+    pub stale: bool,
+    /// Someone else already holds the win token (meta `Z`).
+    pub win_sent: bool,
+}
+
+/// A borrowed view of an item, valid while the shard lock is held.
+#[derive(Debug, Clone, Copy)]
+pub struct ItemView<'a> {
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+    pub flags: u32,
+    pub cas: u64,
+    pub exptime: UnixSecs,
+    /// Last access before this read.
+    pub atime: UnixSecs,
+    /// Whether it had been fetched before this read.
+    pub fetched: bool,
+    pub tokens: Tokens,
+}
+
+/// The outcome of a read.
+#[derive(Debug)]
+pub enum Read<'a> {
+    Hit(ItemView<'a>),
+    /// Missed; `tokens.win` is set if the read vivified an empty item.
+    Miss { tokens: Tokens },
+}
+
+/// incr/decr.
+#[derive(Debug, Clone, Copy)]
+pub struct Arith<'a> {
+    pub key: &'a [u8],
+    pub incr: bool,
+    pub delta: u64,
+    /// Create with this value and absolute expiry on a miss (binary incr
+    /// with initial value; meta `N` + `J`).
+    pub initial: Option<(u64, UnixSecs)>,
+    pub compare_cas: u64,
+    pub explicit_cas: u64,
+    /// New absolute expiry on a hit (meta `T`).
+    pub touch: Option<UnixSecs>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArithOutcome {
+    Done { value: u64, cas: u64, exptime: UnixSecs, created: bool },
+    NotFound,
+    NonNumeric,
+    Exists,
+    OutOfMemory,
+}
+
+/// A delete.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Delete<'a> {
+    pub key: &'a [u8],
+    pub compare_cas: u64,
+    pub explicit_cas: u64,
+    /// Meta `I`: mark stale instead of removing.
+    pub invalidate: bool,
+    /// With `invalidate`, a new absolute expiry (meta `T`).
+    pub touch: Option<UnixSecs>,
+    /// Meta `x`: drop the value but keep the item.
+    pub clear_value: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteOutcome {
+    Deleted,
+    NotFound,
+    Exists,
+}
+
+/// The cache.
+pub struct Store {
+    shards: Box<[Mutex<Shard>]>,
+    shard_shift: u32,
+    hasher: ahash::RandomState,
+    mem_used: AtomicUsize,
+    mem_limit: AtomicUsize,
+    next_cas: AtomicU64,
+    /// memcached's `oldest_live`: items last accessed at or before this time
+    /// are dead once `now >= oldest_live`. 0 = no pending flush.
+    oldest_live: AtomicU32,
+    evict: bool,
+    cas_enabled: bool,
+    policy_overhead: usize,
+    /// Rotating start for cross-shard eviction.
+    evict_cursor: AtomicUsize,
+}
+
+impl Store {
+    pub fn new(cfg: StoreConfig) -> Store {
+        let n = cfg.shards.max(1).next_power_of_two().min(1 << 16);
+        let shards: Vec<_> =
+            (0..n).map(|_| Mutex::new(Shard::new(&cfg))).collect();
+        let policy_overhead = shards[0].lock().policy_overhead();
+        Store {
+            shards: shards.into_boxed_slice(),
+            shard_shift: 64 - n.trailing_zeros(),
+            // Fixed keys: placement must be stable across restarts so that a
+            // snapshot reloads into the same shard layout it was taken from.
+            hasher: ahash::RandomState::with_seeds(
+                0x243f_6a88_85a3_08d3,
+                0x1319_8a2e_0370_7344,
+                0xa409_3822_299f_31d0,
+                0x082e_fa98_ec4e_6c89,
+            ),
+            mem_used: AtomicUsize::new(0),
+            mem_limit: AtomicUsize::new(cfg.mem_limit),
+            next_cas: AtomicU64::new(1),
+            oldest_live: AtomicU32::new(0),
+            evict: cfg.evict,
+            cas_enabled: cfg.cas_enabled,
+            policy_overhead,
+            evict_cursor: AtomicUsize::new(0),
+        }
+    }
+
+    #[inline]
+    fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    #[inline]
+    fn shard_of(&self, hash: u64) -> &Mutex<Shard> {
+        let i = if self.shard_shift >= 64 { 0 } else { (hash >> self.shard_shift) as usize };
+        &self.shards[i]
+    }
+
+    /// Draw the next CAS value. One counter for the whole store: later it
+    /// doubles as the durable write timestamp, so it must be monotonic.
+    #[inline]
+    pub fn next_cas(&self) -> u64 {
+        if self.cas_enabled {
+            self.next_cas.fetch_add(1, Ordering::Relaxed)
+        } else {
+            0
+        }
+    }
+
+    /// The last CAS handed out.
+    pub fn current_cas(&self) -> u64 {
+        self.next_cas.load(Ordering::Relaxed).saturating_sub(1)
+    }
+
+    /// Make sure future CAS values are above `floor` (used after reloading
+    /// a snapshot, or when an explicit CAS was stored).
+    pub fn raise_cas_floor(&self, floor: u64) {
+        self.next_cas.fetch_max(floor.saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// The memory the item would cost.
+    pub fn footprint(&self, klen: usize, vlen: usize) -> usize {
+        footprint(klen, vlen, self.policy_overhead)
+    }
+
+    fn ctx(&self, now: UnixSecs) -> shard::Ctx<'_> {
+        shard::Ctx {
+            now,
+            oldest_live: self.oldest_live.load(Ordering::Relaxed),
+            mem_used: &self.mem_used,
+            mem_limit: self.mem_limit.load(Ordering::Relaxed),
+            evict: self.evict,
+            next_cas: &self.next_cas,
+            cas_enabled: self.cas_enabled,
+        }
+    }
+
+    /// Read `key` and pass the outcome to `f` while the shard lock is held,
+    /// so the value can be copied straight into an output buffer.
+    pub fn read<R>(&self, key: &[u8], now: UnixSecs, opts: ReadOpts, f: impl FnOnce(Read<'_>) -> R) -> R {
+        let h = self.hash(key);
+        let ctx = self.ctx(now);
+        let mut shard = self.shard_of(h).lock();
+        shard.read(&ctx, h, key, opts, f)
+    }
+
+    /// Store an item, evicting as needed.
+    pub fn write(&self, w: &Write<'_>, now: UnixSecs) -> WriteOutcome {
+        let h = self.hash(w.key);
+        let ctx = self.ctx(now);
+        // Two attempts: the second after freeing memory in other shards.
+        for attempt in 0..2 {
+            let res = self.shard_of(h).lock().write(&ctx, h, w);
+            match res {
+                WriteOutcome::OutOfMemory if attempt == 0 && self.evict => {
+                    let need = self.footprint(w.key.len(), w.value.len());
+                    self.evict_elsewhere(&ctx, need);
+                }
+                other => return other,
+            }
+        }
+        WriteOutcome::OutOfMemory
+    }
+
+    pub fn arith(&self, a: &Arith<'_>, now: UnixSecs) -> ArithOutcome {
+        let h = self.hash(a.key);
+        let ctx = self.ctx(now);
+        self.shard_of(h).lock().arith(&ctx, h, a)
+    }
+
+    pub fn delete(&self, d: &Delete<'_>, now: UnixSecs) -> DeleteOutcome {
+        let h = self.hash(d.key);
+        let ctx = self.ctx(now);
+        self.shard_of(h).lock().delete(&ctx, h, d)
+    }
+
+    /// Set a new absolute expiry on an existing item. Returns whether it was
+    /// found. The CAS does not change.
+    pub fn touch(&self, key: &[u8], exptime: UnixSecs, now: UnixSecs) -> bool {
+        self.read(key, now, ReadOpts { touch: Some(exptime), ..Default::default() }, |r| {
+            matches!(r, Read::Hit(_))
+        })
+    }
+
+    /// flush_all: with `at <= now`, drop everything now; otherwise, items
+    /// not accessed after `at` die at `at` (memcached's delayed flush).
+    pub fn flush_all(&self, at: UnixSecs, now: UnixSecs) {
+        if at <= now {
+            self.oldest_live.store(0, Ordering::Relaxed);
+            for s in self.shards.iter() {
+                s.lock().clear(&self.mem_used);
+            }
+        } else {
+            self.oldest_live.store(at, Ordering::Relaxed);
+        }
+    }
+
+    /// Free memory in shards other than the writer's, round-robin.
+    fn evict_elsewhere(&self, ctx: &shard::Ctx<'_>, need: usize) {
+        let n = self.shards.len();
+        let start = self.evict_cursor.fetch_add(1, Ordering::Relaxed);
+        for i in 0..n {
+            if ctx.mem_used.load(Ordering::Relaxed) + need <= ctx.mem_limit {
+                return;
+            }
+            let mut s = self.shards[(start + i) % n].lock();
+            s.evict_until(ctx, need);
+        }
+    }
+
+    /// Background reclaim: scan up to `budget` slots per shard for expired
+    /// or flushed items and free them. Returns how many were freed.
+    pub fn reclaim_expired(&self, now: UnixSecs, budget: usize) -> u64 {
+        let ctx = self.ctx(now);
+        let mut freed = 0;
+        for s in self.shards.iter() {
+            freed += s.lock().crawl(&ctx, budget);
+        }
+        freed
+    }
+
+    /// Change the memory limit at run time (`cache_memlimit`). Shrinking
+    /// evicts down to the new limit.
+    pub fn set_mem_limit(&self, bytes: usize, now: UnixSecs) {
+        self.mem_limit.store(bytes, Ordering::Relaxed);
+        let ctx = self.ctx(now);
+        if self.evict {
+            self.evict_elsewhere(&ctx, 0);
+        }
+    }
+
+    pub fn mem_limit(&self) -> usize {
+        self.mem_limit.load(Ordering::Relaxed)
+    }
+
+    pub fn mem_used(&self) -> usize {
+        self.mem_used.load(Ordering::Relaxed)
+    }
+
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Sum of all shards' counters.
+    pub fn stats(&self) -> ShardStats {
+        let mut total = ShardStats::default();
+        for s in self.shards.iter() {
+            total += s.lock().stats();
+        }
+        total.bytes = self.mem_used() as u64;
+        total
+    }
+
+    /// Reset counters that `stats reset` clears.
+    pub fn reset_stats(&self) {
+        for s in self.shards.iter() {
+            s.lock().reset_stats();
+        }
+    }
+
+    /// Visit every live item, one shard at a time (metadump, snapshots).
+    /// `f` runs with that shard's lock held; keep it short.
+    pub fn for_each(&self, now: UnixSecs, mut f: impl FnMut(&ItemView<'_>)) {
+        let ctx = self.ctx(now);
+        for s in self.shards.iter() {
+            s.lock().for_each(&ctx, &mut f);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

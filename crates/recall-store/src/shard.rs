@@ -1,0 +1,604 @@
+//! One shard: a hash table of slot numbers, the slot arena, and a policy.
+//!
+//! Everything here runs with the shard's mutex held (the caller has `&mut`),
+//! and touches only this shard's state plus the store-wide atomics in [`Ctx`].
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use hashbrown::HashTable;
+
+use crate::item::{bit, footprint, Slot};
+use crate::policy::{Policy, PolicyCounters, SegmentedLru};
+use crate::{
+    Arith, ArithOutcome, Delete, DeleteOutcome, ItemView, Mode, Read, ReadOpts, StoreConfig,
+    Tokens, UnixSecs, Write, WriteOutcome,
+};
+
+/// Store-wide state an operation needs, snapshotted once per call.
+pub(crate) struct Ctx<'a> {
+    pub now: UnixSecs,
+    pub oldest_live: UnixSecs,
+    pub mem_used: &'a AtomicUsize,
+    pub mem_limit: usize,
+    pub evict: bool,
+    pub next_cas: &'a AtomicU64,
+    pub cas_enabled: bool,
+}
+
+impl Ctx<'_> {
+    fn draw_cas(&self, explicit: u64) -> u64 {
+        if explicit != 0 {
+            // Keep the counter ahead of any CAS a client chose (meta E), so
+            // CAS values stay unique and monotonic from the store's view.
+            self.next_cas.fetch_max(explicit.saturating_add(1), Ordering::Relaxed);
+            return explicit;
+        }
+        if self.cas_enabled {
+            self.next_cas.fetch_add(1, Ordering::Relaxed)
+        } else {
+            0
+        }
+    }
+
+    /// Is this item dead by expiry or by a pending flush_all?
+    fn dead(&self, s: &Slot) -> Option<Gone> {
+        if self.oldest_live != 0 && self.oldest_live <= self.now && s.atime <= self.oldest_live {
+            Some(Gone::Flushed)
+        } else if s.expired(self.now) {
+            Some(Gone::Expired)
+        } else {
+            None
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Gone {
+    Expired,
+    Flushed,
+}
+
+/// Counters kept per shard (no atomics: the shard lock covers them) and
+/// summed for `stats`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ShardStats {
+    pub curr_items: u64,
+    pub total_items: u64,
+    pub bytes: u64,
+    pub evictions: u64,
+    pub evicted_unfetched: u64,
+    pub evicted_active: u64,
+    pub reclaimed: u64,
+    pub expired_unfetched: u64,
+    pub get_expired: u64,
+    pub get_flushed: u64,
+    pub crawler_reclaimed: u64,
+    pub crawler_items_checked: u64,
+    pub direct_reclaims: u64,
+    pub hash_bytes: u64,
+    pub policy: PolicyCounters,
+}
+
+impl std::ops::AddAssign for ShardStats {
+    fn add_assign(&mut self, o: Self) {
+        self.curr_items += o.curr_items;
+        self.total_items += o.total_items;
+        self.bytes += o.bytes;
+        self.evictions += o.evictions;
+        self.evicted_unfetched += o.evicted_unfetched;
+        self.evicted_active += o.evicted_active;
+        self.reclaimed += o.reclaimed;
+        self.expired_unfetched += o.expired_unfetched;
+        self.get_expired += o.get_expired;
+        self.get_flushed += o.get_flushed;
+        self.crawler_reclaimed += o.crawler_reclaimed;
+        self.crawler_items_checked += o.crawler_items_checked;
+        self.direct_reclaims += o.direct_reclaims;
+        self.hash_bytes += o.hash_bytes;
+        self.policy += o.policy;
+    }
+}
+
+pub(crate) struct Shard {
+    table: HashTable<u32>,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    policy: SegmentedLru,
+    hasher: ahash::RandomState,
+    crawl_cursor: usize,
+    stats: ShardStats,
+}
+
+/// Why a slot is being freed, for the stats.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Why {
+    Deleted,
+    Evicted,
+    Expired,
+    Flushed,
+    Crawled,
+}
+
+impl Shard {
+    pub fn new(cfg: &StoreConfig) -> Shard {
+        Shard {
+            table: HashTable::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            policy: SegmentedLru::new(cfg.hot_pct, cfg.warm_pct),
+            hasher: ahash::RandomState::with_seeds(
+                0x243f_6a88_85a3_08d3,
+                0x1319_8a2e_0370_7344,
+                0xa409_3822_299f_31d0,
+                0x082e_fa98_ec4e_6c89,
+            ),
+            crawl_cursor: 0,
+            stats: ShardStats::default(),
+        }
+    }
+
+    pub fn policy_overhead(&self) -> usize {
+        self.policy.overhead_per_slot()
+    }
+
+    fn fp(&self, s: &Slot) -> usize {
+        footprint(s.klen as usize, s.data.len() - s.klen as usize, self.policy_overhead())
+    }
+
+    fn find(&self, h: u64, key: &[u8]) -> Option<u32> {
+        let slots = &self.slots;
+        self.table.find(h, |&i| slots[i as usize].key() == key).copied()
+    }
+
+    /// Find a live item, freeing it on the way if it is dead.
+    fn lookup(&mut self, ctx: &Ctx<'_>, h: u64, key: &[u8], count_gets: bool) -> Option<u32> {
+        let i = self.find(h, key)?;
+        match ctx.dead(&self.slots[i as usize]) {
+            None => Some(i),
+            Some(g) => {
+                if count_gets {
+                    match g {
+                        Gone::Expired => self.stats.get_expired += 1,
+                        Gone::Flushed => self.stats.get_flushed += 1,
+                    }
+                }
+                let why = if g == Gone::Expired { Why::Expired } else { Why::Flushed };
+                self.remove(ctx, i, h, why);
+                None
+            }
+        }
+    }
+
+    fn remove(&mut self, ctx: &Ctx<'_>, i: u32, h: u64, why: Why) {
+        if let Ok(e) = self.table.find_entry(h, |&j| j == i) {
+            e.remove();
+        }
+        self.policy.on_remove(i);
+        let fp = self.fp(&self.slots[i as usize]);
+        ctx.mem_used.fetch_sub(fp, Ordering::Relaxed);
+        let s = std::mem::replace(&mut self.slots[i as usize], Slot::free());
+        let fetched = s.bits & bit::FETCHED != 0;
+        match why {
+            Why::Evicted => {
+                self.stats.evictions += 1;
+                if !fetched {
+                    self.stats.evicted_unfetched += 1;
+                }
+            }
+            Why::Expired | Why::Crawled => {
+                if why == Why::Crawled {
+                    self.stats.crawler_reclaimed += 1;
+                }
+                self.stats.reclaimed += 1;
+                if !fetched {
+                    self.stats.expired_unfetched += 1;
+                }
+            }
+            Why::Deleted | Why::Flushed => {}
+        }
+        self.stats.curr_items -= 1;
+        self.free.push(i);
+    }
+
+    fn hash_of_slot(&self, i: u32) -> u64 {
+        self.hasher.hash_one(self.slots[i as usize].key())
+    }
+
+    /// Evict until `need` more bytes fit under the limit, never evicting
+    /// `protect`. Returns whether they fit.
+    fn make_room(&mut self, ctx: &Ctx<'_>, need: usize, protect: Option<u32>) -> bool {
+        let fits = |ctx: &Ctx<'_>| ctx.mem_used.load(Ordering::Relaxed) + need <= ctx.mem_limit;
+        if fits(ctx) {
+            return true;
+        }
+        if !ctx.evict {
+            // -M: still reclaim what is already dead, but never evict live data.
+            return false;
+        }
+        let mut requeued = false;
+        while !fits(ctx) {
+            let Some(v) = self.policy.victim() else { return false };
+            if Some(v) == protect {
+                if requeued {
+                    return false;
+                }
+                // Move it out of the way once; it is being rewritten anyway.
+                self.policy.on_remove(v);
+                self.policy.on_insert(v);
+                requeued = true;
+                continue;
+            }
+            let h = self.hash_of_slot(v);
+            let why = if ctx.dead(&self.slots[v as usize]).is_some() { Why::Expired } else { Why::Evicted };
+            self.stats.direct_reclaims += 1;
+            self.remove(ctx, v, h, why);
+        }
+        true
+    }
+
+    pub fn evict_until(&mut self, ctx: &Ctx<'_>, need: usize) {
+        self.make_room(ctx, need, None);
+    }
+
+    /// Put a new item into a fresh slot.
+    fn insert_new(&mut self, ctx: &Ctx<'_>, h: u64, slot: Slot) -> u32 {
+        let fp = self.fp(&slot);
+        ctx.mem_used.fetch_add(fp, Ordering::Relaxed);
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = slot;
+                i
+            }
+            None => {
+                self.slots.push(slot);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let (slots, hasher) = (&self.slots, &self.hasher);
+        self.table.insert_unique(h, i, |&j| hasher.hash_one(slots[j as usize].key()));
+        self.policy.on_insert(i);
+        self.stats.curr_items += 1;
+        self.stats.total_items += 1;
+        i
+    }
+
+    /// Replace the item in slot `i` with `slot` (same key).
+    fn replace_in(&mut self, ctx: &Ctx<'_>, i: u32, slot: Slot) {
+        let new_fp = self.fp(&slot);
+        let old = std::mem::replace(&mut self.slots[i as usize], slot);
+        let old_fp = self.fp(&old);
+        ctx.mem_used.fetch_add(new_fp, Ordering::Relaxed);
+        ctx.mem_used.fetch_sub(old_fp, Ordering::Relaxed);
+        // A new version enters the policy as a new item, as in memcached,
+        // where a replacement is a fresh item linked at the head.
+        self.policy.on_remove(i);
+        self.policy.on_insert(i);
+        self.stats.total_items += 1;
+    }
+
+    pub fn read<R>(
+        &mut self,
+        ctx: &Ctx<'_>,
+        h: u64,
+        key: &[u8],
+        opts: ReadOpts,
+        f: impl FnOnce(Read<'_>) -> R,
+    ) -> R {
+        let Some(i) = self.lookup(ctx, h, key, true) else {
+            if let Some(exptime) = opts.vivify {
+                let slot = new_slot(key, &[], &[], 0, exptime, ctx.draw_cas(0), ctx.now);
+                let need = self.fp(&slot);
+                if self.make_room(ctx, need, None) {
+                    let i = self.insert_new(ctx, h, slot);
+                    self.slots[i as usize].bits |= bit::WIN_SENT;
+                    return f(Read::Miss { tokens: Tokens { win: true, ..Default::default() } });
+                }
+            }
+            return f(Read::Miss { tokens: Tokens::default() });
+        };
+        let s = &mut self.slots[i as usize];
+        let mut tokens = Tokens::default();
+        if s.bits & bit::STALE != 0 {
+            tokens.stale = true;
+            if s.bits & bit::WIN_SENT == 0 {
+                tokens.win = true;
+                s.bits |= bit::WIN_SENT;
+            }
+        } else if let Some(r) = opts.recache_below {
+            if s.exptime != 0 && s.exptime.saturating_sub(ctx.now) < r && s.bits & bit::WIN_SENT == 0 {
+                tokens.win = true;
+                s.bits |= bit::WIN_SENT;
+            }
+        }
+        if !tokens.win && s.bits & bit::WIN_SENT != 0 {
+            tokens.win_sent = true;
+        }
+        let atime = s.atime;
+        let fetched = s.bits & bit::FETCHED != 0;
+        if let Some(t) = opts.touch {
+            s.exptime = t;
+        }
+        if !opts.no_bump {
+            s.atime = ctx.now;
+            s.bits |= bit::FETCHED;
+            self.policy.on_access(i);
+        }
+        let s = &self.slots[i as usize];
+        f(Read::Hit(ItemView {
+            key: s.key(),
+            value: s.value(),
+            flags: s.flags,
+            cas: s.cas,
+            exptime: s.exptime,
+            atime,
+            fetched,
+            tokens,
+        }))
+    }
+
+    pub fn write(&mut self, ctx: &Ctx<'_>, h: u64, w: &Write<'_>) -> WriteOutcome {
+        let existing = self.lookup(ctx, h, w.key, false);
+        let mut stale = false;
+        match (w.mode, existing) {
+            (Mode::Add, Some(i)) => {
+                // memcached bumps the item even though add fails.
+                self.policy.on_access(i);
+                return WriteOutcome::NotStored;
+            }
+            (Mode::Replace, None) => return WriteOutcome::NotStored,
+            (Mode::Append | Mode::Prepend, None) if w.vivify.is_none() => {
+                return WriteOutcome::NotStored;
+            }
+            (_, None) if w.compare_cas != 0 => return WriteOutcome::NotFound,
+            (_, Some(i)) if w.compare_cas != 0 => {
+                let cur = self.slots[i as usize].cas;
+                if cur != w.compare_cas {
+                    if w.invalidate && w.compare_cas < cur {
+                        stale = true;
+                    } else {
+                        return WriteOutcome::Exists;
+                    }
+                }
+            }
+            _ => {}
+        }
+        let cas = ctx.draw_cas(w.explicit_cas);
+        let slot = match (w.mode, existing) {
+            (Mode::Append | Mode::Prepend, Some(i)) => {
+                let old = &self.slots[i as usize];
+                let (a, b) = if w.mode == Mode::Append { (old.value(), w.value) } else { (w.value, old.value()) };
+                let mut s = new_slot(w.key, a, b, old.flags, old.exptime, cas, ctx.now);
+                s.bits = old.bits & bit::FETCHED;
+                s
+            }
+            (Mode::Append | Mode::Prepend, None) => {
+                new_slot(w.key, w.value, &[], w.flags, w.vivify.unwrap_or(0), cas, ctx.now)
+            }
+            _ => new_slot(w.key, w.value, &[], w.flags, w.exptime, cas, ctx.now),
+        };
+        let mut slot = slot;
+        if stale {
+            slot.bits |= bit::STALE;
+        }
+        let need = self.fp(&slot);
+        let credit = existing.map_or(0, |i| self.fp(&self.slots[i as usize]));
+        if !self.make_room(ctx, need.saturating_sub(credit), existing) {
+            return WriteOutcome::OutOfMemory;
+        }
+        match existing {
+            Some(i) => self.replace_in(ctx, i, slot),
+            None => {
+                self.insert_new(ctx, h, slot);
+            }
+        }
+        WriteOutcome::Stored { cas }
+    }
+
+    pub fn arith(&mut self, ctx: &Ctx<'_>, h: u64, a: &Arith<'_>) -> ArithOutcome {
+        let Some(i) = self.lookup(ctx, h, a.key, false) else {
+            let Some((init, exptime)) = a.initial else { return ArithOutcome::NotFound };
+            let mut buf = itoa::Buffer::new();
+            let digits = buf.format(init).as_bytes();
+            let cas = ctx.draw_cas(a.explicit_cas);
+            let slot = new_slot(a.key, digits, &[], 0, exptime, cas, ctx.now);
+            let need = self.fp(&slot);
+            if !self.make_room(ctx, need, None) {
+                return ArithOutcome::OutOfMemory;
+            }
+            self.insert_new(ctx, h, slot);
+            return ArithOutcome::Done { value: init, cas, exptime, created: true };
+        };
+        let s = &self.slots[i as usize];
+        if a.compare_cas != 0 && a.compare_cas != s.cas {
+            return ArithOutcome::Exists;
+        }
+        let Some(cur) = parse_u64_like_strtoull(s.value()) else { return ArithOutcome::NonNumeric };
+        let value = if a.incr { cur.wrapping_add(a.delta) } else { cur.saturating_sub(a.delta) };
+        let mut buf = itoa::Buffer::new();
+        let digits = buf.format(value).as_bytes();
+        let cas = ctx.draw_cas(a.explicit_cas);
+        let old_len = s.value().len();
+        if digits.len() <= old_len {
+            // memcached rewrites in place and pads with spaces when the new
+            // number is not longer than the old one; clients can see that
+            // padding on a later get, so we do the same.
+            let s = &mut self.slots[i as usize];
+            let k = s.klen as usize;
+            let v = &mut s.data[k..];
+            v[..digits.len()].copy_from_slice(digits);
+            v[digits.len()..].fill(b' ');
+            s.cas = cas;
+            if let Some(t) = a.touch {
+                s.exptime = t;
+            }
+            s.atime = ctx.now;
+            let exptime = s.exptime;
+            self.policy.on_access(i);
+            return ArithOutcome::Done { value, cas, exptime, created: false };
+        }
+        let exptime = a.touch.unwrap_or(s.exptime);
+        let mut slot = new_slot(a.key, digits, &[], s.flags, exptime, cas, ctx.now);
+        slot.bits = s.bits & bit::FETCHED;
+        let need = self.fp(&slot).saturating_sub(self.fp(s));
+        if !self.make_room(ctx, need, Some(i)) {
+            return ArithOutcome::OutOfMemory;
+        }
+        self.replace_in(ctx, i, slot);
+        ArithOutcome::Done { value, cas, exptime, created: false }
+    }
+
+    pub fn delete(&mut self, ctx: &Ctx<'_>, h: u64, d: &Delete<'_>) -> DeleteOutcome {
+        let Some(i) = self.lookup(ctx, h, d.key, false) else { return DeleteOutcome::NotFound };
+        let s = &mut self.slots[i as usize];
+        if d.compare_cas != 0 && d.compare_cas != s.cas {
+            return DeleteOutcome::Exists;
+        }
+        if d.invalidate {
+            s.bits |= bit::STALE;
+            s.bits &= !bit::WIN_SENT;
+            s.cas = ctx.draw_cas(d.explicit_cas);
+            if let Some(t) = d.touch {
+                s.exptime = t;
+            }
+            return DeleteOutcome::Deleted;
+        }
+        if d.clear_value {
+            let cas = ctx.draw_cas(d.explicit_cas);
+            let mut slot = new_slot(d.key, &[], &[], s.flags, s.exptime, cas, ctx.now);
+            slot.bits = s.bits;
+            self.replace_in(ctx, i, slot);
+            return DeleteOutcome::Deleted;
+        }
+        self.remove(ctx, i, h, Why::Deleted);
+        DeleteOutcome::Deleted
+    }
+
+    /// Scan up to `budget` slots from the crawl cursor, freeing dead items.
+    pub fn crawl(&mut self, ctx: &Ctx<'_>, budget: usize) -> u64 {
+        let n = self.slots.len();
+        if n == 0 {
+            return 0;
+        }
+        let mut freed = 0;
+        for _ in 0..budget.min(n) {
+            if self.crawl_cursor >= self.slots.len() {
+                self.crawl_cursor = 0;
+            }
+            let i = self.crawl_cursor as u32;
+            self.crawl_cursor += 1;
+            let s = &self.slots[i as usize];
+            if s.is_free() {
+                continue;
+            }
+            self.stats.crawler_items_checked += 1;
+            if let Some(g) = ctx.dead(s) {
+                let h = self.hash_of_slot(i);
+                let why = if g == Gone::Expired { Why::Crawled } else { Why::Flushed };
+                self.remove(ctx, i, h, why);
+                freed += 1;
+            }
+        }
+        freed
+    }
+
+    /// Drop every item (flush_all without delay).
+    pub fn clear(&mut self, mem_used: &AtomicUsize) {
+        let total: usize = self.slots.iter().filter(|s| !s.is_free()).map(|s| self.fp(s)).sum();
+        mem_used.fetch_sub(total, Ordering::Relaxed);
+        self.table = HashTable::new();
+        self.slots = Vec::new();
+        self.free = Vec::new();
+        let (hot, warm) = self.policy.shares();
+        self.policy = SegmentedLru::new(hot, warm);
+        self.crawl_cursor = 0;
+        self.stats.curr_items = 0;
+    }
+
+    pub fn stats(&self) -> ShardStats {
+        let mut s = self.stats;
+        s.hash_bytes = (self.table.capacity() * 5) as u64;
+        s.policy = self.policy.counters();
+        s
+    }
+
+    pub fn reset_stats(&mut self) {
+        let keep = (self.stats.curr_items, self.stats.bytes);
+        self.stats = ShardStats { curr_items: keep.0, bytes: keep.1, ..Default::default() };
+    }
+
+    pub fn for_each(&self, ctx: &Ctx<'_>, f: &mut impl FnMut(&ItemView<'_>)) {
+        for s in &self.slots {
+            if s.is_free() || ctx.dead(s).is_some() {
+                continue;
+            }
+            f(&ItemView {
+                key: s.key(),
+                value: s.value(),
+                flags: s.flags,
+                cas: s.cas,
+                exptime: s.exptime,
+                atime: s.atime,
+                fetched: s.bits & bit::FETCHED != 0,
+                tokens: Tokens {
+                    stale: s.bits & bit::STALE != 0,
+                    win_sent: s.bits & bit::WIN_SENT != 0,
+                    win: false,
+                },
+            });
+        }
+    }
+}
+
+fn new_slot(key: &[u8], a: &[u8], b: &[u8], flags: u32, exptime: UnixSecs, cas: u64, now: UnixSecs) -> Slot {
+    let mut data = Vec::with_capacity(key.len() + a.len() + b.len());
+    data.extend_from_slice(key);
+    data.extend_from_slice(a);
+    data.extend_from_slice(b);
+    Slot {
+        data: data.into_boxed_slice(),
+        cas,
+        exptime,
+        flags,
+        atime: now,
+        klen: key.len() as u8,
+        bits: 0,
+    }
+}
+
+/// Parse a stored value the way memcached's `safe_strtoull` does, so incr and
+/// decr accept and refuse exactly the same values: optional leading white
+/// space, an optional sign, at least one digit, then the end or white space.
+/// A minus sign is refused when the result would be negative as an `i64`;
+/// overflow is refused.
+pub(crate) fn parse_u64_like_strtoull(v: &[u8]) -> Option<u64> {
+    let is_space = |c: u8| matches!(c, b' ' | b'\t' | b'\n' | b'\x0b' | b'\x0c' | b'\r');
+    let mut i = 0;
+    while i < v.len() && is_space(v[i]) {
+        i += 1;
+    }
+    let mut neg = false;
+    if i < v.len() && (v[i] == b'+' || v[i] == b'-') {
+        neg = v[i] == b'-';
+        i += 1;
+    }
+    let start = i;
+    let mut n: u64 = 0;
+    while i < v.len() && v[i].is_ascii_digit() {
+        n = n.checked_mul(10)?.checked_add((v[i] - b'0') as u64)?;
+        i += 1;
+    }
+    if i == start {
+        return None;
+    }
+    if i < v.len() && !is_space(v[i]) {
+        return None;
+    }
+    if neg {
+        let r = n.wrapping_neg();
+        if (r as i64) < 0 {
+            return None;
+        }
+        return Some(r);
+    }
+    Some(n)
+}

@@ -1,0 +1,341 @@
+//! Store tests: unit cases plus a model check (random operation sequences
+//! against a `HashMap` with expiry, on a manual clock).
+
+use std::collections::HashMap;
+
+use proptest::prelude::*;
+
+use super::*;
+
+fn store(mem: usize) -> Store {
+    Store::new(StoreConfig { mem_limit: mem, shards: 4, ..Default::default() })
+}
+
+fn get(s: &Store, k: &[u8], now: u32) -> Option<Vec<u8>> {
+    s.read(k, now, ReadOpts::default(), |r| match r {
+        Read::Hit(v) => Some(v.value.to_vec()),
+        Read::Miss { .. } => None,
+    })
+}
+
+fn set(s: &Store, k: &[u8], v: &[u8], exp: u32, now: u32) -> WriteOutcome {
+    s.write(&Write::new(Mode::Set, k, v, 0, exp), now)
+}
+
+#[test]
+fn set_get_delete() {
+    let s = store(1 << 20);
+    assert!(matches!(set(&s, b"a", b"1", 0, 100), WriteOutcome::Stored { .. }));
+    assert_eq!(get(&s, b"a", 100).as_deref(), Some(&b"1"[..]));
+    assert_eq!(s.delete(&Delete { key: b"a", ..Default::default() }, 100), DeleteOutcome::Deleted);
+    assert_eq!(get(&s, b"a", 100), None);
+    assert_eq!(s.delete(&Delete { key: b"a", ..Default::default() }, 100), DeleteOutcome::NotFound);
+    assert_eq!(s.mem_used(), 0);
+}
+
+#[test]
+fn cas_is_monotonic_and_unchanged_by_touch() {
+    let s = store(1 << 20);
+    let WriteOutcome::Stored { cas: c1 } = set(&s, b"a", b"1", 0, 1) else { panic!() };
+    let WriteOutcome::Stored { cas: c2 } = set(&s, b"b", b"1", 0, 1) else { panic!() };
+    assert!(c2 > c1);
+    assert!(s.touch(b"b", 50, 1));
+    let c3 = s.read(b"b", 1, ReadOpts::default(), |r| match r {
+        Read::Hit(v) => v.cas,
+        _ => 0,
+    });
+    assert_eq!(c3, c2);
+}
+
+#[test]
+fn expiry_is_lazy_and_crawled() {
+    let s = store(1 << 20);
+    set(&s, b"a", b"1", 10, 5);
+    set(&s, b"b", b"1", 10, 5);
+    assert!(get(&s, b"a", 9).is_some());
+    assert!(get(&s, b"a", 10).is_none(), "expires at exptime");
+    assert_eq!(s.stats().get_expired, 1);
+    assert_eq!(s.reclaim_expired(11, 1000), 1, "crawler frees b");
+    assert_eq!(s.stats().curr_items, 0);
+    assert_eq!(s.mem_used(), 0);
+}
+
+#[test]
+fn add_replace_append_prepend_cas() {
+    let s = store(1 << 20);
+    let w = |m, v: &'static [u8]| Write::new(m, b"k", v, 7, 0);
+    assert_eq!(s.write(&w(Mode::Replace, b"x"), 1), WriteOutcome::NotStored);
+    assert_eq!(s.write(&w(Mode::Append, b"x"), 1), WriteOutcome::NotStored);
+    assert!(matches!(s.write(&w(Mode::Add, b"mid"), 1), WriteOutcome::Stored { .. }));
+    assert_eq!(s.write(&w(Mode::Add, b"x"), 1), WriteOutcome::NotStored);
+    s.write(&w(Mode::Append, b">"), 1);
+    s.write(&w(Mode::Prepend, b"<"), 1);
+    assert_eq!(get(&s, b"k", 1).as_deref(), Some(&b"<mid>"[..]));
+    let mut c = w(Mode::Set, b"new");
+    c.compare_cas = 12345;
+    assert_eq!(s.write(&c, 1), WriteOutcome::Exists);
+    let cur = s.read(b"k", 1, ReadOpts::default(), |r| match r {
+        Read::Hit(v) => v.cas,
+        _ => 0,
+    });
+    c.compare_cas = cur;
+    assert!(matches!(s.write(&c, 1), WriteOutcome::Stored { .. }));
+    let mut missing = Write::new(Mode::Set, b"nope", b"", 0, 0);
+    missing.compare_cas = 1;
+    assert_eq!(s.write(&missing, 1), WriteOutcome::NotFound);
+}
+
+#[test]
+fn incr_decr_like_memcached() {
+    let s = store(1 << 20);
+    let a = |incr, delta| Arith { key: b"n", incr, delta, initial: None, compare_cas: 0, explicit_cas: 0, touch: None };
+    assert_eq!(s.arith(&a(true, 1), 1), ArithOutcome::NotFound);
+    set(&s, b"n", b"100", 0, 1);
+    assert!(matches!(s.arith(&a(false, 1), 1), ArithOutcome::Done { value: 99, .. }));
+    // In-place rewrite pads with a space, like memcached.
+    assert_eq!(get(&s, b"n", 1).as_deref(), Some(&b"99 "[..]));
+    assert!(matches!(s.arith(&a(false, 1000), 1), ArithOutcome::Done { value: 0, .. }));
+    set(&s, b"n", &b"18446744073709551615"[..], 0, 1);
+    assert!(matches!(s.arith(&a(true, 2), 1), ArithOutcome::Done { value: 1, .. }));
+    set(&s, b"n", b"abc", 0, 1);
+    assert_eq!(s.arith(&a(true, 1), 1), ArithOutcome::NonNumeric);
+    set(&s, b"n", b"", 0, 1);
+    assert_eq!(s.arith(&a(true, 1), 1), ArithOutcome::NonNumeric);
+    set(&s, b"n", b"9", 0, 1);
+    assert!(matches!(s.arith(&a(true, 1), 1), ArithOutcome::Done { value: 10, .. }));
+    assert_eq!(get(&s, b"n", 1).as_deref(), Some(&b"10"[..]));
+}
+
+#[test]
+fn strtoull_rules() {
+    use crate::shard::parse_u64_like_strtoull as p;
+    assert_eq!(p(b"12"), Some(12));
+    assert_eq!(p(b" 12 "), Some(12));
+    assert_eq!(p(b"+3"), Some(3));
+    assert_eq!(p(b"-1"), None);
+    assert_eq!(p(b"12a"), None);
+    assert_eq!(p(b""), None);
+    assert_eq!(p(b"18446744073709551616"), None);
+}
+
+#[test]
+fn eviction_keeps_memory_under_limit() {
+    let limit = 64 * 1024;
+    let s = store(limit);
+    for i in 0..10_000u32 {
+        let k = format!("key{i}");
+        assert!(matches!(set(&s, k.as_bytes(), &[b'x'; 100], 0, 1), WriteOutcome::Stored { .. }));
+        assert!(s.mem_used() <= limit, "used {} > {}", s.mem_used(), limit);
+    }
+    let st = s.stats();
+    assert!(st.evictions > 9000);
+    assert_eq!(st.curr_items + st.evictions, 10_000);
+    // Recent keys survive.
+    assert!(get(&s, b"key9999", 1).is_some());
+}
+
+#[test]
+fn no_evict_mode_refuses_when_full() {
+    let s = Store::new(StoreConfig { mem_limit: 8 * 1024, shards: 2, evict: false, ..Default::default() });
+    let mut oom = false;
+    for i in 0..1000u32 {
+        match set(&s, format!("k{i}").as_bytes(), &[0; 100], 0, 1) {
+            WriteOutcome::OutOfMemory => oom = true,
+            WriteOutcome::Stored { .. } => assert!(!oom || s.mem_used() <= 8 * 1024),
+            o => panic!("{o:?}"),
+        }
+    }
+    assert!(oom);
+    assert_eq!(s.stats().evictions, 0);
+    assert!(get(&s, b"k0", 1).is_some(), "-M never drops live data");
+}
+
+#[test]
+fn big_item_evicts_across_shards() {
+    let s = Store::new(StoreConfig { mem_limit: 200 * 1024, shards: 64, ..Default::default() });
+    for i in 0..1000u32 {
+        set(&s, format!("k{i}").as_bytes(), &[0; 150], 0, 1);
+    }
+    assert!(matches!(set(&s, b"big", &vec![1; 100 * 1024], 0, 1), WriteOutcome::Stored { .. }));
+    assert!(s.mem_used() <= 200 * 1024);
+}
+
+#[test]
+fn flush_all_now_and_delayed() {
+    let s = store(1 << 20);
+    set(&s, b"a", b"1", 0, 10);
+    s.flush_all(10, 10);
+    assert!(get(&s, b"a", 10).is_none());
+    assert_eq!(s.mem_used(), 0);
+    set(&s, b"b", b"1", 0, 10);
+    s.flush_all(20, 10);
+    assert!(get(&s, b"b", 19).is_some());
+    assert!(get(&s, b"b", 20).is_none(), "delayed flush takes effect at its time");
+    set(&s, b"c", b"1", 0, 21);
+    assert!(get(&s, b"c", 21).is_some(), "items written after the flush time live");
+}
+
+#[test]
+fn stale_while_revalidate_tokens() {
+    let s = store(1 << 20);
+    set(&s, b"k", b"v", 0, 1);
+    assert_eq!(
+        s.delete(&Delete { key: b"k", invalidate: true, ..Default::default() }, 1),
+        DeleteOutcome::Deleted
+    );
+    let t1 = s.read(b"k", 1, ReadOpts::default(), |r| match r {
+        Read::Hit(v) => v.tokens,
+        _ => panic!(),
+    });
+    assert!(t1.stale && t1.win && !t1.win_sent);
+    let t2 = s.read(b"k", 1, ReadOpts::default(), |r| match r {
+        Read::Hit(v) => v.tokens,
+        _ => panic!(),
+    });
+    assert!(t2.stale && !t2.win && t2.win_sent);
+    // Vivify on miss: the first reader wins, the next sees an empty hit.
+    let won = s.read(b"v", 1, ReadOpts { vivify: Some(0), ..Default::default() }, |r| match r {
+        Read::Miss { tokens } => tokens.win,
+        _ => false,
+    });
+    assert!(won);
+    let z = s.read(b"v", 1, ReadOpts { vivify: Some(0), ..Default::default() }, |r| match r {
+        Read::Hit(v) => v.tokens.win_sent && v.value.is_empty(),
+        _ => false,
+    });
+    assert!(z);
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Set(u8, u8, u8),
+    Add(u8, u8),
+    Append(u8, u8),
+    Delete(u8),
+    Get(u8),
+    Incr(u8, u8),
+    Touch(u8, u8),
+    Advance(u8),
+    Crawl,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (0..16u8, any::<u8>(), 0..5u8).prop_map(|(k, v, t)| Op::Set(k, v, t)),
+        (0..16u8, any::<u8>()).prop_map(|(k, v)| Op::Add(k, v)),
+        (0..16u8, any::<u8>()).prop_map(|(k, v)| Op::Append(k, v)),
+        (0..16u8).prop_map(Op::Delete),
+        (0..16u8).prop_map(Op::Get),
+        (0..16u8, any::<u8>()).prop_map(|(k, d)| Op::Incr(k, d)),
+        (0..16u8, 0..5u8).prop_map(|(k, t)| Op::Touch(k, t)),
+        (0..3u8).prop_map(Op::Advance),
+        Just(Op::Crawl),
+    ]
+}
+
+proptest! {
+    /// With plenty of memory (no eviction), the store behaves exactly like a
+    /// map with expiry.
+    #[test]
+    fn matches_model(ops in proptest::collection::vec(op(), 1..200)) {
+        let s = store(1 << 24);
+        let clock = ManualClock::new(1000);
+        let mut model: HashMap<u8, (Vec<u8>, u32)> = HashMap::new();
+        let live = |m: &mut HashMap<u8, (Vec<u8>, u32)>, k: u8, now: u32| {
+            if let Some((_, e)) = m.get(&k) {
+                if *e != 0 && *e <= now { m.remove(&k); }
+            }
+        };
+        for op in ops {
+            let now = clock.now();
+            let key = |k: u8| format!("key:{k}").into_bytes();
+            let exp = |t: u8| if t == 0 { 0 } else { now + t as u32 };
+            match op {
+                Op::Set(k, v, t) => {
+                    set(&s, &key(k), &[v], exp(t), now);
+                    model.insert(k, (vec![v], exp(t)));
+                }
+                Op::Add(k, v) => {
+                    live(&mut model, k, now);
+                    let r = s.write(&Write::new(Mode::Add, &key(k), &[v], 0, 0), now);
+                    let expect_stored = !model.contains_key(&k);
+                    let stored = matches!(r, WriteOutcome::Stored { .. });
+                    prop_assert_eq!(stored, expect_stored);
+                    if expect_stored { model.insert(k, (vec![v], 0)); }
+                }
+                Op::Append(k, v) => {
+                    live(&mut model, k, now);
+                    let r = s.write(&Write::new(Mode::Append, &key(k), &[v], 0, 0), now);
+                    match model.get_mut(&k) {
+                        Some((val, _)) => { prop_assert!(matches!(r, WriteOutcome::Stored { .. }), "append must store"); val.push(v); }
+                        None => prop_assert_eq!(r, WriteOutcome::NotStored),
+                    }
+                }
+                Op::Delete(k) => {
+                    live(&mut model, k, now);
+                    let r = s.delete(&Delete { key: &key(k), ..Default::default() }, now);
+                    let was = model.remove(&k).is_some();
+                    prop_assert_eq!(r == DeleteOutcome::Deleted, was);
+                }
+                Op::Get(k) => {
+                    live(&mut model, k, now);
+                    prop_assert_eq!(get(&s, &key(k), now), model.get(&k).map(|(v, _)| v.clone()));
+                }
+                Op::Incr(k, d) => {
+                    live(&mut model, k, now);
+                    let r = s.arith(&Arith { key: &key(k), incr: true, delta: d as u64, initial: None, compare_cas: 0, explicit_cas: 0, touch: None }, now);
+                    match model.get_mut(&k) {
+                        None => prop_assert_eq!(r, ArithOutcome::NotFound),
+                        Some((val, _)) => match crate::shard::parse_u64_like_strtoull(val) {
+                            None => prop_assert_eq!(r, ArithOutcome::NonNumeric),
+                            Some(n) => {
+                                let new = n.wrapping_add(d as u64);
+                                let ArithOutcome::Done { value, .. } = r else { return Err(TestCaseError::fail("arith")) };
+                                prop_assert_eq!(value, new);
+                                let mut digits = new.to_string().into_bytes();
+                                if digits.len() <= val.len() { digits.resize(val.len(), b' '); }
+                                *val = digits;
+                            }
+                        },
+                    }
+                }
+                Op::Touch(k, t) => {
+                    live(&mut model, k, now);
+                    let r = s.touch(&key(k), exp(t), now);
+                    prop_assert_eq!(r, model.contains_key(&k));
+                    if let Some((_, e)) = model.get_mut(&k) { *e = exp(t); }
+                }
+                Op::Advance(n) => clock.advance(n as u32),
+                Op::Crawl => { s.reclaim_expired(now, 64); }
+            }
+            let now = clock.now();
+            let items: usize = (0..16u8).filter(|&k| {
+                model.get(&k).is_some_and(|(_, e)| *e == 0 || *e > now)
+            }).count();
+            let mut seen = 0;
+            s.for_each(now, |_| seen += 1);
+            prop_assert_eq!(seen, items);
+        }
+    }
+
+    /// Under eviction pressure memory never exceeds the limit and every hit
+    /// returns the last value written for that key.
+    #[test]
+    fn eviction_never_returns_wrong_data(ops in proptest::collection::vec((0..200u16, 1..2000usize), 1..300)) {
+        let limit = 32 * 1024;
+        let s = store(limit);
+        let mut last: HashMap<u16, usize> = HashMap::new();
+        for (k, len) in ops {
+            let key = format!("k{k}");
+            let val = vec![(len % 251) as u8; len];
+            set(&s, key.as_bytes(), &val, 0, 1);
+            last.insert(k, len);
+            prop_assert!(s.mem_used() <= limit);
+            for (k2, len2) in &last {
+                if let Some(v) = get(&s, format!("k{k2}").as_bytes(), 1) {
+                    prop_assert_eq!(v.len(), *len2);
+                }
+            }
+        }
+    }
+}
