@@ -1,0 +1,1 @@
+//! The binary protocol (magic 0x80). Filled in by the binary-protocol work.

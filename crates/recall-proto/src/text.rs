@@ -1,0 +1,504 @@
+//! The text protocol: classic commands and meta commands on one decoder.
+//!
+//! Token rules follow memcached's `tokenize_command`: tokens are separated by
+//! runs of spaces (not tabs); the line ends at `\n`, with one `\r` before it
+//! stripped. Wrong token counts are `ERROR`, as in memcached's
+//! `process_command_ascii`.
+
+use std::borrow::Cow;
+
+use base64::Engine as _;
+
+use crate::meta::MetaFlags;
+use crate::num::{parse_i32, parse_u32, parse_u64};
+use crate::{msg, ErrorKind, Limits, ProtoError, GET_LINE_MAX, KEY_MAX, LINE_MAX};
+
+/// Result of a decode attempt.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decoded<'a> {
+    Request(Request<'a>, usize),
+    Incomplete,
+}
+
+/// A decoded request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request<'a> {
+    pub cmd: Command<'a>,
+    /// Classic `noreply`. (Meta commands use their own `q` flag.)
+    pub noreply: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreCmd {
+    Set,
+    Add,
+    Replace,
+    Append,
+    Prepend,
+    Cas,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GetKind {
+    Get,
+    Gets,
+    Gat,
+    Gats,
+}
+
+impl GetKind {
+    pub fn with_cas(self) -> bool {
+        matches!(self, GetKind::Gets | GetKind::Gats)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command<'a> {
+    /// get/gets/gat/gats. `keys` is the raw, space-separated key list.
+    Get { kind: GetKind, exptime: i32, keys: &'a [u8] },
+    Store { cmd: StoreCmd, key: &'a [u8], flags: u32, exptime: i32, cas: u64, data: &'a [u8] },
+    Delete { key: &'a [u8] },
+    Arith { incr: bool, key: &'a [u8], delta: u64 },
+    Touch { key: &'a [u8], exptime: i32 },
+    FlushAll { delay: i32 },
+    Version,
+    Verbosity,
+    Quit,
+    Shutdown { graceful: bool },
+    Stats { args: &'a [u8] },
+    CacheMemlimit { mb: u64 },
+    LruCrawler { args: &'a [u8] },
+    /// Admin commands recall accepts but that have nothing to tune here
+    /// (`slabs`, `lru`); answered with `OK`.
+    AdminNoop,
+    MetaNoop,
+    MetaGet { key: Cow<'a, [u8]>, flags: MetaFlags<'a> },
+    MetaSet { key: Cow<'a, [u8]>, data: &'a [u8], flags: MetaFlags<'a> },
+    MetaDelete { key: Cow<'a, [u8]>, flags: MetaFlags<'a> },
+    MetaArith { key: Cow<'a, [u8]>, flags: MetaFlags<'a> },
+    MetaDebug { key: Cow<'a, [u8]>, flags: MetaFlags<'a> },
+}
+
+/// Iterate the keys of a get line.
+pub fn keys(raw: &[u8]) -> impl Iterator<Item = &[u8]> {
+    raw.split(|&c| c == b' ').filter(|t| !t.is_empty())
+}
+
+struct Tokens<'a> {
+    toks: [&'a [u8]; MAX_TOKENS],
+    /// Where each token starts in the line, to slice "the rest".
+    starts: [usize; MAX_TOKENS],
+    n: usize,
+}
+
+/// Enough for every fixed-arity command; longer lines (multi-get, meta flag
+/// lists) are handled through "the rest of the line".
+const MAX_TOKENS: usize = 8;
+
+fn tokenize(line: &[u8]) -> Tokens<'_> {
+    let mut t = Tokens { toks: [&[]; MAX_TOKENS], starts: [0; MAX_TOKENS], n: 0 };
+    let mut i = 0;
+    while i < line.len() && t.n < MAX_TOKENS {
+        while i < line.len() && line[i] == b' ' {
+            i += 1;
+        }
+        if i == line.len() {
+            break;
+        }
+        let s = i;
+        while i < line.len() && line[i] != b' ' {
+            i += 1;
+        }
+        t.toks[t.n] = &line[s..i];
+        t.starts[t.n] = s;
+        t.n += 1;
+    }
+    t
+}
+
+impl<'a> Tokens<'a> {
+    /// Number of tokens, counting everything on the line.
+    fn count(&self, line: &[u8]) -> usize {
+        if self.n < MAX_TOKENS {
+            self.n
+        } else {
+            keys(line).count()
+        }
+    }
+    /// The line from token `i` on.
+    fn rest(&self, line: &'a [u8], i: usize) -> &'a [u8] {
+        if i < self.n {
+            &line[self.starts[i]..]
+        } else {
+            &[]
+        }
+    }
+}
+
+/// Decode one request from the front of `buf`.
+pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoError<'a>> {
+    let Some(nl) = memchr::memchr(b'\n', buf) else {
+        return too_long_check(buf).map(|()| Decoded::Incomplete);
+    };
+    if nl > LINE_MAX && !is_get(buf) {
+        return Err(ProtoError::new(ErrorKind::Close, buf.len()));
+    }
+    let consumed = nl + 1;
+    let mut line = &buf[..nl];
+    if line.len() > 1 && line[line.len() - 1] == b'\r' {
+        line = &line[..line.len() - 1];
+    }
+    let t = tokenize(line);
+    let err = |kind| Err(ProtoError::new(kind, consumed));
+    if t.n == 0 {
+        return err(ErrorKind::UnknownCommand);
+    }
+    let ntok = t.count(line);
+    let cmd = t.toks[0];
+    let req = |cmd| Ok(Decoded::Request(Request { cmd, noreply: false }, consumed));
+    let noreply_at = |i: usize| ntok > i && t.toks[i] == b"noreply";
+    match cmd {
+        b"get" | b"gets" => {
+            if ntok < 2 {
+                return err(ErrorKind::UnknownCommand);
+            }
+            let kind = if cmd == b"get" { GetKind::Get } else { GetKind::Gets };
+            let keys_raw = t.rest(line, 1);
+            if keys(keys_raw).any(|k| k.len() > KEY_MAX) {
+                return err(ErrorKind::Client(msg::BAD_FORMAT));
+            }
+            req(Command::Get { kind, exptime: 0, keys: keys_raw })
+        }
+        b"gat" | b"gats" => {
+            if ntok < 3 {
+                return err(ErrorKind::UnknownCommand);
+            }
+            let kind = if cmd == b"gat" { GetKind::Gat } else { GetKind::Gats };
+            let Some(exptime) = parse_i32(t.toks[1]) else {
+                return err(ErrorKind::Client(msg::BAD_EXPTIME));
+            };
+            let keys_raw = t.rest(line, 2);
+            if keys(keys_raw).any(|k| k.len() > KEY_MAX) {
+                return err(ErrorKind::Client(msg::BAD_FORMAT));
+            }
+            req(Command::Get { kind, exptime, keys: keys_raw })
+        }
+        b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas" => {
+            decode_store(buf, &t, ntok, consumed, limits)
+        }
+        b"delete" => {
+            if !(2..=4).contains(&ntok) {
+                return err(ErrorKind::UnknownCommand);
+            }
+            let key = t.toks[1];
+            if key.len() > KEY_MAX {
+                return err(ErrorKind::Client(msg::BAD_FORMAT));
+            }
+            // memcached still accepts the legacy "delete <key> 0".
+            let noreply = noreply_at(ntok - 1);
+            let valid = match ntok {
+                2 => true,
+                3 => t.toks[2] == b"0" || noreply,
+                _ => t.toks[2] == b"0" && noreply,
+            };
+            if !valid {
+                let mut e = ProtoError::new(ErrorKind::Client(msg::DELETE_USAGE), consumed);
+                e.noreply = noreply;
+                return Err(e);
+            }
+            Ok(Decoded::Request(Request { cmd: Command::Delete { key }, noreply }, consumed))
+        }
+        b"incr" | b"decr" => {
+            if ntok != 3 && ntok != 4 {
+                return err(ErrorKind::UnknownCommand);
+            }
+            let noreply = noreply_at(3);
+            let key = t.toks[1];
+            let mk = |kind| {
+                let mut e = ProtoError::new(kind, consumed);
+                e.noreply = noreply;
+                Err(e)
+            };
+            if key.len() > KEY_MAX {
+                return mk(ErrorKind::Client(msg::BAD_FORMAT));
+            }
+            let Some(delta) = parse_u64(t.toks[2]) else {
+                return mk(ErrorKind::Client(msg::BAD_DELTA));
+            };
+            let cmd = Command::Arith { incr: cmd == b"incr", key, delta };
+            Ok(Decoded::Request(Request { cmd, noreply }, consumed))
+        }
+        b"touch" => {
+            if ntok != 3 && ntok != 4 {
+                return err(ErrorKind::UnknownCommand);
+            }
+            let noreply = noreply_at(3);
+            let key = t.toks[1];
+            let mk = |kind| {
+                let mut e = ProtoError::new(kind, consumed);
+                e.noreply = noreply;
+                Err(e)
+            };
+            if key.len() > KEY_MAX {
+                return mk(ErrorKind::Client(msg::BAD_FORMAT));
+            }
+            let Some(exptime) = parse_i32(t.toks[2]) else {
+                return mk(ErrorKind::Client(msg::BAD_EXPTIME));
+            };
+            Ok(Decoded::Request(Request { cmd: Command::Touch { key, exptime }, noreply }, consumed))
+        }
+        b"flush_all" => {
+            if ntok > 3 {
+                return err(ErrorKind::UnknownCommand);
+            }
+            let noreply = noreply_at(ntok - 1) && ntok > 1;
+            let delay = if ntok == 1 || (ntok == 2 && noreply) {
+                0
+            } else {
+                match parse_i32(t.toks[1]) {
+                    Some(d) => d,
+                    None => {
+                        let mut e = ProtoError::new(ErrorKind::Client(msg::BAD_FORMAT), consumed);
+                        e.noreply = noreply;
+                        return Err(e);
+                    }
+                }
+            };
+            Ok(Decoded::Request(Request { cmd: Command::FlushAll { delay }, noreply }, consumed))
+        }
+        b"version" if ntok == 1 => req(Command::Version),
+        b"quit" if ntok == 1 => req(Command::Quit),
+        b"verbosity" if ntok == 2 || ntok == 3 => {
+            let noreply = noreply_at(ntok - 1);
+            Ok(Decoded::Request(Request { cmd: Command::Verbosity, noreply }, consumed))
+        }
+        b"shutdown" if ntok <= 2 => {
+            let graceful = ntok == 2 && t.toks[1] == b"graceful";
+            if ntok == 2 && !graceful {
+                return err(ErrorKind::UnknownCommand);
+            }
+            req(Command::Shutdown { graceful })
+        }
+        b"stats" => req(Command::Stats { args: t.rest(line, 1) }),
+        b"cache_memlimit" if ntok == 2 || ntok == 3 => {
+            let noreply = noreply_at(2);
+            match parse_u64(t.toks[1]) {
+                Some(mb) => Ok(Decoded::Request(Request { cmd: Command::CacheMemlimit { mb }, noreply }, consumed)),
+                None => {
+                    let mut e = ProtoError::new(ErrorKind::Client(msg::BAD_FORMAT), consumed);
+                    e.noreply = noreply;
+                    Err(e)
+                }
+            }
+        }
+        b"lru_crawler" if ntok >= 2 => req(Command::LruCrawler { args: t.rest(line, 1) }),
+        b"slabs" | b"lru" if ntok >= 2 => req(Command::AdminNoop),
+        b"mn" => req(Command::MetaNoop),
+        b"mg" | b"md" | b"ma" | b"me" => decode_meta(line, &t, ntok, consumed),
+        b"ms" => decode_meta_set(buf, line, &t, ntok, consumed, limits),
+        _ => err(ErrorKind::UnknownCommand),
+    }
+}
+
+fn is_get(buf: &[u8]) -> bool {
+    let b = &buf[buf.iter().take(100).take_while(|&&c| c == b' ').count()..];
+    b.starts_with(b"get ") || b.starts_with(b"gets ")
+}
+
+/// No newline yet: decide whether to keep waiting.
+fn too_long_check(buf: &[u8]) -> Result<(), ProtoError<'_>> {
+    if buf.len() > LINE_MAX && (!is_get(buf) || buf.len() > GET_LINE_MAX) {
+        return Err(ProtoError::new(ErrorKind::Close, buf.len()));
+    }
+    Ok(())
+}
+
+fn decode_store<'a>(
+    buf: &'a [u8],
+    t: &Tokens<'a>,
+    ntok: usize,
+    consumed: usize,
+    limits: &Limits,
+) -> Result<Decoded<'a>, ProtoError<'a>> {
+    let cmd = match t.toks[0] {
+        b"set" => StoreCmd::Set,
+        b"add" => StoreCmd::Add,
+        b"replace" => StoreCmd::Replace,
+        b"append" => StoreCmd::Append,
+        b"prepend" => StoreCmd::Prepend,
+        _ => StoreCmd::Cas,
+    };
+    let base = if cmd == StoreCmd::Cas { 6 } else { 5 };
+    if ntok != base && ntok != base + 1 {
+        return Err(ProtoError::new(ErrorKind::UnknownCommand, consumed));
+    }
+    let noreply = ntok == base + 1 && t.toks[base] == b"noreply";
+    let fail = |kind| {
+        let mut e = ProtoError::new(kind, consumed);
+        e.noreply = noreply;
+        Err(e)
+    };
+    let key = t.toks[1];
+    if key.len() > KEY_MAX {
+        return fail(ErrorKind::Client(msg::BAD_FORMAT));
+    }
+    let (Some(flags), Some(exptime), Some(vlen)) =
+        (parse_u32(t.toks[2]), parse_i32(t.toks[3]), parse_i32(t.toks[4]))
+    else {
+        return fail(ErrorKind::Client(msg::BAD_FORMAT));
+    };
+    let cas = if cmd == StoreCmd::Cas {
+        match parse_u64(t.toks[5]) {
+            Some(c) => c,
+            None => return fail(ErrorKind::Client(msg::BAD_FORMAT)),
+        }
+    } else {
+        0
+    };
+    if vlen < 0 || vlen > i32::MAX - 2 {
+        return fail(ErrorKind::Client(msg::BAD_FORMAT));
+    }
+    let vlen = vlen as usize;
+    if !limits.item_fits(key.len(), vlen) {
+        let mut e = ProtoError::new(ErrorKind::TooLarge, consumed);
+        // Drop the value block as it arrives, without buffering it.
+        let have = buf.len() - consumed;
+        let total = vlen + 2;
+        e.consumed = consumed + have.min(total);
+        e.swallow = total - have.min(total);
+        e.noreply = noreply;
+        if cmd == StoreCmd::Set {
+            e.drop_key = Some(key);
+        }
+        return Err(e);
+    }
+    let end = consumed + vlen + 2;
+    if buf.len() < end {
+        return Ok(Decoded::Incomplete);
+    }
+    if &buf[consumed + vlen..end] != b"\r\n" {
+        let mut e = ProtoError::new(ErrorKind::Client(msg::BAD_CHUNK), end);
+        e.noreply = noreply;
+        return Err(e);
+    }
+    let data = &buf[consumed..consumed + vlen];
+    Ok(Decoded::Request(Request { cmd: Command::Store { cmd, key, flags, exptime, cas, data }, noreply }, end))
+}
+
+fn meta_key<'a>(raw: &'a [u8], flags: &MetaFlags<'a>) -> Result<Cow<'a, [u8]>, &'static str> {
+    if flags.base64 {
+        let k = base64::engine::general_purpose::STANDARD.decode(raw).map_err(|_| msg::KEY_B64)?;
+        if k.is_empty() || k.len() > KEY_MAX {
+            return Err(msg::BAD_FORMAT);
+        }
+        Ok(Cow::Owned(k))
+    } else {
+        Ok(Cow::Borrowed(raw))
+    }
+}
+
+fn decode_meta<'a>(
+    line: &'a [u8],
+    t: &Tokens<'a>,
+    ntok: usize,
+    consumed: usize,
+) -> Result<Decoded<'a>, ProtoError<'a>> {
+    let fail = |m| {
+        let mut e = ProtoError::new(ErrorKind::Client(m), consumed);
+        e.meta = true;
+        Err(e)
+    };
+    if ntok < 2 || t.toks[1].len() > KEY_MAX {
+        return fail(msg::BAD_FORMAT);
+    }
+    let flags = match MetaFlags::parse(t.rest(line, 2)) {
+        Ok(f) => f,
+        Err(m) => return fail(m),
+    };
+    let key = match meta_key(t.toks[1], &flags) {
+        Ok(k) => k,
+        Err(m) => return fail(m),
+    };
+    let cmd = match t.toks[0] {
+        b"mg" => Command::MetaGet { key, flags },
+        b"md" => Command::MetaDelete { key, flags },
+        b"ma" => {
+            if let Some(m) = flags.mode {
+                if !matches!(m, b'I' | b'i' | b'+' | b'D' | b'd' | b'-') {
+                    return fail(msg::BAD_MA_MODE);
+                }
+            }
+            Command::MetaArith { key, flags }
+        }
+        _ => Command::MetaDebug { key, flags },
+    };
+    Ok(Decoded::Request(Request { cmd, noreply: false }, consumed))
+}
+
+fn decode_meta_set<'a>(
+    buf: &'a [u8],
+    line: &'a [u8],
+    t: &Tokens<'a>,
+    ntok: usize,
+    consumed: usize,
+    limits: &Limits,
+) -> Result<Decoded<'a>, ProtoError<'a>> {
+    let fail = |m, end: usize, swallow: usize| {
+        let mut e = ProtoError::new(ErrorKind::Client(m), end);
+        e.swallow = swallow;
+        e.meta = true;
+        Err(e)
+    };
+    if ntok < 3 || t.toks[1].len() > KEY_MAX {
+        return fail(msg::BAD_FORMAT, consumed, 0);
+    }
+    let vlen = match parse_i32(t.toks[2]) {
+        Some(v) if (0..i32::MAX - 2).contains(&v) => v as usize,
+        _ => return fail(msg::BAD_CHUNK, consumed, 0),
+    };
+    let total = vlen + 2;
+    let have = (buf.len() - consumed).min(total);
+    // Errors found from here on swallow the value block, as memcached does.
+    let after_err = |kind: ErrorKind| {
+        let mut e = ProtoError::new(kind, consumed + have);
+        e.swallow = total - have;
+        e.meta = true;
+        Err(e)
+    };
+    let flags = match MetaFlags::parse(t.rest(line, 3)) {
+        Ok(f) => f,
+        Err(m) => return after_err(ErrorKind::Client(m)),
+    };
+    if let Some(m) = flags.mode {
+        if !matches!(m, b'E' | b'e' | b'A' | b'a' | b'P' | b'p' | b'R' | b'r' | b'S' | b's') {
+            return after_err(ErrorKind::Client(msg::BAD_MODE));
+        }
+    }
+    let key = match meta_key(t.toks[1], &flags) {
+        Ok(k) => k,
+        Err(m) => return after_err(ErrorKind::Client(m)),
+    };
+    if !limits.item_fits(key.len(), vlen) {
+        let mut e = ProtoError::new(ErrorKind::TooLarge, consumed + have);
+        e.swallow = total - have;
+        e.meta = true;
+        e.noreply = flags.quiet;
+        // memcached drops the old value whatever the mode.
+        if let Cow::Borrowed(k) = key {
+            e.drop_key = Some(k);
+        }
+        return Err(e);
+    }
+    let end = consumed + total;
+    if buf.len() < end {
+        return Ok(Decoded::Incomplete);
+    }
+    if &buf[consumed + vlen..end] != b"\r\n" {
+        return fail(msg::BAD_CHUNK, end, 0);
+    }
+    let data = &buf[consumed..consumed + vlen];
+    Ok(Decoded::Request(Request { cmd: Command::MetaSet { key, data, flags }, noreply: false }, end))
+}
+
+#[cfg(test)]
+mod tests;

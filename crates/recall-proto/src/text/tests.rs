@@ -1,0 +1,157 @@
+use proptest::prelude::*;
+
+use super::*;
+
+fn dec(b: &[u8]) -> Result<Decoded<'_>, ProtoError<'_>> {
+    decode(b, &Limits::default())
+}
+
+fn req(b: &[u8]) -> (Command<'_>, bool, usize) {
+    match dec(b) {
+        Ok(Decoded::Request(r, n)) => (r.cmd, r.noreply, n),
+        other => panic!("{:?} for {:?}", other, String::from_utf8_lossy(b)),
+    }
+}
+
+fn kind(b: &[u8]) -> ErrorKind {
+    match dec(b) {
+        Err(e) => e.kind,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn get_and_gets() {
+    let (c, _, n) = req(b"get a b  c\r\nrest");
+    assert_eq!(n, 12);
+    let Command::Get { kind, keys: k, .. } = c else { panic!() };
+    assert_eq!(kind, GetKind::Get);
+    assert_eq!(keys(k).collect::<Vec<_>>(), vec![&b"a"[..], b"b", b"c"]);
+    assert_eq!(kind_of(b"get\r\n"), ErrorKind::UnknownCommand);
+    let long = format!("get {}\r\n", "k".repeat(251));
+    assert_eq!(kind_of(long.as_bytes()), ErrorKind::Client(msg::BAD_FORMAT));
+}
+
+fn kind_of(b: &[u8]) -> ErrorKind {
+    kind(b)
+}
+
+#[test]
+fn set_needs_whole_block() {
+    assert_eq!(dec(b"set k 1 0 5\r\nhel"), Ok(Decoded::Incomplete));
+    let (c, noreply, n) = req(b"set k 1 0 5 noreply\r\nhello\r\n");
+    assert!(noreply);
+    assert_eq!(n, 28);
+    assert_eq!(c, Command::Store { cmd: StoreCmd::Set, key: b"k", flags: 1, exptime: 0, cas: 0, data: b"hello" });
+}
+
+#[test]
+fn store_errors() {
+    assert_eq!(kind(b"set k 0 0 -1\r\n"), ErrorKind::Client(msg::BAD_FORMAT));
+    assert_eq!(kind(b"set k x 0 1\r\n"), ErrorKind::Client(msg::BAD_FORMAT));
+    assert_eq!(kind(b"set k 0 0\r\n"), ErrorKind::UnknownCommand);
+    let e = dec(b"set k 0 0 1\r\nab\r\n").unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Client(msg::BAD_CHUNK));
+    assert_eq!(e.consumed, 16);
+    let e = dec(b"set k 0 0 2000000\r\nabc").unwrap_err();
+    assert_eq!(e.kind, ErrorKind::TooLarge);
+    assert_eq!(e.consumed, 22);
+    assert_eq!(e.swallow, 2_000_002 - 3);
+    assert_eq!(e.drop_key, Some(&b"k"[..]));
+}
+
+#[test]
+fn item_size_boundary_matches_memcached_arithmetic() {
+    let l = Limits { item_size_max: 1024 };
+    assert!(l.item_fits(1, 1024 - 60));
+    assert!(!l.item_fits(1, 1024 - 59));
+}
+
+#[test]
+fn delete_forms() {
+    assert!(matches!(req(b"delete k\r\n").0, Command::Delete { .. }));
+    assert!(req(b"delete k noreply\r\n").1);
+    assert!(matches!(req(b"delete k 0\r\n").0, Command::Delete { .. }));
+    assert_eq!(kind(b"delete k 5\r\n"), ErrorKind::Client(msg::DELETE_USAGE));
+}
+
+#[test]
+fn arith_touch_flush() {
+    assert_eq!(req(b"incr k 5\r\n").0, Command::Arith { incr: true, key: b"k", delta: 5 });
+    assert_eq!(kind(b"incr k x\r\n"), ErrorKind::Client(msg::BAD_DELTA));
+    assert_eq!(req(b"touch k 10\r\n").0, Command::Touch { key: b"k", exptime: 10 });
+    assert_eq!(kind(b"touch k x\r\n"), ErrorKind::Client(msg::BAD_EXPTIME));
+    assert_eq!(req(b"flush_all\r\n").0, Command::FlushAll { delay: 0 });
+    assert_eq!(req(b"flush_all 10\r\n").0, Command::FlushAll { delay: 10 });
+    assert!(req(b"flush_all noreply\r\n").1);
+    assert_eq!(kind(b"flush_all x\r\n"), ErrorKind::Client(msg::BAD_FORMAT));
+}
+
+#[test]
+fn lines() {
+    assert_eq!(kind(b"bogus\r\n"), ErrorKind::UnknownCommand);
+    assert_eq!(kind(b"\r\n"), ErrorKind::UnknownCommand);
+    assert_eq!(req(b"version\n").2, 8, "bare LF ends a line");
+    let long = vec![b'x'; 3000];
+    assert_eq!(kind(&long), ErrorKind::Close);
+    let mut get = b"get ".to_vec();
+    get.extend(vec![b'k'; 3000]);
+    assert_eq!(dec(&get), Ok(Decoded::Incomplete), "a long get line is allowed to grow");
+}
+
+#[test]
+fn meta() {
+    let (c, _, _) = req(b"mg foo v k c\r\n");
+    let Command::MetaGet { key, flags } = c else { panic!() };
+    assert_eq!(&*key, b"foo");
+    assert!(flags.ret_value && flags.ret_key && flags.ret_cas);
+    let (c, _, n) = req(b"ms foo 2 T0 F5\r\nhi\r\n");
+    assert_eq!(n, 20);
+    let Command::MetaSet { data, flags, .. } = c else { panic!() };
+    assert_eq!(data, b"hi");
+    assert_eq!(flags.client_flags, Some(5));
+    let (c, _, _) = req(b"mg Zm9v b v\r\n");
+    let Command::MetaGet { key, .. } = c else { panic!() };
+    assert_eq!(&*key, b"foo");
+    assert_eq!(kind(b"ms foo x\r\n"), ErrorKind::Client(msg::BAD_CHUNK));
+    let e = dec(b"ms foo 2 !\r\nhi\r\n").unwrap_err();
+    assert_eq!((e.kind, e.consumed), (ErrorKind::Client(msg::INVALID_FLAG), 16));
+    assert_eq!(kind(b"mg\r\n"), ErrorKind::Client(msg::BAD_FORMAT));
+    assert_eq!(kind(b"ma k MX\r\n"), ErrorKind::Client(msg::BAD_MA_MODE));
+    assert_eq!(req(b"mn\r\n").0, Command::MetaNoop);
+}
+
+proptest! {
+    /// The decoder never panics, never claims more bytes than it was given
+    /// (unless it says to swallow the rest), and is prefix-stable: if a
+    /// buffer decodes to a request, appending bytes doesn't change it.
+    #[test]
+    fn decode_is_total(input in proptest::collection::vec(any::<u8>(), 0..300), extra in proptest::collection::vec(any::<u8>(), 0..20)) {
+        match dec(&input) {
+            Ok(Decoded::Request(r, n)) => {
+                prop_assert!(n <= input.len());
+                let mut longer = input.clone();
+                longer.extend_from_slice(&extra);
+                match dec(&longer) {
+                    Ok(Decoded::Request(r2, n2)) => { prop_assert_eq!(r, r2); prop_assert_eq!(n, n2); }
+                    other => prop_assert!(false, "not prefix-stable: {:?}", other),
+                }
+            }
+            Ok(Decoded::Incomplete) => {}
+            Err(e) => prop_assert!(e.consumed <= input.len()),
+        }
+    }
+
+    /// Structured fuzz: command-shaped lines.
+    #[test]
+    fn decode_command_shaped(cmd in prop::sample::select(vec!["get", "gets", "gat", "set", "cas", "add", "incr", "delete", "touch", "mg", "ms", "md", "ma", "me", "flush_all", "verbosity"]),
+                             args in proptest::collection::vec("[a-zA-Z0-9 ]{0,12}", 0..6)) {
+        let line = format!("{} {}\r\n", cmd, args.join(" "));
+        let b = line.as_bytes();
+        match dec(b) {
+            Ok(Decoded::Request(_, n)) => prop_assert!(n <= b.len()),
+            Ok(Decoded::Incomplete) => {}
+            Err(e) => prop_assert!(e.consumed <= b.len()),
+        }
+    }
+}
