@@ -1,0 +1,152 @@
+//! # recall-engine
+//!
+//! memcached semantics in one place. The codecs in `recall-proto` turn bytes
+//! into requests; this crate resolves expiry times against the injected
+//! [`Clock`], runs store operations, keeps the counters behind `stats`, and
+//! writes replies straight into the connection's output buffer.
+//!
+//! The engine is synchronous and owns no sockets: the server calls
+//! [`Engine::text`] (text and meta commands) or the binary entry point for
+//! each decoded request and acts on the returned [`Action`].
+
+mod binary;
+mod meta;
+mod session;
+pub mod stats;
+mod text;
+pub mod transcript;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use recall_store::{Clock, Store, UnixSecs};
+
+pub use session::{ProtocolChoice, Session};
+pub use stats::{Counters, Registry};
+
+/// The version string `version` reports. recall speaks the protocol of
+/// this memcached release; `stats` also reports recall's own version.
+pub const MEMCACHED_COMPAT_VERSION: &str = "1.6.38";
+
+/// memcached's boundary between relative and absolute expiry times.
+pub const REALTIME_MAXDELTA: i64 = 60 * 60 * 24 * 30;
+
+/// What the connection should do after a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Continue,
+    /// Close this connection (quit, or a fatal protocol error).
+    Close,
+    /// Stop the whole server (shutdown, when enabled with -A).
+    Shutdown,
+}
+
+/// Engine settings fixed at start-up.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub item_size_max: usize,
+    /// `-F` disables flush_all.
+    pub flush_enabled: bool,
+    /// `-A` enables shutdown.
+    pub shutdown_enabled: bool,
+    /// `-C` disables CAS.
+    pub cas_enabled: bool,
+    /// Settings as `stats settings` prints them (rendered by the server).
+    pub settings: Vec<(String, String)>,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            item_size_max: 1 << 20,
+            flush_enabled: true,
+            shutdown_enabled: false,
+            cas_enabled: true,
+            settings: Vec::new(),
+        }
+    }
+}
+
+/// Server-wide gauges the server updates and `stats` reports.
+#[derive(Debug, Default)]
+pub struct ServerGauges {
+    pub curr_connections: AtomicU64,
+    pub total_connections: AtomicU64,
+    pub rejected_connections: AtomicU64,
+    pub max_connections: AtomicU64,
+    pub threads: AtomicU64,
+    pub accepting: AtomicBool,
+}
+
+/// The engine shared by all workers.
+pub struct Engine {
+    pub store: Store,
+    clock: Arc<dyn Clock>,
+    pub config: EngineConfig,
+    pub registry: Registry,
+    pub gauges: ServerGauges,
+    started: UnixSecs,
+    verbosity: AtomicU64,
+}
+
+impl Engine {
+    pub fn new(store: Store, clock: Arc<dyn Clock>, config: EngineConfig) -> Engine {
+        let started = clock.now();
+        Engine {
+            store,
+            clock,
+            config,
+            registry: Registry::default(),
+            gauges: ServerGauges::default(),
+            started,
+            verbosity: AtomicU64::new(0),
+        }
+    }
+
+    #[inline]
+    pub fn now(&self) -> UnixSecs {
+        self.clock.now()
+    }
+
+    pub fn uptime(&self) -> u32 {
+        self.now().saturating_sub(self.started)
+    }
+
+    /// memcached's exptime rules: 0 never expires; up to 30 days is relative
+    /// to now; above that is an absolute Unix time; negative is already
+    /// expired. The result is an absolute time (0 = never), where any value
+    /// `<= now` means expired.
+    pub fn resolve_exptime(&self, exptime: i64, now: UnixSecs) -> UnixSecs {
+        if exptime == 0 {
+            0
+        } else if exptime < 0 {
+            1
+        } else if exptime > REALTIME_MAXDELTA {
+            exptime.min(u32::MAX as i64) as UnixSecs
+        } else {
+            now.saturating_add(exptime as u32)
+        }
+    }
+
+    /// Remaining TTL as memcached reports it (`-1` for none).
+    pub fn ttl_left(exptime: UnixSecs, now: UnixSecs) -> i64 {
+        if exptime == 0 {
+            -1
+        } else {
+            exptime as i64 - now as i64
+        }
+    }
+
+    pub fn verbosity(&self) -> u64 {
+        self.verbosity.load(Ordering::Relaxed)
+    }
+
+    /// Background maintenance: reclaim expired items. Called by the server's
+    /// maintenance thread.
+    pub fn maintain(&self, budget_per_shard: usize) -> u64 {
+        self.store.reclaim_expired(self.now(), budget_per_shard)
+    }
+}
+
+#[cfg(test)]
+mod tests;

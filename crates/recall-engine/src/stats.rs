@@ -1,0 +1,256 @@
+//! Counters, named as memcached names them so dashboards keep working.
+//!
+//! Each worker thread owns one [`Counters`] and is its only writer, so an
+//! increment is a relaxed load and store (plain moves on x86), not a locked
+//! read-modify-write. `stats` sums all workers' counters; a reader may see a
+//! value that is a few increments old, exactly like memcached's per-thread
+//! stats.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+macro_rules! counters {
+    ($($name:ident),* $(,)?) => {
+        /// Per-worker counters.
+        #[derive(Debug, Default)]
+        pub struct Counters {
+            $(pub $name: Counter,)*
+        }
+
+        impl Counters {
+            /// Name/value pairs in the order memcached prints them.
+            pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($name), self.$name.get()),)*]
+            }
+            pub fn reset(&self) {
+                $(self.$name.reset();)*
+            }
+            fn add_into(&self, acc: &mut [u64]) {
+                let vals = [$(self.$name.get(),)*];
+                for (a, v) in acc.iter_mut().zip(vals) { *a += v; }
+            }
+            const NAMES: &'static [&'static str] = &[$(stringify!($name),)*];
+        }
+    };
+}
+
+counters!(
+    cmd_get,
+    cmd_set,
+    cmd_flush,
+    cmd_touch,
+    cmd_meta,
+    get_hits,
+    get_misses,
+    delete_misses,
+    delete_hits,
+    incr_misses,
+    incr_hits,
+    decr_misses,
+    decr_hits,
+    cas_misses,
+    cas_hits,
+    cas_badval,
+    touch_hits,
+    touch_misses,
+    store_too_large,
+    store_no_memory,
+    auth_cmds,
+    auth_errors,
+    idle_kicks,
+    bytes_read,
+    bytes_written,
+    conn_yields,
+);
+
+/// A counter with a single writer.
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    #[inline]
+    pub fn incr(&self) {
+        self.add(1)
+    }
+    #[inline]
+    pub fn add(&self, n: u64) {
+        // Single writer: a load and a store are enough, and cheaper than
+        // fetch_add's locked instruction.
+        self.0.store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+    }
+    #[inline]
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+    fn reset(&self) {
+        self.0.store(0, Ordering::Relaxed)
+    }
+}
+
+/// All workers' counters, for aggregation.
+#[derive(Default)]
+pub struct Registry {
+    workers: Mutex<Vec<Arc<Counters>>>,
+}
+
+impl Registry {
+    /// A fresh counter set for a new worker thread.
+    pub fn register(&self) -> Arc<Counters> {
+        let c = Arc::new(Counters::default());
+        self.workers.lock().push(c.clone());
+        c
+    }
+
+    /// Sum over all workers, in memcached's order.
+    pub fn totals(&self) -> Vec<(&'static str, u64)> {
+        let mut acc = vec![0u64; Counters::NAMES.len()];
+        for w in self.workers.lock().iter() {
+            w.add_into(&mut acc);
+        }
+        Counters::NAMES.iter().copied().zip(acc).collect()
+    }
+
+    pub fn reset(&self) {
+        for w in self.workers.lock().iter() {
+            w.reset();
+        }
+    }
+}
+
+use recall_proto::reply::stat;
+
+use crate::{Engine, MEMCACHED_COMPAT_VERSION};
+
+impl Engine {
+    /// `stats [group]`.
+    pub(crate) fn stats(&self, args: &[u8], out: &mut Vec<u8>) {
+        let group = recall_proto::text::keys(args).next().unwrap_or(b"");
+        match group {
+            b"" => self.stats_general(out),
+            b"settings" => {
+                for (k, v) in &self.config.settings {
+                    stat(out, k, v);
+                }
+            }
+            b"items" => {
+                let s = self.store.stats();
+                if s.curr_items > 0 {
+                    stat(out, "items:1:number", s.curr_items);
+                    stat(out, "items:1:evicted", s.evictions);
+                    stat(out, "items:1:evicted_unfetched", s.evicted_unfetched);
+                    stat(out, "items:1:expired_unfetched", s.expired_unfetched);
+                    stat(out, "items:1:reclaimed", s.reclaimed);
+                    stat(out, "items:1:crawler_reclaimed", s.crawler_reclaimed);
+                    stat(out, "items:1:moves_to_cold", s.policy.moves_to_cold);
+                    stat(out, "items:1:moves_to_warm", s.policy.moves_to_warm);
+                    stat(out, "items:1:moves_within_lru", s.policy.moves_within_lru);
+                    stat(out, "items:1:direct_reclaims", s.direct_reclaims);
+                }
+            }
+            b"slabs" => {
+                // recall has no slab classes: items are individually
+                // allocated. Report everything as one class so tools that
+                // sum over classes still see the right totals.
+                let s = self.store.stats();
+                if s.curr_items > 0 {
+                    stat(out, "1:used_chunks", s.curr_items);
+                    stat(out, "1:mem_requested", s.bytes);
+                }
+                stat(out, "active_slabs", u64::from(s.curr_items > 0));
+                stat(out, "total_malloced", s.bytes);
+            }
+            b"sizes" => stat(out, "sizes_status", "disabled"),
+            b"conns" => {
+                stat(out, "curr_connections", self.gauges.curr_connections.load(std::sync::atomic::Ordering::Relaxed))
+            }
+            b"reset" => {
+                self.registry.reset();
+                self.store.reset_stats();
+                out.extend_from_slice(b"RESET\r\n");
+                return;
+            }
+            b"detail" => {
+                out.extend_from_slice(b"OK\r\n");
+                return;
+            }
+            _ => {
+                out.extend_from_slice(b"ERROR\r\n");
+                return;
+            }
+        }
+        out.extend_from_slice(b"END\r\n");
+    }
+
+    fn stats_general(&self, out: &mut Vec<u8>) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let g = &self.gauges;
+        let s = self.store.stats();
+        let (utime, stime) = rusage();
+        stat(out, "pid", std::process::id());
+        stat(out, "uptime", self.uptime());
+        stat(out, "time", self.now());
+        stat(out, "version", MEMCACHED_COMPAT_VERSION);
+        stat(out, "recall_version", env!("CARGO_PKG_VERSION"));
+        stat(out, "pointer_size", usize::BITS);
+        stat(out, "rusage_user", utime);
+        stat(out, "rusage_system", stime);
+        stat(out, "max_connections", g.max_connections.load(Relaxed));
+        stat(out, "curr_connections", g.curr_connections.load(Relaxed));
+        stat(out, "total_connections", g.total_connections.load(Relaxed));
+        stat(out, "rejected_connections", g.rejected_connections.load(Relaxed));
+        stat(out, "connection_structures", g.curr_connections.load(Relaxed));
+        let totals = self.registry.totals();
+        for (name, v) in &totals {
+            match *name {
+                "get_flushed" => {}
+                "get_misses" => {
+                    stat(out, name, v);
+                    stat(out, "get_expired", s.get_expired);
+                    stat(out, "get_flushed", s.get_flushed);
+                }
+                "bytes_written" => {
+                    stat(out, name, v);
+                    stat(out, "limit_maxbytes", self.store.mem_limit());
+                    stat(out, "accepting_conns", u64::from(g.accepting.load(Relaxed)));
+                    stat(out, "listen_disabled_num", 0);
+                    stat(out, "time_in_listen_disabled_us", 0);
+                    stat(out, "threads", g.threads.load(Relaxed));
+                }
+                _ => stat(out, name, v),
+            }
+        }
+        stat(out, "hash_power_level", 64 - (s.hash_bytes / 5).max(1).leading_zeros());
+        stat(out, "hash_bytes", s.hash_bytes);
+        stat(out, "hash_is_expanding", 0);
+        stat(out, "curr_items", s.curr_items);
+        stat(out, "total_items", s.total_items);
+        stat(out, "expired_unfetched", s.expired_unfetched);
+        stat(out, "evicted_unfetched", s.evicted_unfetched);
+        stat(out, "evicted_active", s.evicted_active);
+        stat(out, "evictions", s.evictions);
+        stat(out, "reclaimed", s.reclaimed);
+        stat(out, "crawler_reclaimed", s.crawler_reclaimed);
+        stat(out, "crawler_items_checked", s.crawler_items_checked);
+        stat(out, "lrutail_reflocked", 0);
+        stat(out, "moves_to_cold", s.policy.moves_to_cold);
+        stat(out, "moves_to_warm", s.policy.moves_to_warm);
+        stat(out, "moves_within_lru", s.policy.moves_within_lru);
+        stat(out, "direct_reclaims", s.direct_reclaims);
+        stat(out, "bytes", s.bytes);
+        stat(out, "recall_cas_last", self.store.current_cas());
+    }
+}
+
+/// `getrusage` as memcached prints it: `seconds.microseconds`.
+fn rusage() -> (String, String) {
+    // SAFETY: getrusage writes into the zeroed struct we own.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+        ru
+    };
+    let f = |t: libc::timeval| format!("{}.{:06}", t.tv_sec, t.tv_usec);
+    (f(ru.ru_utime), f(ru.ru_stime))
+}

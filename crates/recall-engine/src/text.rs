@@ -1,0 +1,248 @@
+//! Classic text commands.
+
+use recall_proto::text::{keys, Command, GetKind, Request, StoreCmd};
+use recall_proto::{reply, ErrorKind, ProtoError};
+use recall_store::{Arith, ArithOutcome, Delete, DeleteOutcome, Mode, Read, ReadOpts, Write, WriteOutcome};
+
+use crate::{Action, Counters, Engine, MEMCACHED_COMPAT_VERSION};
+
+impl Engine {
+    /// Execute one text or meta request, appending the reply to `out`.
+    pub fn text(&self, req: &Request<'_>, c: &Counters, out: &mut Vec<u8>) -> Action {
+        let now = self.now();
+        // Replies for noreply requests are written to a scratch buffer and
+        // dropped, so every command has exactly one code path.
+        let mark = out.len();
+        let action = self.text_inner(req, c, out, now);
+        if req.noreply {
+            out.truncate(mark);
+        }
+        action
+    }
+
+    fn text_inner(&self, req: &Request<'_>, c: &Counters, out: &mut Vec<u8>, now: u32) -> Action {
+        match &req.cmd {
+            Command::Get { kind, exptime, keys: raw } => {
+                let touch = matches!(kind, GetKind::Gat | GetKind::Gats)
+                    .then(|| self.resolve_exptime(*exptime as i64, now));
+                let with_cas = kind.with_cas();
+                for key in keys(raw) {
+                    c.cmd_get.incr();
+                    if touch.is_some() {
+                        c.cmd_touch.incr();
+                    }
+                    let opts = ReadOpts { touch, ..Default::default() };
+                    let hit = self.store.read(key, now, opts, |r| match r {
+                        Read::Hit(v) => {
+                            reply::value(out, key, v.flags, v.value, with_cas.then_some(v.cas));
+                            true
+                        }
+                        Read::Miss { .. } => false,
+                    });
+                    match (hit, touch.is_some()) {
+                        (true, false) => c.get_hits.incr(),
+                        (false, false) => c.get_misses.incr(),
+                        (true, true) => {
+                            c.get_hits.incr();
+                            c.touch_hits.incr()
+                        }
+                        (false, true) => {
+                            c.get_misses.incr();
+                            c.touch_misses.incr()
+                        }
+                    }
+                }
+                out.extend_from_slice(b"END\r\n");
+            }
+            Command::Store { cmd, key, flags, exptime, cas, data } => {
+                c.cmd_set.incr();
+                let mode = match cmd {
+                    StoreCmd::Set | StoreCmd::Cas => Mode::Set,
+                    StoreCmd::Add => Mode::Add,
+                    StoreCmd::Replace => Mode::Replace,
+                    StoreCmd::Append => Mode::Append,
+                    StoreCmd::Prepend => Mode::Prepend,
+                };
+                let mut w = Write::new(mode, key, data, *flags, self.resolve_exptime(*exptime as i64, now));
+                if *cmd == StoreCmd::Cas {
+                    // The store reads 0 as "no check"; a cas unique of 0 can
+                    // never match a stored item, so ask for one that won't.
+                    w.compare_cas = if *cas == 0 { u64::MAX } else { *cas };
+                }
+                let res = self.store.write(&w, now);
+                if *cmd == StoreCmd::Cas {
+                    match res {
+                        WriteOutcome::Stored { .. } => c.cas_hits.incr(),
+                        WriteOutcome::Exists => c.cas_badval.incr(),
+                        WriteOutcome::NotFound => c.cas_misses.incr(),
+                        _ => {}
+                    }
+                }
+                out.extend_from_slice(match res {
+                    WriteOutcome::Stored { .. } => b"STORED\r\n",
+                    WriteOutcome::NotStored => b"NOT_STORED\r\n",
+                    WriteOutcome::Exists => b"EXISTS\r\n",
+                    WriteOutcome::NotFound => b"NOT_FOUND\r\n",
+                    WriteOutcome::OutOfMemory => {
+                        c.store_no_memory.incr();
+                        if *cmd == StoreCmd::Set {
+                            // Don't leave the old value readable after a
+                            // failed set (memcached does the same).
+                            self.store.delete(&Delete { key, ..Default::default() }, now);
+                        }
+                        b"SERVER_ERROR out of memory storing object\r\n"
+                    }
+                });
+            }
+            Command::Delete { key } => match self.store.delete(&Delete { key, ..Default::default() }, now) {
+                DeleteOutcome::Deleted => {
+                    c.delete_hits.incr();
+                    out.extend_from_slice(b"DELETED\r\n")
+                }
+                _ => {
+                    c.delete_misses.incr();
+                    out.extend_from_slice(b"NOT_FOUND\r\n")
+                }
+            },
+            Command::Arith { incr, key, delta } => {
+                let a = Arith {
+                    key,
+                    incr: *incr,
+                    delta: *delta,
+                    initial: None,
+                    compare_cas: 0,
+                    explicit_cas: 0,
+                    touch: None,
+                };
+                let (hits, misses) = if *incr { (&c.incr_hits, &c.incr_misses) } else { (&c.decr_hits, &c.decr_misses) };
+                match self.store.arith(&a, now) {
+                    ArithOutcome::Done { value, .. } => {
+                        hits.incr();
+                        reply::number(out, value)
+                    }
+                    ArithOutcome::NotFound => {
+                        misses.incr();
+                        out.extend_from_slice(b"NOT_FOUND\r\n")
+                    }
+                    ArithOutcome::NonNumeric => reply::line(out, recall_proto::msg::NON_NUMERIC.as_bytes()),
+                    ArithOutcome::Exists => out.extend_from_slice(b"EXISTS\r\n"),
+                    ArithOutcome::OutOfMemory => out.extend_from_slice(b"SERVER_ERROR out of memory\r\n"),
+                }
+            }
+            Command::Touch { key, exptime } => {
+                c.cmd_touch.incr();
+                if self.store.touch(key, self.resolve_exptime(*exptime as i64, now), now) {
+                    c.touch_hits.incr();
+                    out.extend_from_slice(b"TOUCHED\r\n")
+                } else {
+                    c.touch_misses.incr();
+                    out.extend_from_slice(b"NOT_FOUND\r\n")
+                }
+            }
+            Command::FlushAll { delay } => {
+                if !self.config.flush_enabled {
+                    out.extend_from_slice(b"CLIENT_ERROR flush_all not allowed\r\n");
+                    return Action::Continue;
+                }
+                c.cmd_flush.incr();
+                let at = if *delay > 0 { self.resolve_exptime(*delay as i64, now) } else { now };
+                self.store.flush_all(at, now);
+                out.extend_from_slice(b"OK\r\n");
+            }
+            Command::Version => {
+                out.extend_from_slice(b"VERSION ");
+                reply::line(out, MEMCACHED_COMPAT_VERSION.as_bytes());
+            }
+            Command::Verbosity => out.extend_from_slice(b"OK\r\n"),
+            Command::Quit => return Action::Close,
+            Command::Shutdown { .. } => {
+                if !self.config.shutdown_enabled {
+                    out.extend_from_slice(b"ERROR: shutdown not enabled\r\n");
+                } else {
+                    return Action::Shutdown;
+                }
+            }
+            Command::Stats { args } => self.stats(args, out),
+            Command::CacheMemlimit { mb } => {
+                if *mb < 8 {
+                    out.extend_from_slice(b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n");
+                } else {
+                    self.store.set_mem_limit((*mb as usize).saturating_mul(1 << 20), now);
+                    out.extend_from_slice(b"OK\r\n");
+                }
+            }
+            Command::LruCrawler { args } => self.lru_crawler(args, out),
+            Command::AdminNoop => out.extend_from_slice(b"OK\r\n"),
+            Command::MetaNoop => out.extend_from_slice(b"MN\r\n"),
+            Command::MetaGet { key, flags } => self.meta_get(key, flags, c, out, now),
+            Command::MetaSet { key, data, flags } => self.meta_set(key, data, flags, c, out, now),
+            Command::MetaDelete { key, flags } => self.meta_delete(key, flags, c, out, now),
+            Command::MetaArith { key, flags } => self.meta_arith(key, flags, c, out, now),
+            Command::MetaDebug { key, flags } => self.meta_debug(key, flags, out, now),
+        }
+        Action::Continue
+    }
+
+    /// Reply to a decoding error. Returns whether to close.
+    pub fn text_error(&self, e: &ProtoError<'_>, c: &Counters, out: &mut Vec<u8>) -> Action {
+        match e.kind {
+            ErrorKind::Close => return Action::Close,
+            ErrorKind::TooLarge => {
+                c.store_too_large.incr();
+                if let Some(k) = e.drop_key {
+                    // The old value must not survive a refused set.
+                    self.store.delete(&Delete { key: k, ..Default::default() }, self.now());
+                }
+            }
+            _ => {}
+        }
+        if !e.noreply {
+            reply::line(out, e.line());
+        }
+        Action::Continue
+    }
+
+    fn lru_crawler(&self, args: &[u8], out: &mut Vec<u8>) {
+        let mut it = keys(args);
+        match (it.next(), it.next()) {
+            (Some(b"metadump"), Some(_)) => {
+                let now = self.now();
+                self.store.for_each(now, |v| {
+                    use std::io::Write as _;
+                    out.extend_from_slice(b"key=");
+                    uri_encode(out, v.key);
+                    let exp = if v.exptime == 0 { -1 } else { v.exptime as i64 };
+                    let _ = write!(
+                        out,
+                        " exp={} la={} cas={} fetch={} cls=1 size={}\r\n",
+                        exp,
+                        v.atime,
+                        v.cas,
+                        if v.fetched { "yes" } else { "no" },
+                        self.store.footprint(v.key.len(), v.value.len())
+                    );
+                });
+                out.extend_from_slice(b"END\r\n");
+            }
+            (Some(b"crawl"), Some(_)) => {
+                self.store.reclaim_expired(self.now(), usize::MAX);
+                out.extend_from_slice(b"OK\r\n");
+            }
+            (Some(b"enable" | b"disable"), None) | (Some(b"sleep" | b"tocrawl"), Some(_)) => {
+                out.extend_from_slice(b"OK\r\n")
+            }
+            _ => out.extend_from_slice(b"ERROR\r\n"),
+        }
+    }
+}
+
+/// memcached's metadump URI-encodes keys.
+fn uri_encode(out: &mut Vec<u8>, key: &[u8]) {
+    for &b in key {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b);
+        } else {
+            out.extend_from_slice(format!("%{b:02X}").as_bytes());
+        }
+    }
+}
