@@ -51,9 +51,11 @@ impl Default for Limits {
 impl Limits {
     /// Whether a value of `vlen` bytes under a key of `klen` bytes fits,
     /// using memcached's item arithmetic (48-byte header, 8-byte CAS, key +
-    /// NUL, value + CRLF) so the boundary is where memcached puts it.
-    pub fn item_fits(&self, klen: usize, vlen: usize) -> bool {
-        48 + 8 + klen + 1 + vlen + 2 <= self.item_size_max
+    /// NUL, 4 bytes for non-zero client flags, value + CRLF) so the boundary
+    /// is exactly where memcached puts it.
+    pub fn item_fits(&self, klen: usize, vlen: usize, flags: u32) -> bool {
+        let flags_len = if flags != 0 { 4 } else { 0 };
+        vlen <= self.item_size_max && 48 + 8 + klen + 1 + flags_len + vlen + 2 <= self.item_size_max
     }
 }
 

@@ -68,13 +68,17 @@ pub fn meta_bytes(out: &mut Vec<u8>, c: u8, v: &[u8]) {
 /// Appends ` k<key>`, base64-encoding the key (and adding ` b`) when the
 /// request used base64 keys.
 pub fn meta_key(out: &mut Vec<u8>, key: &[u8], base64: bool) {
-    use base64::Engine as _;
     out.extend_from_slice(b" k");
     if base64 {
-        let enc = base64::engine::general_purpose::STANDARD.encode(key);
-        out.extend_from_slice(enc.as_bytes());
+        out.extend_from_slice(base64_encode(key).as_bytes());
         out.extend_from_slice(b" b");
     } else {
         out.extend_from_slice(key);
     }
+}
+
+/// Standard base64, as meta commands use for binary keys.
+pub fn base64_encode(key: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(key)
 }

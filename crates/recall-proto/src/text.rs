@@ -359,7 +359,7 @@ fn decode_store<'a>(
         return fail(ErrorKind::Client(msg::BAD_FORMAT));
     }
     let vlen = vlen as usize;
-    if !limits.item_fits(key.len(), vlen) {
+    if !limits.item_fits(key.len(), vlen, flags) {
         let mut e = ProtoError::new(ErrorKind::TooLarge, consumed);
         // Drop the value block as it arrives, without buffering it.
         let have = buf.len() - consumed;
@@ -478,7 +478,7 @@ fn decode_meta_set<'a>(
         Ok(k) => k,
         Err(m) => return after_err(ErrorKind::Client(m)),
     };
-    if !limits.item_fits(key.len(), vlen) {
+    if !limits.item_fits(key.len(), vlen, flags.client_flags.unwrap_or(0)) {
         let mut e = ProtoError::new(ErrorKind::TooLarge, consumed + have);
         e.swallow = total - have;
         e.meta = true;

@@ -63,8 +63,9 @@ fn store_errors() {
 #[test]
 fn item_size_boundary_matches_memcached_arithmetic() {
     let l = Limits { item_size_max: 1024 };
-    assert!(l.item_fits(1, 1024 - 60));
-    assert!(!l.item_fits(1, 1024 - 59));
+    assert!(l.item_fits(1, 1024 - 60, 0));
+    assert!(!l.item_fits(1, 1024 - 59, 0));
+    assert!(!l.item_fits(1, 1024 - 60, 7), "non-zero flags cost 4 bytes, as in memcached");
 }
 
 #[test]

@@ -1,0 +1,436 @@
+//! Configuration: one typed struct, validated once.
+//!
+//! Precedence: compiled-in defaults (the example file `recalld.toml`,
+//! embedded) < `--config FILE` < command-line flags. The flags are
+//! memcached's, so `memcached -p 11211 -m 1024 -t 4 -c 4096` becomes
+//! `recalld -p 11211 -m 1024 -t 4 -c 4096`. memcached flags recalld has no
+//! use for are accepted with a warning.
+
+use std::path::PathBuf;
+
+use clap::{ArgAction, Parser};
+use serde::{Deserialize, Serialize};
+
+/// The embedded default configuration, which is also the documented example.
+pub const DEFAULT_TOML: &str = include_str!("../recalld.toml");
+
+/// Effective settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub port: u16,
+    pub listen: String,
+    pub udp_port: u16,
+    pub threads: usize,
+    pub memory_limit_mb: u64,
+    pub disable_evictions: bool,
+    pub max_connections: usize,
+    pub max_item_size: String,
+    pub disable_cas: bool,
+    pub disable_flush_all: bool,
+    pub enable_shutdown: bool,
+    pub protocol: String,
+    pub listen_backlog: u32,
+    pub reqs_per_event: u32,
+    pub idle_timeout: u64,
+    pub hot_lru_pct: u32,
+    pub warm_lru_pct: u32,
+    pub shards: usize,
+    pub verbosity: u8,
+    pub pid_file: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        toml::from_str(DEFAULT_TOML).expect("embedded recalld.toml is valid")
+    }
+}
+
+/// memcached's command line, plus recalld's own long options.
+#[derive(Debug, Parser)]
+#[command(
+    name = "recalld",
+    version = concat!(env!("CARGO_PKG_VERSION"), " (memcached ", "1.6.38", " protocol)"),
+    about = "recalld: a memcached-compatible cache server",
+    disable_help_flag = true
+)]
+pub struct Cli {
+    /// Print help.
+    #[arg(short = 'h', long = "help", action = ArgAction::Help)]
+    help: Option<bool>,
+    /// TCP port to listen on (0 = any free port).
+    #[arg(short = 'p', long = "port")]
+    pub port: Option<u16>,
+    /// UDP port to listen on (0 = off).
+    #[arg(short = 'U', long = "udp-port")]
+    pub udp_port: Option<u16>,
+    /// Interface to listen on.
+    #[arg(short = 'l', long = "listen")]
+    pub listen: Option<String>,
+    /// Memory limit in megabytes (k/m/g suffixes accepted).
+    #[arg(short = 'm', long = "memory-limit")]
+    pub memory_limit: Option<String>,
+    /// Return an error instead of evicting when memory is full.
+    #[arg(short = 'M', long = "disable-evictions")]
+    pub disable_evictions: bool,
+    /// Maximum simultaneous connections.
+    #[arg(short = 'c', long = "conn-limit")]
+    pub conn_limit: Option<usize>,
+    /// Worker threads (default: number of cores).
+    #[arg(short = 't', long = "threads")]
+    pub threads: Option<usize>,
+    /// Maximum item size (k/m suffixes; default 1m).
+    #[arg(short = 'I', long = "max-item-size")]
+    pub max_item_size: Option<String>,
+    /// Disable CAS.
+    #[arg(short = 'C', long = "disable-cas")]
+    pub disable_cas: bool,
+    /// Disable flush_all.
+    #[arg(short = 'F', long = "disable-flush-all")]
+    pub disable_flush_all: bool,
+    /// Enable the shutdown command.
+    #[arg(short = 'A', long = "enable-shutdown")]
+    pub enable_shutdown: bool,
+    /// Protocol: auto, ascii or binary.
+    #[arg(short = 'B', long = "protocol")]
+    pub protocol: Option<String>,
+    /// Listen backlog.
+    #[arg(short = 'b', long = "listen-backlog")]
+    pub backlog: Option<u32>,
+    /// Requests per event before yielding.
+    #[arg(short = 'R', long = "max-reqs-per-event")]
+    pub reqs_per_event: Option<u32>,
+    /// Verbose (-v), very verbose (-vv).
+    #[arg(short = 'v', action = ArgAction::Count)]
+    pub verbose: u8,
+    /// Write the pid to this file.
+    #[arg(short = 'P', long = "pidfile")]
+    pub pid_file: Option<String>,
+    /// Extended options, comma separated key=value (memcached -o).
+    #[arg(short = 'o', long = "extended", action = ArgAction::Append)]
+    pub extended: Vec<String>,
+    /// Load settings from a TOML file (see recalld.toml).
+    #[arg(long = "config")]
+    pub config: Option<PathBuf>,
+    /// Print the effective configuration as TOML and exit.
+    #[arg(long = "print-config")]
+    pub print_config: bool,
+
+    // memcached flags that recalld accepts and ignores, with a warning.
+    /// (ignored) Unix socket path.
+    #[arg(short = 's', long = "unix-socket")]
+    pub unix_socket: Option<String>,
+    /// (ignored) Unix socket access mask.
+    #[arg(short = 'a', long = "unix-mask")]
+    pub unix_mask: Option<String>,
+    /// (ignored) Run as a daemon; use your service manager instead.
+    #[arg(short = 'd', long = "daemon")]
+    pub daemon: bool,
+    /// (ignored) Maximize core file limit.
+    #[arg(short = 'r', long = "enable-coredumps")]
+    pub coredumps: bool,
+    /// (ignored) Run as this user.
+    #[arg(short = 'u', long = "user")]
+    pub user: Option<String>,
+    /// (ignored) Lock down all paged memory.
+    #[arg(short = 'k', long = "lock-memory")]
+    pub lock_memory: bool,
+    /// (ignored) Slab growth factor: recalld has no slab classes.
+    #[arg(short = 'f', long = "slab-growth-factor")]
+    pub factor: Option<String>,
+    /// (ignored) Minimum space per item.
+    #[arg(short = 'n', long = "slab-min-size")]
+    pub min_size: Option<String>,
+    /// (ignored) Large memory pages.
+    #[arg(short = 'L', long = "enable-largepages")]
+    pub large_pages: bool,
+    /// (ignored) Stats prefix delimiter.
+    #[arg(short = 'D')]
+    pub delimiter: Option<String>,
+    /// (ignored) Disable stats cachedump and lru_crawler metadump.
+    #[arg(short = 'X', long = "disable-dumping")]
+    pub disable_dumping: bool,
+    /// (ignored) Disable watch commands.
+    #[arg(short = 'W', long = "disable-watch")]
+    pub disable_watch: bool,
+    /// (ignored) Memory file for warm restarts.
+    #[arg(short = 'e', long = "memory-file")]
+    pub memory_file: Option<String>,
+    /// Not supported: SASL authentication (recalld refuses to start rather
+    /// than run open while you expect authentication).
+    #[arg(short = 'S', long = "enable-sasl")]
+    pub sasl: bool,
+    /// Not supported: authentication file (refused, see -S).
+    #[arg(short = 'Y', long = "auth-file")]
+    pub auth_file: Option<String>,
+    /// Print the licence.
+    #[arg(short = 'i', long = "license")]
+    pub license: bool,
+}
+
+/// Why the configuration was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Parse a size with an optional k/m/g suffix; `unit` multiplies a bare number.
+pub fn parse_size(s: &str, unit: u64) -> Option<u64> {
+    let s = s.trim();
+    let (num, mult) = match s.as_bytes().last()? {
+        b'k' | b'K' => (&s[..s.len() - 1], 1u64 << 10),
+        b'm' | b'M' => (&s[..s.len() - 1], 1 << 20),
+        b'g' | b'G' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, unit),
+    };
+    num.parse::<u64>().ok()?.checked_mul(mult)
+}
+
+impl Config {
+    /// Build the effective configuration. Returns it and the warnings to
+    /// log (ignored flags), or an error to print before exiting.
+    pub fn from_cli(cli: &Cli) -> Result<(Config, Vec<String>), ConfigError> {
+        let mut cfg = match &cli.config {
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .map_err(|e| ConfigError(format!("cannot read config file {}: {e}", p.display())))?;
+                // A file may set only some keys: start from the defaults.
+                let mut base: toml::Table = toml::from_str(DEFAULT_TOML).expect("valid embedded config");
+                let over: toml::Table =
+                    toml::from_str(&text).map_err(|e| ConfigError(format!("{}: {e}", p.display())))?;
+                for (k, v) in over {
+                    base.insert(k, v);
+                }
+                toml::Value::Table(base)
+                    .try_into::<Config>()
+                    .map_err(|e| ConfigError(format!("{}: {e}", p.display())))?
+            }
+            None => Config::default(),
+        };
+        let mut warnings = Vec::new();
+        if cli.sasl || cli.auth_file.is_some() {
+            return Err(ConfigError(
+                "SASL/authentication (-S/-Y) is not supported by recalld; refusing to start without the \
+                 authentication you asked for. Put recalld behind a network boundary instead."
+                    .into(),
+            ));
+        }
+        if let Some(p) = cli.port {
+            cfg.port = p;
+        }
+        if let Some(p) = cli.udp_port {
+            cfg.udp_port = p;
+        }
+        if let Some(l) = &cli.listen {
+            cfg.listen = l.clone();
+        }
+        if let Some(m) = &cli.memory_limit {
+            let bytes = parse_size(m, 1 << 20).ok_or_else(|| ConfigError(format!("invalid -m value: {m}")))?;
+            cfg.memory_limit_mb = (bytes >> 20).max(1);
+        }
+        cfg.disable_evictions |= cli.disable_evictions;
+        if let Some(c) = cli.conn_limit {
+            cfg.max_connections = c;
+        }
+        if let Some(t) = cli.threads {
+            cfg.threads = t;
+        }
+        if let Some(i) = &cli.max_item_size {
+            cfg.max_item_size = i.clone();
+        }
+        cfg.disable_cas |= cli.disable_cas;
+        cfg.disable_flush_all |= cli.disable_flush_all;
+        cfg.enable_shutdown |= cli.enable_shutdown;
+        if let Some(b) = &cli.protocol {
+            cfg.protocol = b.clone();
+        }
+        if let Some(b) = cli.backlog {
+            cfg.listen_backlog = b;
+        }
+        if let Some(r) = cli.reqs_per_event {
+            cfg.reqs_per_event = r;
+        }
+        if cli.verbose > 0 {
+            cfg.verbosity = cli.verbose;
+        }
+        if let Some(p) = &cli.pid_file {
+            cfg.pid_file = p.clone();
+        }
+        for opts in &cli.extended {
+            for kv in opts.split(',').filter(|s| !s.is_empty()) {
+                let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+                let num = || v.parse::<u64>().map_err(|_| ConfigError(format!("invalid value for -o {k}: {v:?}")));
+                match k {
+                    "idle_timeout" => cfg.idle_timeout = num()?,
+                    "hot_lru_pct" => cfg.hot_lru_pct = num()? as u32,
+                    "warm_lru_pct" => cfg.warm_lru_pct = num()? as u32,
+                    // Behaviours recalld always has, or has no equivalent of.
+                    "modern" | "no_modern" | "lru_maintainer" | "no_lru_maintainer" | "lru_crawler"
+                    | "no_lru_crawler" | "slab_reassign" | "slab_automove" | "hashpower" | "maxconns_fast"
+                    | "no_maxconns_fast" | "temporary_ttl" | "hot_max_factor" | "warm_max_factor"
+                    | "slab_chunk_max" | "track_sizes" | "watcher_logbuf_size" | "worker_logbuf_size"
+                    | "no_inline_ascii_resp" | "tail_repair_time" | "lru_segmented" | "no_lru_segmented"
+                    | "drop_privileges" | "no_drop_privileges" | "read_buf_mem_limit" | "resp_obj_mem_limit" => {
+                        warnings.push(format!("-o {k}: accepted, no effect in recalld"))
+                    }
+                    _ => warnings.push(format!("-o {k}: unknown option, ignored")),
+                }
+            }
+        }
+        let ignored: [(bool, &str); 14] = [
+            (cli.unix_socket.is_some(), "-s (unix sockets are not supported; listening on TCP only)"),
+            (cli.unix_mask.is_some(), "-a"),
+            (cli.daemon, "-d (use your service manager to daemonize)"),
+            (cli.coredumps, "-r"),
+            (cli.user.is_some(), "-u"),
+            (cli.lock_memory, "-k"),
+            (cli.factor.is_some(), "-f (recalld has no slab classes)"),
+            (cli.min_size.is_some(), "-n (recalld has no slab classes)"),
+            (cli.large_pages, "-L"),
+            (cli.delimiter.is_some(), "-D"),
+            (cli.disable_dumping, "-X"),
+            (cli.disable_watch, "-W"),
+            (cli.memory_file.is_some(), "-e (warm restarts are not supported yet)"),
+            (cli.license, "-i"),
+        ];
+        for (set, what) in ignored {
+            if set {
+                warnings.push(format!("{what}: accepted, no effect in recalld"));
+            }
+        }
+        cfg.validate()?;
+        Ok((cfg, warnings))
+    }
+
+    /// Check the settings once; every later use can trust them.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let item = self.item_size_max_bytes()?;
+        if item < 1024 {
+            return Err(ConfigError("Item max size cannot be less than 1024 bytes.".into()));
+        }
+        if item > 1 << 30 {
+            return Err(ConfigError("Cannot set item size limit higher than 1 GB.".into()));
+        }
+        if item as u64 > (self.memory_limit_mb << 20) / 2 {
+            return Err(ConfigError("Cannot set item size limit higher than 1/2 of memory max.".into()));
+        }
+        if !matches!(self.protocol.as_str(), "auto" | "ascii" | "binary") {
+            return Err(ConfigError(format!("Invalid value for binding protocol: {} -- should be one of auto, binary, or ascii", self.protocol)));
+        }
+        if self.max_connections == 0 {
+            return Err(ConfigError("max_connections must be at least 1".into()));
+        }
+        if self.hot_lru_pct + self.warm_lru_pct >= 100 || self.hot_lru_pct == 0 {
+            return Err(ConfigError("hot_lru_pct + warm_lru_pct must be below 100, and hot_lru_pct above 0".into()));
+        }
+        Ok(())
+    }
+
+    pub fn item_size_max_bytes(&self) -> Result<usize, ConfigError> {
+        parse_size(&self.max_item_size, 1)
+            .map(|b| b as usize)
+            .ok_or_else(|| ConfigError(format!("invalid max item size: {}", self.max_item_size)))
+    }
+
+    pub fn effective_threads(&self) -> usize {
+        if self.threads == 0 {
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4)
+        } else {
+            self.threads
+        }
+    }
+
+    /// The settings as `stats settings` reports them (memcached's names).
+    pub fn stats_settings(&self) -> Vec<(String, String)> {
+        let b = |v: bool| if v { "yes" } else { "no" }.to_string();
+        vec![
+            ("maxbytes".into(), (self.memory_limit_mb << 20).to_string()),
+            ("maxconns".into(), self.max_connections.to_string()),
+            ("tcpport".into(), self.port.to_string()),
+            ("udpport".into(), self.udp_port.to_string()),
+            ("inter".into(), self.listen.clone()),
+            ("verbosity".into(), self.verbosity.to_string()),
+            ("evictions".into(), if self.disable_evictions { "off" } else { "on" }.into()),
+            ("num_threads".into(), self.effective_threads().to_string()),
+            ("cas_enabled".into(), b(!self.disable_cas)),
+            ("tcp_backlog".into(), self.listen_backlog.to_string()),
+            ("binding_protocol".into(), self.protocol.clone()),
+            ("reqs_per_event".into(), self.reqs_per_event.to_string()),
+            ("item_size_max".into(), self.item_size_max_bytes().unwrap_or(0).to_string()),
+            ("flush_enabled".into(), b(!self.disable_flush_all)),
+            ("shutdown_command".into(), b(self.enable_shutdown)),
+            ("idle_timeout".into(), self.idle_timeout.to_string()),
+            ("hot_lru_pct".into(), self.hot_lru_pct.to_string()),
+            ("warm_lru_pct".into(), self.warm_lru_pct.to_string()),
+            ("lru_segmented".into(), "yes".into()),
+            ("recall_shards".into(), self.shards.to_string()),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cli(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("recalld").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn embedded_defaults_parse_and_validate() {
+        let c = Config::default();
+        c.validate().unwrap();
+        assert_eq!(c.port, 11211);
+        assert_eq!(c.listen, "127.0.0.1");
+        assert_eq!(c.udp_port, 0);
+    }
+
+    #[test]
+    fn memcached_command_line_maps() {
+        let (c, w) = Config::from_cli(&cli(&["-p", "11311", "-m", "1024", "-t", "4", "-c", "4096", "-U", "0", "-vv"])).unwrap();
+        assert_eq!((c.port, c.memory_limit_mb, c.threads, c.max_connections, c.verbosity), (11311, 1024, 4, 4096, 2));
+        assert!(w.is_empty());
+        let (c, _) = Config::from_cli(&cli(&["-I", "2m", "-o", "idle_timeout=5,modern", "-M", "-C", "-F", "-A"])).unwrap();
+        assert_eq!(c.item_size_max_bytes().unwrap(), 2 << 20);
+        assert_eq!(c.idle_timeout, 5);
+        assert!(c.disable_evictions && c.disable_cas && c.disable_flush_all && c.enable_shutdown);
+    }
+
+    #[test]
+    fn unused_memcached_flags_warn_not_fail() {
+        let (_, w) = Config::from_cli(&cli(&["-d", "-u", "memcache", "-f", "1.25", "-L", "-o", "bogus=1"])).unwrap();
+        assert_eq!(w.len(), 5, "{w:?}");
+    }
+
+    #[test]
+    fn invalid_settings_are_refused_with_memcached_messages() {
+        let e = Config::from_cli(&cli(&["-I", "512"])).unwrap_err();
+        assert!(e.0.contains("less than 1024"));
+        let e = Config::from_cli(&cli(&["-I", "2g", "-m", "8192"])).unwrap_err();
+        assert!(e.0.contains("1 GB"));
+        let e = Config::from_cli(&cli(&["-I", "64m", "-m", "64"])).unwrap_err();
+        assert!(e.0.contains("1/2 of memory"));
+        assert!(Config::from_cli(&cli(&["-B", "udp"])).is_err());
+        assert!(Config::from_cli(&cli(&["-S"])).is_err(), "SASL is refused, not silently dropped");
+    }
+
+    #[test]
+    fn print_config_round_trips() {
+        let c = Config::default();
+        let text = toml::to_string(&c).unwrap();
+        let back: Config = toml::from_str(&text).unwrap();
+        assert_eq!(c, back);
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("1m", 1), Some(1 << 20));
+        assert_eq!(parse_size("512k", 1), Some(512 << 10));
+        assert_eq!(parse_size("64", 1 << 20), Some(64 << 20));
+        assert_eq!(parse_size("x", 1), None);
+    }
+}

@@ -1,0 +1,9 @@
+//! # recall-server
+//!
+//! `recalld`: configuration, sockets, threads. Everything protocol- or
+//! cache-shaped lives in the crates below (recall-engine, recall-proto,
+//! recall-store); this crate only moves bytes and runs the loops.
+
+pub mod config;
+pub mod server;
+pub mod udp;

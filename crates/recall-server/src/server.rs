@@ -1,0 +1,270 @@
+//! Sockets and threads.
+//!
+//! ```text
+//!            main thread (tokio current_thread)
+//!   listener ──accept──► round-robin ──► worker 0 (tokio current_thread) ─┐
+//!   signals, shutdown                 └► worker 1 ...                     ├─► Engine ─► Store shards
+//!                                                                          │
+//!   maintenance thread: clock tick every second, expired-item reclaim ────┘
+//!   udp thread (if -U): one datagram in, replies split into ≤1400-byte datagrams
+//! ```
+//!
+//! This is memcached's model (a dispatcher hands connections to worker
+//! threads, each with its own event loop), kept because it gives each
+//! connection a single owning thread: per-worker counters need no locked
+//! instructions and a connection never migrates between cores. Workers share
+//! only the store, whose shards have their own locks. See
+//! docs/design/threading.md for the measurements behind it.
+
+use std::io::Write as _;
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use recall_engine::{Action, Counters, Engine, EngineConfig, ProtocolChoice, Session};
+use recall_store::{Clock, PolicyKind, Store, StoreConfig, SystemClock};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, Notify};
+
+use crate::config::Config;
+use crate::udp;
+
+/// Read buffer growth step.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// Build the engine a configuration describes.
+pub fn build_engine(cfg: &Config, clock: Arc<dyn Clock>) -> Engine {
+    let store = Store::new(StoreConfig {
+        mem_limit: (cfg.memory_limit_mb as usize) << 20,
+        evict: !cfg.disable_evictions,
+        shards: cfg.shards,
+        cas_enabled: !cfg.disable_cas,
+        policy: PolicyKind::SegmentedLru,
+        hot_pct: cfg.hot_lru_pct,
+        warm_pct: cfg.warm_lru_pct,
+    });
+    let ecfg = EngineConfig {
+        item_size_max: cfg.item_size_max_bytes().expect("validated"),
+        flush_enabled: !cfg.disable_flush_all,
+        shutdown_enabled: cfg.enable_shutdown,
+        cas_enabled: !cfg.disable_cas,
+        settings: cfg.stats_settings(),
+    };
+    let e = Engine::new(store, clock, ecfg);
+    e.gauges.max_connections.store(cfg.max_connections as u64, Ordering::Relaxed);
+    e.gauges.threads.store(cfg.effective_threads() as u64, Ordering::Relaxed);
+    e.gauges.accepting.store(true, Ordering::Relaxed);
+    e
+}
+
+fn bind(cfg: &Config) -> std::io::Result<StdListener> {
+    let addr: SocketAddr = format!("{}:{}", cfg.listen, cfg.port)
+        .parse()
+        .or_else(|_| {
+            use std::net::ToSocketAddrs;
+            (cfg.listen.as_str(), cfg.port)
+                .to_socket_addrs()?
+                .next()
+                .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no address"))
+        })?;
+    let sock = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)?;
+    sock.set_reuse_address(true)?;
+    sock.bind(&addr.into())?;
+    sock.listen(cfg.listen_backlog as i32)?;
+    sock.set_nonblocking(true)?;
+    Ok(sock.into())
+}
+
+/// Run the server until SIGINT/SIGTERM or an enabled `shutdown` command.
+pub fn run(cfg: Config) -> std::io::Result<()> {
+    let clock = Arc::new(SystemClock::new());
+    let engine = Arc::new(build_engine(&cfg, clock.clone()));
+    let listener = bind(&cfg)?;
+    let local = listener.local_addr()?;
+    let shutdown = Arc::new(Notify::new());
+
+    let choice = match cfg.protocol.as_str() {
+        "ascii" => ProtocolChoice::Ascii,
+        "binary" => ProtocolChoice::Binary,
+        _ => ProtocolChoice::Auto,
+    };
+    let idle = (cfg.idle_timeout > 0).then(|| Duration::from_secs(cfg.idle_timeout));
+
+    // Workers.
+    let mut senders = Vec::new();
+    for i in 0..cfg.effective_threads() {
+        let (tx, rx) = mpsc::unbounded_channel::<std::net::TcpStream>();
+        senders.push(tx);
+        let engine = engine.clone();
+        let shutdown = shutdown.clone();
+        std::thread::Builder::new()
+            .name(format!("recall-worker-{i}"))
+            .spawn(move || worker(engine, rx, choice, idle, shutdown))?;
+    }
+
+    // Maintenance: the clock, and reclaim of expired items.
+    {
+        let engine = engine.clone();
+        let clock = clock.clone();
+        std::thread::Builder::new().name("recall-maint".into()).spawn(move || loop {
+            std::thread::sleep(Duration::from_millis(250));
+            clock.tick();
+            engine.maintain(64);
+        })?;
+    }
+
+    if cfg.udp_port != 0 {
+        let sock = std::net::UdpSocket::bind((cfg.listen.as_str(), cfg.udp_port))?;
+        let engine = engine.clone();
+        let udp_addr = sock.local_addr()?;
+        std::thread::Builder::new().name("recall-udp".into()).spawn(move || udp::serve(engine, sock))?;
+        println!("udp listening on {udp_addr}");
+    }
+
+    if !cfg.pid_file.is_empty() {
+        std::fs::write(&cfg.pid_file, format!("{}\n", std::process::id()))?;
+    }
+
+    // Tests and scripts read this line to learn the port when -p 0 is used.
+    println!("listening on {local}");
+    let _ = std::io::stdout().flush();
+    tracing::info!(addr = %local, threads = cfg.effective_threads(), "recalld started");
+
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let max_conns = cfg.max_connections as u64;
+    let acceptor_engine = engine.clone();
+    rt.block_on(async move {
+        let engine = acceptor_engine;
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let mut next = 0usize;
+        loop {
+            tokio::select! {
+                r = listener.accept() => {
+                    let (stream, _) = match r {
+                        Ok(s) => s,
+                        Err(e) => {
+                            // EMFILE and friends: back off briefly instead of spinning.
+                            tracing::warn!(error = %e, "accept failed");
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            continue;
+                        }
+                    };
+                    let g = &engine.gauges;
+                    if g.curr_connections.load(Ordering::Relaxed) >= max_conns {
+                        g.rejected_connections.fetch_add(1, Ordering::Relaxed);
+                        let _ = stream.try_write(b"ERROR Too many open connections\r\n");
+                        drop(stream);
+                        continue;
+                    }
+                    g.curr_connections.fetch_add(1, Ordering::Relaxed);
+                    g.total_connections.fetch_add(1, Ordering::Relaxed);
+                    let _ = stream.set_nodelay(true);
+                    let std_stream = stream.into_std()?;
+                    let _ = senders[next % senders.len()].send(std_stream);
+                    next = next.wrapping_add(1);
+                }
+                _ = tokio::signal::ctrl_c() => { tracing::info!("SIGINT: shutting down"); break; }
+                _ = sigterm.recv() => { tracing::info!("SIGTERM: shutting down"); break; }
+                _ = shutdown.notified() => { tracing::info!("shutdown command: shutting down"); break; }
+            }
+        }
+        Ok::<(), std::io::Error>(())
+    })?;
+    // Stop accepting; in-flight replies are not waited for (memcached does
+    // the same). Durable state, when configured, is written here.
+    engine.gauges.accepting.store(false, Ordering::Relaxed);
+    Ok(())
+}
+
+fn worker(
+    engine: Arc<Engine>,
+    mut rx: mpsc::UnboundedReceiver<std::net::TcpStream>,
+    choice: ProtocolChoice,
+    idle: Option<Duration>,
+    shutdown: Arc<Notify>,
+) {
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(error = %e, "worker runtime failed to start");
+            return;
+        }
+    };
+    let counters = engine.registry.register();
+    rt.block_on(async move {
+        while let Some(s) = rx.recv().await {
+            let Ok(stream) = TcpStream::from_std(s) else {
+                engine.gauges.curr_connections.fetch_sub(1, Ordering::Relaxed);
+                continue;
+            };
+            let engine = engine.clone();
+            let counters = counters.clone();
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move {
+                let action = connection(&engine, counters, stream, choice, idle).await;
+                engine.gauges.curr_connections.fetch_sub(1, Ordering::Relaxed);
+                if action == Action::Shutdown {
+                    shutdown.notify_one();
+                }
+            });
+        }
+    });
+}
+
+/// Serve one connection until it closes.
+async fn connection(
+    engine: &Engine,
+    counters: Arc<Counters>,
+    mut stream: TcpStream,
+    choice: ProtocolChoice,
+    idle: Option<Duration>,
+) -> Action {
+    let mut session = Session::new(engine, counters.clone(), choice);
+    let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    let mut out: Vec<u8> = Vec::with_capacity(READ_CHUNK);
+    loop {
+        // Execute whatever complete requests the buffer holds.
+        let (used, action) = session.process(engine, &buf, &mut out);
+        let _ = buf.split_to(used);
+        if !out.is_empty() {
+            counters.bytes_written.add(out.len() as u64);
+            if stream.write_all(&out).await.is_err() {
+                return Action::Close;
+            }
+            out.clear();
+            // Don't let one huge reply pin its memory for the connection's life.
+            if out.capacity() > 4 * READ_CHUNK {
+                out = Vec::with_capacity(READ_CHUNK);
+            }
+        }
+        if action != Action::Continue {
+            return action;
+        }
+        if used > 0 && !buf.is_empty() {
+            // Replies were capped; more complete requests may be waiting.
+            continue;
+        }
+        if buf.capacity() - buf.len() < READ_CHUNK / 4 {
+            buf.reserve(READ_CHUNK);
+        }
+        let read = stream.read_buf(&mut buf);
+        let n = match idle {
+            Some(d) => match tokio::time::timeout(d, read).await {
+                Ok(r) => r,
+                Err(_) => {
+                    counters.idle_kicks.incr();
+                    return Action::Close;
+                }
+            },
+            None => read.await,
+        };
+        match n {
+            Ok(0) | Err(_) => return Action::Close,
+            Ok(n) => counters.bytes_read.add(n as u64),
+        }
+    }
+}
