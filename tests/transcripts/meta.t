@@ -33,6 +33,12 @@
 < NF
 > md mk q
 > mn
+< NF
+< MN
+> ms mk 1 q
+> x
+> md mk q
+> mn
 < MN
 > ma cnt
 < NF

@@ -3,7 +3,7 @@
 //! Reply shape: a two-letter code, then the requested return flags in the
 //! order the client sent them, then memcached's token flags (Z, X, W), then
 //! CRLF and, for `VA`, the value. `q` hides the "nothing interesting" reply
-//! of each command (EN for mg; HD for ms; HD and NF for md; HD for ma).
+//! of each command (EN for mg; HD for ms, md and ma), as memcached does.
 
 use recall_proto::{msg, reply, MetaFlags};
 use recall_store::{
@@ -186,10 +186,8 @@ impl Engine {
                 b"HD"
             }
             DeleteOutcome::NotFound => {
+                // memcached's quiet mode hides only HD here: a miss is news.
                 c.delete_misses.incr();
-                if f.quiet {
-                    return;
-                }
                 b"NF"
             }
             DeleteOutcome::Exists => b"EX",

@@ -172,7 +172,12 @@ impl Engine {
                 return;
             }
             b"detail" => {
-                out.extend_from_slice(b"OK\r\n");
+                // Per-prefix detail stats are not kept; accept the switches.
+                match recall_proto::text::keys(args).nth(1) {
+                    Some(b"on" | b"off") => out.extend_from_slice(b"OK\r\n"),
+                    Some(b"dump") => out.extend_from_slice(b"END\r\n"),
+                    _ => out.extend_from_slice(b"CLIENT_ERROR usage: stats detail on|off|dump\r\n"),
+                }
                 return;
             }
             _ => {

@@ -118,7 +118,8 @@ pub mod msg {
     pub const BAD_TOKEN: &str = "CLIENT_ERROR bad token in command line format";
     pub const DUP_FLAG: &str = "CLIENT_ERROR duplicate flag";
     pub const INVALID_FLAG: &str = "CLIENT_ERROR invalid flag";
-    pub const BAD_MODE: &str = "CLIENT_ERROR invalid mode for ms";
+    pub const BAD_MODE: &str = "CLIENT_ERROR invalid mode for ms M token";
+    pub const BAD_FLAG_GENERIC: &str = "CLIENT_ERROR invalid or duplicate flag";
     pub const BAD_MA_MODE: &str = "CLIENT_ERROR invalid mode for ma";
     pub const M_LEN: &str = "CLIENT_ERROR incorrect length for M token";
     pub const BAD_INITIAL: &str = "CLIENT_ERROR invalid numeric initial value";

@@ -270,6 +270,11 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
         b"quit" if ntok == 1 => req(Command::Quit),
         b"verbosity" if ntok == 2 || ntok == 3 => {
             let noreply = noreply_at(ntok - 1);
+            if parse_u32(t.toks[1]).is_none() {
+                let mut e = ProtoError::new(ErrorKind::Client(msg::BAD_FORMAT), consumed);
+                e.noreply = noreply;
+                return Err(e);
+            }
             Ok(Decoded::Request(Request { cmd: Command::Verbosity, noreply }, consumed))
         }
         b"shutdown" if ntok <= 2 => {
@@ -284,11 +289,7 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
             let noreply = noreply_at(2);
             match parse_u64(t.toks[1]) {
                 Some(mb) => Ok(Decoded::Request(Request { cmd: Command::CacheMemlimit { mb }, noreply }, consumed)),
-                None => {
-                    let mut e = ProtoError::new(ErrorKind::Client(msg::BAD_FORMAT), consumed);
-                    e.noreply = noreply;
-                    Err(e)
-                }
+                None => err(ErrorKind::UnknownCommand),
             }
         }
         b"lru_crawler" if ntok >= 2 => req(Command::LruCrawler { args: t.rest(line, 1) }),
@@ -408,11 +409,20 @@ fn decode_meta<'a>(
         e.meta = true;
         Err(e)
     };
-    if ntok < 2 || t.toks[1].len() > KEY_MAX {
+    if ntok < 2 {
+        // memcached answers "mg", "md" and "ma" without a key with ERROR.
+        if t.toks[0] == b"me" {
+            return fail(msg::BAD_FORMAT);
+        }
+        return Err(ProtoError::new(ErrorKind::UnknownCommand, consumed));
+    }
+    if t.toks[1].len() > KEY_MAX {
         return fail(msg::BAD_FORMAT);
     }
     let flags = match MetaFlags::parse(t.rest(line, 2)) {
         Ok(f) => f,
+        // md and ma report every flag problem with one generic message.
+        Err(_) if matches!(t.toks[0], b"md" | b"ma") => return fail(msg::BAD_FLAG_GENERIC),
         Err(m) => return fail(m),
     };
     let key = match meta_key(t.toks[1], &flags) {
@@ -454,7 +464,7 @@ fn decode_meta_set<'a>(
     }
     let vlen = match parse_i32(t.toks[2]) {
         Some(v) if (0..i32::MAX - 2).contains(&v) => v as usize,
-        _ => return fail(msg::BAD_CHUNK, consumed, 0),
+        _ => return fail(msg::BAD_FORMAT, consumed, 0),
     };
     let total = vlen + 2;
     let have = (buf.len() - consumed).min(total);
@@ -467,6 +477,8 @@ fn decode_meta_set<'a>(
     };
     let flags = match MetaFlags::parse(t.rest(line, 3)) {
         Ok(f) => f,
+        // A bad client-flags token is reported as a bad line, as memcached does.
+        Err(msg::BAD_TOKEN) => return after_err(ErrorKind::Client(msg::BAD_FORMAT)),
         Err(m) => return after_err(ErrorKind::Client(m)),
     };
     if let Some(m) = flags.mode {

@@ -169,7 +169,8 @@ pub struct ItemView<'a> {
 #[derive(Debug)]
 pub enum Read<'a> {
     Hit(ItemView<'a>),
-    /// Missed; `tokens.win` is set if the read vivified an empty item.
+    /// Missed. (A read that vivifies an item reports a `Hit` with
+    /// `tokens.win` set instead.)
     Miss { tokens: Tokens },
 }
 

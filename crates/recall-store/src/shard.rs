@@ -284,20 +284,38 @@ impl Shard {
         opts: ReadOpts,
         f: impl FnOnce(Read<'_>) -> R,
     ) -> R {
-        let Some(i) = self.lookup(ctx, h, key, true) else {
-            if let Some(exptime) = opts.vivify {
+        let mut tokens = Tokens::default();
+        let i = match self.lookup(ctx, h, key, true) {
+            Some(i) => i,
+            None => {
+                // Vivify: create an empty item and hand this caller the win
+                // token; it is reported as a hit (memcached answers
+                // "VA 0 ... W"), and later readers see Z until it is recached.
+                let Some(exptime) = opts.vivify else {
+                    return f(Read::Miss { tokens });
+                };
                 let slot = new_slot(key, &[], &[], 0, exptime, ctx.draw_cas(0), ctx.now);
                 let need = self.fp(&slot);
-                if self.make_room(ctx, need, None) {
-                    let i = self.insert_new(ctx, h, slot);
-                    self.slots[i as usize].bits |= bit::WIN_SENT;
-                    return f(Read::Miss { tokens: Tokens { win: true, ..Default::default() } });
+                if !self.make_room(ctx, need, None) {
+                    return f(Read::Miss { tokens });
                 }
+                let i = self.insert_new(ctx, h, slot);
+                self.slots[i as usize].bits |= bit::WIN_SENT;
+                tokens.win = true;
+                let s = &self.slots[i as usize];
+                return f(Read::Hit(ItemView {
+                    key: s.key(),
+                    value: s.value(),
+                    flags: s.flags,
+                    cas: s.cas,
+                    exptime: s.exptime,
+                    atime: s.atime,
+                    fetched: false,
+                    tokens,
+                }));
             }
-            return f(Read::Miss { tokens: Tokens::default() });
         };
         let s = &mut self.slots[i as usize];
-        let mut tokens = Tokens::default();
         if s.bits & bit::STALE != 0 {
             tokens.stale = true;
             if s.bits & bit::WIN_SENT == 0 {

@@ -195,7 +195,7 @@ fn stale_while_revalidate_tokens() {
     assert!(t2.stale && !t2.win && t2.win_sent);
     // Vivify on miss: the first reader wins, the next sees an empty hit.
     let won = s.read(b"v", 1, ReadOpts { vivify: Some(0), ..Default::default() }, |r| match r {
-        Read::Miss { tokens } => tokens.win,
+        Read::Hit(v) => v.tokens.win && v.value.is_empty(),
         _ => false,
     });
     assert!(won);
