@@ -90,3 +90,7 @@
 > mg Zm9v b k v
 < VA 1 kZm9v b
 < z
+> ma k MX
+< CLIENT_ERROR invalid mode for ma M token
+> ma k M
+< CLIENT_ERROR invalid or duplicate flag

@@ -20,7 +20,7 @@ use recall_proto::Limits;
 use crate::{Action, Counters, Engine};
 
 /// The first byte of every binary-protocol request.
-const BINARY_MAGIC: u8 = 0x80;
+const BINARY_MAGIC: u8 = recall_proto::binary::MAGIC_REQUEST;
 
 /// Which protocols a listener accepts (memcached `-B`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -87,12 +87,12 @@ impl Session {
                 Some(p) => p,
                 None => {
                     let p = if buf[0] == BINARY_MAGIC { Proto::Binary } else { Proto::Text };
-                    let allowed = match (self.choice, p) {
-                        (ProtocolChoice::Auto, _) => true,
-                        (ProtocolChoice::Ascii, Proto::Text) => true,
-                        (ProtocolChoice::Binary, Proto::Binary) => true,
-                        _ => false,
-                    };
+                    let allowed = matches!(
+                        (self.choice, p),
+                        (ProtocolChoice::Auto, _)
+                            | (ProtocolChoice::Ascii, Proto::Text)
+                            | (ProtocolChoice::Binary, Proto::Binary)
+                    );
                     if !allowed {
                         return (pos, Action::Close);
                     }

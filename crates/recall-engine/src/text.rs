@@ -23,8 +23,8 @@ impl Engine {
     fn text_inner(&self, req: &Request<'_>, c: &Counters, out: &mut Vec<u8>, now: u32) -> Action {
         match &req.cmd {
             Command::Get { kind, exptime, keys: raw } => {
-                let touch = matches!(kind, GetKind::Gat | GetKind::Gats)
-                    .then(|| self.resolve_exptime(*exptime as i64, now));
+                let touch =
+                    matches!(kind, GetKind::Gat | GetKind::Gats).then(|| self.resolve_exptime(*exptime as i64, now));
                 let with_cas = kind.with_cas();
                 for key in keys(raw) {
                     c.cmd_get.incr();
@@ -114,7 +114,8 @@ impl Engine {
                     explicit_cas: 0,
                     touch: None,
                 };
-                let (hits, misses) = if *incr { (&c.incr_hits, &c.incr_misses) } else { (&c.decr_hits, &c.decr_misses) };
+                let (hits, misses) =
+                    if *incr { (&c.incr_hits, &c.incr_misses) } else { (&c.decr_hits, &c.decr_misses) };
                 match self.store.arith(&a, now) {
                     ArithOutcome::Done { value, .. } => {
                         hits.incr();

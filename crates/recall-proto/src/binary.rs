@@ -284,33 +284,80 @@ pub enum StoreMode {
 pub enum BinCommand<'a> {
     /// GET, GETQ, GETK, GETKQ. A quiet get sends hits, not misses; `with_key`
     /// puts the key in the reply (hit and miss).
-    Get { key: &'a [u8], quiet: bool, with_key: bool },
+    Get {
+        key: &'a [u8],
+        quiet: bool,
+        with_key: bool,
+    },
     /// GAT, GATQ, GATK, GATKQ: get and touch.
-    Gat { key: &'a [u8], exptime: u32, quiet: bool, with_key: bool },
+    Gat {
+        key: &'a [u8],
+        exptime: u32,
+        quiet: bool,
+        with_key: bool,
+    },
     /// TOUCH: a hit replies with the flags extras only (no value).
-    Touch { key: &'a [u8], exptime: u32 },
+    Touch {
+        key: &'a [u8],
+        exptime: u32,
+    },
     /// SET, ADD, REPLACE (and quiet forms). memcached turns any of them into
     /// a compare-and-swap when `cas != 0` (missing → "Not found", mismatch →
     /// "Data exists for key.").
-    Store { mode: StoreMode, key: &'a [u8], flags: u32, exptime: u32, value: &'a [u8], cas: u64, quiet: bool },
+    Store {
+        mode: StoreMode,
+        key: &'a [u8],
+        flags: u32,
+        exptime: u32,
+        value: &'a [u8],
+        cas: u64,
+        quiet: bool,
+    },
     /// APPEND, PREPEND (and quiet forms). Missing key → "Not stored.".
-    Concat { append: bool, key: &'a [u8], value: &'a [u8], cas: u64, quiet: bool },
+    Concat {
+        append: bool,
+        key: &'a [u8],
+        value: &'a [u8],
+        cas: u64,
+        quiet: bool,
+    },
     /// DELETE(Q); `cas != 0` must match.
-    Delete { key: &'a [u8], cas: u64, quiet: bool },
+    Delete {
+        key: &'a [u8],
+        cas: u64,
+        quiet: bool,
+    },
     /// INCREMENT/DECREMENT (and quiet forms). A miss creates the item with
     /// `initial` unless `exptime == 0xffffffff` (then "Not found").
-    Arith { incr: bool, key: &'a [u8], delta: u64, initial: u64, exptime: u32, cas: u64, quiet: bool },
+    Arith {
+        incr: bool,
+        key: &'a [u8],
+        delta: u64,
+        initial: u64,
+        exptime: u32,
+        cas: u64,
+        quiet: bool,
+    },
     /// QUIT(Q): reply (unless quiet), then close.
-    Quit { quiet: bool },
+    Quit {
+        quiet: bool,
+    },
     /// FLUSH(Q); `delay` is 0 when the request had no extras.
-    Flush { delay: u32, quiet: bool },
+    Flush {
+        delay: u32,
+        quiet: bool,
+    },
     Noop,
     Version,
     /// STAT; `group` is the key ("", "settings", "items", "reset", ...).
-    Stat { group: &'a [u8] },
+    Stat {
+        group: &'a [u8],
+    },
     /// VERBOSITY with its 4-byte level. memcached 1.6.18 answers this opcode
     /// with 0x81 "Unknown command".
-    Verbosity { level: u32 },
+    Verbosity {
+        level: u32,
+    },
 }
 
 impl BinCommand<'_> {
@@ -489,7 +536,14 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<BinDecoded<'a>, BinE
         // Checked on the first byte so garbage closes without waiting for
         // 24 bytes that may never come.
         Some(&m) if m != MAGIC_REQUEST => {
-            return Err(BinError { kind: BinErrorKind::BadMagic, opcode: 0, opaque: 0, consumed: 0, swallow: 0, drop_key: None })
+            return Err(BinError {
+                kind: BinErrorKind::BadMagic,
+                opcode: 0,
+                opaque: 0,
+                consumed: 0,
+                swallow: 0,
+                drop_key: None,
+            })
         }
         Some(_) => {}
     }
@@ -497,7 +551,9 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<BinDecoded<'a>, BinE
         return Ok(BinDecoded::Incomplete);
     }
     let h = Header::parse(buf);
-    let fail = |kind| Err(BinError { kind, opcode: h.opcode, opaque: h.opaque, consumed: HEADER_LEN, swallow: 0, drop_key: None });
+    let fail = |kind| {
+        Err(BinError { kind, opcode: h.opcode, opaque: h.opaque, consumed: HEADER_LEN, swallow: 0, drop_key: None })
+    };
     if h.keylen + h.extlen > h.bodylen {
         return fail(BinErrorKind::BadLengths);
     }
@@ -510,7 +566,14 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<BinDecoded<'a>, BinE
     // Drop the body as it arrives: what is buffered now, the rest later.
     let swallowing = |kind, drop_key| {
         let have = body.len().min(h.bodylen);
-        Err(BinError { kind, opcode: h.opcode, opaque: h.opaque, consumed: HEADER_LEN + have, swallow: h.bodylen - have, drop_key })
+        Err(BinError {
+            kind,
+            opcode: h.opcode,
+            opaque: h.opaque,
+            consumed: HEADER_LEN + have,
+            swallow: h.bodylen - have,
+            drop_key,
+        })
     };
     match shape(h.opcode, h.extlen, h.keylen, vlen) {
         Shape::Ok => {}
@@ -538,7 +601,10 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<BinDecoded<'a>, BinE
     let key = &body[h.extlen..h.extlen + h.keylen];
     let value = &body[h.extlen + h.keylen..h.bodylen];
     let cmd = command(h.opcode, h.cas, extras, key, value);
-    Ok(BinDecoded::Request(BinRequest { opcode: h.opcode, opaque: h.opaque, cas: h.cas, key, extras, value, cmd }, total))
+    Ok(BinDecoded::Request(
+        BinRequest { opcode: h.opcode, opaque: h.opaque, cas: h.cas, key, extras, value, cmd },
+        total,
+    ))
 }
 
 /// Build the typed command; lengths were checked by [`shape`].
@@ -584,7 +650,17 @@ fn command<'a>(op: u8, cas: u64, extras: &'a [u8], key: &'a [u8], value: &'a [u8
 
 /// Append a 24-byte header.
 #[allow(clippy::too_many_arguments)]
-fn header(out: &mut Vec<u8>, magic: u8, op: u8, keylen: usize, extlen: usize, status_or_vbucket: u16, bodylen: usize, opaque: u32, cas: u64) {
+fn header(
+    out: &mut Vec<u8>,
+    magic: u8,
+    op: u8,
+    keylen: usize,
+    extlen: usize,
+    status_or_vbucket: u16,
+    bodylen: usize,
+    opaque: u32,
+    cas: u64,
+) {
     debug_assert!(keylen <= u16::MAX as usize && extlen <= u8::MAX as usize && bodylen <= u32::MAX as usize);
     out.push(magic);
     out.push(op);
@@ -600,7 +676,16 @@ fn header(out: &mut Vec<u8>, magic: u8, op: u8, keylen: usize, extlen: usize, st
 /// Append a response packet. `opcode` is the request's opcode (memcached
 /// echoes quiet opcodes too).
 #[allow(clippy::too_many_arguments)]
-pub fn write_response(out: &mut Vec<u8>, opcode: u8, status: u16, opaque: u32, cas: u64, extras: &[u8], key: &[u8], value: &[u8]) {
+pub fn write_response(
+    out: &mut Vec<u8>,
+    opcode: u8,
+    status: u16,
+    opaque: u32,
+    cas: u64,
+    extras: &[u8],
+    key: &[u8],
+    value: &[u8],
+) {
     let body = extras.len() + key.len() + value.len();
     out.reserve(HEADER_LEN + body);
     header(out, MAGIC_RESPONSE, opcode, key.len(), extras.len(), status, body, opaque, cas);

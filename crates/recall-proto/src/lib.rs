@@ -120,7 +120,7 @@ pub mod msg {
     pub const INVALID_FLAG: &str = "CLIENT_ERROR invalid flag";
     pub const BAD_MODE: &str = "CLIENT_ERROR invalid mode for ms M token";
     pub const BAD_FLAG_GENERIC: &str = "CLIENT_ERROR invalid or duplicate flag";
-    pub const BAD_MA_MODE: &str = "CLIENT_ERROR invalid mode for ma";
+    pub const BAD_MA_MODE: &str = "CLIENT_ERROR invalid mode for ma M token";
     pub const M_LEN: &str = "CLIENT_ERROR incorrect length for M token";
     pub const BAD_INITIAL: &str = "CLIENT_ERROR invalid numeric initial value";
     pub const BAD_DELTA_VALUE: &str = "CLIENT_ERROR invalid numeric delta value";

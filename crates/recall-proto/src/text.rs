@@ -55,28 +55,74 @@ impl GetKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command<'a> {
     /// get/gets/gat/gats. `keys` is the raw, space-separated key list.
-    Get { kind: GetKind, exptime: i32, keys: &'a [u8] },
-    Store { cmd: StoreCmd, key: &'a [u8], flags: u32, exptime: i32, cas: u64, data: &'a [u8] },
-    Delete { key: &'a [u8] },
-    Arith { incr: bool, key: &'a [u8], delta: u64 },
-    Touch { key: &'a [u8], exptime: i32 },
-    FlushAll { delay: i32 },
+    Get {
+        kind: GetKind,
+        exptime: i32,
+        keys: &'a [u8],
+    },
+    Store {
+        cmd: StoreCmd,
+        key: &'a [u8],
+        flags: u32,
+        exptime: i32,
+        cas: u64,
+        data: &'a [u8],
+    },
+    Delete {
+        key: &'a [u8],
+    },
+    Arith {
+        incr: bool,
+        key: &'a [u8],
+        delta: u64,
+    },
+    Touch {
+        key: &'a [u8],
+        exptime: i32,
+    },
+    FlushAll {
+        delay: i32,
+    },
     Version,
     Verbosity,
     Quit,
-    Shutdown { graceful: bool },
-    Stats { args: &'a [u8] },
-    CacheMemlimit { mb: u64 },
-    LruCrawler { args: &'a [u8] },
+    Shutdown {
+        graceful: bool,
+    },
+    Stats {
+        args: &'a [u8],
+    },
+    CacheMemlimit {
+        mb: u64,
+    },
+    LruCrawler {
+        args: &'a [u8],
+    },
     /// Admin commands recall accepts but that have nothing to tune here
     /// (`slabs`, `lru`); answered with `OK`.
     AdminNoop,
     MetaNoop,
-    MetaGet { key: Cow<'a, [u8]>, flags: MetaFlags<'a> },
-    MetaSet { key: Cow<'a, [u8]>, data: &'a [u8], flags: MetaFlags<'a> },
-    MetaDelete { key: Cow<'a, [u8]>, flags: MetaFlags<'a> },
-    MetaArith { key: Cow<'a, [u8]>, flags: MetaFlags<'a> },
-    MetaDebug { key: Cow<'a, [u8]>, flags: MetaFlags<'a> },
+    MetaGet {
+        key: Cow<'a, [u8]>,
+        flags: MetaFlags<'a>,
+    },
+    MetaSet {
+        key: Cow<'a, [u8]>,
+        data: &'a [u8],
+        flags: MetaFlags<'a>,
+    },
+    MetaDelete {
+        key: Cow<'a, [u8]>,
+        flags: MetaFlags<'a>,
+    },
+    MetaArith {
+        key: Cow<'a, [u8]>,
+        flags: MetaFlags<'a>,
+    },
+    MetaDebug {
+        key: Cow<'a, [u8]>,
+        flags: MetaFlags<'a>,
+    },
 }
 
 /// Iterate the keys of a get line.
@@ -183,9 +229,7 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
             }
             req(Command::Get { kind, exptime, keys: keys_raw })
         }
-        b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas" => {
-            decode_store(buf, &t, ntok, consumed, limits)
-        }
+        b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas" => decode_store(buf, &t, ntok, consumed, limits),
         b"delete" => {
             if !(2..=4).contains(&ntok) {
                 return err(ErrorKind::UnknownCommand);
@@ -343,8 +387,7 @@ fn decode_store<'a>(
     if key.len() > KEY_MAX {
         return fail(ErrorKind::Client(msg::BAD_FORMAT));
     }
-    let (Some(flags), Some(exptime), Some(vlen)) =
-        (parse_u32(t.toks[2]), parse_i32(t.toks[3]), parse_i32(t.toks[4]))
+    let (Some(flags), Some(exptime), Some(vlen)) = (parse_u32(t.toks[2]), parse_i32(t.toks[3]), parse_i32(t.toks[4]))
     else {
         return fail(ErrorKind::Client(msg::BAD_FORMAT));
     };
@@ -356,7 +399,7 @@ fn decode_store<'a>(
     } else {
         0
     };
-    if vlen < 0 || vlen > i32::MAX - 2 {
+    if !(0..=i32::MAX - 2).contains(&vlen) {
         return fail(ErrorKind::Client(msg::BAD_FORMAT));
     }
     let vlen = vlen as usize;

@@ -269,14 +269,32 @@ impl Config {
                     "hot_lru_pct" => cfg.hot_lru_pct = num()? as u32,
                     "warm_lru_pct" => cfg.warm_lru_pct = num()? as u32,
                     // Behaviours recalld always has, or has no equivalent of.
-                    "modern" | "no_modern" | "lru_maintainer" | "no_lru_maintainer" | "lru_crawler"
-                    | "no_lru_crawler" | "slab_reassign" | "slab_automove" | "hashpower" | "maxconns_fast"
-                    | "no_maxconns_fast" | "temporary_ttl" | "hot_max_factor" | "warm_max_factor"
-                    | "slab_chunk_max" | "track_sizes" | "watcher_logbuf_size" | "worker_logbuf_size"
-                    | "no_inline_ascii_resp" | "tail_repair_time" | "lru_segmented" | "no_lru_segmented"
-                    | "drop_privileges" | "no_drop_privileges" | "read_buf_mem_limit" | "resp_obj_mem_limit" => {
-                        warnings.push(format!("-o {k}: accepted, no effect in recalld"))
-                    }
+                    "modern"
+                    | "no_modern"
+                    | "lru_maintainer"
+                    | "no_lru_maintainer"
+                    | "lru_crawler"
+                    | "no_lru_crawler"
+                    | "slab_reassign"
+                    | "slab_automove"
+                    | "hashpower"
+                    | "maxconns_fast"
+                    | "no_maxconns_fast"
+                    | "temporary_ttl"
+                    | "hot_max_factor"
+                    | "warm_max_factor"
+                    | "slab_chunk_max"
+                    | "track_sizes"
+                    | "watcher_logbuf_size"
+                    | "worker_logbuf_size"
+                    | "no_inline_ascii_resp"
+                    | "tail_repair_time"
+                    | "lru_segmented"
+                    | "no_lru_segmented"
+                    | "drop_privileges"
+                    | "no_drop_privileges"
+                    | "read_buf_mem_limit"
+                    | "resp_obj_mem_limit" => warnings.push(format!("-o {k}: accepted, no effect in recalld")),
                     _ => warnings.push(format!("-o {k}: unknown option, ignored")),
                 }
             }
@@ -319,7 +337,10 @@ impl Config {
             return Err(ConfigError("Cannot set item size limit higher than 1/2 of memory max.".into()));
         }
         if !matches!(self.protocol.as_str(), "auto" | "ascii" | "binary") {
-            return Err(ConfigError(format!("Invalid value for binding protocol: {} -- should be one of auto, binary, or ascii", self.protocol)));
+            return Err(ConfigError(format!(
+                "Invalid value for binding protocol: {} -- should be one of auto, binary, or ascii",
+                self.protocol
+            )));
         }
         if self.max_connections == 0 {
             return Err(ConfigError("max_connections must be at least 1".into()));
@@ -391,10 +412,12 @@ mod tests {
 
     #[test]
     fn memcached_command_line_maps() {
-        let (c, w) = Config::from_cli(&cli(&["-p", "11311", "-m", "1024", "-t", "4", "-c", "4096", "-U", "0", "-vv"])).unwrap();
+        let (c, w) =
+            Config::from_cli(&cli(&["-p", "11311", "-m", "1024", "-t", "4", "-c", "4096", "-U", "0", "-vv"])).unwrap();
         assert_eq!((c.port, c.memory_limit_mb, c.threads, c.max_connections, c.verbosity), (11311, 1024, 4, 4096, 2));
         assert!(w.is_empty());
-        let (c, _) = Config::from_cli(&cli(&["-I", "2m", "-o", "idle_timeout=5,modern", "-M", "-C", "-F", "-A"])).unwrap();
+        let (c, _) =
+            Config::from_cli(&cli(&["-I", "2m", "-o", "idle_timeout=5,modern", "-M", "-C", "-F", "-A"])).unwrap();
         assert_eq!(c.item_size_max_bytes().unwrap(), 2 << 20);
         assert_eq!(c.idle_timeout, 5);
         assert!(c.disable_evictions && c.disable_cas && c.disable_flush_all && c.enable_shutdown);

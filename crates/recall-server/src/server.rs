@@ -61,15 +61,13 @@ pub fn build_engine(cfg: &Config, clock: Arc<dyn Clock>) -> Engine {
 }
 
 fn bind(cfg: &Config) -> std::io::Result<StdListener> {
-    let addr: SocketAddr = format!("{}:{}", cfg.listen, cfg.port)
-        .parse()
-        .or_else(|_| {
-            use std::net::ToSocketAddrs;
-            (cfg.listen.as_str(), cfg.port)
-                .to_socket_addrs()?
-                .next()
-                .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no address"))
-        })?;
+    let addr: SocketAddr = format!("{}:{}", cfg.listen, cfg.port).parse().or_else(|_| {
+        use std::net::ToSocketAddrs;
+        (cfg.listen.as_str(), cfg.port)
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no address"))
+    })?;
     let sock = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)?;
     sock.set_reuse_address(true)?;
     sock.bind(&addr.into())?;

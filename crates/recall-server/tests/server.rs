@@ -33,7 +33,7 @@ fn connection_limit_rejects_with_memcached_error() {
     let s = recalld(&["-c", "2"]);
     let mut a = s.connect();
     let mut b = s.connect();
-    assert_eq!(roundtrip(&mut a, b"version\r\n", b"\r\n").len() > 8, true);
+    assert!(roundtrip(&mut a, b"version\r\n", b"\r\n").starts_with(b"VERSION"));
     assert!(roundtrip(&mut b, b"version\r\n", b"\r\n").starts_with(b"VERSION"));
     let mut c = s.connect();
     let (got, closed) = read_until(&mut c, Duration::from_secs(10), |_| false);
@@ -142,7 +142,7 @@ fn huge_and_malformed_lengths_get_errors_and_the_connection_survives() {
     assert_eq!(roundtrip(&mut c, b"set k 0 0 -5\r\n", b"\r\n"), b"CLIENT_ERROR bad command line format\r\n");
     // Too large: refused, swallowed without buffering, then business as usual.
     let mut req = b"set big 0 0 5000000\r\n".to_vec();
-    req.extend(std::iter::repeat(b'x').take(5_000_000));
+    req.extend(std::iter::repeat_n(b'x', 5_000_000));
     req.extend_from_slice(b"\r\nset ok 0 0 2\r\nhi\r\n");
     let r = roundtrip(&mut c, &req, b"STORED\r\n");
     assert_eq!(r, b"SERVER_ERROR object too large for cache\r\nSTORED\r\n");
@@ -312,9 +312,26 @@ fn stats_names_dashboards_use() {
     roundtrip(&mut c, b"set a 0 0 1\r\n1\r\nget a\r\nget b\r\n", b"END\r\nEND\r\n");
     let r = String::from_utf8(roundtrip(&mut c, b"stats\r\n", b"END\r\n")).unwrap();
     for name in [
-        "pid", "uptime", "time", "version", "curr_connections", "total_connections", "cmd_get", "cmd_set",
-        "get_hits", "get_misses", "curr_items", "total_items", "bytes", "evictions", "limit_maxbytes", "threads",
-        "bytes_read", "bytes_written", "rusage_user", "rusage_system",
+        "pid",
+        "uptime",
+        "time",
+        "version",
+        "curr_connections",
+        "total_connections",
+        "cmd_get",
+        "cmd_set",
+        "get_hits",
+        "get_misses",
+        "curr_items",
+        "total_items",
+        "bytes",
+        "evictions",
+        "limit_maxbytes",
+        "threads",
+        "bytes_read",
+        "bytes_written",
+        "rusage_user",
+        "rusage_system",
     ] {
         assert!(r.contains(&format!("STAT {name} ")), "missing {name}");
     }

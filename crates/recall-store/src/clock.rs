@@ -35,10 +35,7 @@ impl SystemClock {
 
     /// Re-read the wall clock.
     pub fn tick(&self) {
-        let secs = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
+        let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         self.now.store(secs.min(u32::MAX as u64) as u32, Ordering::Relaxed);
     }
 }

@@ -97,23 +97,15 @@ pub struct Write<'a> {
 
 impl<'a> Write<'a> {
     pub fn new(mode: Mode, key: &'a [u8], value: &'a [u8], flags: u32, exptime: UnixSecs) -> Self {
-        Write {
-            key,
-            value,
-            flags,
-            exptime,
-            mode,
-            compare_cas: 0,
-            explicit_cas: 0,
-            invalidate: false,
-            vivify: None,
-        }
+        Write { key, value, flags, exptime, mode, compare_cas: 0, explicit_cas: 0, invalidate: false, vivify: None }
     }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteOutcome {
-    Stored { cas: u64 },
+    Stored {
+        cas: u64,
+    },
     /// add on a present key, replace/append/prepend on a missing one.
     NotStored,
     /// CAS mismatch.
@@ -171,7 +163,9 @@ pub enum Read<'a> {
     Hit(ItemView<'a>),
     /// Missed. (A read that vivifies an item reports a `Hit` with
     /// `tokens.win` set instead.)
-    Miss { tokens: Tokens },
+    Miss {
+        tokens: Tokens,
+    },
 }
 
 /// incr/decr.
@@ -240,8 +234,7 @@ pub struct Store {
 impl Store {
     pub fn new(cfg: StoreConfig) -> Store {
         let n = cfg.shards.max(1).next_power_of_two().min(1 << 16);
-        let shards: Vec<_> =
-            (0..n).map(|_| Mutex::new(Shard::new(&cfg))).collect();
+        let shards: Vec<_> = (0..n).map(|_| Mutex::new(Shard::new(&cfg))).collect();
         let policy_overhead = shards[0].lock().policy_overhead();
         Store {
             shards: shards.into_boxed_slice(),
@@ -357,9 +350,7 @@ impl Store {
     /// Set a new absolute expiry on an existing item. Returns whether it was
     /// found. The CAS does not change.
     pub fn touch(&self, key: &[u8], exptime: UnixSecs, now: UnixSecs) -> bool {
-        self.read(key, now, ReadOpts { touch: Some(exptime), ..Default::default() }, |r| {
-            matches!(r, Read::Hit(_))
-        })
+        self.read(key, now, ReadOpts { touch: Some(exptime), ..Default::default() }, |r| matches!(r, Read::Hit(_)))
     }
 
     /// flush_all: with `at <= now`, drop everything now; otherwise, items

@@ -135,8 +135,9 @@ impl SegmentedLru {
 
     fn node(&mut self, slot: u32) -> &mut Node {
         let i = slot as usize;
-        if i >= self.nodes.len() {
-            self.nodes.resize(i + 1, EMPTY);
+        while i >= self.nodes.len() {
+            crate::item::grow_gently(&mut self.nodes);
+            self.nodes.push(EMPTY);
         }
         &mut self.nodes[i]
     }
@@ -261,10 +262,7 @@ impl Policy for SegmentedLru {
     }
 
     fn victim(&mut self) -> Option<u32> {
-        [Seg::Cold, Seg::Hot, Seg::Warm]
-            .into_iter()
-            .map(|s| self.lists[s as usize].tail)
-            .find(|&t| t != NIL)
+        [Seg::Cold, Seg::Hot, Seg::Warm].into_iter().map(|s| self.lists[s as usize].tail).find(|&t| t != NIL)
     }
 
     fn overhead_per_slot(&self) -> usize {

@@ -10,8 +10,8 @@ use hashbrown::HashTable;
 use crate::item::{bit, footprint, Slot};
 use crate::policy::{Policy, PolicyCounters, SegmentedLru};
 use crate::{
-    Arith, ArithOutcome, Delete, DeleteOutcome, ItemView, Mode, Read, ReadOpts, StoreConfig,
-    Tokens, UnixSecs, Write, WriteOutcome,
+    Arith, ArithOutcome, Delete, DeleteOutcome, ItemView, Mode, Read, ReadOpts, StoreConfig, Tokens, UnixSecs, Write,
+    WriteOutcome,
 };
 
 /// Store-wide state an operation needs, snapshotted once per call.
@@ -250,6 +250,7 @@ impl Shard {
                 i
             }
             None => {
+                crate::item::grow_gently(&mut self.slots);
                 self.slots.push(slot);
                 (self.slots.len() - 1) as u32
             }
@@ -276,14 +277,7 @@ impl Shard {
         self.stats.total_items += 1;
     }
 
-    pub fn read<R>(
-        &mut self,
-        ctx: &Ctx<'_>,
-        h: u64,
-        key: &[u8],
-        opts: ReadOpts,
-        f: impl FnOnce(Read<'_>) -> R,
-    ) -> R {
+    pub fn read<R>(&mut self, ctx: &Ctx<'_>, h: u64, key: &[u8], opts: ReadOpts, f: impl FnOnce(Read<'_>) -> R) -> R {
         let mut tokens = Tokens::default();
         let i = match self.lookup(ctx, h, key, true) {
             Some(i) => i,
@@ -557,11 +551,7 @@ impl Shard {
                 exptime: s.exptime,
                 atime: s.atime,
                 fetched: s.bits & bit::FETCHED != 0,
-                tokens: Tokens {
-                    stale: s.bits & bit::STALE != 0,
-                    win_sent: s.bits & bit::WIN_SENT != 0,
-                    win: false,
-                },
+                tokens: Tokens { stale: s.bits & bit::STALE != 0, win_sent: s.bits & bit::WIN_SENT != 0, win: false },
             });
         }
     }
@@ -572,15 +562,7 @@ fn new_slot(key: &[u8], a: &[u8], b: &[u8], flags: u32, exptime: UnixSecs, cas: 
     data.extend_from_slice(key);
     data.extend_from_slice(a);
     data.extend_from_slice(b);
-    Slot {
-        data: data.into_boxed_slice(),
-        cas,
-        exptime,
-        flags,
-        atime: now,
-        klen: key.len() as u8,
-        bits: 0,
-    }
+    Slot { data: data.into_boxed_slice(), cas, exptime, flags, atime: now, klen: key.len() as u8, bits: 0 }
 }
 
 /// Parse a stored value the way memcached's `safe_strtoull` does, so incr and

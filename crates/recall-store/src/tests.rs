@@ -179,10 +179,7 @@ fn flush_all_now_and_delayed() {
 fn stale_while_revalidate_tokens() {
     let s = store(1 << 20);
     set(&s, b"k", b"v", 0, 1);
-    assert_eq!(
-        s.delete(&Delete { key: b"k", invalidate: true, ..Default::default() }, 1),
-        DeleteOutcome::Deleted
-    );
+    assert_eq!(s.delete(&Delete { key: b"k", invalidate: true, ..Default::default() }, 1), DeleteOutcome::Deleted);
     let t1 = s.read(b"k", 1, ReadOpts::default(), |r| match r {
         Read::Hit(v) => v.tokens,
         _ => panic!(),

@@ -81,19 +81,37 @@ fn cases() -> Vec<(Vec<u8>, BinCommand<'static>)> {
             BinCommand::Store { mode, key: b"key", flags: 0xdeadbeef, exptime: 300, value: b"value", cas: 42, quiet },
         ));
     }
-    for (op, append, quiet) in [(APPEND, true, false), (APPENDQ, true, true), (PREPEND, false, false), (PREPENDQ, false, true)] {
-        v.push((pkt(op, 1, 9, &[], b"key", b"xyz"), BinCommand::Concat { append, key: b"key", value: b"xyz", cas: 9, quiet }));
+    for (op, append, quiet) in
+        [(APPEND, true, false), (APPENDQ, true, true), (PREPEND, false, false), (PREPENDQ, false, true)]
+    {
+        v.push((
+            pkt(op, 1, 9, &[], b"key", b"xyz"),
+            BinCommand::Concat { append, key: b"key", value: b"xyz", cas: 9, quiet },
+        ));
     }
     // Empty values are legal for stores.
-    v.push((pkt(APPEND, 1, 0, &[], b"key", &[]), BinCommand::Concat { append: true, key: b"key", value: b"", cas: 0, quiet: false }));
+    v.push((
+        pkt(APPEND, 1, 0, &[], b"key", &[]),
+        BinCommand::Concat { append: true, key: b"key", value: b"", cas: 0, quiet: false },
+    ));
     v.push((
         pkt(SET, 1, 0, &se, b"key", &[]),
-        BinCommand::Store { mode: StoreMode::Set, key: b"key", flags: 0xdeadbeef, exptime: 300, value: b"", cas: 0, quiet: false },
+        BinCommand::Store {
+            mode: StoreMode::Set,
+            key: b"key",
+            flags: 0xdeadbeef,
+            exptime: 300,
+            value: b"",
+            cas: 0,
+            quiet: false,
+        },
     ));
     for (op, quiet) in [(DELETE, false), (DELETEQ, true)] {
         v.push((pkt(op, 1, 3, &[], b"key", &[]), BinCommand::Delete { key: b"key", cas: 3, quiet }));
     }
-    for (op, incr, quiet) in [(INCREMENT, true, false), (INCREMENTQ, true, true), (DECREMENT, false, false), (DECREMENTQ, false, true)] {
+    for (op, incr, quiet) in
+        [(INCREMENT, true, false), (INCREMENTQ, true, true), (DECREMENT, false, false), (DECREMENTQ, false, true)]
+    {
         v.push((
             pkt(op, 1, 0, &ae, b"ctr", &[]),
             BinCommand::Arith { incr, key: b"ctr", delta: 5, initial: 7, exptime: 0xffffffff, cas: 0, quiet },
@@ -255,7 +273,10 @@ fn shape_errors_are_invalid_and_close() {
 fn unknown_opcodes_swallow_exactly_the_body() {
     // Empty body: nothing to swallow.
     let e = err(&pkt(0x50, 0x35, 0, &[], &[], &[]));
-    assert_eq!((e.kind, e.opcode, e.opaque, e.consumed, e.swallow), (BinErrorKind::UnknownCommand, 0x50, 0x35, HEADER_LEN, 0));
+    assert_eq!(
+        (e.kind, e.opcode, e.opaque, e.consumed, e.swallow),
+        (BinErrorKind::UnknownCommand, 0x50, 0x35, HEADER_LEN, 0)
+    );
     assert!(!e.kind.closes());
     let mut out = Vec::new();
     e.write_reply(&mut out);
@@ -330,7 +351,13 @@ fn too_large_values_are_swallowed_not_buffered() {
     assert_eq!((e.consumed, e.swallow), (total, 0));
 
     // SETQ drops the key too; ADD/REPLACE/APPEND do not.
-    for (op, extras, drops) in [(SETQ, se.clone(), true), (ADD, se.clone(), false), (REPLACEQ, se.clone(), false), (APPEND, vec![], false), (PREPENDQ, vec![], false)] {
+    for (op, extras, drops) in [
+        (SETQ, se.clone(), true),
+        (ADD, se.clone(), false),
+        (REPLACEQ, se.clone(), false),
+        (APPEND, vec![], false),
+        (PREPENDQ, vec![], false),
+    ] {
         let mut p = raw_header(op, 1, extras.len() as u8, (1 + extras.len() + big) as u32, 0);
         p.extend_from_slice(&extras);
         p.push(b'k');

@@ -114,10 +114,10 @@ fn meta() {
     let (c, _, _) = req(b"mg Zm9v b v\r\n");
     let Command::MetaGet { key, .. } = c else { panic!() };
     assert_eq!(&*key, b"foo");
-    assert_eq!(kind(b"ms foo x\r\n"), ErrorKind::Client(msg::BAD_CHUNK));
+    assert_eq!(kind(b"ms foo x\r\n"), ErrorKind::Client(msg::BAD_FORMAT));
     let e = dec(b"ms foo 2 !\r\nhi\r\n").unwrap_err();
     assert_eq!((e.kind, e.consumed), (ErrorKind::Client(msg::INVALID_FLAG), 16));
-    assert_eq!(kind(b"mg\r\n"), ErrorKind::Client(msg::BAD_FORMAT));
+    assert_eq!(kind(b"mg\r\n"), ErrorKind::UnknownCommand);
     assert_eq!(kind(b"ma k MX\r\n"), ErrorKind::Client(msg::BAD_MA_MODE));
     assert_eq!(req(b"mn\r\n").0, Command::MetaNoop);
 }
