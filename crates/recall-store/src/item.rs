@@ -85,15 +85,6 @@ pub fn footprint(klen: usize, vlen: usize, policy_overhead: usize) -> usize {
     SLOT_BYTES + policy_overhead + TABLE_BYTES_PER_ITEM + alloc_size(klen + vlen)
 }
 
-/// Grow a per-shard arena by a quarter instead of doubling. The arenas are
-/// paid per item, and doubling leaves a third of them empty on average;
-/// copying a shard's arena (tens of KB) on growth is cheap by comparison.
-pub(crate) fn grow_gently<T>(v: &mut Vec<T>) {
-    if v.len() == v.capacity() {
-        v.reserve_exact((v.capacity() / 4).max(16));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

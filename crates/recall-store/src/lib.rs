@@ -19,6 +19,7 @@
 //! shard evicts from its own policy first (so a hot shard pays for itself),
 //! then, if it has nothing left, others are asked in turn.
 
+mod arena;
 pub mod clock;
 pub mod item;
 pub mod policy;

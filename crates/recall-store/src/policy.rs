@@ -9,6 +9,8 @@
 //! HOT/WARM/COLD LRU (doc/new_lru.txt). More policies arrive with the
 //! eviction-policy work; they plug in through [`Policy`] and [`PolicyKind`].
 
+use crate::arena::Chunked;
+
 /// Sentinel for "no slot" in intrusive links.
 pub const NIL: u32 = u32::MAX;
 
@@ -103,7 +105,7 @@ impl List {
 /// of memcached's design.
 #[derive(Debug)]
 pub struct SegmentedLru {
-    nodes: Vec<Node>,
+    nodes: Chunked<Node>,
     lists: [List; 4],
     hot_pct: u32,
     warm_pct: u32,
@@ -121,7 +123,7 @@ impl SegmentedLru {
     /// `-o warm_lru_pct` (defaults 20 and 40).
     pub fn new(hot_pct: u32, warm_pct: u32) -> Self {
         SegmentedLru {
-            nodes: Vec::new(),
+            nodes: Chunked::default(),
             lists: [List::new(); 4],
             hot_pct,
             warm_pct,
@@ -136,8 +138,7 @@ impl SegmentedLru {
     fn node(&mut self, slot: u32) -> &mut Node {
         let i = slot as usize;
         while i >= self.nodes.len() {
-            crate::item::grow_gently(&mut self.nodes);
-            self.nodes.push(EMPTY);
+            self.nodes.push_with(EMPTY, || EMPTY);
         }
         &mut self.nodes[i]
     }

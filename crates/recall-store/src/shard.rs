@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use hashbrown::HashTable;
 
+use crate::arena::Chunked;
 use crate::item::{bit, footprint, Slot};
 use crate::policy::{Policy, PolicyCounters, SegmentedLru};
 use crate::{
@@ -101,7 +102,7 @@ impl std::ops::AddAssign for ShardStats {
 
 pub(crate) struct Shard {
     table: HashTable<u32>,
-    slots: Vec<Slot>,
+    slots: Chunked<Slot>,
     free: Vec<u32>,
     policy: SegmentedLru,
     hasher: ahash::RandomState,
@@ -123,7 +124,7 @@ impl Shard {
     pub fn new(cfg: &StoreConfig) -> Shard {
         Shard {
             table: HashTable::new(),
-            slots: Vec::new(),
+            slots: Chunked::default(),
             free: Vec::new(),
             policy: SegmentedLru::new(cfg.hot_pct, cfg.warm_pct),
             hasher: ahash::RandomState::with_seeds(
@@ -250,8 +251,7 @@ impl Shard {
                 i
             }
             None => {
-                crate::item::grow_gently(&mut self.slots);
-                self.slots.push(slot);
+                self.slots.push_with(slot, Slot::free);
                 (self.slots.len() - 1) as u32
             }
         };
@@ -518,7 +518,7 @@ impl Shard {
         let total: usize = self.slots.iter().filter(|s| !s.is_free()).map(|s| self.fp(s)).sum();
         mem_used.fetch_sub(total, Ordering::Relaxed);
         self.table = HashTable::new();
-        self.slots = Vec::new();
+        self.slots = Chunked::default();
         self.free = Vec::new();
         let (hot, warm) = self.policy.shares();
         self.policy = SegmentedLru::new(hot, warm);
@@ -539,7 +539,7 @@ impl Shard {
     }
 
     pub fn for_each(&self, ctx: &Ctx<'_>, f: &mut impl FnMut(&ItemView<'_>)) {
-        for s in &self.slots {
+        for s in self.slots.iter() {
             if s.is_free() || ctx.dead(s).is_some() {
                 continue;
             }
