@@ -116,10 +116,10 @@ impl Engine {
     ) {
         c.cmd_set.incr();
         let mode = match f.mode.unwrap_or(b'S') {
-            b'E' | b'e' => Mode::Add,
-            b'A' | b'a' => Mode::Append,
-            b'P' | b'p' => Mode::Prepend,
-            b'R' | b'r' => Mode::Replace,
+            b'E' => Mode::Add,
+            b'A' => Mode::Append,
+            b'P' => Mode::Prepend,
+            b'R' => Mode::Replace,
             _ => Mode::Set,
         };
         let exptime = self.meta_ttl(f.ttl, now).unwrap_or(0);

@@ -216,7 +216,8 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
             req(Command::Get { kind, exptime: 0, keys: keys_raw })
         }
         b"gat" | b"gats" => {
-            if ntok < 3 {
+            // "gat <exptime>" with no keys is answered with END, as memcached does.
+            if ntok < 2 {
                 return err(ErrorKind::UnknownCommand);
             }
             let kind = if cmd == b"gat" { GetKind::Gat } else { GetKind::Gats };
@@ -302,7 +303,7 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
                 match parse_i32(t.toks[1]) {
                     Some(d) => d,
                     None => {
-                        let mut e = ProtoError::new(ErrorKind::Client(msg::BAD_FORMAT), consumed);
+                        let mut e = ProtoError::new(ErrorKind::Client(msg::BAD_EXPTIME), consumed);
                         e.noreply = noreply;
                         return Err(e);
                     }
@@ -502,6 +503,9 @@ fn decode_meta_set<'a>(
         e.meta = true;
         Err(e)
     };
+    if ntok < 2 {
+        return Err(ProtoError::new(ErrorKind::UnknownCommand, consumed));
+    }
     if ntok < 3 || t.toks[1].len() > KEY_MAX {
         return fail(msg::BAD_FORMAT, consumed, 0);
     }
@@ -525,7 +529,7 @@ fn decode_meta_set<'a>(
         Err(m) => return after_err(ErrorKind::Client(m)),
     };
     if let Some(m) = flags.mode {
-        if !matches!(m, b'E' | b'e' | b'A' | b'a' | b'P' | b'p' | b'R' | b'r' | b'S' | b's') {
+        if !matches!(m, b'E' | b'A' | b'P' | b'R' | b'S') {
             return after_err(ErrorKind::Client(msg::BAD_MODE));
         }
     }
