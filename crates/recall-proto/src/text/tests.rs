@@ -85,7 +85,7 @@ fn arith_touch_flush() {
     assert_eq!(req(b"flush_all\r\n").0, Command::FlushAll { delay: 0 });
     assert_eq!(req(b"flush_all 10\r\n").0, Command::FlushAll { delay: 10 });
     assert!(req(b"flush_all noreply\r\n").1);
-    assert_eq!(kind(b"flush_all x\r\n"), ErrorKind::Client(msg::BAD_FORMAT));
+    assert_eq!(kind(b"flush_all x\r\n"), ErrorKind::Client(msg::BAD_EXPTIME));
 }
 
 #[test]
