@@ -1,0 +1,69 @@
+//! # recall-persist
+//!
+//! Durable state for recall, kept boring on purpose (Redis' RDB habits):
+//!
+//! * [`snapshot`]: a versioned, checksummed image of the cache, written
+//!   through one `io::Write` sink, so files, memory and (later) network
+//!   transfer share one code path; an offline checker reads it back.
+//! * [`fsutil::write_atomically`]: temp file → fsync → rename → fsync of the
+//!   directory. A snapshot is announced only after all four steps.
+//! * [`epoch`]: a boot counter persisted before the server serves, so write
+//!   timestamps (CAS values) never go backwards across crashes.
+//! * [`wal`]: the server-side write-ahead log that seed 000 compares against
+//!   (`--durability wal`): every write appended and fsynced, group-committed,
+//!   before its reply.
+//!
+//! The crate knows nothing of sockets or of the store's internals: it reads
+//! and writes [`Record`]s.
+
+pub mod epoch;
+pub mod fsutil;
+pub mod snapshot;
+pub mod wal;
+
+/// One item (or tombstone) as persisted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    pub flags: u32,
+    /// Absolute Unix expiry, 0 = never.
+    pub exptime: u32,
+    /// The write timestamp (the item's CAS).
+    pub ts: u64,
+    /// A delete: the key is gone as of `ts`.
+    pub tombstone: bool,
+}
+
+/// Errors reading persisted state, with the byte offset where it went wrong
+/// so an operator can inspect the file.
+#[derive(Debug)]
+pub enum Error {
+    Io(std::io::Error),
+    BadMagic,
+    UnsupportedVersion(u32),
+    Corrupt { offset: u64, what: &'static str },
+    Checksum { expected: u32, actual: u32 },
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Io(e) => write!(f, "i/o error: {e}"),
+            Error::BadMagic => write!(f, "not a recall snapshot (bad magic)"),
+            Error::UnsupportedVersion(v) => write!(f, "unsupported format version {v}"),
+            Error::Corrupt { offset, what } => write!(f, "corrupt at byte {offset}: {what}"),
+            Error::Checksum { expected, actual } => {
+                write!(f, "checksum mismatch: expected {expected:08x}, computed {actual:08x}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::Io(e)
+    }
+}
