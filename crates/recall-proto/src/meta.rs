@@ -8,7 +8,7 @@
 //! text is kept and walked again by the encoder.
 
 use crate::msg;
-use crate::num::{parse_i32, parse_u32, parse_u64};
+use crate::num::{parse_exptime, parse_u32, parse_u64};
 
 /// Parsed meta flags. Numeric tokens stay raw (`i64` exptimes, not absolute
 /// times): the engine resolves them against its clock.
@@ -94,15 +94,15 @@ impl<'a> MetaFlags<'a> {
                 }
                 // Accepted and ignored by memcached too (proxy hints).
                 b'P' | b'L' => {}
-                b'T' => match parse_i32(arg) {
+                b'T' => match parse_exptime(arg) {
                     Some(v) => f.ttl = Some(v),
                     None => bad(msg::BAD_TOKEN),
                 },
-                b'N' => match parse_i32(arg) {
+                b'N' => match parse_exptime(arg) {
                     Some(v) => f.vivify = Some(v),
                     None => bad(msg::BAD_TOKEN),
                 },
-                b'R' => match parse_i32(arg) {
+                b'R' => match parse_exptime(arg) {
                     Some(v) => f.recache = Some(v),
                     None => bad(msg::BAD_TOKEN),
                 },

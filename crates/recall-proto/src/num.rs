@@ -46,6 +46,14 @@ pub fn parse_i32(t: &[u8]) -> Option<i32> {
     parse_i64(t).and_then(|n| i32::try_from(n).ok())
 }
 
+/// Parse an exptime the way memcached does: `strtol` into a `long`, then
+/// stored in a 32-bit `int`, so values wrap. `4294967295` is -1 (already
+/// expired) and `4294967296` is 0 (never); pylibmc relies on the first to
+/// send negative times in text mode.
+pub fn parse_exptime(t: &[u8]) -> Option<i32> {
+    parse_i64(t).map(|n| n as i32)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,5 +73,8 @@ mod tests {
         assert_eq!(parse_i64(b"-+1"), None);
         assert_eq!(parse_u32(b"4294967295"), Some(u32::MAX));
         assert_eq!(parse_u32(b"4294967296"), None);
+        assert_eq!(parse_exptime(b"4294967295"), Some(-1));
+        assert_eq!(parse_exptime(b"4294967296"), Some(0));
+        assert_eq!(parse_exptime(b"x"), None);
     }
 }

@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use base64::Engine as _;
 
 use crate::meta::MetaFlags;
-use crate::num::{parse_i32, parse_u32, parse_u64};
+use crate::num::{parse_exptime, parse_i32, parse_u32, parse_u64};
 use crate::{msg, ErrorKind, Limits, ProtoError, GET_LINE_MAX, KEY_MAX, LINE_MAX};
 
 /// Result of a decode attempt.
@@ -123,6 +123,25 @@ pub enum Command<'a> {
         key: Cow<'a, [u8]>,
         flags: MetaFlags<'a>,
     },
+    /// recall extension: `durable` asks for the instance id, the flushed
+    /// watermark and the recovery state.
+    Durable,
+    /// recall extension: `snapshot` starts a snapshot now.
+    Snapshot,
+    /// recall extension: `replay <key> <flags> <abs-exptime> <ts> <bytes>`
+    /// re-applies a backed-up write after a crash, only if newer.
+    Replay {
+        key: &'a [u8],
+        flags: u32,
+        exptime: u32,
+        ts: u64,
+        data: &'a [u8],
+    },
+    /// recall extension: `replay_delete <key> <ts>`.
+    ReplayDelete {
+        key: &'a [u8],
+        ts: u64,
+    },
 }
 
 /// Iterate the keys of a get line.
@@ -221,7 +240,7 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
                 return err(ErrorKind::UnknownCommand);
             }
             let kind = if cmd == b"gat" { GetKind::Gat } else { GetKind::Gats };
-            let Some(exptime) = parse_i32(t.toks[1]) else {
+            let Some(exptime) = parse_exptime(t.toks[1]) else {
                 return err(ErrorKind::Client(msg::BAD_EXPTIME));
             };
             let keys_raw = t.rest(line, 2);
@@ -287,7 +306,7 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
             if key.len() > KEY_MAX {
                 return mk(ErrorKind::Client(msg::BAD_FORMAT));
             }
-            let Some(exptime) = parse_i32(t.toks[2]) else {
+            let Some(exptime) = parse_exptime(t.toks[2]) else {
                 return mk(ErrorKind::Client(msg::BAD_EXPTIME));
             };
             Ok(Decoded::Request(Request { cmd: Command::Touch { key, exptime }, noreply }, consumed))
@@ -300,7 +319,7 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
             let delay = if ntok == 1 || (ntok == 2 && noreply) {
                 0
             } else {
-                match parse_i32(t.toks[1]) {
+                match parse_exptime(t.toks[1]) {
                     Some(d) => d,
                     None => {
                         let mut e = ProtoError::new(ErrorKind::Client(msg::BAD_EXPTIME), consumed);
@@ -340,6 +359,19 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
         b"lru_crawler" if ntok >= 2 => req(Command::LruCrawler { args: t.rest(line, 1) }),
         b"slabs" | b"lru" if ntok >= 2 => req(Command::AdminNoop),
         b"mn" => req(Command::MetaNoop),
+        b"durable" if ntok == 1 => req(Command::Durable),
+        b"snapshot" if ntok == 1 => req(Command::Snapshot),
+        b"replay" => decode_replay(buf, &t, ntok, consumed, limits),
+        b"replay_delete" if ntok == 3 || ntok == 4 => {
+            let noreply = noreply_at(3);
+            match (t.toks[1].len() <= KEY_MAX, parse_u64(t.toks[2])) {
+                (true, Some(ts)) => Ok(Decoded::Request(
+                    Request { cmd: Command::ReplayDelete { key: t.toks[1], ts }, noreply },
+                    consumed,
+                )),
+                _ => err(ErrorKind::Client(msg::BAD_FORMAT)),
+            }
+        }
         b"mg" | b"md" | b"ma" | b"me" => decode_meta(line, &t, ntok, consumed),
         b"ms" => decode_meta_set(buf, line, &t, ntok, consumed, limits),
         _ => err(ErrorKind::UnknownCommand),
@@ -388,7 +420,7 @@ fn decode_store<'a>(
     if key.len() > KEY_MAX {
         return fail(ErrorKind::Client(msg::BAD_FORMAT));
     }
-    let (Some(flags), Some(exptime), Some(vlen)) = (parse_u32(t.toks[2]), parse_i32(t.toks[3]), parse_i32(t.toks[4]))
+    let (Some(flags), Some(exptime), Some(vlen)) = (parse_u32(t.toks[2]), parse_exptime(t.toks[3]), parse_i32(t.toks[4]))
     else {
         return fail(ErrorKind::Client(msg::BAD_FORMAT));
     };
@@ -428,6 +460,53 @@ fn decode_store<'a>(
     }
     let data = &buf[consumed..consumed + vlen];
     Ok(Decoded::Request(Request { cmd: Command::Store { cmd, key, flags, exptime, cas, data }, noreply }, end))
+}
+
+/// `replay <key> <flags> <abs-exptime> <ts> <bytes> [noreply]` + data block.
+fn decode_replay<'a>(
+    buf: &'a [u8],
+    t: &Tokens<'a>,
+    ntok: usize,
+    consumed: usize,
+    limits: &Limits,
+) -> Result<Decoded<'a>, ProtoError<'a>> {
+    if ntok != 6 && ntok != 7 {
+        return Err(ProtoError::new(ErrorKind::UnknownCommand, consumed));
+    }
+    let noreply = ntok == 7 && t.toks[6] == b"noreply";
+    let fail = |kind| {
+        let mut e = ProtoError::new(kind, consumed);
+        e.noreply = noreply;
+        Err(e)
+    };
+    let key = t.toks[1];
+    let (Some(flags), Some(exptime), Some(ts), Some(vlen)) =
+        (parse_u32(t.toks[2]), parse_u32(t.toks[3]), parse_u64(t.toks[4]), parse_i32(t.toks[5]))
+    else {
+        return fail(ErrorKind::Client(msg::BAD_FORMAT));
+    };
+    if key.len() > KEY_MAX || vlen < 0 {
+        return fail(ErrorKind::Client(msg::BAD_FORMAT));
+    }
+    let vlen = vlen as usize;
+    if !limits.item_fits(key.len(), vlen, flags) {
+        let have = (buf.len() - consumed).min(vlen + 2);
+        let mut e = ProtoError::new(ErrorKind::TooLarge, consumed + have);
+        e.swallow = vlen + 2 - have;
+        e.noreply = noreply;
+        return Err(e);
+    }
+    let end = consumed + vlen + 2;
+    if buf.len() < end {
+        return Ok(Decoded::Incomplete);
+    }
+    if &buf[consumed + vlen..end] != b"\r\n" {
+        let mut e = ProtoError::new(ErrorKind::Client(msg::BAD_CHUNK), end);
+        e.noreply = noreply;
+        return Err(e);
+    }
+    let data = &buf[consumed..consumed + vlen];
+    Ok(Decoded::Request(Request { cmd: Command::Replay { key, flags, exptime, ts, data }, noreply }, end))
 }
 
 fn meta_key<'a>(raw: &'a [u8], flags: &MetaFlags<'a>) -> Result<Cow<'a, [u8]>, &'static str> {
