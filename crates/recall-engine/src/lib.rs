@@ -10,6 +10,7 @@
 //! each decoded request and acts on the returned [`Action`].
 
 mod binary;
+pub mod durability;
 mod meta;
 mod session;
 pub mod stats;
@@ -85,6 +86,7 @@ pub struct Engine {
     pub config: EngineConfig,
     pub registry: Registry,
     pub gauges: ServerGauges,
+    pub durability: durability::Durability,
     started: UnixSecs,
     verbosity: AtomicU64,
 }
@@ -98,6 +100,7 @@ impl Engine {
             config,
             registry: Registry::default(),
             gauges: ServerGauges::default(),
+            durability: durability::Durability::default(),
             started,
             verbosity: AtomicU64::new(0),
         }

@@ -180,8 +180,30 @@ impl Engine {
             Command::MetaDelete { key, flags } => self.meta_delete(key, flags, c, out, now),
             Command::MetaArith { key, flags } => self.meta_arith(key, flags, c, out, now),
             Command::MetaDebug { key, flags } => self.meta_debug(key, flags, out, now),
+            Command::Durable => self.durable_line(out),
+            Command::Snapshot => {
+                if self.durability.enabled.load(std::sync::atomic::Ordering::Acquire) {
+                    self.durability.snapshot_requested.store(true, std::sync::atomic::Ordering::Release);
+                    out.extend_from_slice(b"OK\r\n");
+                } else {
+                    out.extend_from_slice(b"SERVER_ERROR durability is off (start recalld with --data-dir)\r\n");
+                }
+            }
+            Command::Replay { key, flags, exptime, ts, data } => {
+                c.cmd_set.incr();
+                self.replay_reply(self.replay(key, data, *flags, *exptime, *ts, false), out)
+            }
+            Command::ReplayDelete { key, ts } => self.replay_reply(self.replay(key, &[], 0, 0, *ts, true), out),
         }
         Action::Continue
+    }
+
+    fn replay_reply(&self, r: recall_store::ApplyOutcome, out: &mut Vec<u8>) {
+        out.extend_from_slice(match r {
+            recall_store::ApplyOutcome::Applied => b"APPLIED\r\n",
+            recall_store::ApplyOutcome::Stale => b"STALE\r\n",
+            recall_store::ApplyOutcome::OutOfMemory => b"SERVER_ERROR out of memory storing object\r\n",
+        });
     }
 
     /// Reply to a decoding error. Returns whether to close.

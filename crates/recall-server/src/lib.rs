@@ -5,5 +5,6 @@
 //! recall-store); this crate only moves bytes and runs the loops.
 
 pub mod config;
+pub mod persist;
 pub mod server;
 pub mod udp;

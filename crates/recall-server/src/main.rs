@@ -9,6 +9,18 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() {
     let cli = Cli::parse();
+    if let Some(p) = &cli.check_snapshot {
+        match recall_server::persist::check_file(p) {
+            Ok(s) => {
+                println!("{s}");
+                return;
+            }
+            Err(e) => {
+                eprintln!("recalld: {e}");
+                std::process::exit(65);
+            }
+        }
+    }
     let (cfg, warnings) = match Config::from_cli(&cli) {
         Ok(c) => c,
         Err(e) => {

@@ -80,6 +80,26 @@ fn bind(cfg: &Config) -> std::io::Result<StdListener> {
 pub fn run(cfg: Config) -> std::io::Result<()> {
     let clock = Arc::new(SystemClock::new());
     let engine = Arc::new(build_engine(&cfg, clock.clone()));
+    let persist = if !cfg.data_dir.is_empty() && cfg.durability != "none" {
+        let pc = crate::persist::PersistConfig {
+            dir: cfg.data_dir.clone().into(),
+            interval: Duration::from_secs(cfg.snapshot_interval),
+            after_writes: cfg.snapshot_after_writes,
+            recovery_grace: Duration::from_secs(cfg.recovery_grace),
+        };
+        let (p, loaded) = crate::persist::Persist::open(engine.clone(), pc)?;
+        tracing::info!(
+            epoch = loaded.epoch,
+            items = loaded.items,
+            watermark = loaded.watermark,
+            "data directory loaded"
+        );
+        let runner = p.clone();
+        std::thread::Builder::new().name("recall-snapshot".into()).spawn(move || runner.run())?;
+        Some(p)
+    } else {
+        None
+    };
     let listener = bind(&cfg)?;
     let local = listener.local_addr()?;
     let shutdown = Arc::new(Notify::new());
@@ -173,8 +193,18 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
         Ok::<(), std::io::Error>(())
     })?;
     // Stop accepting; in-flight replies are not waited for (memcached does
-    // the same). Durable state, when configured, is written here.
+    // the same). With a data directory, a last snapshot makes a clean stop
+    // lose nothing, even without client replay.
     engine.gauges.accepting.store(false, Ordering::Relaxed);
+    if let Some(p) = persist {
+        match p.snapshot_now(recall_persist::fsutil::FailAt::None) {
+            Ok(w) => tracing::info!(watermark = w, "final snapshot written"),
+            Err(e) => {
+                tracing::error!(error = %e, "final snapshot failed");
+                return Err(e);
+            }
+        }
+    }
     Ok(())
 }
 

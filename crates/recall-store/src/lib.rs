@@ -207,6 +207,16 @@ pub struct Delete<'a> {
     pub clear_value: bool,
 }
 
+/// Result of [`Store::apply`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApplyOutcome {
+    /// The write was newer than what the store held and is now reflected.
+    Applied,
+    /// The store already held this version or a newer one: nothing changed.
+    Stale,
+    OutOfMemory,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeleteOutcome {
     Deleted,
@@ -389,6 +399,37 @@ impl Store {
             freed += s.lock().crawl(&ctx, budget);
         }
         freed
+    }
+
+    /// Apply a write that carries its own timestamp (snapshot load, WAL
+    /// replay, client replay after a crash): only if `ts` is newer than the
+    /// item's current timestamp, so replays are idempotent and can arrive in
+    /// any order. A tombstone removes an older item. The CAS counter is
+    /// raised above `ts` so new writes stay newer.
+    #[allow(clippy::too_many_arguments)] // mirrors a persisted record field for field
+    pub fn apply(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        exptime: UnixSecs,
+        ts: u64,
+        tombstone: bool,
+        now: UnixSecs,
+    ) -> ApplyOutcome {
+        self.raise_cas_floor(ts);
+        let h = self.hash(key);
+        let ctx = self.ctx(now);
+        for attempt in 0..2 {
+            let res = self.shard_of(h).lock().apply(&ctx, h, key, value, flags, exptime, ts, tombstone);
+            match res {
+                ApplyOutcome::OutOfMemory if attempt == 0 && self.evict => {
+                    self.evict_elsewhere(&ctx, self.footprint(key.len(), value.len()));
+                }
+                other => return other,
+            }
+        }
+        ApplyOutcome::OutOfMemory
     }
 
     /// Change the memory limit at run time (`cache_memlimit`). Shrinking

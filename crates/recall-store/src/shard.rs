@@ -11,8 +11,8 @@ use crate::arena::Chunked;
 use crate::item::{bit, footprint, Slot};
 use crate::policy::{Policy, PolicyCounters, SegmentedLru};
 use crate::{
-    Arith, ArithOutcome, Delete, DeleteOutcome, ItemView, Mode, Read, ReadOpts, StoreConfig, Tokens, UnixSecs, Write,
-    WriteOutcome,
+    ApplyOutcome, Arith, ArithOutcome, Delete, DeleteOutcome, ItemView, Mode, Read, ReadOpts, StoreConfig, Tokens,
+    UnixSecs, Write, WriteOutcome,
 };
 
 /// Store-wide state an operation needs, snapshotted once per call.
@@ -404,6 +404,45 @@ impl Shard {
             }
         }
         WriteOutcome::Stored { cas }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn apply(
+        &mut self,
+        ctx: &Ctx<'_>,
+        h: u64,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        exptime: UnixSecs,
+        ts: u64,
+        tombstone: bool,
+    ) -> ApplyOutcome {
+        let existing = self.lookup(ctx, h, key, false);
+        if let Some(i) = existing {
+            if self.slots[i as usize].cas >= ts {
+                return ApplyOutcome::Stale;
+            }
+        }
+        if tombstone {
+            if let Some(i) = existing {
+                self.remove(ctx, i, h, Why::Deleted);
+            }
+            return ApplyOutcome::Applied;
+        }
+        let slot = new_slot(key, value, &[], flags, exptime, ts, ctx.now);
+        let need = self.fp(&slot);
+        let credit = existing.map_or(0, |i| self.fp(&self.slots[i as usize]));
+        if !self.make_room(ctx, need.saturating_sub(credit), existing) {
+            return ApplyOutcome::OutOfMemory;
+        }
+        match existing {
+            Some(i) => self.replace_in(ctx, i, slot),
+            None => {
+                self.insert_new(ctx, h, slot);
+            }
+        }
+        ApplyOutcome::Applied
     }
 
     pub fn arith(&mut self, ctx: &Ctx<'_>, h: u64, a: &Arith<'_>) -> ArithOutcome {

@@ -203,6 +203,28 @@ fn stale_while_revalidate_tokens() {
     assert!(z);
 }
 
+#[test]
+fn apply_is_idempotent_and_order_free() {
+    let writes: [(&[u8], u64, bool); 4] =
+        [(b"v1", 100, false), (b"v2", 200, false), (b"", 300, true), (b"v4", 400, false)];
+    // Every order of the same writes ends in the same state.
+    for perm in [[0, 1, 2, 3], [3, 2, 1, 0], [2, 0, 3, 1], [1, 3, 0, 2]] {
+        let s = store(1 << 20);
+        for &i in &perm {
+            let (v, ts, tomb) = writes[i];
+            s.apply(b"k", v, 0, 0, ts, tomb, 1);
+            s.apply(b"k", v, 0, 0, ts, tomb, 1); // twice: idempotent
+        }
+        assert_eq!(get(&s, b"k", 1).as_deref(), Some(&b"v4"[..]), "{perm:?}");
+        assert!(s.next_cas() > 400, "new writes must be newer than replayed ones");
+    }
+    let s = store(1 << 20);
+    s.apply(b"k", b"new", 0, 0, 10, false, 1);
+    assert_eq!(s.apply(b"k", b"old", 0, 0, 5, false, 1), ApplyOutcome::Stale);
+    assert_eq!(s.apply(b"k", b"", 0, 0, 20, true, 1), ApplyOutcome::Applied);
+    assert_eq!(get(&s, b"k", 1), None);
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Set(u8, u8, u8),

@@ -40,24 +40,40 @@ impl Server {
 
 /// Start recalld with extra flags.
 pub fn recalld(args: &[&str]) -> Server {
+    try_recalld(args).expect("recalld exited before listening")
+}
+
+/// Start recalld; `Err` carries its stderr if it exits instead of listening.
+pub fn try_recalld(args: &[&str]) -> Result<Server, String> {
     let mut child = Command::new(env!("CARGO_BIN_EXE_recalld"))
         .args(["-p", "0", "-l", "127.0.0.1"])
         .args(args)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("spawn recalld");
     let stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
     let mut lines = BufReader::new(stdout).lines();
     let addr = loop {
-        let line = lines.next().expect("recalld exited before listening").unwrap();
-        if let Some(a) = line.strip_prefix("listening on ") {
-            break a.parse().unwrap();
+        match lines.next() {
+            Some(Ok(line)) => {
+                if let Some(a) = line.strip_prefix("listening on ") {
+                    break a.parse().unwrap();
+                }
+            }
+            _ => {
+                let mut err = String::new();
+                let _ = stderr.read_to_string(&mut err);
+                let _ = child.wait();
+                return Err(err);
+            }
         }
     };
-    // Keep draining stdout so the child never blocks on a full pipe.
+    // Keep draining both pipes so the child never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
-    Server { addr, child }
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    Ok(Server { addr, child })
 }
 
 /// Start Debian's memcached, if installed.

@@ -1,0 +1,181 @@
+//! Snapshots and recovery for recalld (`--data-dir`).
+//!
+//! Start-up, before the first connection is accepted:
+//! 1. lock the data directory (one recalld per directory);
+//! 2. bump the boot epoch, and start the CAS/timestamp counter at its base,
+//!    so timestamps never go backwards across crashes;
+//! 3. verify the snapshot end to end, then load it (a damaged snapshot
+//!    stops the start with a clear error instead of loading half of it);
+//! 4. enter the recovering state for the grace period, during which
+//!    clients replay their backed-up writes (`replay`, `replay_delete`).
+//!
+//! Then a thread takes snapshots: every `snapshot_interval` seconds if
+//! anything was written, after `snapshot_after_writes` writes, when a client
+//! sends `snapshot`, and at shutdown. Taking one: read the watermark T (the
+//! last timestamp handed out), then copy each shard under its own lock into
+//! the file. Every write with a timestamp <= T finished under its shard lock
+//! before T was read, so it is in the copy (or superseded by a newer write
+//! that is). The file is written to a temp name, fsynced, renamed over the
+//! previous snapshot and the directory fsynced; only then is T announced.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use recall_engine::Engine;
+use recall_persist::fsutil::{write_atomically, FailAt};
+use recall_persist::snapshot::{self, Header};
+use recall_persist::{epoch, Record};
+
+pub const SNAPSHOT_FILE: &str = "snapshot.rcs";
+
+/// Settings for persistence.
+#[derive(Debug, Clone)]
+pub struct PersistConfig {
+    pub dir: PathBuf,
+    pub interval: Duration,
+    pub after_writes: u64,
+    pub recovery_grace: Duration,
+}
+
+pub struct Persist {
+    cfg: PersistConfig,
+    engine: Arc<Engine>,
+    /// Held for the process lifetime: the advisory lock on the directory.
+    _lock: File,
+}
+
+/// What start-up found.
+#[derive(Debug)]
+pub struct Loaded {
+    pub epoch: u64,
+    pub items: u64,
+    pub watermark: u64,
+}
+
+fn lock_dir(dir: &Path) -> io::Result<File> {
+    let f = OpenOptions::new().create(true).truncate(false).write(true).open(dir.join("lock"))?;
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a file descriptor we own.
+    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::WouldBlock,
+            format!("data directory {} is in use by another recalld", dir.display()),
+        ));
+    }
+    Ok(f)
+}
+
+impl Persist {
+    /// Steps 1-4 above. Must run before the server accepts connections.
+    pub fn open(engine: Arc<Engine>, cfg: PersistConfig) -> io::Result<(Arc<Persist>, Loaded)> {
+        std::fs::create_dir_all(&cfg.dir)?;
+        let lock = lock_dir(&cfg.dir)?;
+        let ep = epoch::bump(&cfg.dir)?;
+        engine.store.raise_cas_floor(epoch::base(ep));
+        let path = cfg.dir.join(SNAPSHOT_FILE);
+        let mut loaded = Loaded { epoch: ep, items: 0, watermark: 0 };
+        if path.exists() {
+            let bad = |e: recall_persist::Error| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{}: {e}; move it aside to start empty", path.display()),
+                )
+            };
+            snapshot::check(io::BufReader::new(File::open(&path)?)).map_err(bad)?;
+            let now = engine.now();
+            let sum = snapshot::read(io::BufReader::new(File::open(&path)?), |r: Record| {
+                if r.tombstone || (r.exptime != 0 && r.exptime <= now) {
+                    return;
+                }
+                engine.store.apply(&r.key, &r.value, r.flags, r.exptime, r.ts, false, now);
+            })
+            .map_err(bad)?;
+            loaded.items = sum.items;
+            loaded.watermark = sum.header.watermark;
+        }
+        let d = &engine.durability;
+        d.instance.store(ep, Ordering::Release);
+        d.watermark.store(loaded.watermark, Ordering::Release);
+        d.enabled.store(true, Ordering::Release);
+        // A previous instance existed: its clients may hold writes to replay.
+        d.recovering.store(ep > 1, Ordering::Release);
+        Ok((Arc::new(Persist { cfg, engine, _lock: lock }), loaded))
+    }
+
+    /// Take a snapshot now; returns its watermark.
+    pub fn snapshot_now(&self, fail: FailAt) -> io::Result<u64> {
+        let store = &self.engine.store;
+        let watermark = store.current_cas();
+        let header = Header {
+            instance: self.engine.durability.instance.load(Ordering::Acquire),
+            watermark,
+            created: self.engine.now() as u64,
+        };
+        let now = self.engine.now();
+        write_atomically(&self.cfg.dir.join(SNAPSHOT_FILE), fail, |w| {
+            let mut sw = snapshot::Writer::new(w, header)?;
+            let mut err = None;
+            store.for_each(now, |v| {
+                if err.is_none() {
+                    if let Err(e) = sw.record(v.key, v.value, v.flags, v.exptime, v.cas, false) {
+                        err = Some(e);
+                    }
+                }
+            });
+            if let Some(e) = err {
+                return Err(e);
+            }
+            sw.finish()?;
+            Ok(())
+        })?;
+        // Durable: announce.
+        self.engine.durability.watermark.fetch_max(watermark, Ordering::AcqRel);
+        Ok(watermark)
+    }
+
+    /// The snapshot loop; runs until the process exits.
+    pub fn run(self: Arc<Self>) {
+        let started = Instant::now();
+        let mut last = Instant::now();
+        let d = &self.engine.durability;
+        loop {
+            std::thread::sleep(Duration::from_millis(20));
+            if d.recovering.load(Ordering::Acquire) && started.elapsed() >= self.cfg.recovery_grace {
+                d.end_recovery();
+                tracing::info!("recovery grace period over");
+            }
+            let written = self.engine.store.current_cas().saturating_sub(d.watermark.load(Ordering::Acquire));
+            let requested = d.snapshot_requested.swap(false, Ordering::AcqRel);
+            let due = written > 0 && last.elapsed() >= self.cfg.interval;
+            if requested || due || (self.cfg.after_writes > 0 && written >= self.cfg.after_writes) {
+                match self.snapshot_now(FailAt::None) {
+                    Ok(w) => tracing::info!(watermark = w, "snapshot written"),
+                    Err(e) => tracing::error!(error = %e, "snapshot failed; the previous one is still in place"),
+                }
+                last = Instant::now();
+            }
+        }
+    }
+}
+
+/// `recalld --check-snapshot FILE`: verify and summarise a snapshot.
+pub fn check_file(path: &Path) -> Result<String, String> {
+    let f = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let s = snapshot::check(io::BufReader::new(f)).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(format!(
+        "{}: ok: format v{}, instance {}, watermark {}, {} items ({} bytes of keys and values), {} tombstones, newest timestamp {}",
+        path.display(),
+        snapshot::VERSION,
+        s.header.instance,
+        s.header.watermark,
+        s.items,
+        s.bytes,
+        s.tombstones,
+        s.max_ts
+    ))
+}

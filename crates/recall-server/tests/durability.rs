@@ -1,0 +1,194 @@
+//! Snapshots, crashes and replay with the real binary (seed 000).
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use common::{recalld, roundtrip, try_recalld, Server};
+
+struct TempDir(PathBuf);
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!("recall-dur-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+    fn s(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn start(dir: &TempDir) -> Server {
+    recalld(&["--data-dir", dir.s(), "--snapshot-interval", "3600", "--snapshot-after-writes", "0"])
+}
+
+/// (instance, watermark, state)
+fn durable(s: &mut std::net::TcpStream) -> (u64, u64, String) {
+    let r = String::from_utf8(roundtrip(s, b"durable\r\n", b"\r\n")).unwrap();
+    let f: Vec<&str> = r.split_whitespace().collect();
+    assert_eq!(f[0], "DURABLE", "{r}");
+    (f[1].parse().unwrap(), f[2].parse().unwrap(), f[3].to_string())
+}
+
+fn set(s: &mut std::net::TcpStream, k: &str, v: &str) -> u64 {
+    let r = roundtrip(s, format!("ms {k} {} c F7\r\n{v}\r\n", v.len()).as_bytes(), b"\r\n");
+    let r = String::from_utf8(r).unwrap();
+    assert!(r.starts_with("HD c"), "{r}");
+    r.trim()[4..].parse().unwrap()
+}
+
+fn get(s: &mut std::net::TcpStream, k: &str) -> Option<(String, u64)> {
+    let r = String::from_utf8(roundtrip(s, format!("mg {k} v c\r\n").as_bytes(), b"\r\n")).unwrap();
+    if r.starts_with("EN") {
+        return None;
+    }
+    let r = if r.matches("\r\n").count() < 2 {
+        let more = common::read_until(s, Duration::from_secs(5), |b| b.ends_with(b"\r\n")).0;
+        r + &String::from_utf8(more).unwrap()
+    } else {
+        r
+    };
+    let mut lines = r.lines();
+    let head = lines.next().unwrap();
+    let cas = head.split_whitespace().find_map(|t| t.strip_prefix('c')).unwrap().parse().unwrap();
+    Some((lines.next().unwrap_or("").to_string(), cas))
+}
+
+fn snapshot_and_wait(s: &mut std::net::TcpStream, covering: u64) {
+    assert_eq!(roundtrip(s, b"snapshot\r\n", b"\r\n"), b"OK\r\n");
+    let end = Instant::now() + Duration::from_secs(30);
+    while durable(s).1 < covering {
+        assert!(Instant::now() < end, "snapshot never covered {covering}");
+        std::thread::yield_now();
+    }
+}
+
+fn kill9(s: &mut Server) {
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(s.pid() as i32, libc::SIGKILL) };
+    let _ = s.child().wait();
+}
+
+#[test]
+fn snapshot_survives_kill_9_and_timestamps_stay_monotonic() {
+    let dir = TempDir::new("kill");
+    let mut s = start(&dir);
+    let mut c = s.connect();
+    let (inst1, _, state) = durable(&mut c);
+    assert_eq!(state, "ok", "a fresh data directory has nothing to recover");
+    let mut last = 0;
+    for i in 0..200 {
+        last = set(&mut c, &format!("k{i}"), &format!("value-{i}"));
+    }
+    snapshot_and_wait(&mut c, last);
+    kill9(&mut s);
+
+    let s = start(&dir);
+    let mut c = s.connect();
+    let (inst2, watermark, state) = durable(&mut c);
+    assert_eq!(inst2, inst1 + 1, "a new instance id after a restart");
+    assert_eq!(state, "recovering");
+    assert!(watermark >= last);
+    for i in 0..200 {
+        let (v, cas) = get(&mut c, &format!("k{i}")).unwrap_or_else(|| panic!("k{i} lost"));
+        assert_eq!(v, format!("value-{i}"));
+        assert!(cas <= last, "timestamps are kept");
+    }
+    let r = roundtrip(&mut c, b"mg k0 f\r\n", b"\r\n");
+    assert_eq!(r, b"HD f7\r\n", "flags are kept");
+    let new = set(&mut c, "fresh", "x");
+    assert!(new > last, "new timestamps are above everything before the crash");
+    drop(s);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_recalld"))
+        .args(["--check-snapshot", dir.0.join("snapshot.rcs").to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("200 items"));
+}
+
+/// The paper's scheme end to end: a write acknowledged after the last
+/// snapshot is lost by the crash and restored by the client's replay. The
+/// first half is the negative control: without replay, the checker sees
+/// the loss.
+#[test]
+fn replay_restores_writes_after_the_snapshot() {
+    let dir = TempDir::new("replay");
+    let mut s = start(&dir);
+    let mut c = s.connect();
+    let t1 = set(&mut c, "acct", "v1");
+    let gone = set(&mut c, "gone", "g1");
+    snapshot_and_wait(&mut c, gone);
+    // Acknowledged after the snapshot: only the client's backup has them.
+    let t2 = set(&mut c, "acct", "v2");
+    let t3 = set(&mut c, "new", "n1");
+    let r = String::from_utf8(roundtrip(&mut c, b"md gone\r\n", b"\r\n")).unwrap();
+    assert_eq!(r, "HD\r\n");
+    // A delete's timestamp: what the client would record for it.
+    let t_del = t3 + 1;
+    kill9(&mut s);
+
+    let s = start(&dir);
+    let mut c = s.connect();
+    // Negative control: without replay the newest acknowledged writes are gone.
+    assert_eq!(get(&mut c, "acct").map(|x| x.0).as_deref(), Some("v1"));
+    assert_eq!(get(&mut c, "new"), None);
+    assert!(get(&mut c, "gone").is_some(), "the delete is lost too");
+    // The client replays its latest write per key, in any order.
+    let del = format!("replay_delete gone {t_del}\r\n");
+    assert_eq!(roundtrip(&mut c, del.as_bytes(), b"\r\n"), b"APPLIED\r\n");
+    let r = format!("replay new 7 0 {t3} 2\r\nn1\r\nreplay acct 7 0 {t2} 2\r\nv2\r\n");
+    assert_eq!(roundtrip(&mut c, r.as_bytes(), b"APPLIED\r\nAPPLIED\r\n"), b"APPLIED\r\nAPPLIED\r\n");
+    // Already covered by the snapshot, or older than what is there: stale.
+    let old = format!("replay acct 7 0 {t1} 2\r\nv1\r\n");
+    assert_eq!(roundtrip(&mut c, old.as_bytes(), b"\r\n"), b"STALE\r\n");
+    let old = format!("replay gone 7 0 {gone} 2\r\ng1\r\n");
+    assert_eq!(roundtrip(&mut c, old.as_bytes(), b"\r\n"), b"STALE\r\n");
+    assert_eq!(get(&mut c, "acct"), Some(("v2".to_string(), t2)));
+    assert_eq!(get(&mut c, "new"), Some(("n1".to_string(), t3)));
+    assert_eq!(get(&mut c, "gone"), None);
+}
+
+#[test]
+fn sigterm_takes_a_final_snapshot() {
+    let dir = TempDir::new("term");
+    let mut s = start(&dir);
+    let mut c = s.connect();
+    set(&mut c, "a", "1");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(s.pid() as i32, libc::SIGTERM) };
+    let st = s.child().wait().unwrap();
+    assert!(st.success());
+    let s = start(&dir);
+    let mut c = s.connect();
+    assert_eq!(get(&mut c, "a").map(|x| x.0).as_deref(), Some("1"));
+}
+
+#[test]
+fn corrupt_snapshot_refuses_to_start_and_a_busy_dir_is_refused() {
+    let dir = TempDir::new("corrupt");
+    {
+        let mut s = start(&dir);
+        let mut c = s.connect();
+        let t = set(&mut c, "a", "1");
+        snapshot_and_wait(&mut c, t);
+        // A second server on the same directory is refused.
+        let e = try_recalld(&["--data-dir", dir.s()]).err().expect("second recalld must not start");
+        assert!(e.contains("in use"), "{e}");
+        kill9(&mut s);
+    }
+    let p = dir.0.join("snapshot.rcs");
+    let mut b = std::fs::read(&p).unwrap();
+    let n = b.len();
+    b[n - 10] ^= 0x55;
+    std::fs::write(&p, &b).unwrap();
+    let e = try_recalld(&["--data-dir", dir.s()]).err().expect("must refuse a corrupt snapshot");
+    assert!(e.contains("snapshot.rcs") && e.contains("move it aside"), "{e}");
+}

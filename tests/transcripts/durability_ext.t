@@ -1,0 +1,33 @@
+# memcached-differs: recall's durability extensions (docs/durability.md)
+> durable
+< DURABLE 0 0 off
+> snapshot
+< SERVER_ERROR durability is off (start recalld with --data-dir)
+# Replay applies only writes newer than the stored version.
+> replay k 5 0 1000 2
+> v1
+< APPLIED
+> replay k 5 0 900 2
+> v0
+< STALE
+> get k
+< VALUE k 5 2
+< v1
+< END
+> replay_delete k 1100
+< APPLIED
+> get k
+< END
+> replay k 0 0 1200 2 noreply
+> v2
+> gets k
+< VALUE k 0 2 1200
+< v2
+< END
+# New writes are newer than anything replayed.
+> set k 0 0 2
+> v3
+< STORED
+> replay k 0 0 1201 2
+> v9
+< STALE
