@@ -1,0 +1,524 @@
+//! `recall`: a command-line client for recall and memcached.
+//!
+//! Exit codes: 0 ok, 1 miss or not stored, 2 usage, 3 server or connection
+//! error. Several `--server` flags distribute keys with ketama, exactly as
+//! libmemcached/pylibmc (`ketama_weighted`) do, so `recall get` finds keys
+//! stored by those clients.
+
+use std::ffi::OsString;
+use std::io::{IsTerminal, Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand, ValueEnum};
+use recall_client::{Client, Error, StoreStatus};
+
+const EXIT_OK: u8 = 0;
+const EXIT_MISS: u8 = 1;
+const EXIT_USAGE: u8 = 2;
+const EXIT_ERROR: u8 = 3;
+
+const AFTER_HELP: &str = "\
+Exit status: 0 ok, 1 miss or not stored, 2 usage error, 3 server or connection error.
+
+Examples:
+  recall set greeting hello --ttl 60
+  recall get greeting
+  echo -n 42 | recall set counter
+  recall incr counter 8
+  recall -s 10.0.0.1:11211 -s 10.0.0.2:11211 get user:1   (ketama, like pylibmc)
+  recall top
+  recall dump --keys-only";
+
+#[derive(Parser, Debug)]
+#[command(name = "recall", version, about = "Command-line client for recall and memcached.", after_help = AFTER_HELP)]
+struct Cli {
+    /// Server as host:port (repeat for several; keys are placed with
+    /// libmemcached-compatible ketama). Default 127.0.0.1:11211.
+    #[arg(short = 's', long = "server", value_name = "HOST:PORT", global = true)]
+    servers: Vec<String>,
+
+    /// Connect and request timeout, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 2000, global = true)]
+    timeout: u64,
+
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Print the value of one key (raw bytes), or `KEY<TAB>VALUE` lines for several.
+    Get {
+        #[arg(required = true, value_name = "KEY")]
+        keys: Vec<String>,
+    },
+    /// Store a value (from the argument, or from stdin when it is omitted or `-`).
+    Set {
+        key: String,
+        /// The value; omitted or `-`: read it from stdin (binary-safe).
+        value: Option<String>,
+        /// Client flags stored with the value.
+        #[arg(long, default_value_t = 0)]
+        flags: u32,
+        /// Expiry in seconds (0: never; memcached's exptime rules).
+        #[arg(short = 't', long, default_value_t = 0, allow_negative_numbers = true)]
+        ttl: i32,
+        /// Which storage command to use.
+        #[arg(long, value_enum, default_value_t = Mode::Set)]
+        mode: Mode,
+    },
+    /// Delete a key.
+    Delete { key: String },
+    /// Increment a counter; prints the new value.
+    Incr {
+        key: String,
+        /// Amount to add.
+        #[arg(default_value_t = 1)]
+        delta: u64,
+    },
+    /// Decrement a counter (stops at 0); prints the new value.
+    Decr {
+        key: String,
+        /// Amount to subtract.
+        #[arg(default_value_t = 1)]
+        delta: u64,
+    },
+    /// Set a new expiry on a key.
+    Touch {
+        key: String,
+        /// New expiry in seconds (0: never).
+        #[arg(allow_negative_numbers = true)]
+        ttl: i32,
+    },
+    /// Invalidate every item on every server (flush_all).
+    Flush {
+        /// Flush after this many seconds instead of now.
+        #[arg(long)]
+        delay: Option<i32>,
+    },
+    /// Print server statistics (`stats [ARGS]`).
+    Stats {
+        /// Sub-statistics: `items`, `slabs`, `settings`, `conns`, ...
+        args: Vec<String>,
+    },
+    /// Print each server's version.
+    Version,
+    /// Live view of the servers' stats, refreshed every second.
+    Top {
+        /// Print one frame (rates averaged since server start) and exit.
+        #[arg(long)]
+        once: bool,
+        /// Seconds between refreshes.
+        #[arg(long, default_value_t = 1.0)]
+        interval: f64,
+    },
+    /// List every key with its metadata (`lru_crawler metadump all`).
+    Dump {
+        /// Print only the (decoded) keys.
+        #[arg(long)]
+        keys_only: bool,
+    },
+    /// Run the load generator (the separate `recall-bench` binary).
+    Bench {
+        /// Arguments passed to recall-bench (put `--` before its flags,
+        /// e.g. `recall bench -- --help`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Set,
+    Add,
+    Replace,
+    Append,
+    Prepend,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            // --help and --version are "errors" to clap but exit 0.
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { EXIT_USAGE } else { EXIT_OK });
+        }
+    };
+    if let Cmd::Bench { args } = &cli.cmd {
+        return ExitCode::from(bench(args));
+    }
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("recall: cannot start runtime: {e}");
+            return ExitCode::from(EXIT_ERROR);
+        }
+    };
+    ExitCode::from(rt.block_on(run(cli)))
+}
+
+fn fail(e: &Error) -> u8 {
+    eprintln!("recall: {e}");
+    match e {
+        Error::InvalidKey { .. } | Error::InvalidArgument(_) | Error::NoServers => EXIT_USAGE,
+        _ => EXIT_ERROR,
+    }
+}
+
+async fn run(cli: Cli) -> u8 {
+    let servers = if cli.servers.is_empty() { vec!["127.0.0.1:11211".to_string()] } else { cli.servers.clone() };
+    let timeout = Duration::from_millis(cli.timeout.max(1));
+    let builder = servers
+        .iter()
+        .fold(Client::builder(), |b, s| b.server(s))
+        .connect_timeout(timeout)
+        .request_timeout(timeout)
+        .pool_size(1)
+        // A one-shot tool reports the first failure; no back-off games.
+        .failure_limit(u32::MAX);
+    let client = match builder.build() {
+        Ok(c) => c,
+        Err(e) => return fail(&e),
+    };
+    match cli.cmd {
+        Cmd::Get { keys } => get(&client, &keys).await,
+        Cmd::Set { key, value, flags, ttl, mode } => {
+            let value = match value.as_deref() {
+                Some("-") | None => {
+                    let mut v = Vec::new();
+                    if let Err(e) = std::io::stdin().read_to_end(&mut v) {
+                        eprintln!("recall: reading the value from stdin: {e}");
+                        return EXIT_ERROR;
+                    }
+                    v
+                }
+                Some(v) => v.as_bytes().to_vec(),
+            };
+            let r = match mode {
+                Mode::Set => client.set(&key, &value, flags, ttl).await,
+                Mode::Add => client.add(&key, &value, flags, ttl).await,
+                Mode::Replace => client.replace(&key, &value, flags, ttl).await,
+                Mode::Append => client.append(&key, &value).await,
+                Mode::Prepend => client.prepend(&key, &value).await,
+            };
+            match r {
+                Ok(StoreStatus::Stored) => {
+                    println!("STORED");
+                    EXIT_OK
+                }
+                Ok(s) => {
+                    eprintln!("recall: {key}: not stored ({})", status_word(s));
+                    EXIT_MISS
+                }
+                Err(e) => fail(&e),
+            }
+        }
+        Cmd::Delete { key } => found(client.delete(&key).await, &key, "DELETED"),
+        Cmd::Touch { key, ttl } => found(client.touch(&key, ttl).await, &key, "TOUCHED"),
+        Cmd::Incr { key, delta } => number(client.incr(&key, delta).await, &key),
+        Cmd::Decr { key, delta } => number(client.decr(&key, delta).await, &key),
+        Cmd::Flush { delay } => match client.flush_all(delay).await {
+            Ok(()) => {
+                println!("OK");
+                EXIT_OK
+            }
+            Err(e) => fail(&e),
+        },
+        Cmd::Stats { args } => stats(&client, &args.join(" ")).await,
+        Cmd::Version => {
+            let results = client.version().await;
+            let many = results.len() > 1;
+            let mut code = EXIT_OK;
+            for (server, r) in results {
+                match r {
+                    Ok(v) if many => println!("{server} {v}"),
+                    Ok(v) => println!("{v}"),
+                    Err(e) => code = code.max(fail(&e)),
+                }
+            }
+            code
+        }
+        Cmd::Top { once, interval } => top(&client, once, interval).await,
+        Cmd::Dump { keys_only } => dump(&client, keys_only).await,
+        Cmd::Bench { .. } => EXIT_USAGE, // handled before the runtime starts
+    }
+}
+
+fn status_word(s: StoreStatus) -> &'static str {
+    match s {
+        StoreStatus::Stored => "STORED",
+        StoreStatus::NotStored => "NOT_STORED",
+        StoreStatus::Exists => "EXISTS",
+        StoreStatus::NotFound => "NOT_FOUND",
+    }
+}
+
+fn found(r: Result<bool, Error>, key: &str, word: &str) -> u8 {
+    match r {
+        Ok(true) => {
+            println!("{word}");
+            EXIT_OK
+        }
+        Ok(false) => {
+            eprintln!("recall: {key}: not found");
+            EXIT_MISS
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+fn number(r: Result<Option<u64>, Error>, key: &str) -> u8 {
+    match r {
+        Ok(Some(n)) => {
+            println!("{n}");
+            EXIT_OK
+        }
+        Ok(None) => {
+            eprintln!("recall: {key}: not found");
+            EXIT_MISS
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+async fn get(client: &Client, keys: &[String]) -> u8 {
+    let mut out = std::io::stdout().lock();
+    if let [key] = keys {
+        return match client.get(key).await {
+            Ok(Some(item)) => {
+                let _ = out.write_all(&item.value);
+                // Raw bytes for pipes; a newline only to keep a terminal tidy.
+                if std::io::stdout().is_terminal() && !item.value.ends_with(b"\n") {
+                    let _ = out.write_all(b"\n");
+                }
+                EXIT_OK
+            }
+            Ok(None) => {
+                eprintln!("recall: {key}: not found");
+                EXIT_MISS
+            }
+            Err(e) => fail(&e),
+        };
+    }
+    let r = client.get_multi_partial(recall_client::GetKind::Get, 0, keys).await;
+    let mut code = EXIT_OK;
+    for key in keys {
+        if let Some(item) = r.items.get(key.as_bytes()) {
+            let _ = out.write_all(key.as_bytes());
+            let _ = out.write_all(b"\t");
+            let _ = out.write_all(&item.value);
+            let _ = out.write_all(b"\n");
+        } else if let Some((_, e)) = r.errors.iter().find(|(k, _)| k == key.as_bytes()) {
+            code = code.max(fail(e));
+        } else {
+            eprintln!("recall: {key}: not found");
+            code = code.max(EXIT_MISS);
+        }
+    }
+    code
+}
+
+async fn stats(client: &Client, args: &str) -> u8 {
+    let results = client.stats(args).await;
+    let many = results.len() > 1;
+    let mut code = EXIT_OK;
+    for (server, r) in results {
+        match r {
+            Ok(stats) => {
+                if many {
+                    println!("[{server}]");
+                }
+                for (k, v) in stats {
+                    println!("{k} {v}");
+                }
+            }
+            Err(e) => code = code.max(fail(&e)),
+        }
+    }
+    code
+}
+
+async fn dump(client: &Client, keys_only: bool) -> u8 {
+    let mut out = std::io::stdout().lock();
+    let mut code = EXIT_OK;
+    for (_, r) in client.metadump().await {
+        match r {
+            Ok(entries) => {
+                for e in entries {
+                    if keys_only {
+                        let _ = out.write_all(&e.key);
+                        let _ = out.write_all(b"\n");
+                    } else {
+                        let _ = writeln!(out, "{}", e.line);
+                    }
+                }
+            }
+            Err(e) => code = code.max(fail(&e)),
+        }
+    }
+    code
+}
+
+/// One server's counters, for rates between two samples.
+#[derive(Debug, Clone, Default)]
+struct Sample {
+    at: Option<Instant>,
+    uptime: f64,
+    cmd_get: f64,
+    cmd_set: f64,
+    hits: f64,
+    misses: f64,
+    conns: f64,
+    items: f64,
+    bytes: f64,
+    limit: f64,
+    evictions: f64,
+    version: String,
+}
+
+impl Sample {
+    fn from(stats: &[(String, String)]) -> Sample {
+        let mut s = Sample { at: Some(Instant::now()), ..Default::default() };
+        for (k, v) in stats {
+            let n = v.parse::<f64>().unwrap_or(0.0);
+            match k.as_str() {
+                "uptime" => s.uptime = n,
+                "cmd_get" => s.cmd_get = n,
+                "cmd_set" => s.cmd_set = n,
+                "get_hits" => s.hits = n,
+                "get_misses" => s.misses = n,
+                "curr_connections" => s.conns = n,
+                "curr_items" => s.items = n,
+                "bytes" => s.bytes = n,
+                "limit_maxbytes" => s.limit = n,
+                "evictions" => s.evictions = n,
+                "version" => s.version = v.clone(),
+                _ => {}
+            }
+        }
+        s
+    }
+}
+
+fn human_bytes(b: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{v:.0} {}", UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// Render one frame. With a previous sample the rates are over the
+/// interval; without one (the first frame, `--once`) they are averages
+/// since the server started.
+fn frame(rows: &[(String, Result<Sample, String>)], prev: &[Option<Sample>]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let since_start = prev.iter().all(Option::is_none);
+    let _ = writeln!(
+        s,
+        "recall top  {}  ({})",
+        rows.len().to_string() + if rows.len() == 1 { " server" } else { " servers" },
+        if since_start { "rates averaged since server start" } else { "rates over the last interval" }
+    );
+    let _ = writeln!(
+        s,
+        "{:<22} {:>9} {:>9} {:>7} {:>6} {:>10} {:>22} {:>8} {:>10}",
+        "SERVER", "GET/s", "SET/s", "HIT%", "CONNS", "ITEMS", "BYTES (USED/LIMIT)", "EVICT/s", "EVICTIONS"
+    );
+    for (i, (server, r)) in rows.iter().enumerate() {
+        let cur = match r {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = writeln!(s, "{server:<22} error: {e}");
+                continue;
+            }
+        };
+        let base = prev.get(i).cloned().flatten();
+        let (dt, d) = match (&base, cur.at, base.as_ref().and_then(|b| b.at)) {
+            (Some(b), Some(now), Some(then)) => (now.duration_since(then).as_secs_f64(), b.clone()),
+            _ => (cur.uptime, Sample::default()),
+        };
+        let dt = dt.max(1e-9);
+        let rate = |a: f64, b: f64| (a - b).max(0.0) / dt;
+        let lookups = (cur.hits - d.hits) + (cur.misses - d.misses);
+        let hit = if lookups > 0.0 { format!("{:.1}", 100.0 * (cur.hits - d.hits) / lookups) } else { "-".into() };
+        let used = format!("{} / {}", human_bytes(cur.bytes), human_bytes(cur.limit));
+        let _ = writeln!(
+            s,
+            "{:<22} {:>9.1} {:>9.1} {:>7} {:>6} {:>10} {:>22} {:>8.1} {:>10}",
+            server,
+            rate(cur.cmd_get, d.cmd_get),
+            rate(cur.cmd_set, d.cmd_set),
+            hit,
+            cur.conns,
+            cur.items,
+            used,
+            rate(cur.evictions, d.evictions),
+            cur.evictions
+        );
+    }
+    s
+}
+
+async fn top(client: &Client, once: bool, interval: f64) -> u8 {
+    let interval = Duration::from_secs_f64(interval.clamp(0.05, 3600.0));
+    let mut prev: Vec<Option<Sample>> = vec![None; client.servers().len()];
+    loop {
+        let rows: Vec<(String, Result<Sample, String>)> = client
+            .stats("")
+            .await
+            .into_iter()
+            .map(|(server, r)| (server.to_string(), r.map(|st| Sample::from(&st)).map_err(|e| e.to_string())))
+            .collect();
+        let text = frame(&rows, &prev);
+        let mut out = std::io::stdout().lock();
+        if once {
+            let _ = out.write_all(text.as_bytes());
+            return if rows.iter().all(|(_, r)| r.is_err()) { EXIT_ERROR } else { EXIT_OK };
+        }
+        // Clear the screen and home the cursor, then redraw.
+        let _ = write!(out, "\x1b[2J\x1b[H{text}");
+        let _ = out.flush();
+        drop(out);
+        prev = rows.into_iter().map(|(_, r)| r.ok()).collect();
+        tokio::time::sleep(interval).await;
+    }
+}
+
+/// `recall bench`: the load generator is its own binary; run it if it is
+/// installed next to `recall` or on the PATH.
+fn bench(args: &[OsString]) -> u8 {
+    let name = format!("recall-bench{}", std::env::consts::EXE_SUFFIX);
+    let beside = std::env::current_exe().ok().and_then(|p| p.parent().map(|d| d.join(&name)));
+    let on_path = || {
+        std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join(&name)).find(|c| c.is_file()))
+    };
+    let found: Option<PathBuf> = beside.filter(|p| p.is_file()).or_else(on_path);
+    let Some(bin) = found else {
+        eprintln!(
+            "recall: `recall bench` runs the load generator, which is a separate binary: recall-bench.\n\
+             It was not found next to this program or on the PATH. Build it with\n\
+             \n    cargo build --release -p recall-bench\n\n\
+             and run `recall-bench --help` (or put it on the PATH and use `recall bench ...`)."
+        );
+        return EXIT_USAGE;
+    };
+    match std::process::Command::new(&bin).args(args).status() {
+        Ok(st) => st.code().map(|c| c.clamp(0, 255) as u8).unwrap_or(EXIT_ERROR),
+        Err(e) => {
+            eprintln!("recall: running {}: {e}", bin.display());
+            EXIT_ERROR
+        }
+    }
+}

@@ -1,0 +1,1112 @@
+//! The async client: configuration, routing, and one method per command.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use recall_proto::text::{GetKind, StoreCmd};
+use tokio::task::JoinSet;
+
+use crate::codec::MetaStatus;
+use crate::conn::{Conn, Expect, Health, HealthConfig, Reply};
+use crate::error::{Error, Result, ServerName};
+use crate::ketama::{Continuum, Node, DEFAULT_PORT};
+use crate::meta::{MetaArith, MetaDelete, MetaGet, MetaResponse, MetaSet, MetaSetMode};
+use crate::observer::{WriteAck, WriteObserver, WriteOp};
+use crate::request;
+use crate::stream::{ValueReader, ValueWriter, UNSUPPORTED};
+use crate::{Item, StoreStatus};
+
+/// What happens to the keys of a server marked dead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeadServerPolicy {
+    /// Its keys fail fast with [`Error::ServerDead`] until the back-off
+    /// expires; no key ever moves. This is the default because moving keys
+    /// means reading misses (and writing values) on another server, and
+    /// when the dead server comes back, its old and possibly stale values
+    /// are served again.
+    #[default]
+    FailFast,
+    /// Like libmemcached's `MEMCACHED_BEHAVIOR_REMOVE_FAILED_SERVERS`
+    /// (pylibmc `remove_failed`): while a server is dead, the continuum is
+    /// rebuilt over the live servers only (with libmemcached's arithmetic,
+    /// so pylibmc with `remove_failed` moves the same keys), and rebuilt
+    /// again when it comes back.
+    Redistribute,
+}
+
+/// One configured server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerSpec {
+    pub host: String,
+    pub port: u16,
+    pub weight: u32,
+}
+
+impl ServerSpec {
+    /// Parse `host`, `host:port`, `host:port:weight` (pylibmc's form) or
+    /// `[v6addr]:port[:weight]`. The port defaults to 11211.
+    pub fn parse(spec: &str) -> Result<ServerSpec> {
+        let bad = || Error::InvalidArgument(format!("server {spec:?}: expected host[:port[:weight]]"));
+        let (host, rest) = if let Some(r) = spec.strip_prefix('[') {
+            let end = r.find(']').ok_or_else(bad)?;
+            let rest = &r[end + 1..];
+            (r[..end].to_string(), rest.strip_prefix(':').unwrap_or(rest))
+        } else {
+            match spec.split_once(':') {
+                Some((h, r)) => (h.to_string(), r),
+                None => (spec.to_string(), ""),
+            }
+        };
+        if host.is_empty() {
+            return Err(bad());
+        }
+        let mut parts = if rest.is_empty() { vec![] } else { rest.split(':').collect::<Vec<_>>() };
+        if parts.len() > 2 {
+            return Err(bad());
+        }
+        let weight = if parts.len() == 2 { parts.pop().and_then(|w| w.parse().ok()).ok_or_else(bad)? } else { 1 };
+        let port = match parts.pop() {
+            Some(p) => p.parse().map_err(|_| bad())?,
+            None => DEFAULT_PORT,
+        };
+        Ok(ServerSpec { host, port, weight })
+    }
+
+    /// `host:port`, the server's name in errors and results.
+    pub fn name(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// Builds a [`Client`]. Nothing connects until the first request.
+///
+/// ```
+/// use std::time::Duration;
+/// use recall_client::{Client, DeadServerPolicy};
+///
+/// let client = Client::builder()
+///     .server("10.0.0.1:11211")
+///     .server("10.0.0.2:11211:2") // pylibmc's host:port:weight
+///     .connect_timeout(Duration::from_millis(200))
+///     .request_timeout(Duration::from_millis(500))
+///     .pool_size(2)
+///     .failure_limit(2)
+///     .retry_backoff(Duration::from_secs(1), Duration::from_secs(30))
+///     .dead_servers(DeadServerPolicy::FailFast)
+///     .build()?;
+/// assert_eq!(client.servers().len(), 2);
+/// # Ok::<(), recall_client::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct ClientBuilder {
+    servers: Vec<ServerSpec>,
+    errors: Vec<Error>,
+    opts: Options,
+    observer: Option<Arc<dyn WriteObserver>>,
+}
+
+#[derive(Debug, Clone)]
+struct Options {
+    connect_timeout: Duration,
+    request_timeout: Duration,
+    pool_size: usize,
+    failure_limit: u32,
+    retry_base: Duration,
+    retry_max: Duration,
+    dead_servers: DeadServerPolicy,
+}
+
+impl Default for ClientBuilder {
+    fn default() -> Self {
+        ClientBuilder {
+            servers: Vec::new(),
+            errors: Vec::new(),
+            opts: Options {
+                connect_timeout: Duration::from_secs(1),
+                request_timeout: Duration::from_secs(2),
+                pool_size: 2,
+                failure_limit: 2,
+                retry_base: Duration::from_secs(1),
+                retry_max: Duration::from_secs(30),
+                dead_servers: DeadServerPolicy::FailFast,
+            },
+            observer: None,
+        }
+    }
+}
+
+impl ClientBuilder {
+    /// Add a server (`host:port`, `host:port:weight`, `[v6]:port`).
+    pub fn server(mut self, spec: &str) -> Self {
+        match ServerSpec::parse(spec) {
+            Ok(s) => self.servers.push(s),
+            Err(e) => self.errors.push(e),
+        }
+        self
+    }
+
+    /// Add a server with a ketama weight (relative share of keys).
+    pub fn weighted_server(mut self, spec: &str, weight: u32) -> Self {
+        match ServerSpec::parse(spec) {
+            Ok(s) => self.servers.push(ServerSpec { weight, ..s }),
+            Err(e) => self.errors.push(e),
+        }
+        self
+    }
+
+    /// Connect timeout, per attempt (default 1 s).
+    pub fn connect_timeout(mut self, t: Duration) -> Self {
+        self.opts.connect_timeout = t;
+        self
+    }
+
+    /// Time from queueing a request to its complete reply (default 2 s).
+    /// A request that times out closes its connection (see `conn`).
+    pub fn request_timeout(mut self, t: Duration) -> Self {
+        self.opts.request_timeout = t;
+        self
+    }
+
+    /// Connections per server (default 2). Each is pipelined, so this is
+    /// about spreading load over the server's worker threads, not about
+    /// concurrency.
+    pub fn pool_size(mut self, n: usize) -> Self {
+        self.opts.pool_size = n.max(1);
+        self
+    }
+
+    /// Consecutive connection-level failures before a server is marked dead
+    /// (default 2).
+    pub fn failure_limit(mut self, n: u32) -> Self {
+        self.opts.failure_limit = n.max(1);
+        self
+    }
+
+    /// Back-off of a dead server: `base`, doubled on each failed retry, up
+    /// to `max` (default 1 s to 30 s).
+    pub fn retry_backoff(mut self, base: Duration, max: Duration) -> Self {
+        self.opts.retry_base = base;
+        self.opts.retry_max = max.max(base);
+        self
+    }
+
+    /// Whether dead servers' keys fail fast (default) or move.
+    pub fn dead_servers(mut self, policy: DeadServerPolicy) -> Self {
+        self.opts.dead_servers = policy;
+        self
+    }
+
+    /// Register the observer of acknowledged writes.
+    pub fn write_observer(mut self, observer: Arc<dyn WriteObserver>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    pub fn build(self) -> Result<Client> {
+        if let Some(e) = self.errors.into_iter().next() {
+            return Err(e);
+        }
+        if self.servers.is_empty() {
+            return Err(Error::NoServers);
+        }
+        let health_cfg = HealthConfig {
+            failure_limit: self.opts.failure_limit,
+            retry_base: self.opts.retry_base,
+            retry_max: self.opts.retry_max,
+        };
+        let nodes: Vec<Node> = self.servers.iter().map(|s| Node::new(s.host.clone(), s.port, s.weight)).collect();
+        let servers = self
+            .servers
+            .iter()
+            .map(|s| Server {
+                name: Arc::from(s.name()),
+                addr: s.name(),
+                health: Arc::new(Health::new(health_cfg)),
+                slots: (0..self.opts.pool_size).map(|_| tokio::sync::Mutex::new(None)).collect(),
+                next: AtomicUsize::new(0),
+            })
+            .collect();
+        let continuum = Continuum::build(&nodes, |_| true);
+        if continuum.is_empty() {
+            return Err(Error::InvalidArgument("every server has weight 0".into()));
+        }
+        Ok(Client {
+            inner: Arc::new(Inner {
+                servers,
+                nodes,
+                continuum,
+                live: Mutex::new(None),
+                opts: self.opts,
+                observer: self.observer,
+            }),
+        })
+    }
+}
+
+struct Server {
+    name: ServerName,
+    /// What `TcpStream::connect` resolves (the name, re-resolved on each
+    /// connect so DNS changes are picked up).
+    addr: String,
+    health: Arc<Health>,
+    slots: Vec<tokio::sync::Mutex<Option<Conn>>>,
+    next: AtomicUsize,
+}
+
+impl Server {
+    fn alive(&self) -> Result<()> {
+        self.health.check(Instant::now()).map_err(|retry_in| Error::ServerDead { server: self.name.clone(), retry_in })
+    }
+
+    /// A healthy connection from the pool, connecting if needed.
+    async fn conn(&self, opts: &Options) -> Result<Conn> {
+        self.alive()?;
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
+        // Holding the slot's lock while connecting makes concurrent callers
+        // wait for one connect instead of each opening their own.
+        let mut slot = self.slots[i].lock().await;
+        if let Some(c) = slot.as_ref() {
+            if !c.is_broken() {
+                return Ok(c.clone());
+            }
+        }
+        *slot = None;
+        // Someone else's connect may have just failed and marked it dead.
+        self.alive()?;
+        match Conn::connect(&self.addr, &self.name, &self.health, opts.connect_timeout).await {
+            Ok(c) => {
+                *slot = Some(c.clone());
+                Ok(c)
+            }
+            Err(e) => {
+                self.health.record_failure();
+                Err(e)
+            }
+        }
+    }
+}
+
+struct Inner {
+    servers: Vec<Server>,
+    nodes: Vec<Node>,
+    continuum: Continuum,
+    /// With [`DeadServerPolicy::Redistribute`]: the continuum over the live
+    /// servers, and which servers were dead when it was built.
+    live: Mutex<Option<(Vec<bool>, Arc<Continuum>)>>,
+    opts: Options,
+    observer: Option<Arc<dyn WriteObserver>>,
+}
+
+impl Inner {
+    fn route(&self, key: &[u8]) -> Result<usize> {
+        if self.servers.len() == 1 {
+            return Ok(0); // libmemcached skips hashing with one server too
+        }
+        let home = self.continuum.locate(key).ok_or(Error::NoServers)?;
+        if self.opts.dead_servers == DeadServerPolicy::FailFast {
+            return Ok(home);
+        }
+        let now = Instant::now();
+        let dead: Vec<bool> = self.servers.iter().map(|s| s.health.is_dead(now)).collect();
+        if !dead.contains(&true) || !dead.contains(&false) {
+            // All alive: the full continuum. All dead: nowhere to move to,
+            // so the key's own server answers (with ServerDead).
+            return Ok(home);
+        }
+        let live = {
+            let mut cache = self.live.lock().unwrap_or_else(|p| p.into_inner());
+            match cache.as_ref() {
+                Some((mask, c)) if *mask == dead => c.clone(),
+                _ => {
+                    let c = Arc::new(Continuum::build(&self.nodes, |i| !dead[i]));
+                    *cache = Some((dead, c.clone()));
+                    c
+                }
+            }
+        };
+        Ok(live.locate(key).unwrap_or(home))
+    }
+
+    async fn exec(&self, idx: usize, bytes: Vec<u8>, expect: Expect, timeout: Duration) -> Result<Vec<Reply>> {
+        let server = &self.servers[idx];
+        let conn = server.conn(&self.opts).await?;
+        conn.request(bytes, expect, timeout).await
+    }
+
+    /// One request whose reply is one frame; error frames become errors.
+    async fn one(&self, idx: usize, bytes: Vec<u8>) -> Result<Reply> {
+        let mut frames = self.exec(idx, bytes, Expect::One, self.opts.request_timeout).await?;
+        match frames.pop() {
+            Some(Reply::Error(e)) => Err(e),
+            Some(r) => Ok(r),
+            None => Err(self.protocol(idx, "empty reply")),
+        }
+    }
+
+    fn protocol(&self, idx: usize, what: &str) -> Error {
+        Error::Protocol { server: self.servers[idx].name.clone(), message: what.to_string() }
+    }
+
+    fn unexpected(&self, idx: usize, r: &Reply) -> Error {
+        self.protocol(idx, &format!("unexpected reply {r:?}"))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn ack(
+        &self,
+        idx: usize,
+        key: &[u8],
+        op: WriteOp,
+        cas: Option<u64>,
+        value: Option<&[u8]>,
+        flags: u32,
+        exptime: i32,
+    ) {
+        if let Some(o) = &self.observer {
+            o.on_ack(&WriteAck { server: &self.servers[idx].name, key, op, cas, value, flags, exptime });
+        }
+    }
+
+    /// A meta command: appends `mn` after quiet ones so their (possibly
+    /// absent) reply has an end.
+    async fn meta(&self, idx: usize, mut bytes: Vec<u8>, quiet: bool) -> Result<MetaResponse> {
+        let expect = if quiet {
+            bytes.extend_from_slice(b"mn\r\n");
+            Expect::UntilNoop
+        } else {
+            Expect::One
+        };
+        let frames = self.exec(idx, bytes, expect, self.opts.request_timeout).await?;
+        let first = frames.into_iter().next();
+        match first {
+            Some(Reply::Meta { status, ret, data }) => Ok(MetaResponse { status, value: data, ret }),
+            Some(Reply::Error(e)) => Err(e),
+            Some(r) => Err(self.unexpected(idx, &r)),
+            None => Err(self.protocol(idx, "empty reply")),
+        }
+    }
+}
+
+/// A memcached/recall client: cheap to clone (clones share pools), usable
+/// from many tasks at once; concurrent requests to one server are pipelined
+/// on its connections.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), recall_client::Error> {
+/// use recall_client::Client;
+///
+/// let client = Client::new(["10.0.0.1:11211", "10.0.0.2:11211", "10.0.0.3:11211"])?;
+/// client.set("greeting", "hello", 0, 300).await?;
+/// if let Some(item) = client.get("greeting").await? {
+///     assert_eq!(item.value, b"hello");
+/// }
+/// let found = client.get_multi(["a", "b", "greeting"]).await?;
+/// assert!(found.contains_key(&b"greeting"[..]));
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+/// Results of a command sent to every server, in configuration order.
+pub type PerServer<T> = Vec<(ServerName, Result<T>)>;
+
+/// The result of a multi-get that keeps going when some servers fail.
+#[derive(Debug, Default)]
+pub struct MultiGet {
+    /// Hits, by key. Misses are simply absent.
+    pub items: HashMap<Vec<u8>, Item>,
+    /// Keys that could not be looked up, with the reason (a dead server's
+    /// error is repeated for each of its keys).
+    pub errors: Vec<(Vec<u8>, Error)>,
+}
+
+/// One line of `lru_crawler metadump`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DumpEntry {
+    /// The key, URI-decoded.
+    pub key: Vec<u8>,
+    /// Absolute expiry time (unix seconds), -1 for none.
+    pub exptime: Option<i64>,
+    /// Last access (unix seconds).
+    pub last_access: Option<u64>,
+    pub cas: Option<u64>,
+    pub fetched: Option<bool>,
+    /// Slab class.
+    pub class: Option<u32>,
+    /// Bytes the item takes in the server.
+    pub size: Option<u64>,
+    /// The line as the server sent it.
+    pub line: String,
+}
+
+impl DumpEntry {
+    pub fn parse(line: &[u8]) -> Option<DumpEntry> {
+        let text = String::from_utf8_lossy(line).into_owned();
+        let mut e = DumpEntry {
+            key: Vec::new(),
+            exptime: None,
+            last_access: None,
+            cas: None,
+            fetched: None,
+            class: None,
+            size: None,
+            line: String::new(),
+        };
+        let mut has_key = false;
+        for tok in text.split(' ') {
+            let Some((k, v)) = tok.split_once('=') else { continue };
+            match k {
+                "key" => {
+                    e.key = uri_decode(v.as_bytes());
+                    has_key = true;
+                }
+                "exp" => e.exptime = v.parse().ok(),
+                "la" => e.last_access = v.parse().ok(),
+                "cas" => e.cas = v.parse().ok(),
+                "fetch" => e.fetched = Some(v == "yes"),
+                "cls" => e.class = v.parse().ok(),
+                "size" => e.size = v.parse().ok(),
+                _ => {}
+            }
+        }
+        e.line = text;
+        has_key.then_some(e)
+    }
+}
+
+/// memcached URI-encodes keys in metadump (`%20` for a space).
+fn uri_decode(s: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        if s[i] == b'%' && i + 2 < s.len() {
+            let hex = |c: u8| (c as char).to_digit(16);
+            if let (Some(h), Some(l)) = (hex(s[i + 1]), hex(s[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(s[i]);
+        i += 1;
+    }
+    out
+}
+
+/// Keys per `get` line in a multi-get: replies arrive and are decoded
+/// while later chunks are still being sent.
+const MULTIGET_CHUNK: usize = 100;
+
+impl Client {
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::default()
+    }
+
+    /// A client for these servers (weight 1 each) with default settings.
+    pub fn new<I, S>(servers: I) -> Result<Client>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        servers.into_iter().fold(Client::builder(), |b, s| b.server(s.as_ref())).build()
+    }
+
+    /// The configured servers' names (`host:port`), in order.
+    pub fn servers(&self) -> Vec<ServerName> {
+        self.inner.servers.iter().map(|s| s.name.clone()).collect()
+    }
+
+    /// The server a key goes to now (with
+    /// [`DeadServerPolicy::Redistribute`] this changes while a server is
+    /// dead).
+    pub fn server_for(&self, key: impl AsRef<[u8]>) -> Result<ServerName> {
+        let idx = self.inner.route(key.as_ref())?;
+        Ok(self.inner.servers[idx].name.clone())
+    }
+
+    fn route_classic(&self, key: &[u8]) -> Result<usize> {
+        request::check_key(key)?;
+        self.inner.route(key)
+    }
+
+    // ---- retrieval ------------------------------------------------------
+
+    async fn retrieve(&self, kind: GetKind, exptime: i32, key: &[u8]) -> Result<Option<Item>> {
+        let idx = self.route_classic(key)?;
+        let mut b = Vec::with_capacity(key.len() + 16);
+        request::get(&mut b, kind, exptime, [key]);
+        let frames = self.inner.exec(idx, b, Expect::UntilEnd, self.inner.opts.request_timeout).await?;
+        let mut found = None;
+        for f in frames {
+            match f {
+                Reply::Value(item) if item.key == key => found = Some(item),
+                Reply::End => {}
+                Reply::Error(e) => return Err(e),
+                other => return Err(self.inner.unexpected(idx, &other)),
+            }
+        }
+        Ok(found)
+    }
+
+    /// `get <key>`: the item, or `None` on a miss.
+    pub async fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Item>> {
+        self.retrieve(GetKind::Get, 0, key.as_ref()).await
+    }
+
+    /// `gets <key>`: the item with its CAS.
+    pub async fn gets(&self, key: impl AsRef<[u8]>) -> Result<Option<Item>> {
+        self.retrieve(GetKind::Gets, 0, key.as_ref()).await
+    }
+
+    /// `gat <exptime> <key>`: get and touch.
+    pub async fn gat(&self, exptime: i32, key: impl AsRef<[u8]>) -> Result<Option<Item>> {
+        self.retrieve(GetKind::Gat, exptime, key.as_ref()).await
+    }
+
+    /// `gats <exptime> <key>`: get and touch, with the CAS.
+    pub async fn gats(&self, exptime: i32, key: impl AsRef<[u8]>) -> Result<Option<Item>> {
+        self.retrieve(GetKind::Gats, exptime, key.as_ref()).await
+    }
+
+    /// Multi-get across servers: keys are grouped by server, each group is
+    /// sent (in chunks of 100 keys) to its server concurrently, and the hits
+    /// are merged. Fails with the first error if any server failed; see
+    /// [`Client::get_multi_partial`] to keep the other servers' hits.
+    pub async fn get_multi<I, K>(&self, keys: I) -> Result<HashMap<Vec<u8>, Item>>
+    where
+        I: IntoIterator<Item = K>,
+        K: AsRef<[u8]>,
+    {
+        let r = self.get_multi_partial(GetKind::Get, 0, keys).await;
+        match r.errors.into_iter().next() {
+            Some((_, e)) => Err(e),
+            None => Ok(r.items),
+        }
+    }
+
+    /// [`Client::get_multi`] with CAS values.
+    pub async fn gets_multi<I, K>(&self, keys: I) -> Result<HashMap<Vec<u8>, Item>>
+    where
+        I: IntoIterator<Item = K>,
+        K: AsRef<[u8]>,
+    {
+        let r = self.get_multi_partial(GetKind::Gets, 0, keys).await;
+        match r.errors.into_iter().next() {
+            Some((_, e)) => Err(e),
+            None => Ok(r.items),
+        }
+    }
+
+    /// Multi-get of any kind (`get`, `gets`, `gat`, `gats`) that reports
+    /// failures per key instead of failing the whole call.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: recall_client::Client) {
+    /// use recall_client::GetKind;
+    ///
+    /// let r = client.get_multi_partial(GetKind::Gets, 0, ["a", "b", "c"]).await;
+    /// for (key, item) in &r.items {
+    ///     println!("{:?} = {:?} (cas {:?})", key, item.value, item.cas);
+    /// }
+    /// for (key, err) in &r.errors {
+    ///     eprintln!("{:?}: {err}", key); // e.g. its server is dead
+    /// }
+    /// # }
+    /// ```
+    pub async fn get_multi_partial<I, K>(&self, kind: GetKind, exptime: i32, keys: I) -> MultiGet
+    where
+        I: IntoIterator<Item = K>,
+        K: AsRef<[u8]>,
+    {
+        let mut out = MultiGet::default();
+        let mut groups: HashMap<usize, Vec<Vec<u8>>> = HashMap::new();
+        for k in keys {
+            let k = k.as_ref();
+            match self.route_classic(k) {
+                Ok(idx) => groups.entry(idx).or_default().push(k.to_vec()),
+                Err(e) => out.errors.push((k.to_vec(), e)),
+            }
+        }
+        let mut tasks = JoinSet::new();
+        // Which keys each task asked for, to report them if it panics.
+        let mut asked: HashMap<tokio::task::Id, Vec<Vec<u8>>> = HashMap::new();
+        for (idx, keys) in groups {
+            for chunk in keys.chunks(MULTIGET_CHUNK) {
+                let chunk = chunk.to_vec();
+                let inner = self.inner.clone();
+                let task_keys = chunk.clone();
+                let handle = tasks.spawn(async move {
+                    let mut b = Vec::new();
+                    request::get(&mut b, kind, exptime, task_keys.iter().map(Vec::as_slice));
+                    inner.exec(idx, b, Expect::UntilEnd, inner.opts.request_timeout).await
+                });
+                asked.insert(handle.id(), chunk);
+            }
+        }
+        while let Some(done) = tasks.join_next_with_id().await {
+            let (chunk, result) = match done {
+                Ok((id, r)) => (asked.remove(&id).unwrap_or_default(), r),
+                Err(e) => {
+                    let chunk = asked.remove(&e.id()).unwrap_or_default();
+                    let err = Error::Internal(format!("multi-get task failed: {e}"));
+                    out.errors.extend(chunk.into_iter().map(|k| (k, err.clone())));
+                    continue;
+                }
+            };
+            match result {
+                Ok(frames) => {
+                    for f in frames {
+                        match f {
+                            Reply::Value(item) => {
+                                out.items.insert(item.key.clone(), item);
+                            }
+                            Reply::Error(e) => out.errors.extend(chunk.iter().map(|k| (k.clone(), e.clone()))),
+                            _ => {}
+                        }
+                    }
+                }
+                Err(e) => out.errors.extend(chunk.into_iter().map(|k| (k, e.clone()))),
+            }
+        }
+        out
+    }
+
+    // ---- storage --------------------------------------------------------
+
+    async fn store(
+        &self,
+        cmd: StoreCmd,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        exptime: i32,
+        cas: u64,
+    ) -> Result<StoreStatus> {
+        let idx = self.route_classic(key)?;
+        let mut b = Vec::new();
+        request::store(&mut b, cmd, key, flags, exptime, cas, value);
+        let status = match self.inner.one(idx, b).await? {
+            Reply::Stored => StoreStatus::Stored,
+            Reply::NotStored => StoreStatus::NotStored,
+            Reply::Exists => StoreStatus::Exists,
+            Reply::NotFound => StoreStatus::NotFound,
+            other => return Err(self.inner.unexpected(idx, &other)),
+        };
+        if status == StoreStatus::Stored {
+            let op = match cmd {
+                StoreCmd::Set => WriteOp::Set,
+                StoreCmd::Add => WriteOp::Add,
+                StoreCmd::Replace => WriteOp::Replace,
+                StoreCmd::Append => WriteOp::Append,
+                StoreCmd::Prepend => WriteOp::Prepend,
+                StoreCmd::Cas => WriteOp::Cas,
+            };
+            self.inner.ack(idx, key, op, None, Some(value), flags, exptime);
+        }
+        Ok(status)
+    }
+
+    /// `set`: store unconditionally. `exptime` is memcached's: seconds (up
+    /// to 30 days), a unix time, 0 for never, negative for already expired.
+    pub async fn set(
+        &self,
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+        flags: u32,
+        exptime: i32,
+    ) -> Result<StoreStatus> {
+        self.store(StoreCmd::Set, key.as_ref(), value.as_ref(), flags, exptime, 0).await
+    }
+
+    /// `add`: store only if the key is missing (`NotStored` otherwise).
+    pub async fn add(
+        &self,
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+        flags: u32,
+        exptime: i32,
+    ) -> Result<StoreStatus> {
+        self.store(StoreCmd::Add, key.as_ref(), value.as_ref(), flags, exptime, 0).await
+    }
+
+    /// `replace`: store only if the key exists (`NotStored` otherwise).
+    pub async fn replace(
+        &self,
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+        flags: u32,
+        exptime: i32,
+    ) -> Result<StoreStatus> {
+        self.store(StoreCmd::Replace, key.as_ref(), value.as_ref(), flags, exptime, 0).await
+    }
+
+    /// `append`: add bytes after the existing value (`NotStored` if missing).
+    pub async fn append(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<StoreStatus> {
+        self.store(StoreCmd::Append, key.as_ref(), value.as_ref(), 0, 0, 0).await
+    }
+
+    /// `prepend`: add bytes before the existing value.
+    pub async fn prepend(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<StoreStatus> {
+        self.store(StoreCmd::Prepend, key.as_ref(), value.as_ref(), 0, 0, 0).await
+    }
+
+    /// `cas`: store only if the item's CAS is still `cas` (`Exists` if it
+    /// changed, `NotFound` if it is gone).
+    pub async fn cas(
+        &self,
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+        flags: u32,
+        exptime: i32,
+        cas: u64,
+    ) -> Result<StoreStatus> {
+        self.store(StoreCmd::Cas, key.as_ref(), value.as_ref(), flags, exptime, cas).await
+    }
+
+    // ---- other key commands ---------------------------------------------
+
+    /// `delete`: `true` if it existed.
+    pub async fn delete(&self, key: impl AsRef<[u8]>) -> Result<bool> {
+        let key = key.as_ref();
+        let idx = self.route_classic(key)?;
+        let mut b = Vec::new();
+        request::delete(&mut b, key);
+        match self.inner.one(idx, b).await? {
+            Reply::Deleted => {
+                self.inner.ack(idx, key, WriteOp::Delete, None, None, 0, 0);
+                Ok(true)
+            }
+            Reply::NotFound => Ok(false),
+            other => Err(self.inner.unexpected(idx, &other)),
+        }
+    }
+
+    async fn arith(&self, incr: bool, key: &[u8], delta: u64) -> Result<Option<u64>> {
+        let idx = self.route_classic(key)?;
+        let mut b = Vec::new();
+        request::arith(&mut b, incr, key, delta);
+        match self.inner.one(idx, b).await? {
+            Reply::Number(n) => {
+                let op = if incr { WriteOp::Incr } else { WriteOp::Decr };
+                self.inner.ack(idx, key, op, None, Some(n.to_string().as_bytes()), 0, 0);
+                Ok(Some(n))
+            }
+            Reply::NotFound => Ok(None),
+            other => Err(self.inner.unexpected(idx, &other)),
+        }
+    }
+
+    /// `incr`: the new value, or `None` if the key is missing. A value that
+    /// is not a number is a [`Error::Client`].
+    pub async fn incr(&self, key: impl AsRef<[u8]>, delta: u64) -> Result<Option<u64>> {
+        self.arith(true, key.as_ref(), delta).await
+    }
+
+    /// `decr` (stops at 0, as memcached does).
+    pub async fn decr(&self, key: impl AsRef<[u8]>, delta: u64) -> Result<Option<u64>> {
+        self.arith(false, key.as_ref(), delta).await
+    }
+
+    /// `touch`: set a new exptime; `true` if the key existed.
+    pub async fn touch(&self, key: impl AsRef<[u8]>, exptime: i32) -> Result<bool> {
+        let key = key.as_ref();
+        let idx = self.route_classic(key)?;
+        let mut b = Vec::new();
+        request::touch(&mut b, key, exptime);
+        match self.inner.one(idx, b).await? {
+            Reply::Touched => {
+                self.inner.ack(idx, key, WriteOp::Touch, None, None, 0, exptime);
+                Ok(true)
+            }
+            Reply::NotFound => Ok(false),
+            other => Err(self.inner.unexpected(idx, &other)),
+        }
+    }
+
+    // ---- meta commands --------------------------------------------------
+
+    fn route_meta(&self, key: &[u8]) -> Result<usize> {
+        request::meta_key(key)?;
+        self.inner.route(key)
+    }
+
+    /// `mg`: meta get with the flags of `req`.
+    pub async fn meta_get(&self, key: impl AsRef<[u8]>, req: &MetaGet) -> Result<MetaResponse> {
+        let key = key.as_ref();
+        let idx = self.route_meta(key)?;
+        let mut b = Vec::new();
+        req.encode(&mut b, key)?;
+        let mut r = self.inner.meta(idx, b, req.is_quiet()).await?;
+        if r.status == MetaStatus::NoOp {
+            r.status = MetaStatus::Miss; // mg q only suppresses misses
+        }
+        Ok(r)
+    }
+
+    /// `ms`: meta set.
+    pub async fn meta_set(
+        &self,
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+        req: &MetaSet,
+    ) -> Result<MetaResponse> {
+        let (key, value) = (key.as_ref(), value.as_ref());
+        let idx = self.route_meta(key)?;
+        let mut b = Vec::new();
+        req.encode(&mut b, key, value)?;
+        let r = self.inner.meta(idx, b, req.is_quiet()).await?;
+        // `q` suppresses HD only, so silence is success.
+        if matches!(r.status, MetaStatus::Header | MetaStatus::NoOp) {
+            let op = match req.mode_value() {
+                MetaSetMode::Set => WriteOp::Set,
+                MetaSetMode::Add => WriteOp::Add,
+                MetaSetMode::Replace => WriteOp::Replace,
+                MetaSetMode::Append => WriteOp::Append,
+                MetaSetMode::Prepend => WriteOp::Prepend,
+            };
+            let op = if req.has_compare_cas() { WriteOp::Cas } else { op };
+            self.inner.ack(idx, key, op, r.ret.cas, Some(value), req.client_flags_value(), req.ttl_value());
+        }
+        Ok(r)
+    }
+
+    /// `md`: meta delete.
+    pub async fn meta_delete(&self, key: impl AsRef<[u8]>, req: &MetaDelete) -> Result<MetaResponse> {
+        let key = key.as_ref();
+        let idx = self.route_meta(key)?;
+        let mut b = Vec::new();
+        req.encode(&mut b, key)?;
+        let r = self.inner.meta(idx, b, req.is_quiet()).await?;
+        if matches!(r.status, MetaStatus::Header | MetaStatus::NoOp) {
+            let op = if req.is_invalidate() { WriteOp::Invalidate } else { WriteOp::Delete };
+            self.inner.ack(idx, key, op, r.ret.cas, None, 0, 0);
+        }
+        Ok(r)
+    }
+
+    /// `ma`: meta arithmetic.
+    pub async fn meta_arith(&self, key: impl AsRef<[u8]>, req: &MetaArith) -> Result<MetaResponse> {
+        let key = key.as_ref();
+        let idx = self.route_meta(key)?;
+        let mut b = Vec::new();
+        req.encode(&mut b, key)?;
+        let r = self.inner.meta(idx, b, req.is_quiet()).await?;
+        if matches!(r.status, MetaStatus::Header | MetaStatus::Value | MetaStatus::NoOp) {
+            let op = if req.is_decr() { WriteOp::Decr } else { WriteOp::Incr };
+            self.inner.ack(idx, key, op, r.ret.cas, r.value.as_deref(), 0, 0);
+        }
+        Ok(r)
+    }
+
+    /// `mn` on every server: a round trip that proves each connection is
+    /// in step (everything sent before it has been answered).
+    pub async fn meta_noop(&self) -> PerServer<()> {
+        self.each(
+            |_| b"mn\r\n".to_vec(),
+            Expect::One,
+            None,
+            |inner, idx, frames| match frames.into_iter().next() {
+                Some(Reply::Meta { status: MetaStatus::NoOp, .. }) => Ok(()),
+                Some(Reply::Error(e)) => Err(e),
+                Some(r) => Err(inner.unexpected(idx, &r)),
+                None => Err(inner.protocol(idx, "empty reply")),
+            },
+        )
+        .await
+    }
+
+    // ---- server-wide commands -------------------------------------------
+
+    /// Run one request on every server concurrently.
+    async fn each<T: Send + 'static>(
+        &self,
+        encode: impl Fn(usize) -> Vec<u8>,
+        expect: Expect,
+        timeout: Option<Duration>,
+        decode: fn(&Inner, usize, Vec<Reply>) -> Result<T>,
+    ) -> PerServer<T> {
+        let timeout = timeout.unwrap_or(self.inner.opts.request_timeout);
+        let mut tasks = JoinSet::new();
+        for idx in 0..self.inner.servers.len() {
+            let inner = self.inner.clone();
+            let bytes = encode(idx);
+            tasks.spawn(async move {
+                let r = match inner.exec(idx, bytes, expect, timeout).await {
+                    Ok(frames) => decode(&inner, idx, frames),
+                    Err(e) => Err(e),
+                };
+                (idx, r)
+            });
+        }
+        let mut results: Vec<Option<Result<T>>> = (0..self.inner.servers.len()).map(|_| None).collect();
+        while let Some(done) = tasks.join_next().await {
+            if let Ok((idx, r)) = done {
+                results[idx] = Some(r);
+            }
+        }
+        results
+            .into_iter()
+            .enumerate()
+            .map(|(idx, r)| {
+                let name = self.inner.servers[idx].name.clone();
+                let r = r.unwrap_or_else(|| Err(Error::Internal("request task failed".into())));
+                (name, r)
+            })
+            .collect()
+    }
+
+    /// `flush_all [delay]` on every server. Fails with the first server's
+    /// error if any failed (the others are still flushed).
+    pub async fn flush_all(&self, delay: Option<i32>) -> Result<()> {
+        let results = self
+            .each(
+                |_| {
+                    let mut b = Vec::new();
+                    request::flush_all(&mut b, delay);
+                    b
+                },
+                Expect::One,
+                None,
+                |inner, idx, frames| match frames.into_iter().next() {
+                    Some(Reply::Ok) => {
+                        inner.ack(idx, b"", WriteOp::FlushAll, None, None, 0, 0);
+                        Ok(())
+                    }
+                    Some(Reply::Error(e)) => Err(e),
+                    Some(r) => Err(inner.unexpected(idx, &r)),
+                    None => Err(inner.protocol(idx, "empty reply")),
+                },
+            )
+            .await;
+        results.into_iter().map(|(_, r)| r).collect::<Result<Vec<()>>>().map(|_| ())
+    }
+
+    /// `version` of every server.
+    pub async fn version(&self) -> PerServer<String> {
+        self.each(
+            |_| b"version\r\n".to_vec(),
+            Expect::One,
+            None,
+            |inner, idx, frames| match frames.into_iter().next() {
+                Some(Reply::Version(v)) => Ok(v),
+                Some(Reply::Error(e)) => Err(e),
+                Some(r) => Err(inner.unexpected(idx, &r)),
+                None => Err(inner.protocol(idx, "empty reply")),
+            },
+        )
+        .await
+    }
+
+    /// `stats [args]` of every server, as (name, value) pairs in server
+    /// order.
+    pub async fn stats(&self, args: &str) -> PerServer<Vec<(String, String)>> {
+        let mut b = Vec::new();
+        if let Err(e) = request::stats(&mut b, args) {
+            return self.servers().into_iter().map(|s| (s, Err(e.clone()))).collect();
+        }
+        self.each(
+            move |_| b.clone(),
+            Expect::UntilEnd,
+            None,
+            |inner, idx, frames| {
+                let mut out = Vec::new();
+                for f in frames {
+                    match f {
+                        Reply::Stat(k, v) => out.push((k, v)),
+                        Reply::End => {}
+                        Reply::Error(e) => return Err(e),
+                        r => return Err(inner.unexpected(idx, &r)),
+                    }
+                }
+                Ok(out)
+            },
+        )
+        .await
+    }
+
+    /// `lru_crawler metadump all` on every server: every key with its
+    /// metadata. The whole dump is one reply, so this waits for up to 30 s
+    /// (or the request timeout, if longer).
+    pub async fn metadump(&self) -> PerServer<Vec<DumpEntry>> {
+        let timeout = self.inner.opts.request_timeout.max(Duration::from_secs(30));
+        self.each(
+            |_| b"lru_crawler metadump all\r\n".to_vec(),
+            Expect::Lines,
+            Some(timeout),
+            |inner, idx, frames| {
+                let mut out = Vec::new();
+                for f in frames {
+                    match f {
+                        Reply::Line(l) => {
+                            if let Some(e) = DumpEntry::parse(&l) {
+                                out.push(e);
+                            }
+                        }
+                        Reply::End => {}
+                        Reply::Error(e) => return Err(e),
+                        r => return Err(inner.unexpected(idx, &r)),
+                    }
+                }
+                Ok(out)
+            },
+        )
+        .await
+    }
+
+    // ---- streaming (placeholders) ---------------------------------------
+
+    /// Store a value of `len` bytes written through the returned
+    /// [`ValueWriter`]. **Not implemented yet**: returns
+    /// [`Error::Unsupported`] (see [`crate::stream`]).
+    pub async fn set_stream(&self, key: impl AsRef<[u8]>, len: u64, flags: u32, exptime: i32) -> Result<ValueWriter> {
+        let _ = (self.route_meta(key.as_ref())?, len, flags, exptime);
+        Err(Error::Unsupported(UNSUPPORTED))
+    }
+
+    /// Read a value through an [`tokio::io::AsyncRead`]. **Not implemented
+    /// yet**: returns [`Error::Unsupported`] (see [`crate::stream`]).
+    pub async fn get_stream(&self, key: impl AsRef<[u8]>) -> Result<Option<ValueReader>> {
+        let _ = self.route_meta(key.as_ref())?;
+        Err(Error::Unsupported(UNSUPPORTED))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_specs() {
+        let s = ServerSpec::parse("10.0.0.1:11212").unwrap();
+        assert_eq!((s.host.as_str(), s.port, s.weight), ("10.0.0.1", 11212, 1));
+        let s = ServerSpec::parse("cache-a").unwrap();
+        assert_eq!((s.host.as_str(), s.port), ("cache-a", 11211));
+        let s = ServerSpec::parse("h:1:3").unwrap();
+        assert_eq!((s.port, s.weight), (1, 3));
+        let s = ServerSpec::parse("[::1]:5").unwrap();
+        assert_eq!((s.host.as_str(), s.port, s.name()), ("::1", 5, "[::1]:5".to_string()));
+        assert!(ServerSpec::parse("h:x").is_err());
+        assert!(ServerSpec::parse(":1").is_err());
+        assert!(ServerSpec::parse("a:1:2:3").is_err());
+    }
+
+    #[test]
+    fn dump_lines() {
+        let e = DumpEntry::parse(b"key=a%20b exp=-1 la=17 cas=3 fetch=yes cls=1 size=70").unwrap();
+        assert_eq!(e.key, b"a b");
+        assert_eq!(
+            (e.exptime, e.last_access, e.cas, e.fetched, e.size),
+            (Some(-1), Some(17), Some(3), Some(true), Some(70))
+        );
+        assert!(DumpEntry::parse(b"nothing here").is_none());
+        assert_eq!(uri_decode(b"%zz%4"), b"%zz%4");
+    }
+}
