@@ -34,7 +34,7 @@
 
 use recall_proto::binary::{self, opcode, status, BinCommand, BinDecoded, BinErrorKind, StoreMode};
 use recall_proto::Limits;
-use recall_store::{Arith, ArithOutcome, Delete, DeleteOutcome, Mode, Read, ReadOpts, UnixSecs, Write, WriteOutcome};
+use recall_store::{Arith, ArithOutcome, Delete, DeleteOutcome, Mode, Read, ReadOpts, UnixSecs, Value, Write, WriteOutcome};
 
 use crate::{Action, Counters, Engine, MEMCACHED_COMPAT_VERSION};
 
@@ -282,7 +282,18 @@ impl Engine {
         self.store.read(key, now, opts, |r| match r {
             Read::Hit(v) => {
                 let k: &[u8] = if with_key { key } else { &[] };
-                let val: &[u8] = if with_value { v.value } else { &[] };
+                // Binary replies carry the value contiguously; a chunked
+                // value is copied here (binary clients rarely store values
+                // this large; stream them with the text protocol's sget).
+                let owned;
+                let val: &[u8] = match (with_value, v.value) {
+                    (false, _) => &[],
+                    (true, Value::Inline(b)) => b,
+                    (true, big) => {
+                        owned = big.to_vec();
+                        &owned
+                    }
+                };
                 binary::write_get_hit(out, op, opaque, v.cas, v.flags, k, val);
                 true
             }

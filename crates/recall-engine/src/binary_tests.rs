@@ -41,16 +41,16 @@ impl Conn {
 
     /// Deliver `input` in pieces of `chunk` bytes, as a socket might.
     fn send_chunked(&mut self, input: &[u8], chunk: usize) -> (Vec<u8>, Action) {
-        let mut out = Vec::new();
+        let mut out = crate::Out::new();
         for piece in input.chunks(chunk.max(1)) {
             self.pending.extend_from_slice(piece);
             let (used, action) = self.s.process(&self.e, &self.pending, &mut out);
             self.pending.drain(..used);
             if action != Action::Continue {
-                return (out, action);
+                return (out.flatten(), action);
             }
         }
-        (out, Action::Continue)
+        (out.flatten(), Action::Continue)
     }
 
     /// Send in one piece; the connection must stay open.

@@ -12,6 +12,7 @@
 mod binary;
 pub mod durability;
 mod meta;
+pub mod out;
 mod session;
 pub mod stats;
 mod text;
@@ -22,6 +23,7 @@ use std::sync::Arc;
 
 use recall_store::{Clock, Store, UnixSecs};
 
+pub use out::{Out, Segment};
 pub use session::{ProtocolChoice, Session};
 pub use stats::{Counters, Registry};
 

@@ -10,7 +10,7 @@ use recall_store::{
     Arith, ArithOutcome, Delete, DeleteOutcome, ItemView, Mode, Read, ReadOpts, UnixSecs, Write, WriteOutcome,
 };
 
-use crate::{Counters, Engine};
+use crate::{Counters, Engine, Out};
 
 impl Engine {
     fn meta_ttl(&self, t: Option<i32>, now: UnixSecs) -> Option<UnixSecs> {
@@ -28,7 +28,7 @@ impl Engine {
         }
     }
 
-    pub(crate) fn meta_get(&self, key: &[u8], f: &MetaFlags<'_>, c: &Counters, out: &mut Vec<u8>, now: UnixSecs) {
+    pub(crate) fn meta_get(&self, key: &[u8], f: &MetaFlags<'_>, c: &Counters, out: &mut Out, now: UnixSecs) {
         c.cmd_get.incr();
         let touch = self.meta_ttl(f.ttl, now);
         if touch.is_some() {
@@ -68,7 +68,7 @@ impl Engine {
         }
     }
 
-    fn meta_hit(&self, key: &[u8], v: &ItemView<'_>, f: &MetaFlags<'_>, out: &mut Vec<u8>, now: UnixSecs) {
+    fn meta_hit(&self, key: &[u8], v: &ItemView<'_>, f: &MetaFlags<'_>, out: &mut Out, now: UnixSecs) {
         if f.ret_value {
             out.extend_from_slice(b"VA ");
             let mut b = itoa::Buffer::new();
@@ -100,7 +100,7 @@ impl Engine {
         }
         out.extend_from_slice(b"\r\n");
         if f.ret_value {
-            out.extend_from_slice(v.value);
+            out.value(v.value);
             out.extend_from_slice(b"\r\n");
         }
     }

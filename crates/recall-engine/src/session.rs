@@ -7,17 +7,26 @@
 //! exact same code with byte strings.
 //!
 //! ```text
-//!   bytes ──► [swallowing?] ──► decode ──► Engine::text / binary ──► out
-//!                  ▲                 │
-//!                  └── TooLarge ─────┘  (drop the refused value as it arrives)
+//!   bytes ──► [swallowing?] ──► [streaming a value?] ──► decode ──► Engine ──► out
+//!                  ▲                    ▲                   │
+//!                  └── TooLarge ────────┴── sset / big set ─┘
 //! ```
+//!
+//! Streaming: for `sset` and friends, and for classic storage commands with
+//! a value of at least `BIG_THRESHOLD` bytes, only the command line is
+//! decoded; the value bytes are then fed into a chunk builder as they
+//! arrive, so the input buffer never has to hold the whole value. The value
+//! is stored when it is complete; a connection that drops mid-value stores
+//! nothing, and the previous value stays readable throughout.
 
 use std::sync::Arc;
 
-use recall_proto::text::{self, Decoded};
+use recall_proto::stream::{FrameEvent, FrameReader};
+use recall_proto::text::{self, Command, Decoded, StoreCmd, StreamBody};
 use recall_proto::Limits;
+use recall_store::{BigBuilder, BIG_THRESHOLD};
 
-use crate::{Action, Counters, Engine};
+use crate::{Action, Counters, Engine, Out};
 
 /// The first byte of every binary-protocol request.
 const BINARY_MAGIC: u8 = recall_proto::binary::MAGIC_REQUEST;
@@ -37,12 +46,39 @@ enum Proto {
     Binary,
 }
 
+/// A storage command whose value is arriving.
+pub(crate) struct StreamIn {
+    pub cmd: StoreCmd,
+    pub key: Vec<u8>,
+    pub flags: u32,
+    pub exptime: i32,
+    pub cas: u64,
+    pub noreply: bool,
+    body: BodyState,
+    pub builder: BigBuilder,
+    /// Past the size limit: keep reading to the end, then refuse.
+    pub too_large: bool,
+}
+
+enum BodyState {
+    Framed(FrameReader),
+    /// Value bytes left, then the CRLF bytes seen so far.
+    Sized { left: usize, crlf: Vec<u8> },
+}
+
+/// How a stream ended.
+pub(crate) enum StreamEnd {
+    Complete,
+    BadChunk,
+}
+
 /// Per-connection state.
 pub struct Session {
     proto: Option<Proto>,
     choice: ProtocolChoice,
     /// Bytes of a refused value still to drop.
     swallow: usize,
+    stream: Option<StreamIn>,
     limits: Limits,
     counters: Arc<Counters>,
 }
@@ -53,7 +89,8 @@ impl Session {
             proto: None,
             choice,
             swallow: 0,
-            limits: Limits { item_size_max: engine.config.item_size_max },
+            stream: None,
+            limits: Limits { item_size_max: engine.config.item_size_max, stream_threshold: BIG_THRESHOLD },
             counters,
         }
     }
@@ -67,8 +104,13 @@ impl Session {
         self.swallow > 0
     }
 
+    /// Whether a streamed value is partly received.
+    pub fn streaming(&self) -> bool {
+        self.stream.is_some()
+    }
+
     /// Execute every complete request at the front of `input`.
-    pub fn process(&mut self, engine: &Engine, input: &[u8], out: &mut Vec<u8>) -> (usize, Action) {
+    pub fn process(&mut self, engine: &Engine, input: &[u8], out: &mut Out) -> (usize, Action) {
         let mut pos = 0;
         loop {
             if self.swallow > 0 {
@@ -77,6 +119,18 @@ impl Session {
                 pos += n;
                 if self.swallow > 0 {
                     return (pos, Action::Continue);
+                }
+            }
+            if self.stream.is_some() {
+                let (used, end) = self.feed_stream(&input[pos..]);
+                pos += used;
+                match end {
+                    None => return (pos, Action::Continue),
+                    Some(end) => {
+                        let st = self.stream.take().expect("stream in progress");
+                        engine.store_streamed(st, end, &self.counters, out);
+                        continue;
+                    }
                 }
             }
             let buf = &input[pos..];
@@ -89,9 +143,7 @@ impl Session {
                     let p = if buf[0] == BINARY_MAGIC { Proto::Binary } else { Proto::Text };
                     let allowed = matches!(
                         (self.choice, p),
-                        (ProtocolChoice::Auto, _)
-                            | (ProtocolChoice::Ascii, Proto::Text)
-                            | (ProtocolChoice::Binary, Proto::Binary)
+                        (ProtocolChoice::Auto, _) | (ProtocolChoice::Ascii, Proto::Text) | (ProtocolChoice::Binary, Proto::Binary)
                     );
                     if !allowed {
                         return (pos, Action::Close);
@@ -114,9 +166,28 @@ impl Session {
     }
 
     /// One text request. Returns bytes used (0 = need more input).
-    fn step_text(&mut self, engine: &Engine, buf: &[u8], out: &mut Vec<u8>) -> (usize, Action) {
+    fn step_text(&mut self, engine: &Engine, buf: &[u8], out: &mut Out) -> (usize, Action) {
         match text::decode(buf, &self.limits) {
-            Ok(Decoded::Request(req, n)) => (n, engine.text(&req, &self.counters, out)),
+            Ok(Decoded::Request(req, n)) => {
+                if let Command::StoreStream { cmd, key, flags, exptime, cas, body } = req.cmd {
+                    self.stream = Some(StreamIn {
+                        cmd,
+                        key: key.to_vec(),
+                        flags,
+                        exptime,
+                        cas,
+                        noreply: req.noreply,
+                        body: match body {
+                            StreamBody::Framed => BodyState::Framed(FrameReader::new()),
+                            StreamBody::Sized(len) => BodyState::Sized { left: len, crlf: Vec::new() },
+                        },
+                        builder: BigBuilder::new(),
+                        too_large: false,
+                    });
+                    return (n, Action::Continue);
+                }
+                (n, engine.text(&req, &self.counters, out))
+            }
             Ok(Decoded::Incomplete) => (0, Action::Continue),
             Err(e) => {
                 self.swallow = e.swallow;
@@ -126,7 +197,64 @@ impl Session {
         }
     }
 
-    fn step_binary(&mut self, engine: &Engine, buf: &[u8], out: &mut Vec<u8>) -> (usize, Action) {
+    /// Feed value bytes into the stream in progress.
+    fn feed_stream(&mut self, mut input: &[u8]) -> (usize, Option<StreamEnd>) {
+        let limits = self.limits;
+        let st = self.stream.as_mut().expect("stream in progress");
+        let mut used = 0;
+        while !input.is_empty() {
+            match &mut st.body {
+                BodyState::Framed(r) => {
+                    let (n, ev) = r.feed(input);
+                    used += n;
+                    input = &input[n..];
+                    match ev {
+                        Some(FrameEvent::Data(d)) => st.accept(d, &limits),
+                        Some(FrameEvent::End) => return (used, Some(StreamEnd::Complete)),
+                        Some(FrameEvent::BadTerminator) => return (used, Some(StreamEnd::BadChunk)),
+                        None => {}
+                    }
+                }
+                BodyState::Sized { left, crlf } => {
+                    if *left > 0 {
+                        let n = (*left).min(input.len());
+                        let (d, rest) = input.split_at(n);
+                        *left -= n;
+                        used += n;
+                        input = rest;
+                        st.accept(d, &limits);
+                        continue;
+                    }
+                    let n = (2 - crlf.len()).min(input.len());
+                    crlf.extend_from_slice(&input[..n]);
+                    used += n;
+                    input = &input[n..];
+                    if crlf.len() == 2 {
+                        let ok = crlf == b"\r\n";
+                        return (used, Some(if ok { StreamEnd::Complete } else { StreamEnd::BadChunk }));
+                    }
+                }
+            }
+        }
+        (used, None)
+    }
+
+    fn step_binary(&mut self, engine: &Engine, buf: &[u8], out: &mut Out) -> (usize, Action) {
         engine.binary_step(buf, &self.limits, &self.counters, out, &mut self.swallow)
+    }
+}
+
+impl StreamIn {
+    fn accept(&mut self, d: &[u8], limits: &Limits) {
+        if self.too_large {
+            return;
+        }
+        if !limits.item_fits(self.key.len(), self.builder.len() + d.len(), self.flags) {
+            // Stop holding memory for a value we will refuse.
+            self.too_large = true;
+            self.builder = BigBuilder::new();
+            return;
+        }
+        self.builder.push(d);
     }
 }

@@ -21,16 +21,16 @@ fn transcripts_dir() -> PathBuf {
 
 /// Feed bytes one chunk at a time the way a socket would deliver them.
 fn run(session: &mut Session, e: &Engine, pending: &mut Vec<u8>, input: &[u8], chunk: usize) -> (Vec<u8>, Action) {
-    let mut out = Vec::new();
+    let mut out = crate::Out::new();
     for piece in input.chunks(chunk.max(1)) {
         pending.extend_from_slice(piece);
         let (used, action) = session.process(e, pending, &mut out);
         pending.drain(..used);
         if action != Action::Continue {
-            return (out, action);
+            return (out.flatten(), action);
         }
     }
-    (out, Action::Continue)
+    (out.flatten(), Action::Continue)
 }
 
 fn run_file(path: &std::path::Path, chunk: usize) -> Result<(), String> {

@@ -4,28 +4,29 @@ use recall_proto::text::{keys, Command, GetKind, Request, StoreCmd};
 use recall_proto::{reply, ErrorKind, ProtoError};
 use recall_store::{Arith, ArithOutcome, Delete, DeleteOutcome, Mode, Read, ReadOpts, Write, WriteOutcome};
 
-use crate::{Action, Counters, Engine, MEMCACHED_COMPAT_VERSION};
+use crate::{Action, Counters, Engine, Out, MEMCACHED_COMPAT_VERSION};
 
 impl Engine {
     /// Execute one text or meta request, appending the reply to `out`.
-    pub fn text(&self, req: &Request<'_>, c: &Counters, out: &mut Vec<u8>) -> Action {
+    pub fn text(&self, req: &Request<'_>, c: &Counters, out: &mut Out) -> Action {
         let now = self.now();
-        // Replies for noreply requests are written to a scratch buffer and
-        // dropped, so every command has exactly one code path.
-        let mark = out.len();
+        // Replies for noreply requests are written and then dropped, so
+        // every command has exactly one code path.
+        let mark = out.mark();
         let action = self.text_inner(req, c, out, now);
         if req.noreply {
-            out.truncate(mark);
+            out.reset_to(mark);
         }
         action
     }
 
-    fn text_inner(&self, req: &Request<'_>, c: &Counters, out: &mut Vec<u8>, now: u32) -> Action {
+    fn text_inner(&self, req: &Request<'_>, c: &Counters, out: &mut Out, now: u32) -> Action {
         match &req.cmd {
             Command::Get { kind, exptime, keys: raw } => {
                 let touch =
                     matches!(kind, GetKind::Gat | GetKind::Gats).then(|| self.resolve_exptime(*exptime as i64, now));
                 let with_cas = kind.with_cas();
+                let framed = kind.framed();
                 for key in keys(raw) {
                     c.cmd_get.incr();
                     if touch.is_some() {
@@ -34,7 +35,16 @@ impl Engine {
                     let opts = ReadOpts { touch, ..Default::default() };
                     let hit = self.store.read(key, now, opts, |r| match r {
                         Read::Hit(v) => {
-                            reply::value(out, key, v.flags, v.value, with_cas.then_some(v.cas));
+                            let cas = with_cas.then_some(v.cas);
+                            if framed {
+                                reply::stream_header(out, key, v.flags, cas);
+                                out.framed_value(v.value);
+                                recall_proto::stream::write_tail(out);
+                            } else {
+                                reply::value_header(out, key, v.flags, v.value.len(), cas);
+                                out.value(v.value);
+                                out.extend_from_slice(b"\r\n");
+                            }
                             true
                         }
                         Read::Miss { .. } => false,
@@ -176,6 +186,11 @@ impl Engine {
             Command::AdminNoop => out.extend_from_slice(b"OK\r\n"),
             Command::MetaNoop => out.extend_from_slice(b"MN\r\n"),
             Command::MetaGet { key, flags } => self.meta_get(key, flags, c, out, now),
+            Command::StoreStream { .. } => {
+                // The session consumes the value and calls `store_streamed`;
+                // reaching here means a caller skipped the session.
+                out.extend_from_slice(b"SERVER_ERROR streaming requires a session\r\n");
+            }
             Command::MetaSet { key, data, flags } => self.meta_set(key, data, flags, c, out, now),
             Command::MetaDelete { key, flags } => self.meta_delete(key, flags, c, out, now),
             Command::MetaArith { key, flags } => self.meta_arith(key, flags, c, out, now),
@@ -266,6 +281,94 @@ fn uri_encode(out: &mut Vec<u8>, key: &[u8]) {
             out.push(b);
         } else {
             out.extend_from_slice(format!("%{b:02X}").as_bytes());
+        }
+    }
+}
+
+impl Engine {
+    /// Store a value that arrived as a stream (see `session.rs`).
+    pub(crate) fn store_streamed(&self, st: crate::session::StreamIn, end: crate::session::StreamEnd, c: &Counters, out: &mut Out) {
+        let mark = out.mark();
+        self.store_streamed_inner(st.cmd, &st.key, st.flags, st.exptime, st.cas, st.builder, st.too_large, end, c, out);
+        if st.noreply {
+            out.reset_to(mark);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn store_streamed_inner(
+        &self,
+        cmd: StoreCmd,
+        key: &[u8],
+        flags: u32,
+        exptime: i32,
+        cas: u64,
+        builder: recall_store::BigBuilder,
+        too_large: bool,
+        end: crate::session::StreamEnd,
+        c: &Counters,
+        out: &mut Out,
+    ) {
+        let now = self.now();
+        if let crate::session::StreamEnd::BadChunk = end {
+            reply::line(out, recall_proto::msg::BAD_CHUNK.as_bytes());
+            return;
+        }
+        if too_large {
+            c.store_too_large.incr();
+            if cmd == StoreCmd::Set {
+                self.store.delete(&Delete { key, ..Default::default() }, now);
+            }
+            out.extend_from_slice(b"SERVER_ERROR object too large for cache\r\n");
+            return;
+        }
+        let small;
+        let big;
+        let mut w = Write::new(Mode::Set, key, &[], flags, self.resolve_exptime(exptime as i64, now));
+        if builder.len() <= recall_store::BIG_THRESHOLD {
+            // Small streamed values are stored inline, like any other.
+            small = builder.finish().to_vec();
+            w.value = &small;
+        } else {
+            big = std::sync::Arc::new(builder.finish());
+            w.big = Some(&big);
+        }
+        let req = Request {
+            cmd: Command::Store { cmd, key, flags, exptime, cas, data: w.value },
+            noreply: false,
+        };
+        match (&req.cmd, w.big) {
+            // Inline: exactly the classic path.
+            (_, None) => {
+                self.text_inner(&req, c, out, now);
+            }
+            (_, Some(_)) => {
+                c.cmd_set.incr();
+                w.mode = match cmd {
+                    StoreCmd::Set | StoreCmd::Cas => Mode::Set,
+                    StoreCmd::Add => Mode::Add,
+                    StoreCmd::Replace => Mode::Replace,
+                    StoreCmd::Append => Mode::Append,
+                    StoreCmd::Prepend => Mode::Prepend,
+                };
+                if cmd == StoreCmd::Cas {
+                    w.compare_cas = if cas == 0 { u64::MAX } else { cas };
+                }
+                let res = self.store.write(&w, now);
+                out.extend_from_slice(match res {
+                    WriteOutcome::Stored { .. } => b"STORED\r\n",
+                    WriteOutcome::NotStored => b"NOT_STORED\r\n",
+                    WriteOutcome::Exists => b"EXISTS\r\n",
+                    WriteOutcome::NotFound => b"NOT_FOUND\r\n",
+                    WriteOutcome::OutOfMemory => {
+                        c.store_no_memory.incr();
+                        if cmd == StoreCmd::Set {
+                            self.store.delete(&Delete { key, ..Default::default() }, now);
+                        }
+                        b"SERVER_ERROR out of memory storing object\r\n"
+                    }
+                });
+            }
         }
     }
 }

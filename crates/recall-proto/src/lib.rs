@@ -18,6 +18,7 @@ pub mod binary;
 pub mod meta;
 pub mod num;
 pub mod reply;
+pub mod stream;
 pub mod text;
 
 pub use meta::MetaFlags;
@@ -40,11 +41,16 @@ pub struct Limits {
     /// memcached `-I`: largest item, counted as memcached counts it
     /// (header + key + value + CRLF).
     pub item_size_max: usize,
+    /// Classic storage commands with a value at least this long are
+    /// returned as a header ([`text::Command::StoreStream`]) as soon as the
+    /// line is complete, so the server can stream the value into chunks
+    /// instead of buffering all of it first.
+    pub stream_threshold: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { item_size_max: 1 << 20 }
+        Limits { item_size_max: 1 << 20, stream_threshold: usize::MAX }
     }
 }
 

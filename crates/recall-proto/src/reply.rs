@@ -23,6 +23,37 @@ pub fn value(out: &mut Vec<u8>, key: &[u8], flags: u32, data: &[u8], cas: Option
     out.extend_from_slice(b"\r\n");
 }
 
+/// `VALUE <key> <flags> <bytes>[ <cas>]\r\n`, for a value written after it.
+pub fn value_header(out: &mut Vec<u8>, key: &[u8], flags: u32, len: usize, cas: Option<u64>) {
+    let mut b = itoa::Buffer::new();
+    out.extend_from_slice(b"VALUE ");
+    out.extend_from_slice(key);
+    out.push(b' ');
+    out.extend_from_slice(b.format(flags).as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(b.format(len).as_bytes());
+    if let Some(c) = cas {
+        out.push(b' ');
+        out.extend_from_slice(b.format(c).as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `SVALUE <key> <flags>[ <cas>]\r\n`: the header of an `sget` hit, whose
+/// value follows as frames (see `stream`).
+pub fn stream_header(out: &mut Vec<u8>, key: &[u8], flags: u32, cas: Option<u64>) {
+    let mut b = itoa::Buffer::new();
+    out.extend_from_slice(b"SVALUE ");
+    out.extend_from_slice(key);
+    out.push(b' ');
+    out.extend_from_slice(b.format(flags).as_bytes());
+    if let Some(c) = cas {
+        out.push(b' ');
+        out.extend_from_slice(b.format(c).as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
 /// A line followed by CRLF.
 pub fn line(out: &mut Vec<u8>, l: &[u8]) {
     out.extend_from_slice(l);

@@ -44,12 +44,27 @@ pub enum GetKind {
     Gets,
     Gat,
     Gats,
+    /// `sget`: values come back as frames (seed 004).
+    Sget,
+    Sgets,
 }
 
 impl GetKind {
     pub fn with_cas(self) -> bool {
-        matches!(self, GetKind::Gets | GetKind::Gats)
+        matches!(self, GetKind::Gets | GetKind::Gats | GetKind::Sgets)
     }
+    pub fn framed(self) -> bool {
+        matches!(self, GetKind::Sget | GetKind::Sgets)
+    }
+}
+
+/// How the value of a [`Command::StoreStream`] arrives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamBody {
+    /// Frames ending with a zero-length frame and CRLF (`sset` & co).
+    Framed,
+    /// Exactly this many bytes then CRLF (a large classic `set`).
+    Sized(usize),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,6 +138,11 @@ pub enum Command<'a> {
         key: Cow<'a, [u8]>,
         flags: MetaFlags<'a>,
     },
+    /// A storage command whose value follows as a stream: `sset`, `sadd`,
+    /// `sreplace`, `sappend`, `sprepend`, `scas`, or a classic storage
+    /// command whose value is at least `Limits::stream_threshold` long.
+    /// Only the command line has been consumed.
+    StoreStream { cmd: StoreCmd, key: &'a [u8], flags: u32, exptime: i32, cas: u64, body: StreamBody },
     /// recall extension: `durable` asks for the instance id, the flushed
     /// watermark and the recovery state.
     Durable,
@@ -223,6 +243,18 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
     let req = |cmd| Ok(Decoded::Request(Request { cmd, noreply: false }, consumed));
     let noreply_at = |i: usize| ntok > i && t.toks[i] == b"noreply";
     match cmd {
+        b"sget" | b"sgets" => {
+            if ntok < 2 {
+                return err(ErrorKind::UnknownCommand);
+            }
+            let kind = if cmd == b"sget" { GetKind::Sget } else { GetKind::Sgets };
+            let keys_raw = t.rest(line, 1);
+            if keys(keys_raw).any(|k| k.len() > KEY_MAX) {
+                return err(ErrorKind::Client(msg::BAD_FORMAT));
+            }
+            req(Command::Get { kind, exptime: 0, keys: keys_raw })
+        }
+        b"sset" | b"sadd" | b"sreplace" | b"sappend" | b"sprepend" | b"scas" => decode_stream_store(&t, ntok, consumed),
         b"get" | b"gets" => {
             if ntok < 2 {
                 return err(ErrorKind::UnknownCommand);
@@ -449,6 +481,10 @@ fn decode_store<'a>(
         }
         return Err(e);
     }
+    if vlen >= limits.stream_threshold {
+        let cmd = Command::StoreStream { cmd, key, flags, exptime, cas, body: StreamBody::Sized(vlen) };
+        return Ok(Decoded::Request(Request { cmd, noreply }, consumed));
+    }
     let end = consumed + vlen + 2;
     if buf.len() < end {
         return Ok(Decoded::Incomplete);
@@ -460,6 +496,40 @@ fn decode_store<'a>(
     }
     let data = &buf[consumed..consumed + vlen];
     Ok(Decoded::Request(Request { cmd: Command::Store { cmd, key, flags, exptime, cas, data }, noreply }, end))
+}
+
+/// `sset <key> <flags> <exptime> [noreply]` and friends; `scas` adds
+/// `<cas unique>` before `noreply`. The value follows as frames.
+fn decode_stream_store<'a>(t: &Tokens<'a>, ntok: usize, consumed: usize) -> Result<Decoded<'a>, ProtoError<'a>> {
+    let cmd = match t.toks[0] {
+        b"sset" => StoreCmd::Set,
+        b"sadd" => StoreCmd::Add,
+        b"sreplace" => StoreCmd::Replace,
+        b"sappend" => StoreCmd::Append,
+        b"sprepend" => StoreCmd::Prepend,
+        _ => StoreCmd::Cas,
+    };
+    let base = if cmd == StoreCmd::Cas { 5 } else { 4 };
+    if ntok != base && ntok != base + 1 {
+        return Err(ProtoError::new(ErrorKind::UnknownCommand, consumed));
+    }
+    let noreply = ntok == base + 1 && t.toks[base] == b"noreply";
+    let key = t.toks[1];
+    let cas = if cmd == StoreCmd::Cas { parse_u64(t.toks[4]) } else { Some(0) };
+    match (key.len() <= KEY_MAX, parse_u32(t.toks[2]), parse_exptime(t.toks[3]), cas) {
+        (true, Some(flags), Some(exptime), Some(cas)) => {
+            let cmd = Command::StoreStream { cmd, key, flags, exptime, cas, body: StreamBody::Framed };
+            Ok(Decoded::Request(Request { cmd, noreply }, consumed))
+        }
+        // The frames that follow will be read as commands and fail too;
+        // as with memcached's bad storage lines, the client must not send
+        // a malformed header.
+        _ => {
+            let mut e = ProtoError::new(ErrorKind::Client(msg::BAD_FORMAT), consumed);
+            e.noreply = noreply;
+            Err(e)
+        }
+    }
 }
 
 /// `replay <key> <flags> <abs-exptime> <ts> <bytes> [noreply]` + data block.

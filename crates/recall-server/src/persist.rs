@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use recall_engine::Engine;
+use recall_store::Value;
 use recall_persist::fsutil::{write_atomically, FailAt};
 use recall_persist::snapshot::{self, Header};
 use recall_persist::{epoch, Record};
@@ -122,7 +123,13 @@ impl Persist {
             let mut err = None;
             store.for_each(now, |v| {
                 if err.is_none() {
-                    if let Err(e) = sw.record(v.key, v.value, v.flags, v.exptime, v.cas, false) {
+                    let r = match v.value {
+                        Value::Inline(b) => sw.record(v.key, b, v.flags, v.exptime, v.cas, false),
+                        Value::Big(big) => {
+                            sw.record_parts(v.key, big.chunks().iter().map(|c| &c[..]), v.flags, v.exptime, v.cas)
+                        }
+                    };
+                    if let Err(e) = r {
                         err = Some(e);
                     }
                 }

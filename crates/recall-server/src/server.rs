@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use recall_engine::{Action, Counters, Engine, EngineConfig, ProtocolChoice, Session};
+use recall_engine::{Action, Counters, Engine, EngineConfig, Out, ProtocolChoice, Segment, Session};
 use recall_store::{Clock, PolicyKind, Store, StoreConfig, SystemClock};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -253,20 +253,20 @@ async fn connection(
 ) -> Action {
     let mut session = Session::new(engine, counters.clone(), choice);
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
-    let mut out: Vec<u8> = Vec::with_capacity(READ_CHUNK);
+    let mut out = Out::with_capacity(READ_CHUNK);
     loop {
         // Execute whatever complete requests the buffer holds.
         let (used, action) = session.process(engine, &buf, &mut out);
         let _ = buf.split_to(used);
         if !out.is_empty() {
-            counters.bytes_written.add(out.len() as u64);
-            if stream.write_all(&out).await.is_err() {
+            counters.bytes_written.add(out.wire_len() as u64);
+            if write_out(&mut stream, &out).await.is_err() {
                 return Action::Close;
             }
             out.clear();
             // Don't let one huge reply pin its memory for the connection's life.
             if out.capacity() > 4 * READ_CHUNK {
-                out = Vec::with_capacity(READ_CHUNK);
+                out = Out::with_capacity(READ_CHUNK);
             }
         }
         if action != Action::Continue {
@@ -295,4 +295,24 @@ async fn connection(
             Ok(n) => counters.bytes_read.add(n as u64),
         }
     }
+}
+
+/// Write a reply in order: plain bytes at once, big values chunk by chunk,
+/// each write waiting for the socket. A slow reader thus holds one reference
+/// to the value and at most one chunk in flight, never a copy of it all.
+async fn write_out(stream: &mut TcpStream, out: &Out) -> std::io::Result<()> {
+    for seg in out.segments() {
+        match seg {
+            Segment::Bytes(b) => stream.write_all(b).await?,
+            Segment::Big { value, framed } => {
+                for chunk in value.chunks() {
+                    if framed {
+                        stream.write_all(&(chunk.len() as u16).to_be_bytes()).await?;
+                    }
+                    stream.write_all(chunk).await?;
+                }
+            }
+        }
+    }
+    Ok(())
 }

@@ -9,7 +9,7 @@
 use std::net::UdpSocket;
 use std::sync::Arc;
 
-use recall_engine::{Engine, ProtocolChoice, Session};
+use recall_engine::{Engine, Out, ProtocolChoice, Session};
 
 /// memcached's UDP_MAX_PAYLOAD_SIZE: header plus payload per datagram.
 pub const MAX_DATAGRAM: usize = 1400;
@@ -38,7 +38,7 @@ pub fn frame(request_id: u16, reply: &[u8]) -> Vec<Vec<u8>> {
 pub fn serve(engine: Arc<Engine>, sock: UdpSocket) {
     let counters = engine.registry.register();
     let mut buf = vec![0u8; 64 * 1024];
-    let mut out = Vec::new();
+    let mut out = Out::new();
     loop {
         let Ok((n, peer)) = sock.recv_from(&mut buf) else { continue };
         if n < HEADER {
@@ -54,7 +54,7 @@ pub fn serve(engine: Arc<Engine>, sock: UdpSocket) {
         out.clear();
         let mut session = Session::new(&engine, counters.clone(), ProtocolChoice::Ascii);
         let _ = session.process(&engine, &buf[HEADER..n], &mut out);
-        for d in frame(id, &out) {
+        for d in frame(id, &out.flatten()) {
             counters.bytes_written.add(d.len() as u64);
             let _ = sock.send_to(&d, peer);
         }

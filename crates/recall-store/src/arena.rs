@@ -49,6 +49,7 @@ impl<T> Chunked<T> {
         &mut self.chunks[i / CHUNK][i % CHUNK]
     }
 
+    #[cfg(test)]
     pub fn iter(&self) -> impl Iterator<Item = &T> {
         self.chunks.iter().flat_map(|c| c.iter()).take(self.len)
     }

@@ -23,6 +23,8 @@ pub(crate) mod bit {
     pub const STALE: u8 = 2;
     /// A client has been handed the "win" token to recache it.
     pub const WIN_SENT: u8 = 4;
+    /// The value lives in the shard's big-value table, not in `data`.
+    pub const BIG: u8 = 8;
 }
 
 #[derive(Debug)]

@@ -20,6 +20,7 @@
 //! then, if it has nothing left, others are asked in turn.
 
 mod arena;
+pub mod big;
 pub mod clock;
 pub mod item;
 pub mod policy;
@@ -29,6 +30,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 
+pub use big::{BigBuilder, BigValue, Value, BIG_THRESHOLD};
 pub use clock::{Clock, ManualClock, SystemClock, UnixSecs};
 pub use item::footprint;
 pub use policy::{Policy, PolicyCounters, PolicyKind, SegmentedLru};
@@ -94,11 +96,14 @@ pub struct Write<'a> {
     /// Meta `N` for append/prepend: create the item if missing, with this
     /// absolute expiry.
     pub vivify: Option<UnixSecs>,
+    /// A value already built as a chunk chain (streamed in); replaces
+    /// `value`, which must then be empty.
+    pub big: Option<&'a std::sync::Arc<BigValue>>,
 }
 
 impl<'a> Write<'a> {
     pub fn new(mode: Mode, key: &'a [u8], value: &'a [u8], flags: u32, exptime: UnixSecs) -> Self {
-        Write { key, value, flags, exptime, mode, compare_cas: 0, explicit_cas: 0, invalidate: false, vivify: None }
+        Write { key, value, flags, exptime, mode, compare_cas: 0, explicit_cas: 0, invalidate: false, vivify: None, big: None }
     }
 }
 
@@ -147,7 +152,7 @@ pub struct Tokens {
 #[derive(Debug, Clone, Copy)]
 pub struct ItemView<'a> {
     pub key: &'a [u8],
-    pub value: &'a [u8],
+    pub value: Value<'a>,
     pub flags: u32,
     pub cas: u64,
     pub exptime: UnixSecs,

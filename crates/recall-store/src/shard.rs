@@ -7,7 +7,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use hashbrown::HashTable;
 
+use std::sync::Arc;
+
 use crate::arena::Chunked;
+use crate::big::{BigBuilder, BigValue, Value, BIG_THRESHOLD};
 use crate::item::{bit, footprint, Slot};
 use crate::policy::{Policy, PolicyCounters, SegmentedLru};
 use crate::{
@@ -108,6 +111,8 @@ pub(crate) struct Shard {
     hasher: ahash::RandomState,
     crawl_cursor: usize,
     stats: ShardStats,
+    /// Values of slots marked `bit::BIG`, by slot number.
+    bigs: hashbrown::HashMap<u32, Arc<BigValue>>,
 }
 
 /// Why a slot is being freed, for the stats.
@@ -135,6 +140,7 @@ impl Shard {
             ),
             crawl_cursor: 0,
             stats: ShardStats::default(),
+            bigs: hashbrown::HashMap::new(),
         }
     }
 
@@ -142,8 +148,26 @@ impl Shard {
         self.policy.overhead_per_slot()
     }
 
-    fn fp(&self, s: &Slot) -> usize {
-        footprint(s.klen as usize, s.data.len() - s.klen as usize, self.policy_overhead())
+    /// Memory of a slot about to be linked, with its big value if any.
+    fn fp_new(&self, s: &Slot, big: Option<&Arc<BigValue>>) -> usize {
+        let inline = footprint(s.klen as usize, s.data.len() - s.klen as usize, self.policy_overhead());
+        inline + big.map_or(0, |b| b.footprint())
+    }
+
+    /// Memory of the item in slot `i`.
+    fn fp_at(&self, i: u32) -> usize {
+        let s = &self.slots[i as usize];
+        self.fp_new(s, if s.bits & bit::BIG != 0 { self.bigs.get(&i) } else { None })
+    }
+
+    fn value_at(&self, i: u32) -> Value<'_> {
+        let s = &self.slots[i as usize];
+        if s.bits & bit::BIG != 0 {
+            if let Some(b) = self.bigs.get(&i) {
+                return Value::Big(b);
+            }
+        }
+        Value::Inline(s.value())
     }
 
     fn find(&self, h: u64, key: &[u8]) -> Option<u32> {
@@ -175,9 +199,10 @@ impl Shard {
             e.remove();
         }
         self.policy.on_remove(i);
-        let fp = self.fp(&self.slots[i as usize]);
+        let fp = self.fp_at(i);
         ctx.mem_used.fetch_sub(fp, Ordering::Relaxed);
         let s = std::mem::replace(&mut self.slots[i as usize], Slot::free());
+        self.bigs.remove(&i);
         let fetched = s.bits & bit::FETCHED != 0;
         match why {
             Why::Evicted => {
@@ -242,8 +267,8 @@ impl Shard {
     }
 
     /// Put a new item into a fresh slot.
-    fn insert_new(&mut self, ctx: &Ctx<'_>, h: u64, slot: Slot) -> u32 {
-        let fp = self.fp(&slot);
+    fn insert_new(&mut self, ctx: &Ctx<'_>, h: u64, slot: Slot, big: Option<Arc<BigValue>>) -> u32 {
+        let fp = self.fp_new(&slot, big.as_ref());
         ctx.mem_used.fetch_add(fp, Ordering::Relaxed);
         let i = match self.free.pop() {
             Some(i) => {
@@ -255,6 +280,10 @@ impl Shard {
                 (self.slots.len() - 1) as u32
             }
         };
+        if let Some(b) = big {
+            self.slots[i as usize].bits |= bit::BIG;
+            self.bigs.insert(i, b);
+        }
         let (slots, hasher) = (&self.slots, &self.hasher);
         self.table.insert_unique(h, i, |&j| hasher.hash_one(slots[j as usize].key()));
         self.policy.on_insert(i);
@@ -264,10 +293,18 @@ impl Shard {
     }
 
     /// Replace the item in slot `i` with `slot` (same key).
-    fn replace_in(&mut self, ctx: &Ctx<'_>, i: u32, slot: Slot) {
-        let new_fp = self.fp(&slot);
-        let old = std::mem::replace(&mut self.slots[i as usize], slot);
-        let old_fp = self.fp(&old);
+    fn replace_in(&mut self, ctx: &Ctx<'_>, i: u32, mut slot: Slot, big: Option<Arc<BigValue>>) {
+        let new_fp = self.fp_new(&slot, big.as_ref());
+        let old_fp = self.fp_at(i);
+        slot.bits &= !bit::BIG;
+        // Dropping the old Arc here does not free a value a reader still
+        // streams: the reader holds its own reference.
+        self.bigs.remove(&i);
+        if let Some(b) = big {
+            slot.bits |= bit::BIG;
+            self.bigs.insert(i, b);
+        }
+        self.slots[i as usize] = slot;
         ctx.mem_used.fetch_add(new_fp, Ordering::Relaxed);
         ctx.mem_used.fetch_sub(old_fp, Ordering::Relaxed);
         // A new version enters the policy as a new item, as in memcached,
@@ -289,17 +326,17 @@ impl Shard {
                     return f(Read::Miss { tokens });
                 };
                 let slot = new_slot(key, &[], &[], 0, exptime, ctx.draw_cas(0), ctx.now);
-                let need = self.fp(&slot);
+                let need = self.fp_new(&slot, None);
                 if !self.make_room(ctx, need, None) {
                     return f(Read::Miss { tokens });
                 }
-                let i = self.insert_new(ctx, h, slot);
+                let i = self.insert_new(ctx, h, slot, None);
                 self.slots[i as usize].bits |= bit::WIN_SENT;
                 tokens.win = true;
                 let s = &self.slots[i as usize];
                 return f(Read::Hit(ItemView {
                     key: s.key(),
-                    value: s.value(),
+                    value: Value::Inline(s.value()),
                     flags: s.flags,
                     cas: s.cas,
                     exptime: s.exptime,
@@ -338,7 +375,7 @@ impl Shard {
         let s = &self.slots[i as usize];
         f(Read::Hit(ItemView {
             key: s.key(),
-            value: s.value(),
+            value: self.value_at(i),
             flags: s.flags,
             cas: s.cas,
             exptime: s.exptime,
@@ -375,32 +412,37 @@ impl Shard {
             _ => {}
         }
         let cas = ctx.draw_cas(w.explicit_cas);
-        let slot = match (w.mode, existing) {
+        let new_value = match w.big {
+            Some(b) => Value::Big(b),
+            None => Value::Inline(w.value),
+        };
+        let (mut slot, big) = match (w.mode, existing) {
             (Mode::Append | Mode::Prepend, Some(i)) => {
-                let old = &self.slots[i as usize];
-                let (a, b) = if w.mode == Mode::Append { (old.value(), w.value) } else { (w.value, old.value()) };
-                let mut s = new_slot(w.key, a, b, old.flags, old.exptime, cas, ctx.now);
-                s.bits = old.bits & bit::FETCHED;
-                s
+                let old = self.value_at(i);
+                let (a, b) = if w.mode == Mode::Append { (old, new_value) } else { (new_value, old) };
+                let o = &self.slots[i as usize];
+                let (flags, exptime, fetched) = (o.flags, o.exptime, o.bits & bit::FETCHED);
+                let (mut s, big) = make_item(w.key, &[a, b], flags, exptime, cas, ctx.now);
+                s.bits |= fetched;
+                (s, big)
             }
             (Mode::Append | Mode::Prepend, None) => {
-                new_slot(w.key, w.value, &[], w.flags, w.vivify.unwrap_or(0), cas, ctx.now)
+                make_item(w.key, &[new_value], w.flags, w.vivify.unwrap_or(0), cas, ctx.now)
             }
-            _ => new_slot(w.key, w.value, &[], w.flags, w.exptime, cas, ctx.now),
+            _ => make_item(w.key, &[new_value], w.flags, w.exptime, cas, ctx.now),
         };
-        let mut slot = slot;
         if stale {
             slot.bits |= bit::STALE;
         }
-        let need = self.fp(&slot);
-        let credit = existing.map_or(0, |i| self.fp(&self.slots[i as usize]));
+        let need = self.fp_new(&slot, big.as_ref());
+        let credit = existing.map_or(0, |i| self.fp_at(i));
         if !self.make_room(ctx, need.saturating_sub(credit), existing) {
             return WriteOutcome::OutOfMemory;
         }
         match existing {
-            Some(i) => self.replace_in(ctx, i, slot),
+            Some(i) => self.replace_in(ctx, i, slot, big),
             None => {
-                self.insert_new(ctx, h, slot);
+                self.insert_new(ctx, h, slot, big);
             }
         }
         WriteOutcome::Stored { cas }
@@ -430,16 +472,16 @@ impl Shard {
             }
             return ApplyOutcome::Applied;
         }
-        let slot = new_slot(key, value, &[], flags, exptime, ts, ctx.now);
-        let need = self.fp(&slot);
-        let credit = existing.map_or(0, |i| self.fp(&self.slots[i as usize]));
+        let (slot, big) = make_item(key, &[Value::Inline(value)], flags, exptime, ts, ctx.now);
+        let need = self.fp_new(&slot, big.as_ref());
+        let credit = existing.map_or(0, |i| self.fp_at(i));
         if !self.make_room(ctx, need.saturating_sub(credit), existing) {
             return ApplyOutcome::OutOfMemory;
         }
         match existing {
-            Some(i) => self.replace_in(ctx, i, slot),
+            Some(i) => self.replace_in(ctx, i, slot, big),
             None => {
-                self.insert_new(ctx, h, slot);
+                self.insert_new(ctx, h, slot, big);
             }
         }
         ApplyOutcome::Applied
@@ -452,16 +494,19 @@ impl Shard {
             let digits = buf.format(init).as_bytes();
             let cas = ctx.draw_cas(a.explicit_cas);
             let slot = new_slot(a.key, digits, &[], 0, exptime, cas, ctx.now);
-            let need = self.fp(&slot);
+            let need = self.fp_new(&slot, None);
             if !self.make_room(ctx, need, None) {
                 return ArithOutcome::OutOfMemory;
             }
-            self.insert_new(ctx, h, slot);
+            self.insert_new(ctx, h, slot, None);
             return ArithOutcome::Done { value: init, cas, exptime, created: true };
         };
         let s = &self.slots[i as usize];
         if a.compare_cas != 0 && a.compare_cas != s.cas {
             return ArithOutcome::Exists;
+        }
+        if s.bits & bit::BIG != 0 {
+            return ArithOutcome::NonNumeric;
         }
         let Some(cur) = parse_u64_like_strtoull(s.value()) else { return ArithOutcome::NonNumeric };
         let value = if a.incr { cur.wrapping_add(a.delta) } else { cur.saturating_sub(a.delta) };
@@ -490,11 +535,11 @@ impl Shard {
         let exptime = a.touch.unwrap_or(s.exptime);
         let mut slot = new_slot(a.key, digits, &[], s.flags, exptime, cas, ctx.now);
         slot.bits = s.bits & bit::FETCHED;
-        let need = self.fp(&slot).saturating_sub(self.fp(s));
+        let need = self.fp_new(&slot, None).saturating_sub(self.fp_at(i));
         if !self.make_room(ctx, need, Some(i)) {
             return ArithOutcome::OutOfMemory;
         }
-        self.replace_in(ctx, i, slot);
+        self.replace_in(ctx, i, slot, None);
         ArithOutcome::Done { value, cas, exptime, created: false }
     }
 
@@ -517,7 +562,7 @@ impl Shard {
             let cas = ctx.draw_cas(d.explicit_cas);
             let mut slot = new_slot(d.key, &[], &[], s.flags, s.exptime, cas, ctx.now);
             slot.bits = s.bits;
-            self.replace_in(ctx, i, slot);
+            self.replace_in(ctx, i, slot, None);
             return DeleteOutcome::Deleted;
         }
         self.remove(ctx, i, h, Why::Deleted);
@@ -554,8 +599,9 @@ impl Shard {
 
     /// Drop every item (flush_all without delay).
     pub fn clear(&mut self, mem_used: &AtomicUsize) {
-        let total: usize = self.slots.iter().filter(|s| !s.is_free()).map(|s| self.fp(s)).sum();
+        let total: usize = (0..self.slots.len() as u32).filter(|&i| !self.slots[i as usize].is_free()).map(|i| self.fp_at(i)).sum();
         mem_used.fetch_sub(total, Ordering::Relaxed);
+        self.bigs.clear();
         self.table = HashTable::new();
         self.slots = Chunked::default();
         self.free = Vec::new();
@@ -578,13 +624,14 @@ impl Shard {
     }
 
     pub fn for_each(&self, ctx: &Ctx<'_>, f: &mut impl FnMut(&ItemView<'_>)) {
-        for s in self.slots.iter() {
+        for i in 0..self.slots.len() as u32 {
+            let s = &self.slots[i as usize];
             if s.is_free() || ctx.dead(s).is_some() {
                 continue;
             }
             f(&ItemView {
                 key: s.key(),
-                value: s.value(),
+                value: self.value_at(i),
                 flags: s.flags,
                 cas: s.cas,
                 exptime: s.exptime,
@@ -594,6 +641,36 @@ impl Shard {
             });
         }
     }
+}
+
+/// Build the record for a value made of `parts` (concatenated): inline
+/// when small, a shared chunk chain when large or when a part already is one.
+fn make_item(
+    key: &[u8],
+    parts: &[Value<'_>],
+    flags: u32,
+    exptime: UnixSecs,
+    cas: u64,
+    now: UnixSecs,
+) -> (Slot, Option<Arc<BigValue>>) {
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    let any_big = parts.iter().any(|p| matches!(p, Value::Big(_)));
+    if !any_big && total <= BIG_THRESHOLD {
+        let a = parts.first().and_then(|p| p.inline()).unwrap_or(&[]);
+        let b = parts.get(1).and_then(|p| p.inline()).unwrap_or(&[]);
+        return (new_slot(key, a, b, flags, exptime, cas, now), None);
+    }
+    if let [Value::Big(b)] = parts {
+        return (new_slot(key, &[], &[], flags, exptime, cas, now), Some(Arc::clone(b)));
+    }
+    let mut builder = BigBuilder::new();
+    for p in parts {
+        match p {
+            Value::Inline(v) => builder.push(v),
+            Value::Big(b) => builder.push_shared(b),
+        }
+    }
+    (new_slot(key, &[], &[], flags, exptime, cas, now), Some(Arc::new(builder.finish())))
 }
 
 fn new_slot(key: &[u8], a: &[u8], b: &[u8], flags: u32, exptime: UnixSecs, cas: u64, now: UnixSecs) -> Slot {

@@ -358,3 +358,36 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn big_values_are_chunked_replaced_atomically_and_accounted() {
+    let s = store(64 << 20);
+    let data: Vec<u8> = (0..(3 * BIG_THRESHOLD)).map(|i| (i % 253) as u8).collect();
+    // A classic write of a large value becomes a chunk chain.
+    set(&s, b"big", &data, 0, 1);
+    let held = s.read(b"big", 1, ReadOpts::default(), |r| match r {
+        Read::Hit(ItemView { value: Value::Big(b), .. }) => b.clone(),
+        _ => panic!("expected a chunked value"),
+    });
+    assert_eq!(held.to_vec(), data);
+    let used = s.mem_used();
+    assert!(used >= data.len() && used < data.len() + data.len() / 50 + 4096, "used {used}");
+    // Replace while a reader still holds the old value.
+    let mut b = BigBuilder::new();
+    b.push(&vec![7u8; 2 * BIG_THRESHOLD]);
+    let newer = std::sync::Arc::new(b.finish());
+    let mut w = Write::new(Mode::Set, b"big", &[], 3, 0);
+    w.big = Some(&newer);
+    assert!(matches!(s.write(&w, 1), WriteOutcome::Stored { .. }));
+    assert_eq!(held.to_vec(), data, "the earlier reader still sees the old value");
+    assert_eq!(get(&s, b"big", 1).unwrap(), vec![7u8; 2 * BIG_THRESHOLD]);
+    // Append to a big value shares its chunks.
+    s.write(&Write::new(Mode::Append, b"big", b"!", 0, 0), 1);
+    let v = get(&s, b"big", 1).unwrap();
+    assert_eq!(v.len(), 2 * BIG_THRESHOLD + 1);
+    assert_eq!(*v.last().unwrap(), b'!');
+    let a = Arith { key: b"big", incr: true, delta: 1, initial: None, compare_cas: 0, explicit_cas: 0, touch: None };
+    assert_eq!(s.arith(&a, 1), ArithOutcome::NonNumeric);
+    s.delete(&Delete { key: b"big", ..Default::default() }, 1);
+    assert_eq!(s.mem_used(), 0, "deleting frees the chunk chain's accounting");
+}

@@ -564,7 +564,7 @@ proptest! {
     #[test]
     fn decode_is_total_on_packets(input in packet_like(), cut in 0usize..120, max in 60usize..200) {
         // Tiny item limits so the too-large path is exercised too.
-        check_total(&input, cut, &Limits { item_size_max: max })?;
+        check_total(&input, cut, &Limits { item_size_max: max, ..Limits::default() })?;
         check_total(&input, cut, &Limits::default())?;
     }
 

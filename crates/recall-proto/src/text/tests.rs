@@ -62,7 +62,7 @@ fn store_errors() {
 
 #[test]
 fn item_size_boundary_matches_memcached_arithmetic() {
-    let l = Limits { item_size_max: 1024 };
+    let l = Limits { item_size_max: 1024, ..Limits::default() };
     assert!(l.item_fits(1, 1024 - 60, 0));
     assert!(!l.item_fits(1, 1024 - 59, 0));
     assert!(!l.item_fits(1, 1024 - 60, 7), "non-zero flags cost 4 bytes, as in memcached");
