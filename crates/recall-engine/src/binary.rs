@@ -34,7 +34,9 @@
 
 use recall_proto::binary::{self, opcode, status, BinCommand, BinDecoded, BinErrorKind, StoreMode};
 use recall_proto::Limits;
-use recall_store::{Arith, ArithOutcome, Delete, DeleteOutcome, Mode, Read, ReadOpts, UnixSecs, Value, Write, WriteOutcome};
+use recall_store::{
+    Arith, ArithOutcome, Delete, DeleteOutcome, Mode, Read, ReadOpts, UnixSecs, Value, Write, WriteOutcome,
+};
 
 use crate::{Action, Counters, Engine, MEMCACHED_COMPAT_VERSION};
 

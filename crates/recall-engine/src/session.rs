@@ -63,7 +63,10 @@ pub(crate) struct StreamIn {
 enum BodyState {
     Framed(FrameReader),
     /// Value bytes left, then the CRLF bytes seen so far.
-    Sized { left: usize, crlf: Vec<u8> },
+    Sized {
+        left: usize,
+        crlf: Vec<u8>,
+    },
 }
 
 /// How a stream ended.
@@ -143,7 +146,9 @@ impl Session {
                     let p = if buf[0] == BINARY_MAGIC { Proto::Binary } else { Proto::Text };
                     let allowed = matches!(
                         (self.choice, p),
-                        (ProtocolChoice::Auto, _) | (ProtocolChoice::Ascii, Proto::Text) | (ProtocolChoice::Binary, Proto::Binary)
+                        (ProtocolChoice::Auto, _)
+                            | (ProtocolChoice::Ascii, Proto::Text)
+                            | (ProtocolChoice::Binary, Proto::Binary)
                     );
                     if !allowed {
                         return (pos, Action::Close);

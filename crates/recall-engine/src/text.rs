@@ -287,7 +287,13 @@ fn uri_encode(out: &mut Vec<u8>, key: &[u8]) {
 
 impl Engine {
     /// Store a value that arrived as a stream (see `session.rs`).
-    pub(crate) fn store_streamed(&self, st: crate::session::StreamIn, end: crate::session::StreamEnd, c: &Counters, out: &mut Out) {
+    pub(crate) fn store_streamed(
+        &self,
+        st: crate::session::StreamIn,
+        end: crate::session::StreamEnd,
+        c: &Counters,
+        out: &mut Out,
+    ) {
         let mark = out.mark();
         self.store_streamed_inner(st.cmd, &st.key, st.flags, st.exptime, st.cas, st.builder, st.too_large, end, c, out);
         if st.noreply {
@@ -333,10 +339,7 @@ impl Engine {
             big = std::sync::Arc::new(builder.finish());
             w.big = Some(&big);
         }
-        let req = Request {
-            cmd: Command::Store { cmd, key, flags, exptime, cas, data: w.value },
-            noreply: false,
-        };
+        let req = Request { cmd: Command::Store { cmd, key, flags, exptime, cas, data: w.value }, noreply: false };
         match (&req.cmd, w.big) {
             // Inline: exactly the classic path.
             (_, None) => {

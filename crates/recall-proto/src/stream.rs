@@ -68,7 +68,8 @@ impl FrameReader {
                 }
                 State::Body { left } => {
                     let n = left.min(input.len() - i);
-                    self.state = if n == left { State::Header { have: 0, hi: 0 } } else { State::Body { left: left - n } };
+                    self.state =
+                        if n == left { State::Header { have: 0, hi: 0 } } else { State::Body { left: left - n } };
                     return (i + n, Some(FrameEvent::Data(&input[i..i + n])));
                 }
                 // Like memcached's data blocks: take both terminator bytes,

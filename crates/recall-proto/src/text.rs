@@ -142,7 +142,14 @@ pub enum Command<'a> {
     /// `sreplace`, `sappend`, `sprepend`, `scas`, or a classic storage
     /// command whose value is at least `Limits::stream_threshold` long.
     /// Only the command line has been consumed.
-    StoreStream { cmd: StoreCmd, key: &'a [u8], flags: u32, exptime: i32, cas: u64, body: StreamBody },
+    StoreStream {
+        cmd: StoreCmd,
+        key: &'a [u8],
+        flags: u32,
+        exptime: i32,
+        cas: u64,
+        body: StreamBody,
+    },
     /// recall extension: `durable` asks for the instance id, the flushed
     /// watermark and the recovery state.
     Durable,
@@ -452,7 +459,8 @@ fn decode_store<'a>(
     if key.len() > KEY_MAX {
         return fail(ErrorKind::Client(msg::BAD_FORMAT));
     }
-    let (Some(flags), Some(exptime), Some(vlen)) = (parse_u32(t.toks[2]), parse_exptime(t.toks[3]), parse_i32(t.toks[4]))
+    let (Some(flags), Some(exptime), Some(vlen)) =
+        (parse_u32(t.toks[2]), parse_exptime(t.toks[3]), parse_i32(t.toks[4]))
     else {
         return fail(ErrorKind::Client(msg::BAD_FORMAT));
     };

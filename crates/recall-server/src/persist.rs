@@ -26,10 +26,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use recall_engine::Engine;
-use recall_store::Value;
 use recall_persist::fsutil::{write_atomically, FailAt};
 use recall_persist::snapshot::{self, Header};
 use recall_persist::{epoch, Record};
+use recall_store::Value;
 
 pub const SNAPSHOT_FILE: &str = "snapshot.rcs";
 

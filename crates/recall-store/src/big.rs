@@ -49,7 +49,9 @@ impl BigValue {
     }
     /// Memory it really occupies, for `-m` accounting.
     pub fn footprint(&self) -> usize {
-        BIG_OVERHEAD + self.chunks.len() * 24 + self.chunks.iter().map(|c| crate::item::alloc_size(c.len() + 16)).sum::<usize>()
+        BIG_OVERHEAD
+            + self.chunks.len() * 24
+            + self.chunks.iter().map(|c| crate::item::alloc_size(c.len() + 16)).sum::<usize>()
     }
 }
 

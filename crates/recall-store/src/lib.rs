@@ -103,7 +103,18 @@ pub struct Write<'a> {
 
 impl<'a> Write<'a> {
     pub fn new(mode: Mode, key: &'a [u8], value: &'a [u8], flags: u32, exptime: UnixSecs) -> Self {
-        Write { key, value, flags, exptime, mode, compare_cas: 0, explicit_cas: 0, invalidate: false, vivify: None, big: None }
+        Write {
+            key,
+            value,
+            flags,
+            exptime,
+            mode,
+            compare_cas: 0,
+            explicit_cas: 0,
+            invalidate: false,
+            vivify: None,
+            big: None,
+        }
     }
 }
 

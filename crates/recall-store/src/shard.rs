@@ -599,7 +599,8 @@ impl Shard {
 
     /// Drop every item (flush_all without delay).
     pub fn clear(&mut self, mem_used: &AtomicUsize) {
-        let total: usize = (0..self.slots.len() as u32).filter(|&i| !self.slots[i as usize].is_free()).map(|i| self.fp_at(i)).sum();
+        let total: usize =
+            (0..self.slots.len() as u32).filter(|&i| !self.slots[i as usize].is_free()).map(|i| self.fp_at(i)).sum();
         mem_used.fetch_sub(total, Ordering::Relaxed);
         self.bigs.clear();
         self.table = HashTable::new();
