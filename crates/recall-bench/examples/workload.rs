@@ -14,8 +14,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use recall_bench::workload::adversary::{
-    AdversaryConfig, AdversaryKind, AdversaryWorkload, LargeBursts, OneHitWonders, Scan,
-    ShiftingHotSet,
+    AdversaryConfig, AdversaryKind, AdversaryWorkload, LargeBursts, OneHitWonders, Scan, ShiftingHotSet,
 };
 use recall_bench::workload::etc::{self, EtcConfig, EtcMode, EtcWorkload};
 use recall_bench::workload::fixed::{FixedConfig, FixedWorkload, Popularity};
@@ -150,13 +149,7 @@ fn poisson_or_closed(rate: Option<f64>) -> Arrival {
 fn build(cli: &Cli) -> Result<Box<dyn Workload>, Box<dyn std::error::Error>> {
     let Common { seed, rate, .. } = cli.common;
     Ok(match &cli.workload {
-        Kind::Etc {
-            n,
-            alpha,
-            fresh,
-            mode,
-            max_value,
-        } => Box::new(EtcWorkload::new(EtcConfig {
+        Kind::Etc { n, alpha, fresh, mode, max_value } => Box::new(EtcWorkload::new(EtcConfig {
             keys: *n,
             zipf_alpha: *alpha,
             fresh_share: *fresh,
@@ -169,14 +162,7 @@ fn build(cli: &Cli) -> Result<Box<dyn Workload>, Box<dyn std::error::Error>> {
             seed,
             ..EtcConfig::default()
         })?),
-        Kind::Fixed {
-            n,
-            key_size,
-            value_size,
-            set,
-            get,
-            zipf,
-        } => Box::new(FixedWorkload::new(FixedConfig {
+        Kind::Fixed { n, key_size, value_size, set, get, zipf } => Box::new(FixedWorkload::new(FixedConfig {
             keys: *n,
             key_size: *key_size,
             value_size: *value_size,
@@ -187,12 +173,7 @@ fn build(cli: &Cli) -> Result<Box<dyn Workload>, Box<dyn std::error::Error>> {
             arrival: poisson_or_closed(rate),
             seed,
         })?),
-        Kind::Ycsb {
-            workload,
-            records,
-            key_size,
-            value_size,
-        } => Box::new(YcsbWorkload::new(YcsbConfig {
+        Kind::Ycsb { workload, records, key_size, value_size } => Box::new(YcsbWorkload::new(YcsbConfig {
             kind: match workload {
                 YcsbArg::Load => YcsbKind::Load,
                 YcsbArg::A => YcsbKind::A,
@@ -205,36 +186,20 @@ fn build(cli: &Cli) -> Result<Box<dyn Workload>, Box<dyn std::error::Error>> {
             arrival: poisson_or_closed(rate),
             seed,
         })?),
-        Kind::Adversary {
-            pattern,
-            cache_items,
-            hot_keys,
-        } => {
+        Kind::Adversary { pattern, cache_items, hot_keys } => {
             let kind = match pattern {
                 AdversaryArg::Bursts => {
                     let d = LargeBursts::default();
-                    AdversaryKind::LargeBursts(LargeBursts {
-                        hot_keys: hot_keys.unwrap_or(d.hot_keys),
-                        ..d
-                    })
+                    AdversaryKind::LargeBursts(LargeBursts { hot_keys: hot_keys.unwrap_or(d.hot_keys), ..d })
                 }
-                AdversaryArg::Scan => AdversaryKind::Scan(Scan {
-                    cache_items: *cache_items,
-                    ..Scan::default()
-                }),
+                AdversaryArg::Scan => AdversaryKind::Scan(Scan { cache_items: *cache_items, ..Scan::default() }),
                 AdversaryArg::Shift => {
                     let d = ShiftingHotSet::default();
-                    AdversaryKind::ShiftingHotSet(ShiftingHotSet {
-                        hot_keys: hot_keys.unwrap_or(d.hot_keys),
-                        ..d
-                    })
+                    AdversaryKind::ShiftingHotSet(ShiftingHotSet { hot_keys: hot_keys.unwrap_or(d.hot_keys), ..d })
                 }
                 AdversaryArg::OneHit => {
                     let d = OneHitWonders::default();
-                    AdversaryKind::OneHitWonders(OneHitWonders {
-                        hot_keys: hot_keys.unwrap_or(d.hot_keys),
-                        ..d
-                    })
+                    AdversaryKind::OneHitWonders(OneHitWonders { hot_keys: hot_keys.unwrap_or(d.hot_keys), ..d })
                 }
             };
             Box::new(AdversaryWorkload::new(AdversaryConfig {
@@ -306,18 +271,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     print_summary("key size (per distinct key)", &mut key_sizes);
     print_summary("value size (per distinct key)", &mut value_sizes);
 
-    let mut gaps: Vec<f64> = ops
-        .windows(2)
-        .map(|w| w[1].time_us as f64 - w[0].time_us as f64)
-        .collect();
+    let mut gaps: Vec<f64> = ops.windows(2).map(|w| w[1].time_us as f64 - w[0].time_us as f64).collect();
     if ops.last().is_some_and(|op| op.time_us > 0) {
         print_summary("inter-arrival (us)", &mut gaps);
         let span_s = ops.last().map_or(0, |op| op.time_us) as f64 / 1e6;
-        println!(
-            "{:<28} {:.0} ops/s",
-            "achieved rate",
-            ops.len() as f64 / span_s
-        );
+        println!("{:<28} {:.0} ops/s", "achieved rate", ops.len() as f64 / span_s);
     } else {
         println!("{:<28} closed loop (all time_us = 0)", "inter-arrival");
     }
@@ -334,11 +292,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mut hottest: Vec<(u64, u64)> = counts.into_iter().collect();
     hottest.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    let top: Vec<String> = hottest
-        .iter()
-        .take(8)
-        .map(|(id, c)| format!("{id}:{c}"))
-        .collect();
+    let top: Vec<String> = hottest.iter().take(8).map(|(id, c)| format!("{id}:{c}")).collect();
     println!("hottest key ids (id:count): {}", top.join(" "));
 
     if let Kind::Etc { .. } = cli.workload {

@@ -44,10 +44,7 @@ fn key_sizes_match_the_gev_model() {
     // sd ≈ 11.8 → SE(mean) ≈ 0.019; allow 0.1 (≈ 5 SE). Rounding to
     // integers adds 1/12 to the variance (Sheppard); SE(var) ≈ 0.6, allow 3.
     assert!((m - mean).abs() < 0.1, "key size mean {m} vs {mean}");
-    assert!(
-        (v - (var + 1.0 / 12.0)).abs() < 3.0,
-        "key size var {v} vs {var}"
-    );
+    assert!((v - (var + 1.0 / 12.0)).abs() < 3.0, "key size var {v} vs {var}");
 
     // CDF at integer points: P(round(X) <= k) = F(k + 0.5). The 99% KS
     // critical value is 1.63/sqrt(n) ≈ 0.0026; allow 0.004.
@@ -55,10 +52,7 @@ fn key_sizes_match_the_gev_model() {
     for k in (15..=90).step_by(5) {
         let empirical = ks.iter().filter(|&&x| x <= f64::from(k)).count() as f64 / n as f64;
         let model = gev.cdf(f64::from(k) + 0.5);
-        assert!(
-            (empirical - model).abs() < 0.004,
-            "P(key <= {k}) = {empirical} vs {model}"
-        );
+        assert!((empirical - model).abs() < 0.004, "P(key <= {k}) = {empirical} vs {model}");
     }
     assert!(ks.iter().all(|&k| (1.0..=250.0).contains(&k)));
 }
@@ -73,10 +67,7 @@ fn value_sizes_match_the_table_and_pareto_tail() {
     for &(p, size) in &SMALL_VALUE_TABLE {
         let freq = vs.iter().filter(|&&v| v == size).count() as f64 / n as f64;
         let se = (p * (1.0 - p) / n as f64).sqrt();
-        assert!(
-            (freq - p).abs() < 5.0 * se + 1e-6,
-            "P(value = {size}) = {freq} vs {p}"
-        );
+        assert!((freq - p).abs() < 5.0 * se + 1e-6, "P(value = {size}) = {freq} vs {p}");
     }
 
     // Tail: conditional CDF of floor(X) for X ~ GP(15, 214.476, 0.348238):
@@ -85,34 +76,22 @@ fn value_sizes_match_the_table_and_pareto_tail() {
     let tail: Vec<u32> = vs.iter().copied().filter(|&v| v >= 15).collect();
     let m = tail.len() as f64;
     let tail_share = m / n as f64;
-    assert!(
-        (tail_share - (1.0 - 0.44155)).abs() < 0.0025,
-        "tail share {tail_share}"
-    );
+    assert!((tail_share - (1.0 - 0.44155)).abs() < 0.0025, "tail share {tail_share}");
     for k in [20u32, 50, 100, 200, 400, 1000, 3000, 10_000] {
         let empirical = tail.iter().filter(|&&v| v <= k).count() as f64 / m;
         let model = gp.cdf(f64::from(k) + 1.0);
         let se = (model * (1.0 - model) / m).sqrt();
-        assert!(
-            (empirical - model).abs() < 5.0 * se + 1e-5,
-            "P(tail <= {k}) = {empirical} vs {model}"
-        );
+        assert!((empirical - model).abs() < 5.0 * se + 1e-5, "P(tail <= {k}) = {empirical} vs {model}");
     }
 
     // Mean of the mixture: Σ p·v over the table plus (1 - 0.44155) times the
     // GP mean 15 + σ/(1-ξ) = 344.071, less 0.5 for the truncation to an
     // integer = 194.166. sd ≈ 460 → SE ≈ 0.46; allow 2.5.
-    let table_mean: f64 = SMALL_VALUE_TABLE
-        .iter()
-        .map(|&(p, v)| p * f64::from(v))
-        .sum();
+    let table_mean: f64 = SMALL_VALUE_TABLE.iter().map(|&(p, v)| p * f64::from(v)).sum();
     let model_mean = table_mean + (1.0 - 0.44155) * (gp.mean().unwrap() - 0.5);
     assert!((model_mean - 194.166).abs() < 1e-3);
     let (mean, _) = mean_var(&vs.iter().map(|&v| f64::from(v)).collect::<Vec<_>>());
-    assert!(
-        (mean - model_mean).abs() < 2.5,
-        "value mean {mean} vs {model_mean}"
-    );
+    assert!((mean - model_mean).abs() < 2.5, "value mean {mean} vs {model_mean}");
 }
 
 #[test]
@@ -134,24 +113,11 @@ fn interarrival_times_match_the_gp_model() {
 
     // The generator's timestamps: gaps between rounded cumulative times
     // have the same mean and variance + 1/6 (two rounding errors).
-    let ops = generate(
-        EtcConfig {
-            keys: 10_000,
-            seed: 4,
-            ..EtcConfig::default()
-        },
-        400_000,
-    );
-    let gaps: Vec<f64> = ops
-        .windows(2)
-        .map(|w| (w[1].time_us - w[0].time_us) as f64)
-        .collect();
+    let ops = generate(EtcConfig { keys: 10_000, seed: 4, ..EtcConfig::default() }, 400_000);
+    let gaps: Vec<f64> = ops.windows(2).map(|w| (w[1].time_us - w[0].time_us) as f64).collect();
     let (m, v) = mean_var(&gaps);
     assert!((m - model_mean).abs() < 0.15, "gap mean {m}");
-    assert!(
-        (v - model_var - 1.0 / 6.0).abs() < 0.05 * model_var,
-        "gap var {v}"
-    );
+    assert!((v - model_var - 1.0 / 6.0).abs() < 0.05 * model_var, "gap var {v}");
     assert!(ops.windows(2).all(|w| w[0].time_us <= w[1].time_us));
 }
 
@@ -183,26 +149,11 @@ fn popularity_shares_match_the_zipf_law() {
     let bottom: f64 = (5001..=n).map(|k| (k as f64).powf(-0.95)).sum::<f64>() / h;
     assert!((top - 0.4692).abs() < 1e-3 && (bottom - 0.0880).abs() < 1e-3);
 
-    let ops = generate(
-        EtcConfig {
-            keys: n,
-            seed: 2,
-            ..EtcConfig::default()
-        },
-        1_000_000,
-    );
+    let ops = generate(EtcConfig { keys: n, seed: 2, ..EtcConfig::default() }, 1_000_000);
     let s = popularity_shares(ops.iter().map(|op| op.key_id));
     assert_eq!(s.distinct_keys, n);
-    assert!(
-        (s.top_share - top).abs() < 0.01,
-        "top {} vs {top}",
-        s.top_share
-    );
-    assert!(
-        (s.bottom_share - bottom).abs() < 0.01,
-        "bottom {} vs {bottom}",
-        s.bottom_share
-    );
+    assert!((s.top_share - top).abs() < 0.01, "top {} vs {top}", s.top_share);
+    assert!((s.bottom_share - bottom).abs() < 0.01, "bottom {} vs {bottom}", s.bottom_share);
 }
 
 #[test]
@@ -215,40 +166,17 @@ fn etc_reference_shares() {
     // here over the 86.8k keys seen; 7.5% over all 100k keys analytically).
     // The bounds below pin that behaviour: 55% ± 3 points for the top, and
     // 5–9% for the bottom.
-    let ops = generate(
-        EtcConfig {
-            keys: 100_000,
-            seed: 1,
-            ..EtcConfig::default()
-        },
-        1_000_000,
-    );
+    let ops = generate(EtcConfig { keys: 100_000, seed: 1, ..EtcConfig::default() }, 1_000_000);
     let s = popularity_shares(ops.iter().map(|op| op.key_id));
     assert!((0.52..=0.58).contains(&s.top_share), "top {}", s.top_share);
-    assert!(
-        (0.05..=0.09).contains(&s.bottom_share),
-        "bottom {}",
-        s.bottom_share
-    );
+    assert!((0.05..=0.09).contains(&s.bottom_share), "bottom {}", s.bottom_share);
 }
 
 #[test]
 fn mix_mode_follows_30_1_14() {
-    let ops = generate(
-        EtcConfig {
-            keys: 10_000,
-            mode: EtcMode::MIX,
-            seed: 6,
-            ..EtcConfig::default()
-        },
-        450_000,
-    );
+    let ops = generate(EtcConfig { keys: 10_000, mode: EtcMode::MIX, seed: 6, ..EtcConfig::default() }, 450_000);
     let n = ops.len() as f64;
-    for (kind, p) in [
-        (OpKind::Get, 30.0 / 45.0),
-        (OpKind::Set, 1.0 / 45.0),
-        (OpKind::Delete, 14.0 / 45.0),
-    ] {
+    for (kind, p) in [(OpKind::Get, 30.0 / 45.0), (OpKind::Set, 1.0 / 45.0), (OpKind::Delete, 14.0 / 45.0)] {
         let freq = ops.iter().filter(|o| o.kind == kind).count() as f64 / n;
         let se = (p * (1.0 - p) / n).sqrt();
         assert!((freq - p).abs() < 5.0 * se, "{kind}: {freq} vs {p}");
@@ -267,24 +195,14 @@ fn look_aside_emits_gets_and_deletes_and_fills_misses() {
     .unwrap();
     let generated: Vec<Op> = ops(&mut w).take(200_000).collect();
     assert!(generated.iter().all(|o| o.kind != OpKind::Set));
-    let deletes = generated
-        .iter()
-        .filter(|o| o.kind == OpKind::Delete)
-        .count() as f64
-        / generated.len() as f64;
-    assert!(
-        (deletes - 14.0 / 45.0).abs() < 0.005,
-        "delete share {deletes}"
-    );
+    let deletes = generated.iter().filter(|o| o.kind == OpKind::Delete).count() as f64 / generated.len() as f64;
+    assert!((deletes - 14.0 / 45.0).abs() < 0.005, "delete share {deletes}");
 
     // A miss queues a Set of the same key and size, stamped no earlier than
     // the miss, emitted before the next generated request.
     let get = ops(&mut w).find(|o| o.kind == OpKind::Get).unwrap();
     w.on_miss(&get);
-    let del = Op {
-        kind: OpKind::Delete,
-        ..get
-    };
+    let del = Op { kind: OpKind::Delete, ..get };
     w.on_miss(&del); // not a Get: no fill
     let fill = w.next_op().unwrap();
     assert_eq!(fill.kind, OpKind::Set);
@@ -298,18 +216,10 @@ fn look_aside_emits_gets_and_deletes_and_fills_misses() {
 
 #[test]
 fn mix_mode_ignores_misses() {
-    let mut w = EtcWorkload::new(EtcConfig {
-        keys: 100,
-        seed: 1,
-        ..EtcConfig::default()
-    })
-    .unwrap();
+    let mut w = EtcWorkload::new(EtcConfig { keys: 100, seed: 1, ..EtcConfig::default() }).unwrap();
     let mut reference = w.clone();
     let first = w.next_op().unwrap();
-    w.on_miss(&Op {
-        kind: OpKind::Get,
-        ..first
-    });
+    w.on_miss(&Op { kind: OpKind::Get, ..first });
     reference.next_op();
     assert_eq!(w.next_op(), reference.next_op());
 }
@@ -317,20 +227,8 @@ fn mix_mode_ignores_misses() {
 #[test]
 fn fresh_keys_are_never_seen_before() {
     let keys = 1_000;
-    let ops = generate(
-        EtcConfig {
-            keys,
-            fresh_share: 0.1,
-            seed: 12,
-            ..EtcConfig::default()
-        },
-        100_000,
-    );
-    let fresh: Vec<u64> = ops
-        .iter()
-        .map(|o| o.key_id)
-        .filter(|&id| id >= keys)
-        .collect();
+    let ops = generate(EtcConfig { keys, fresh_share: 0.1, seed: 12, ..EtcConfig::default() }, 100_000);
+    let fresh: Vec<u64> = ops.iter().map(|o| o.key_id).filter(|&id| id >= keys).collect();
     let share = fresh.len() as f64 / ops.len() as f64;
     assert!((share - 0.1).abs() < 0.005, "fresh share {share}");
     // Fresh ids count up from N, so each is new when first requested.
@@ -340,13 +238,8 @@ fn fresh_keys_are_never_seen_before() {
 
 #[test]
 fn each_key_keeps_its_sizes_and_runs_are_reproducible() {
-    let config = EtcConfig {
-        keys: 5_000,
-        fresh_share: 0.05,
-        arrival: Arrival::Closed,
-        seed: 77,
-        ..EtcConfig::default()
-    };
+    let config =
+        EtcConfig { keys: 5_000, fresh_share: 0.05, arrival: Arrival::Closed, seed: 77, ..EtcConfig::default() };
     let a = generate(config.clone(), 50_000);
     let b = generate(config.clone(), 50_000);
     assert_eq!(a, b);
@@ -355,9 +248,7 @@ fn each_key_keeps_its_sizes_and_runs_are_reproducible() {
 
     let mut seen: HashMap<u64, (u32, u32)> = HashMap::new();
     for op in &a {
-        let sizes = *seen
-            .entry(op.key_id)
-            .or_insert((op.key_size, op.value_size));
+        let sizes = *seen.entry(op.key_id).or_insert((op.key_size, op.value_size));
         assert_eq!(sizes, (op.key_size, op.value_size), "key {}", op.key_id);
         assert_eq!(op.key().len(), op.key_size as usize);
     }

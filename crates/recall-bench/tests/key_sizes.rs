@@ -4,8 +4,7 @@
 
 use proptest::prelude::*;
 use recall_bench::workload::adversary::{
-    AdversaryConfig, AdversaryKind, AdversaryWorkload, LargeBursts, OneHitWonders, Scan,
-    ShiftingHotSet,
+    AdversaryConfig, AdversaryKind, AdversaryWorkload, LargeBursts, OneHitWonders, Scan, ShiftingHotSet,
 };
 use recall_bench::workload::etc::{EtcConfig, EtcMode, EtcWorkload};
 use recall_bench::workload::fixed::{FixedConfig, FixedWorkload, Popularity};

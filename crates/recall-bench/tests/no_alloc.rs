@@ -6,9 +6,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use recall_bench::workload::adversary::{
-    AdversaryConfig, AdversaryKind, AdversaryWorkload, OneHitWonders,
-};
+use recall_bench::workload::adversary::{AdversaryConfig, AdversaryKind, AdversaryWorkload, OneHitWonders};
 use recall_bench::workload::etc::{EtcConfig, EtcMode, EtcWorkload};
 use recall_bench::workload::fixed::{FixedConfig, FixedWorkload, Popularity};
 use recall_bench::workload::ycsb::{YcsbConfig, YcsbWorkload};
@@ -92,23 +90,12 @@ fn generating_ops_does_not_allocate() {
                 .unwrap(),
             ),
         ),
-        (
-            "ycsb a",
-            Box::new(
-                YcsbWorkload::new(YcsbConfig {
-                    key_size: 23,
-                    ..YcsbConfig::default()
-                })
-                .unwrap(),
-            ),
-        ),
+        ("ycsb a", Box::new(YcsbWorkload::new(YcsbConfig { key_size: 23, ..YcsbConfig::default() }).unwrap())),
         (
             "one-hit wonders",
             Box::new(
-                AdversaryWorkload::new(AdversaryConfig::new(AdversaryKind::OneHitWonders(
-                    OneHitWonders::default(),
-                )))
-                .unwrap(),
+                AdversaryWorkload::new(AdversaryConfig::new(AdversaryKind::OneHitWonders(OneHitWonders::default())))
+                    .unwrap(),
             ),
         ),
     ];

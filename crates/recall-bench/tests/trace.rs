@@ -1,8 +1,6 @@
 //! CSV traces round-trip every generator's output.
 
-use recall_bench::workload::adversary::{
-    AdversaryConfig, AdversaryKind, AdversaryWorkload, LargeBursts,
-};
+use recall_bench::workload::adversary::{AdversaryConfig, AdversaryKind, AdversaryWorkload, LargeBursts};
 use recall_bench::workload::etc::{EtcConfig, EtcWorkload};
 use recall_bench::workload::fixed::{FixedConfig, FixedWorkload};
 use recall_bench::workload::trace::{TraceReader, TraceRecord, TraceWriter, HEADER};
@@ -20,10 +18,7 @@ fn round_trip(workload: &mut dyn Workload, n: usize) {
     assert!(text.starts_with(&format!("{HEADER}\n")));
     assert_eq!(text.lines().count(), n + 1);
 
-    let read: Vec<TraceRecord> = TraceReader::new(bytes.as_slice())
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let read: Vec<TraceRecord> = TraceReader::new(bytes.as_slice()).unwrap().collect::<Result<_, _>>().unwrap();
     let expected: Vec<TraceRecord> = generated.iter().map(TraceRecord::from_op).collect();
     assert_eq!(read, expected);
 
@@ -40,14 +35,8 @@ fn round_trip(workload: &mut dyn Workload, n: usize) {
 
 #[test]
 fn etc_round_trips() {
-    let mut w = EtcWorkload::new(EtcConfig {
-        keys: 1_000,
-        fresh_share: 0.1,
-        ttl: 30,
-        seed: 1,
-        ..EtcConfig::default()
-    })
-    .unwrap();
+    let mut w = EtcWorkload::new(EtcConfig { keys: 1_000, fresh_share: 0.1, ttl: 30, seed: 1, ..EtcConfig::default() })
+        .unwrap();
     round_trip(&mut w, 5_000);
 }
 
@@ -68,20 +57,13 @@ fn ycsb_round_trips() {
 
 #[test]
 fn fixed_and_adversary_round_trip() {
-    let mut f = FixedWorkload::new(FixedConfig {
-        ttl: 5,
-        seed: 3,
-        ..FixedConfig::default()
-    })
-    .unwrap();
+    let mut f = FixedWorkload::new(FixedConfig { ttl: 5, seed: 3, ..FixedConfig::default() }).unwrap();
     round_trip(&mut f, 2_000);
-    let mut a = AdversaryWorkload::new(AdversaryConfig::new(AdversaryKind::LargeBursts(
-        LargeBursts {
-            burst_every: 100,
-            burst_len: 10,
-            ..LargeBursts::default()
-        },
-    )))
+    let mut a = AdversaryWorkload::new(AdversaryConfig::new(AdversaryKind::LargeBursts(LargeBursts {
+        burst_every: 100,
+        burst_len: 10,
+        ..LargeBursts::default()
+    })))
     .unwrap();
     round_trip(&mut a, 2_000);
 }
@@ -100,8 +82,5 @@ fn lines_have_the_documented_layout() {
     let mut w = TraceWriter::new(Vec::new()).unwrap();
     w.write_op(&op).unwrap();
     let text = String::from_utf8(w.into_inner().unwrap()).unwrap();
-    assert_eq!(
-        text,
-        "time_us,key,key_size,value_size,op,ttl\n18,000042,6,11,set,60\n"
-    );
+    assert_eq!(text, "time_us,key,key_size,value_size,op,ttl\n18,000042,6,11,set,60\n");
 }

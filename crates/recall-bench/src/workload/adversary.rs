@@ -16,10 +16,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::dist::Clock;
-use super::{
-    check_key_size, check_probability, Arrival, ConfigError, FillQueue, KeyFormat, Op, OpKind,
-    Workload,
-};
+use super::{check_key_size, check_probability, Arrival, ConfigError, FillQueue, KeyFormat, Op, OpKind, Workload};
 
 /// First id used for never-reused keys (2^40, 13 decimal digits).
 pub const FRESH_ID_BASE: u64 = 1 << 40;
@@ -64,10 +61,7 @@ pub struct Scan {
 
 impl Default for Scan {
     fn default() -> Self {
-        Scan {
-            cache_items: 100_000,
-            factor: 1.1,
-        }
+        Scan { cache_items: 100_000, factor: 1.1 }
     }
 }
 
@@ -96,12 +90,7 @@ pub struct ShiftingHotSet {
 
 impl Default for ShiftingHotSet {
     fn default() -> Self {
-        ShiftingHotSet {
-            universe: 1_000_000,
-            hot_keys: 10_000,
-            shift_every: 100_000,
-            hot_share: 0.9,
-        }
+        ShiftingHotSet { universe: 1_000_000, hot_keys: 10_000, shift_every: 100_000, hot_share: 0.9 }
     }
 }
 
@@ -118,10 +107,7 @@ pub struct OneHitWonders {
 
 impl Default for OneHitWonders {
     fn default() -> Self {
-        OneHitWonders {
-            hot_keys: 1_000,
-            one_hit_share: 0.7,
-        }
+        OneHitWonders { hot_keys: 1_000, one_hit_share: 0.7 }
     }
 }
 
@@ -158,14 +144,7 @@ pub struct AdversaryConfig {
 impl AdversaryConfig {
     /// `kind` with 32-byte keys, 128-byte values, no TTL, closed loop.
     pub fn new(kind: AdversaryKind) -> Self {
-        AdversaryConfig {
-            kind,
-            key_size: 32,
-            value_size: 128,
-            ttl: 0,
-            arrival: Arrival::Closed,
-            seed: 0,
-        }
+        AdversaryConfig { kind, key_size: 32, value_size: 128, ttl: 0, arrival: Arrival::Closed, seed: 0 }
     }
 }
 
@@ -222,9 +201,7 @@ impl AdversaryWorkload {
             }
         };
         if population > FRESH_ID_BASE {
-            return Err(ConfigError::new(format!(
-                "adversary: at most {FRESH_ID_BASE} reused keys"
-            )));
+            return Err(ConfigError::new(format!("adversary: at most {FRESH_ID_BASE} reused keys")));
         }
         Ok(AdversaryWorkload {
             generated: 0,
@@ -250,10 +227,7 @@ impl AdversaryWorkload {
         Op {
             time_us,
             key_id,
-            key_size: self
-                .config
-                .key_size
-                .max(KeyFormat::Decimal.min_key_size(key_id)),
+            key_size: self.config.key_size.max(KeyFormat::Decimal.min_key_size(key_id)),
             value_size,
             kind,
             ttl,

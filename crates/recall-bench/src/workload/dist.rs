@@ -68,11 +68,7 @@ impl Gev {
     /// GEV with location μ, scale σ > 0 and shape ξ.
     pub fn new(location: f64, scale: f64, shape: f64) -> Result<Self, ConfigError> {
         check_params(location, scale, shape)?;
-        Ok(Gev {
-            location,
-            scale,
-            shape,
-        })
+        Ok(Gev { location, scale, shape })
     }
 
     /// The quantile function `F⁻¹(p)` for `p` in (0, 1).
@@ -122,11 +118,7 @@ impl GeneralizedPareto {
     /// GP with location μ, scale σ > 0 and shape ξ.
     pub fn new(location: f64, scale: f64, shape: f64) -> Result<Self, ConfigError> {
         check_params(location, scale, shape)?;
-        Ok(GeneralizedPareto {
-            location,
-            scale,
-            shape,
-        })
+        Ok(GeneralizedPareto { location, scale, shape })
     }
 
     /// The quantile function `F⁻¹(p)` for `p` in (0, 1).
@@ -179,11 +171,7 @@ impl GeneralizedPareto {
                 self.shape, self.location
             )));
         }
-        Self::new(
-            self.location,
-            (1.0 - self.shape) * (mean - self.location),
-            self.shape,
-        )
+        Self::new(self.location, (1.0 - self.shape) * (mean - self.location), self.shape)
     }
 }
 
@@ -205,8 +193,7 @@ impl ZipfRanks {
     /// Zipf with exponent `alpha ≥ 0` over `n ≥ 1` items:
     /// `P(rank k) ∝ 1/(k+1)^alpha`.
     pub fn new(n: u64, alpha: f64) -> Result<Self, ConfigError> {
-        let inner = Zipf::new(n, alpha)
-            .map_err(|e| ConfigError::new(format!("zipf(n={n}, alpha={alpha}): {e}")))?;
+        let inner = Zipf::new(n, alpha).map_err(|e| ConfigError::new(format!("zipf(n={n}, alpha={alpha}): {e}")))?;
         Ok(ZipfRanks { n, inner })
     }
 
@@ -297,16 +284,12 @@ impl Arrival {
 
     fn validate(&self) -> Result<(), ConfigError> {
         match self {
-            Arrival::Constant { rate } | Arrival::Poisson { rate }
-                if !(rate.is_finite() && *rate > 0.0) =>
-            {
-                Err(ConfigError::new(format!(
-                    "arrival rate must be > 0, got {rate}"
-                )))
+            Arrival::Constant { rate } | Arrival::Poisson { rate } if !(rate.is_finite() && *rate > 0.0) => {
+                Err(ConfigError::new(format!("arrival rate must be > 0, got {rate}")))
             }
-            Arrival::GeneralizedPareto(gp) if gp.mean().is_none() => Err(ConfigError::new(
-                "GP inter-arrival needs shape < 1 for a finite rate",
-            )),
+            Arrival::GeneralizedPareto(gp) if gp.mean().is_none() => {
+                Err(ConfigError::new("GP inter-arrival needs shape < 1 for a finite rate"))
+            }
             _ => Ok(()),
         }
     }
@@ -342,10 +325,7 @@ impl Clock {
             ),
             Arrival::GeneralizedPareto(gp) => ArrivalSampler::Gp(gp),
         };
-        Ok(Clock {
-            sampler,
-            now_us: 0.0,
-        })
+        Ok(Clock { sampler, now_us: 0.0 })
     }
 
     /// Advances by one inter-arrival gap and returns the new time.
@@ -391,10 +371,7 @@ mod tests {
         assert!((gp.mean().unwrap() - 16.0292 / (1.0 - 0.154971)).abs() < 1e-12);
         let scaled = gp.with_mean(10.0).unwrap();
         assert!((scaled.mean().unwrap() - 10.0).abs() < 1e-12);
-        assert!(GeneralizedPareto::new(0.0, 1.0, 1.5)
-            .unwrap()
-            .with_mean(3.0)
-            .is_err());
+        assert!(GeneralizedPareto::new(0.0, 1.0, 1.5).unwrap().with_mean(3.0).is_err());
     }
 
     #[test]

@@ -31,8 +31,8 @@ use rand::{Rng, SeedableRng};
 
 use super::dist::{hash_unit, Clock, ZipfRanks};
 use super::{
-    check_probability, Arrival, ConfigError, FillQueue, GeneralizedPareto, Gev, KeyFormat, Op,
-    OpKind, Workload, MAX_KEY_SIZE,
+    check_probability, Arrival, ConfigError, FillQueue, GeneralizedPareto, Gev, KeyFormat, Op, OpKind, Workload,
+    MAX_KEY_SIZE,
 };
 
 /// Key size model: GEV(30.7984, 8.20449, 0.078688).
@@ -103,12 +103,7 @@ pub struct EtcSizes {
 impl EtcSizes {
     /// Sizes for `seed`, with values capped at `max_value_size` bytes.
     pub fn new(seed: u64, max_value_size: u32) -> Self {
-        EtcSizes {
-            seed,
-            max_value_size,
-            key_gev: key_size_distribution(),
-            value_tail: value_tail_distribution(),
-        }
+        EtcSizes { seed, max_value_size, key_gev: key_size_distribution(), value_tail: value_tail_distribution() }
     }
 
     /// The key size of `key_id`: the GEV draw, rounded and clamped to
@@ -118,11 +113,7 @@ impl EtcSizes {
     /// practically never visible.
     pub fn key_size(&self, key_id: u64) -> u32 {
         let u = hash_unit(self.seed, key_id, STREAM_KEY_SIZE);
-        let drawn = self
-            .key_gev
-            .inverse_cdf(u)
-            .round()
-            .clamp(1.0, f64::from(MAX_KEY_SIZE)) as u32;
+        let drawn = self.key_gev.inverse_cdf(u).round().clamp(1.0, f64::from(MAX_KEY_SIZE)) as u32;
         drawn.max(KeyFormat::Decimal.min_key_size(key_id))
     }
 
@@ -172,15 +163,9 @@ pub enum EtcMode {
 
 impl EtcMode {
     /// Look-aside with deletes at 14/45.
-    pub const LOOK_ASIDE: EtcMode = EtcMode::LookAside {
-        delete_probability: 14.0 / 45.0,
-    };
+    pub const LOOK_ASIDE: EtcMode = EtcMode::LookAside { delete_probability: 14.0 / 45.0 };
     /// The explicit GET:SET:DELETE mix 30:1:14.
-    pub const MIX: EtcMode = EtcMode::Mix {
-        get: 30,
-        set: 1,
-        delete: 14,
-    };
+    pub const MIX: EtcMode = EtcMode::Mix { get: 30, set: 1, delete: 14 };
 }
 
 /// Configuration of an [`EtcWorkload`].
@@ -251,10 +236,7 @@ impl EtcWorkload {
                 if total == 0.0 {
                     return Err(ConfigError::new("etc: mix weights are all 0"));
                 }
-                (
-                    f64::from(get) / total,
-                    (f64::from(get) + f64::from(set)) / total,
-                )
+                (f64::from(get) / total, (f64::from(get) + f64::from(set)) / total)
             }
         };
         Ok(EtcWorkload {
@@ -297,8 +279,7 @@ impl Workload for EtcWorkload {
             return Some(fill);
         }
         let time_us = self.clock.tick(&mut self.rng);
-        let fresh =
-            self.config.fresh_share > 0.0 && self.rng.gen::<f64>() < self.config.fresh_share;
+        let fresh = self.config.fresh_share > 0.0 && self.rng.gen::<f64>() < self.config.fresh_share;
         let key_id = if fresh {
             self.next_fresh += 1;
             self.next_fresh - 1
@@ -312,11 +293,7 @@ impl Workload for EtcWorkload {
             key_size: self.sizes.key_size(key_id),
             value_size: self.sizes.value_size(key_id),
             kind,
-            ttl: if kind == OpKind::Set {
-                self.config.ttl
-            } else {
-                0
-            },
+            ttl: if kind == OpKind::Set { self.config.ttl } else { 0 },
             key_format: KeyFormat::Decimal,
         })
     }

@@ -31,9 +31,7 @@ use std::collections::VecDeque;
 use std::fmt;
 
 pub use dist::{Arrival, GeneralizedPareto, Gev, KeyPopularity};
-pub use op::{
-    decimal_digits, KeyFormat, Op, OpKind, UnknownOpKind, MAX_KEY_SIZE, YCSB_HASHED_MIN_KEY_SIZE,
-};
+pub use op::{decimal_digits, KeyFormat, Op, OpKind, UnknownOpKind, MAX_KEY_SIZE, YCSB_HASHED_MIN_KEY_SIZE};
 
 /// A source of operations.
 ///
@@ -94,9 +92,7 @@ pub(crate) fn check_key_size(key_size: u32) -> Result<(), ConfigError> {
     if (1..=MAX_KEY_SIZE).contains(&key_size) {
         Ok(())
     } else {
-        Err(ConfigError::new(format!(
-            "key size must be in 1..={MAX_KEY_SIZE}, got {key_size}"
-        )))
+        Err(ConfigError::new(format!("key size must be in 1..={MAX_KEY_SIZE}, got {key_size}")))
     }
 }
 
@@ -105,9 +101,7 @@ pub(crate) fn check_probability(name: &str, p: f64) -> Result<(), ConfigError> {
     if (0.0..=1.0).contains(&p) {
         Ok(())
     } else {
-        Err(ConfigError::new(format!(
-            "{name} must be in [0, 1], got {p}"
-        )))
+        Err(ConfigError::new(format!("{name} must be in [0, 1], got {p}")))
     }
 }
 
@@ -121,12 +115,7 @@ impl FillQueue {
     /// Queues a `Set` for a missed `Get`; other kinds need no fill.
     pub(crate) fn push_fill(&mut self, miss: &Op, now_us: u64, ttl: u32) {
         if miss.kind == OpKind::Get {
-            self.pending.push_back(Op {
-                time_us: now_us.max(miss.time_us),
-                kind: OpKind::Set,
-                ttl,
-                ..*miss
-            });
+            self.pending.push_back(Op { time_us: now_us.max(miss.time_us), kind: OpKind::Set, ttl, ..*miss });
         }
     }
 

@@ -49,11 +49,7 @@ pub struct UnknownOpKind(pub String);
 
 impl fmt::Display for UnknownOpKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "unknown op kind {:?} (expected get, set or delete)",
-            self.0
-        )
+        write!(f, "unknown op kind {:?} (expected get, set or delete)", self.0)
     }
 }
 

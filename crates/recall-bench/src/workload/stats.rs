@@ -99,11 +99,8 @@ impl Summary {
         values.sort_unstable_by(f64::total_cmp);
         let n = values.len();
         let mean = values.iter().sum::<f64>() / n as f64;
-        let var = if n > 1 {
-            values.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / (n - 1) as f64
-        } else {
-            0.0
-        };
+        let var =
+            if n > 1 { values.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / (n - 1) as f64 } else { 0.0 };
         Some(Summary {
             count: n,
             mean,
@@ -160,10 +157,7 @@ mod tests {
     #[test]
     fn shares_of_a_known_sequence() {
         // 100 keys: key 0 requested 901 times, keys 1..100 once each.
-        let ids = std::iter::repeat(0)
-            .take(901)
-            .chain(1..100u64)
-            .collect::<Vec<_>>();
+        let ids = std::iter::repeat(0).take(901).chain(1..100u64).collect::<Vec<_>>();
         let s = popularity_shares(ids);
         assert_eq!(s.requests, 1000);
         assert_eq!(s.distinct_keys, 100);
@@ -184,10 +178,7 @@ mod tests {
     fn summary_and_quantiles() {
         let mut v: Vec<f64> = (1..=100).rev().map(f64::from).collect();
         let s = Summary::of(&mut v).unwrap();
-        assert_eq!(
-            (s.min, s.p50, s.p90, s.p99, s.max),
-            (1.0, 50.0, 90.0, 99.0, 100.0)
-        );
+        assert_eq!((s.min, s.p50, s.p90, s.p99, s.max), (1.0, 50.0, 90.0, 99.0, 100.0));
         assert!((s.mean - 50.5).abs() < 1e-12);
         assert!(Summary::of(&mut []).is_none());
     }

@@ -52,9 +52,7 @@ impl TraceRecord {
 /// and `"`.
 pub fn is_trace_safe_key(key: &[u8]) -> bool {
     (1..=MAX_KEY_SIZE as usize).contains(&key.len())
-        && key
-            .iter()
-            .all(|&b| b.is_ascii_graphic() && b != b',' && b != b'"')
+        && key.iter().all(|&b| b.is_ascii_graphic() && b != b',' && b != b'"')
 }
 
 /// Writes a trace. Wrap files in a `BufWriter`; the writer itself does not
@@ -69,10 +67,7 @@ impl<W: Write> TraceWriter<W> {
     /// Writes the header and returns the writer.
     pub fn new(mut out: W) -> io::Result<Self> {
         writeln!(out, "{HEADER}")?;
-        Ok(TraceWriter {
-            out,
-            key: Vec::with_capacity(MAX_KEY_SIZE as usize),
-        })
+        Ok(TraceWriter { out, key: Vec::with_capacity(MAX_KEY_SIZE as usize) })
     }
 
     /// Appends one generated op.
@@ -86,26 +81,11 @@ impl<W: Write> TraceWriter<W> {
 
     /// Appends one record (its `key_size` field is written as `key.len()`).
     pub fn write_record(&mut self, record: &TraceRecord) -> io::Result<()> {
-        let kind = record
-            .kind
-            .ok_or_else(|| invalid_input("trace record has no op kind".into()))?;
-        self.write_fields(
-            record.time_us,
-            &record.key,
-            record.value_size,
-            kind,
-            record.ttl,
-        )
+        let kind = record.kind.ok_or_else(|| invalid_input("trace record has no op kind".into()))?;
+        self.write_fields(record.time_us, &record.key, record.value_size, kind, record.ttl)
     }
 
-    fn write_fields(
-        &mut self,
-        time_us: u64,
-        key: &[u8],
-        value_size: u32,
-        kind: OpKind,
-        ttl: u32,
-    ) -> io::Result<()> {
+    fn write_fields(&mut self, time_us: u64, key: &[u8], value_size: u32, kind: OpKind, ttl: u32) -> io::Result<()> {
         if !is_trace_safe_key(key) {
             return Err(invalid_input(format!(
                 "key {:?} cannot be written to a CSV trace",
@@ -189,11 +169,7 @@ impl<R: BufRead> TraceReader<R> {
         if header != HEADER {
             return Err(TraceError::BadHeader(header.to_owned()));
         }
-        Ok(TraceReader {
-            input,
-            line,
-            line_no: 1,
-        })
+        Ok(TraceReader { input, line, line_no: 1 })
     }
 
     /// Reads the next record into `record`, reusing its key buffer. Returns
@@ -211,10 +187,7 @@ impl<R: BufRead> TraceReader<R> {
             }
             return parse_line(text, record)
                 .map(|()| true)
-                .map_err(|message| TraceError::Parse {
-                    line: self.line_no,
-                    message,
-                });
+                .map_err(|message| TraceError::Parse { line: self.line_no, message });
         }
     }
 }
@@ -256,11 +229,7 @@ fn parse_line(text: &str, record: &mut TraceRecord) -> Result<(), String> {
         return Err(format!("invalid key {key:?}"));
     }
     if key.len() != record.key_size as usize {
-        return Err(format!(
-            "key_size {} but key has {} bytes",
-            record.key_size,
-            key.len()
-        ));
+        return Err(format!("key_size {} but key has {} bytes", record.key_size, key.len()));
     }
     record.key.clear();
     record.key.extend_from_slice(key.as_bytes());
@@ -282,19 +251,13 @@ mod tests {
         assert_eq!(recs.len(), 2);
         assert_eq!(recs[0].key, b"abc");
         assert_eq!(recs[0].kind, Some(OpKind::Set));
-        assert_eq!(
-            (recs[0].time_us, recs[0].value_size, recs[0].ttl),
-            (5, 10, 60)
-        );
+        assert_eq!((recs[0].time_us, recs[0].value_size, recs[0].ttl), (5, 10, 60));
         assert_eq!(recs[1].kind, Some(OpKind::Get));
     }
 
     #[test]
     fn rejects_malformed_input() {
-        assert!(matches!(
-            read_all("time,key\n1,a,1,1,get,0\n"),
-            Err(TraceError::BadHeader(_))
-        ));
+        assert!(matches!(read_all("time,key\n1,a,1,1,get,0\n"), Err(TraceError::BadHeader(_))));
         for bad in [
             "1,abc,4,10,get,0",   // key_size mismatch
             "1,abc,3,10,put,0",   // unknown op
@@ -305,22 +268,14 @@ mod tests {
             "1,,0,10,get,0",      // empty key
         ] {
             let err = read_all(&format!("{HEADER}\n{bad}\n")).unwrap_err();
-            assert!(
-                matches!(err, TraceError::Parse { line: 2, .. }),
-                "{bad}: {err}"
-            );
+            assert!(matches!(err, TraceError::Parse { line: 2, .. }), "{bad}: {err}");
         }
     }
 
     #[test]
     fn writer_refuses_unsafe_keys() {
         let mut w = TraceWriter::new(Vec::new()).unwrap();
-        let rec = TraceRecord {
-            key: b"a,b".to_vec(),
-            key_size: 3,
-            kind: Some(OpKind::Get),
-            ..TraceRecord::default()
-        };
+        let rec = TraceRecord { key: b"a,b".to_vec(), key_size: 3, kind: Some(OpKind::Get), ..TraceRecord::default() };
         assert!(w.write_record(&rec).is_err());
     }
 }

@@ -23,9 +23,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::dist::Clock;
-use super::{
-    check_key_size, Arrival, ConfigError, KeyFormat, Op, OpKind, Workload, YCSB_HASHED_MIN_KEY_SIZE,
-};
+use super::{check_key_size, Arrival, ConfigError, KeyFormat, Op, OpKind, Workload, YCSB_HASHED_MIN_KEY_SIZE};
 
 /// YCSB's default Zipfian constant (`ZipfianGenerator.ZIPFIAN_CONSTANT`).
 pub const ZIPFIAN_CONSTANT: f64 = 0.99;
@@ -84,14 +82,7 @@ impl ZipfianGenerator {
         let zeta2theta = Self::zetastatic(2, theta);
         let alpha = 1.0 / (1.0 - theta);
         let eta = (1.0 - (2.0 / items as f64).powf(1.0 - theta)) / (1.0 - zeta2theta / zetan);
-        ZipfianGenerator {
-            items,
-            base: min,
-            theta,
-            alpha,
-            zetan,
-            eta,
-        }
+        ZipfianGenerator { items, base: min, theta, alpha, zetan, eta }
     }
 
     /// `zetastatic(n, theta) = Σ_{i=0}^{n-1} 1/(i+1)^theta`, summed in the
@@ -140,12 +131,7 @@ impl ScrambledZipfianGenerator {
     /// summing 10^10 zeta terms, so this port does not offer them.)
     pub fn new(min: i64, max: i64) -> Self {
         ScrambledZipfianGenerator {
-            gen: ZipfianGenerator::with_zetan(
-                0,
-                SCRAMBLED_ITEM_COUNT,
-                ZIPFIAN_CONSTANT,
-                SCRAMBLED_ZETAN,
-            ),
+            gen: ZipfianGenerator::with_zetan(0, SCRAMBLED_ITEM_COUNT, ZIPFIAN_CONSTANT, SCRAMBLED_ZETAN),
             min,
             itemcount: max - min + 1,
         }
@@ -184,10 +170,7 @@ impl YcsbKeyChooser {
         }
         let record_count = record_count as i64;
         // insertstart = 0, insertcount = recordcount, expectednewkeys = 0.
-        Ok(YcsbKeyChooser {
-            scrambled: ScrambledZipfianGenerator::new(0, record_count),
-            record_count,
-        })
+        Ok(YcsbKeyChooser { scrambled: ScrambledZipfianGenerator::new(0, record_count), record_count })
     }
 
     /// The next key number, drawing variates from `unit` until one lands on
@@ -278,9 +261,7 @@ impl YcsbWorkload {
     pub fn new(config: YcsbConfig) -> Result<Self, ConfigError> {
         check_key_size(config.key_size)?;
         let chooser = YcsbKeyChooser::new(config.record_count)?;
-        let needed = KeyFormat::Ycsb
-            .min_key_size(config.record_count - 1)
-            .min(YCSB_HASHED_MIN_KEY_SIZE);
+        let needed = KeyFormat::Ycsb.min_key_size(config.record_count - 1).min(YCSB_HASHED_MIN_KEY_SIZE);
         if config.key_size < needed {
             return Err(ConfigError::new(format!(
                 "ycsb: {} records need key_size >= {needed}, got {}",
@@ -291,13 +272,7 @@ impl YcsbWorkload {
         // YCSB's ZipfianGenerator constructor draws one value and drops it;
         // mirror that so the variate stream lines up with YCSB's.
         let _ = rng.gen::<f64>();
-        Ok(YcsbWorkload {
-            chooser,
-            next_insert: 0,
-            clock: Clock::new(config.arrival)?,
-            rng,
-            config,
-        })
+        Ok(YcsbWorkload { chooser, next_insert: 0, clock: Clock::new(config.arrival)?, rng, config })
     }
 
     /// The configuration this generator was built from.
@@ -365,12 +340,7 @@ mod tests {
     fn zipfian_matches_ycsb_for_given_variates() {
         // YCSB's ZipfianGenerator(0, ITEM_COUNT, 0.99, ZETAN).nextLong for
         // fixed u, printed by the Java code.
-        let z = ZipfianGenerator::with_zetan(
-            0,
-            SCRAMBLED_ITEM_COUNT,
-            ZIPFIAN_CONSTANT,
-            SCRAMBLED_ZETAN,
-        );
+        let z = ZipfianGenerator::with_zetan(0, SCRAMBLED_ITEM_COUNT, ZIPFIAN_CONSTANT, SCRAMBLED_ZETAN);
         assert_eq!(z.eta, 0.21220003380967406);
         let expected = [
             (0.0, 0),
