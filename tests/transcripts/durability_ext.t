@@ -31,3 +31,11 @@
 > replay k 0 0 1201 2
 > v9
 < STALE
+# md with c returns the delete timestamp (recall extension; memcached ignores c on md)
+> ms dk 1 c
+> x
+< HD c{n}
+> md dk c
+< HD c{n}
+> md dk c
+< NF

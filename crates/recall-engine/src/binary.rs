@@ -195,7 +195,7 @@ impl Engine {
             }
             BinCommand::Delete { key, cas, quiet } => {
                 match self.store.delete(&Delete { key, compare_cas: cas, ..Default::default() }, now) {
-                    DeleteOutcome::Deleted => {
+                    DeleteOutcome::Deleted | DeleteOutcome::Stamped { .. } => {
                         c.delete_hits.incr();
                         if !quiet {
                             binary::write_ok(out, op, opaque, 0);

@@ -176,13 +176,23 @@ impl Engine {
             invalidate: f.invalidate,
             touch: if f.invalidate { self.meta_ttl(f.ttl, now) } else { None },
             clear_value: f.remove_value,
+            // recall extension: `c` on md returns the delete's timestamp,
+            // which a client's write backup needs to order the delete.
+            stamp: f.ret_cas && !f.invalidate && !f.remove_value,
         };
+        let mut ts = 0;
         let code: &[u8] = match self.store.delete(&d, now) {
+            DeleteOutcome::Deleted | DeleteOutcome::Stamped { .. } if f.quiet => {
+                c.delete_hits.incr();
+                return;
+            }
             DeleteOutcome::Deleted => {
                 c.delete_hits.incr();
-                if f.quiet {
-                    return;
-                }
+                b"HD"
+            }
+            DeleteOutcome::Stamped { ts: t } => {
+                c.delete_hits.incr();
+                ts = t;
                 b"HD"
             }
             DeleteOutcome::NotFound => {
@@ -193,7 +203,14 @@ impl Engine {
             DeleteOutcome::Exists => b"EX",
         };
         out.extend_from_slice(code);
-        Self::echo_ok(out, key, f);
+        for tok in f.tokens() {
+            match tok[0] {
+                b'O' => reply::meta_bytes(out, b'O', &tok[1..]),
+                b'k' => reply::meta_key(out, key, f.base64),
+                b'c' if ts != 0 => reply::meta_num(out, b'c', ts),
+                _ => {}
+            }
+        }
         out.extend_from_slice(b"\r\n");
     }
 

@@ -221,6 +221,9 @@ pub struct Delete<'a> {
     pub touch: Option<UnixSecs>,
     /// Meta `x`: drop the value but keep the item.
     pub clear_value: bool,
+    /// Draw a timestamp for the removal (recall's `md <key> c`), reported
+    /// as [`DeleteOutcome::Stamped`].
+    pub stamp: bool,
 }
 
 /// Result of [`Store::apply`].
@@ -236,6 +239,10 @@ pub enum ApplyOutcome {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeleteOutcome {
     Deleted,
+    /// Removed, with the delete's own write timestamp (when `stamp` was set).
+    Stamped {
+        ts: u64,
+    },
     NotFound,
     Exists,
 }

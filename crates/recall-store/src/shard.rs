@@ -566,6 +566,11 @@ impl Shard {
             return DeleteOutcome::Deleted;
         }
         self.remove(ctx, i, h, Why::Deleted);
+        if d.stamp {
+            // Drawn under the shard lock, so it orders exactly against any
+            // concurrent write to this key.
+            return DeleteOutcome::Stamped { ts: ctx.draw_cas(d.explicit_cas) };
+        }
         DeleteOutcome::Deleted
     }
 
