@@ -55,6 +55,10 @@ pub fn get_kind_word(kind: GetKind) -> &'static str {
         GetKind::Gets => "gets",
         GetKind::Gat => "gat",
         GetKind::Gats => "gats",
+        // Streamed retrieval (seed 004). The reply decoder does not read
+        // SVALUE frames yet; the streaming reader API will.
+        GetKind::Sget => "sget",
+        GetKind::Sgets => "sgets",
     }
 }
 

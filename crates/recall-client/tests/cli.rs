@@ -21,7 +21,11 @@ fn recall_stdin(servers: &[&Server], args: &[&str], stdin: Option<&[u8]>) -> Out
     let mut child = cmd.spawn().expect("spawn recall");
     let mut pipe = child.stdin.take().expect("stdin");
     if let Some(data) = stdin {
-        pipe.write_all(data).expect("write stdin");
+        // A command that fails early (a usage error) exits without reading
+        // its input: that is a broken pipe here, not a test failure.
+        if let Err(e) = pipe.write_all(data) {
+            assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "write stdin: {e}");
+        }
     }
     drop(pipe);
     child.wait_with_output().expect("wait")
@@ -50,6 +54,12 @@ fn help_for_everything() {
         assert!(out(&o).contains("Usage"), "{sub} --help");
     }
     assert!(out(&o).contains("Exit status"));
+    // ketama-place is a tool for the cross-check tests: hidden from the
+    // list, documented in its own help.
+    assert!(!out(&o).contains("ketama-place"), "hidden from --help");
+    let o = recall(&[], &["ketama-place", "--help"]);
+    assert_eq!(code(&o), 0);
+    assert!(out(&o).contains("--remove-failed") && out(&o).contains("11211"), "{}", out(&o));
 }
 
 #[test]
@@ -221,4 +231,92 @@ fn bench_points_to_recall_bench_when_missing() {
     assert_eq!(code(&o), 2);
     assert!(err(&o).contains("recall-bench"), "{}", err(&o));
     assert!(err(&o).contains("cargo build --release -p recall-bench"), "{}", err(&o));
+}
+
+/// `recall ketama-place` with `--server` for each of `specs`, keys on stdin.
+fn ketama_place(specs: &[String], extra: &[&str], keys: &[u8]) -> Output {
+    let mut args = vec!["ketama-place"];
+    for s in specs {
+        args.extend(["--server", s.as_str()]);
+    }
+    args.extend_from_slice(extra);
+    recall_stdin(&[], &args, Some(keys))
+}
+
+#[test]
+fn ketama_place_matches_the_pylibmc_vectors() {
+    // The recorded pylibmc placements (tests/data/ketama_vectors.json): the
+    // plain weighted set, and its remove_failed variant with the second
+    // server dead. The set on port 11211 checks the naming rule.
+    let v: serde_json::Value =
+        serde_json::from_str(include_str!("data/ketama_vectors.json")).expect("vector file is JSON");
+    let sets = v["sets"].as_array().expect("sets");
+    let mut checked = 0;
+    for set in sets {
+        let servers = set["servers"].as_array().expect("servers");
+        let spec = |s: &serde_json::Value| format!("{}:{}", s["host"].as_str().expect("host"), s["port"]);
+        let specs: Vec<String> = servers.iter().map(|s| format!("{}:{}", spec(s), s["weight"])).collect();
+        let mut extra = Vec::new();
+        for d in set["dead"].as_array().into_iter().flatten() {
+            extra.push("--remove-failed".to_string());
+            extra.push(spec(&servers[d.as_u64().expect("index") as usize]));
+        }
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let placement = set["placement"].as_object().expect("placement");
+        let keys: String = placement.keys().map(|k| format!("{k}\n")).collect();
+        let o = ketama_place(&specs, &extra, keys.as_bytes());
+        assert_eq!(code(&o), 0, "{}: {}", set["name"], err(&o));
+        let text = out(&o);
+        let got: Vec<(&str, &str)> = text.lines().map(|l| l.split_once('\t').expect("KEY<TAB>SERVER")).collect();
+        assert_eq!(got.len(), placement.len(), "{}: one line per key", set["name"]);
+        let mut wrong = Vec::new();
+        for ((key, server), (want_key, want)) in got.iter().zip(placement) {
+            assert_eq!(key, want_key, "input order");
+            let want = &servers[want.as_u64().expect("index") as usize];
+            if *server != spec(want) {
+                wrong.push(*key);
+            }
+        }
+        assert!(
+            wrong.is_empty(),
+            "{}: {} keys misplaced, e.g. {:?}",
+            set["name"],
+            wrong.len(),
+            &wrong[..wrong.len().min(5)]
+        );
+        checked += 1;
+    }
+    assert!(checked >= 4);
+}
+
+#[test]
+fn ketama_place_edge_cases() {
+    let specs = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    // One server takes every key; CRLF and blank lines are tolerated; the
+    // default port is named in the output even though it is not hashed.
+    let o = ketama_place(&specs(&["cache-a"]), &[], b"a\r\n\nb\n");
+    assert_eq!((code(&o), out(&o).as_str()), (0, "a\tcache-a:11211\nb\tcache-a:11211\n"), "{}", err(&o));
+    // Agrees with the library, and a removed server gets no keys.
+    let three = specs(&["10.0.0.1:11211:1", "10.0.0.2:11211:2", "10.0.0.3:11311:3"]);
+    let nodes = [Node::new("10.0.0.1", 11211, 1), Node::new("10.0.0.2", 11211, 2), Node::new("10.0.0.3", 11311, 3)];
+    let keys: String = (0..300).map(|i| format!("key{i}\n")).collect();
+    for (dead, extra) in [(None, vec![]), (Some(1), vec!["--remove-failed", "10.0.0.2:11211"])] {
+        let cont = Continuum::build(&nodes, |i| Some(i) != dead);
+        let o = ketama_place(&three, &extra, keys.as_bytes());
+        assert_eq!(code(&o), 0, "{}", err(&o));
+        for line in out(&o).lines() {
+            let (key, server) = line.split_once('\t').expect("KEY<TAB>SERVER");
+            let want = cont.locate(key.as_bytes()).expect("points");
+            assert_eq!(server, format!("{}:{}", nodes[want].host, nodes[want].port), "{key}");
+            assert_ne!(Some(want), dead);
+        }
+    }
+    // Usage errors: no servers, a removed server not in the list, nothing left.
+    assert_eq!(code(&ketama_place(&[], &[], b"k\n")), 2);
+    let o = ketama_place(&three, &["--remove-failed", "10.0.0.9:11211"], b"k\n");
+    assert_eq!(code(&o), 2);
+    assert!(err(&o).contains("10.0.0.9:11211"), "{}", err(&o));
+    let o = ketama_place(&specs(&["a:1", "b:2"]), &["--remove-failed", "a:1", "--remove-failed", "b:2"], b"k\n");
+    assert_eq!(code(&o), 2, "{}", err(&o));
+    assert_eq!(code(&ketama_place(&specs(&["a:1:0", "b:2:0"]), &[], b"k\n")), 2);
 }

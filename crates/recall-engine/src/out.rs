@@ -85,6 +85,12 @@ impl Out {
                 })
                 .sum::<usize>()
     }
+    /// The reply as one slice when nothing is spliced in (the common case:
+    /// no allocation, one write).
+    pub fn as_contiguous(&self) -> Option<&[u8]> {
+        self.splices.is_empty().then_some(&self.buf[..])
+    }
+
     /// The reply in order.
     pub fn segments(&self) -> Vec<Segment<'_>> {
         let mut v = Vec::with_capacity(self.splices.len() * 2 + 1);

@@ -16,7 +16,7 @@
 //! only the store, whose shards have their own locks. See
 //! docs/design/threading.md for the measurements behind it.
 
-use std::io::Write as _;
+use std::io::{IoSlice, Write as _};
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -34,6 +34,8 @@ use crate::udp;
 
 /// Read buffer growth step.
 const READ_CHUNK: usize = 16 * 1024;
+/// Read size while a large value streams in.
+const STREAM_READ: usize = 256 * 1024;
 
 /// Build the engine a configuration describes.
 pub fn build_engine(cfg: &Config, clock: Arc<dyn Clock>) -> Engine {
@@ -276,8 +278,12 @@ async fn connection(
             // Replies were capped; more complete requests may be waiting.
             continue;
         }
-        if buf.capacity() - buf.len() < READ_CHUNK / 4 {
-            buf.reserve(READ_CHUNK);
+        // A value streaming in is read in large pieces (memcached reads a
+        // value straight into the item with one big read); everything else
+        // in 16 KiB steps.
+        let want = if session.streaming() { STREAM_READ } else { READ_CHUNK };
+        if buf.capacity() - buf.len() < want / 4 {
+            buf.reserve(want);
         }
         let read = stream.read_buf(&mut buf);
         let n = match idle {
@@ -297,22 +303,47 @@ async fn connection(
     }
 }
 
-/// Write a reply in order: plain bytes at once, big values chunk by chunk,
-/// each write waiting for the socket. A slow reader thus holds one reference
-/// to the value and at most one chunk in flight, never a copy of it all.
+/// Write a reply in order with vectored writes: plain bytes and the chunks
+/// of big values go out together, up to `MAX_IOV` slices per `writev`, like
+/// memcached's `sendmsg` with an iovec. A slow reader holds one reference to
+/// a big value, never a copy of it, and each write waits for the socket.
 async fn write_out(stream: &mut TcpStream, out: &Out) -> std::io::Result<()> {
-    for seg in out.segments() {
+    if let Some(b) = out.as_contiguous() {
+        return stream.write_all(b).await;
+    }
+    const MAX_IOV: usize = 64;
+    let segs = out.segments();
+    // Frame headers must outlive the slices that point at them.
+    let mut headers: Vec<[u8; 2]> = Vec::new();
+    for seg in &segs {
+        if let Segment::Big { value, framed: true } = seg {
+            headers.extend(value.chunks().iter().map(|c| (c.len() as u16).to_be_bytes()));
+        }
+    }
+    let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(MAX_IOV);
+    let mut h = 0;
+    for seg in &segs {
         match seg {
-            Segment::Bytes(b) => stream.write_all(b).await?,
+            Segment::Bytes(b) => slices.push(IoSlice::new(b)),
             Segment::Big { value, framed } => {
-                for chunk in value.chunks() {
-                    if framed {
-                        stream.write_all(&(chunk.len() as u16).to_be_bytes()).await?;
+                for c in value.chunks() {
+                    if *framed {
+                        slices.push(IoSlice::new(&headers[h]));
+                        h += 1;
                     }
-                    stream.write_all(chunk).await?;
+                    slices.push(IoSlice::new(c));
                 }
             }
         }
+    }
+    let mut rest = &mut slices[..];
+    while !rest.is_empty() {
+        let batch = rest.len().min(MAX_IOV);
+        let n = stream.write_vectored(&rest[..batch]).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        IoSlice::advance_slices(&mut rest, n);
     }
     Ok(())
 }

@@ -4,6 +4,15 @@
 //! error. Several `--server` flags distribute keys with ketama, exactly as
 //! libmemcached/pylibmc (`ketama_weighted`) do, so `recall get` finds keys
 //! stored by those clients.
+//!
+//! Hidden subcommand (left out of `--help`, documented in
+//! `recall ketama-place --help`): `recall ketama-place --server
+//! HOST:PORT[:WEIGHT]... [--remove-failed HOST:PORT]...` reads keys, one per
+//! line, from stdin and prints `KEY<TAB>HOST:PORT` for each: the server the
+//! client would send it to, computed with `recall_client::ketama` exactly as
+//! the client does, without connecting to anything. The Python cross-check
+//! (`tests/python/test_ketama_vectors.py`) compares it with where pylibmc
+//! actually stores keys.
 
 use std::ffi::OsString;
 use std::io::{IsTerminal, Read, Write};
@@ -12,7 +21,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
-use recall_client::{Client, Error, StoreStatus};
+use recall_client::ketama::{Continuum, Node};
+use recall_client::{Client, Error, ServerSpec, StoreStatus};
 
 const EXIT_OK: u8 = 0;
 const EXIT_MISS: u8 = 1;
@@ -127,7 +137,35 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
+    /// Print which server each key (one per line on stdin) is placed on.
+    #[command(hide = true, long_about = KETAMA_PLACE_ABOUT)]
+    KetamaPlace {
+        /// A server to leave out of the continuum, as pylibmc's
+        /// `remove_failed` does once it has ejected a dead server (repeat for
+        /// several). Given as HOST:PORT; it must be one of the --server list.
+        #[arg(long = "remove-failed", value_name = "HOST:PORT")]
+        remove_failed: Vec<String>,
+    },
 }
+
+const KETAMA_PLACE_ABOUT: &str = "\
+Print which server each key is placed on, without connecting to anything.
+
+Reads keys from stdin, one per line (a trailing \\r is dropped, empty lines
+are skipped), and prints KEY<TAB>HOST:PORT for each, in input order. The
+servers come from --server HOST:PORT[:WEIGHT] (pylibmc's spec form, in the
+same order as given to the client); placement is recall-client's
+libmemcached-compatible ketama (pylibmc behaviors {\"ketama_weighted\": True}):
+weights count, and a server on port 11211 is hashed by its host alone.
+With one server every key goes to it, as in libmemcached.
+
+--remove-failed HOST:PORT builds the continuum over the other servers only
+(their weights, their count), which is what pylibmc with remove_failed does
+after ejecting a dead server and what recall-client's
+DeadServerPolicy::Redistribute does.
+
+Used by tests/python/test_ketama_vectors.py to compare recall-client's
+placement with where pylibmc really stores keys.";
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
@@ -149,6 +187,9 @@ fn main() -> ExitCode {
     };
     if let Cmd::Bench { args } = &cli.cmd {
         return ExitCode::from(bench(args));
+    }
+    if let Cmd::KetamaPlace { remove_failed } = &cli.cmd {
+        return ExitCode::from(ketama_place(&cli.servers, remove_failed));
     }
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -243,7 +284,8 @@ async fn run(cli: Cli) -> u8 {
         }
         Cmd::Top { once, interval } => top(&client, once, interval).await,
         Cmd::Dump { keys_only } => dump(&client, keys_only).await,
-        Cmd::Bench { .. } => EXIT_USAGE, // handled before the runtime starts
+        // Handled before the runtime starts.
+        Cmd::Bench { .. } | Cmd::KetamaPlace { .. } => EXIT_USAGE,
     }
 }
 
@@ -518,6 +560,76 @@ fn bench(args: &[OsString]) -> u8 {
         Ok(st) => st.code().map(|c| c.clamp(0, 255) as u8).unwrap_or(EXIT_ERROR),
         Err(e) => {
             eprintln!("recall: running {}: {e}", bin.display());
+            EXIT_ERROR
+        }
+    }
+}
+
+/// `recall ketama-place`: the server for each key on stdin, from the same
+/// continuum the client builds (see `KETAMA_PLACE_ABOUT`).
+fn ketama_place(servers: &[String], remove_failed: &[String]) -> u8 {
+    let usage = |msg: String| {
+        eprintln!("recall: ketama-place: {msg}");
+        EXIT_USAGE
+    };
+    if servers.is_empty() {
+        return usage("give the servers with --server HOST:PORT[:WEIGHT]".into());
+    }
+    let specs = match servers.iter().map(|s| ServerSpec::parse(s)).collect::<Result<Vec<_>, _>>() {
+        Ok(s) => s,
+        Err(e) => return fail(&e),
+    };
+    let mut dead = vec![false; specs.len()];
+    for r in remove_failed {
+        let d = match ServerSpec::parse(r) {
+            Ok(d) => d,
+            Err(e) => return fail(&e),
+        };
+        let hits: Vec<usize> =
+            (0..specs.len()).filter(|&i| specs[i].host == d.host && specs[i].port == d.port).collect();
+        if hits.is_empty() {
+            return usage(format!("--remove-failed {r}: not one of the --server list"));
+        }
+        for i in hits {
+            dead[i] = true;
+        }
+    }
+    // As ClientBuilder::build and the client's routing do: nodes in the
+    // given order with their configured host (not resolved), port and weight.
+    let nodes: Vec<Node> = specs.iter().map(|s| Node::new(s.host.clone(), s.port, s.weight)).collect();
+    if Continuum::build(&nodes, |_| true).is_empty() {
+        return usage("every server has weight 0".into());
+    }
+    let continuum = Continuum::build(&nodes, |i| !dead[i]);
+    if continuum.is_empty() {
+        return usage("no server left after --remove-failed (or only weight-0 ones)".into());
+    }
+    let names: Vec<String> = specs.iter().map(ServerSpec::name).collect();
+    let mut input = Vec::new();
+    if let Err(e) = std::io::stdin().read_to_end(&mut input) {
+        eprintln!("recall: reading keys from stdin: {e}");
+        return EXIT_ERROR;
+    }
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    for line in input.split(|&b| b == b'\n') {
+        let key = line.strip_suffix(b"\r").unwrap_or(line);
+        if key.is_empty() {
+            continue;
+        }
+        // libmemcached (and the client) skip hashing with a single server.
+        let idx = if specs.len() == 1 { Some(0) } else { continuum.locate(key) };
+        let Some(idx) = idx else {
+            return usage("no server has points".into());
+        };
+        let _ = out.write_all(key);
+        let _ = out.write_all(b"\t");
+        let _ = out.write_all(names[idx].as_bytes());
+        let _ = out.write_all(b"\n");
+    }
+    match out.flush() {
+        Ok(()) => EXIT_OK,
+        Err(e) => {
+            eprintln!("recall: writing to stdout: {e}");
             EXIT_ERROR
         }
     }
