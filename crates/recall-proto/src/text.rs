@@ -171,9 +171,27 @@ pub enum Command<'a> {
     },
 }
 
-/// Iterate the keys of a get line.
-pub fn keys(raw: &[u8]) -> impl Iterator<Item = &[u8]> {
-    raw.split(|&c| c == b' ').filter(|t| !t.is_empty())
+/// Iterate the keys of a get line (tokens separated by runs of spaces).
+pub fn keys(raw: &[u8]) -> Keys<'_> {
+    Keys { rest: raw }
+}
+
+/// Iterator over space-separated tokens, using `memchr` to find the gaps.
+#[derive(Debug, Clone)]
+pub struct Keys<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for Keys<'a> {
+    type Item = &'a [u8];
+    #[inline]
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let start = self.rest.iter().position(|&c| c != b' ')?;
+        let r = &self.rest[start..];
+        let end = memchr::memchr(b' ', r).unwrap_or(r.len());
+        self.rest = &r[end..];
+        Some(&r[..end])
+    }
 }
 
 struct Tokens<'a> {
@@ -190,20 +208,18 @@ const MAX_TOKENS: usize = 8;
 fn tokenize(line: &[u8]) -> Tokens<'_> {
     let mut t = Tokens { toks: [&[]; MAX_TOKENS], starts: [0; MAX_TOKENS], n: 0 };
     let mut i = 0;
-    while i < line.len() && t.n < MAX_TOKENS {
+    while t.n < MAX_TOKENS {
         while i < line.len() && line[i] == b' ' {
             i += 1;
         }
         if i == line.len() {
             break;
         }
-        let s = i;
-        while i < line.len() && line[i] != b' ' {
-            i += 1;
-        }
-        t.toks[t.n] = &line[s..i];
-        t.starts[t.n] = s;
+        let end = memchr::memchr(b' ', &line[i..]).map_or(line.len(), |e| i + e);
+        t.toks[t.n] = &line[i..end];
+        t.starts[t.n] = i;
         t.n += 1;
+        i = end;
     }
     t
 }

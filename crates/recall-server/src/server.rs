@@ -129,10 +129,15 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
     {
         let engine = engine.clone();
         let clock = clock.clone();
+        let mut ticks = 0u64;
         std::thread::Builder::new().name("recall-maint".into()).spawn(move || loop {
+            // The clock has one-second resolution, like memcached's.
             std::thread::sleep(Duration::from_millis(250));
             clock.tick();
-            engine.maintain(64);
+            ticks += 1;
+            if ticks % 4 == 0 {
+                engine.maintain(256);
+            }
         })?;
     }
 
@@ -259,7 +264,7 @@ async fn connection(
     loop {
         // Execute whatever complete requests the buffer holds.
         let (used, action) = session.process(engine, &buf, &mut out);
-        let _ = buf.split_to(used);
+        bytes::Buf::advance(&mut buf, used);
         if !out.is_empty() {
             counters.bytes_written.add(out.wire_len() as u64);
             if write_out(&mut stream, &out).await.is_err() {

@@ -113,6 +113,13 @@ pub(crate) struct Shard {
     stats: ShardStats,
     /// Values of slots marked `bit::BIG`, by slot number.
     bigs: hashbrown::HashMap<u32, Arc<BigValue>>,
+    /// Some item may have an expiry time. The crawler skips shards without
+    /// one: caches full of items without TTLs then cost nothing to crawl.
+    /// Set whenever an expiry is stored; cleared by a full crawl pass that
+    /// found none.
+    has_ttl: bool,
+    /// Whether the current crawl pass has seen an item with an expiry.
+    pass_saw_ttl: bool,
 }
 
 /// Why a slot is being freed, for the stats.
@@ -141,6 +148,8 @@ impl Shard {
             crawl_cursor: 0,
             stats: ShardStats::default(),
             bigs: hashbrown::HashMap::new(),
+            has_ttl: false,
+            pass_saw_ttl: false,
         }
     }
 
@@ -268,6 +277,7 @@ impl Shard {
 
     /// Put a new item into a fresh slot.
     fn insert_new(&mut self, ctx: &Ctx<'_>, h: u64, slot: Slot, big: Option<Arc<BigValue>>) -> u32 {
+        self.has_ttl |= slot.exptime != 0;
         let fp = self.fp_new(&slot, big.as_ref());
         ctx.mem_used.fetch_add(fp, Ordering::Relaxed);
         let i = match self.free.pop() {
@@ -294,6 +304,7 @@ impl Shard {
 
     /// Replace the item in slot `i` with `slot` (same key).
     fn replace_in(&mut self, ctx: &Ctx<'_>, i: u32, mut slot: Slot, big: Option<Arc<BigValue>>) {
+        self.has_ttl |= slot.exptime != 0;
         let new_fp = self.fp_new(&slot, big.as_ref());
         let old_fp = self.fp_at(i);
         slot.bits &= !bit::BIG;
@@ -366,7 +377,9 @@ impl Shard {
         let fetched = s.bits & bit::FETCHED != 0;
         if let Some(t) = opts.touch {
             s.exptime = t;
+            self.has_ttl |= t != 0;
         }
+        let s = &mut self.slots[i as usize];
         if !opts.no_bump {
             s.atime = ctx.now;
             s.bits |= bit::FETCHED;
@@ -529,6 +542,7 @@ impl Shard {
             }
             s.atime = ctx.now;
             let exptime = s.exptime;
+            self.has_ttl |= exptime != 0;
             self.policy.on_access(i);
             return ArithOutcome::Done { value, cas, exptime, created: false };
         }
@@ -556,6 +570,7 @@ impl Shard {
             if let Some(t) = d.touch {
                 s.exptime = t;
             }
+            self.has_ttl |= d.touch.is_some_and(|t| t != 0);
             return DeleteOutcome::Deleted;
         }
         if d.clear_value {
@@ -577,12 +592,18 @@ impl Shard {
     /// Scan up to `budget` slots from the crawl cursor, freeing dead items.
     pub fn crawl(&mut self, ctx: &Ctx<'_>, budget: usize) -> u64 {
         let n = self.slots.len();
-        if n == 0 {
+        // Nothing can expire here, and no delayed flush is pending.
+        if n == 0 || (!self.has_ttl && ctx.oldest_live == 0) {
             return 0;
         }
         let mut freed = 0;
         for _ in 0..budget.min(n) {
             if self.crawl_cursor >= self.slots.len() {
+                // A full pass without a single expiry: stop until one is set.
+                if !self.pass_saw_ttl {
+                    self.has_ttl = false;
+                }
+                self.pass_saw_ttl = false;
                 self.crawl_cursor = 0;
             }
             let i = self.crawl_cursor as u32;
@@ -591,6 +612,7 @@ impl Shard {
             if s.is_free() {
                 continue;
             }
+            self.pass_saw_ttl |= s.exptime != 0;
             self.stats.crawler_items_checked += 1;
             if let Some(g) = ctx.dead(s) {
                 let h = self.hash_of_slot(i);

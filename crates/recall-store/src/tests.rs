@@ -391,3 +391,17 @@ fn big_values_are_chunked_replaced_atomically_and_accounted() {
     s.delete(&Delete { key: b"big", ..Default::default() }, 1);
     assert_eq!(s.mem_used(), 0, "deleting frees the chunk chain's accounting");
 }
+
+#[test]
+fn crawler_skips_shards_without_expiring_items() {
+    let s = store(1 << 20);
+    for i in 0..100u32 {
+        set(&s, format!("k{i}").as_bytes(), b"v", 0, 1);
+    }
+    s.reclaim_expired(2, 1000);
+    assert_eq!(s.stats().crawler_items_checked, 0, "no TTLs: nothing to scan");
+    set(&s, b"ttl", b"v", 10, 1);
+    s.reclaim_expired(2, 1000);
+    assert!(s.stats().crawler_items_checked > 0);
+    assert_eq!(s.reclaim_expired(20, 1000), 1, "the TTL item is found and freed");
+}
