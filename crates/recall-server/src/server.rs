@@ -135,7 +135,7 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
             std::thread::sleep(Duration::from_millis(250));
             clock.tick();
             ticks += 1;
-            if ticks % 4 == 0 {
+            if ticks.is_multiple_of(4) {
                 engine.maintain(256);
             }
         })?;
