@@ -140,6 +140,43 @@ impl Wal {
         Ok(wal)
     }
 
+    /// Buffer a record given by parts (no intermediate copy of the value);
+    /// returns its LSN.
+    pub fn append_parts<'p>(
+        &self,
+        key: &[u8],
+        parts: impl Iterator<Item = &'p [u8]> + Clone,
+        flags: u32,
+        exptime: u32,
+        ts: u64,
+        tombstone: bool,
+    ) -> u64 {
+        let vlen: usize = parts.clone().map(|p| p.len()).sum();
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let out = &mut p.buf;
+        let start = out.len();
+        out.extend_from_slice(&[0u8; 8]);
+        out.push(if tombstone { 2 } else { 1 });
+        out.push(key.len() as u8);
+        out.extend_from_slice(&flags.to_le_bytes());
+        out.extend_from_slice(&exptime.to_le_bytes());
+        out.extend_from_slice(&ts.to_le_bytes());
+        out.extend_from_slice(&(vlen as u32).to_le_bytes());
+        out.extend_from_slice(key);
+        for part in parts {
+            out.extend_from_slice(part);
+        }
+        let len = (out.len() - start - 8) as u32;
+        let crc = crc32c::crc32c(&out[start + 8..]);
+        out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+        out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+        p.last_lsn += 1;
+        let lsn = p.last_lsn;
+        drop(p);
+        self.wake_flusher.notify_one();
+        lsn
+    }
+
     /// Buffer a record; returns its LSN. Durable once [`Wal::durable_lsn`]
     /// reaches it.
     pub fn append(&self, r: &Record) -> u64 {

@@ -129,7 +129,7 @@ pub struct Cli {
     /// Snapshot after this many writes (0: only by time or on demand).
     #[arg(long = "snapshot-after-writes")]
     pub snapshot_after_writes: Option<u64>,
-    /// none | client-backup (wal is not wired in yet).
+    /// none | client-backup | wal (a server-side log fsynced before every reply).
     #[arg(long = "durability")]
     pub durability: Option<String>,
     /// Seconds to accept replays as a recovering server after a restart.
@@ -382,13 +382,11 @@ impl Config {
         }
         match self.durability.as_str() {
             "none" | "client-backup" => {}
-            "wal" => {
-                return Err(ConfigError(
-                    "durability \"wal\" is not available in recalld yet (the log exists in recall-persist; see docs/durability.md)"
-                        .into(),
-                ))
+            "wal" if self.data_dir.is_empty() => {
+                return Err(ConfigError("durability \"wal\" needs a data directory (--data-dir)".into()))
             }
-            other => return Err(ConfigError(format!("invalid durability: {other} (none | client-backup)"))),
+            "wal" => {}
+            other => return Err(ConfigError(format!("invalid durability: {other} (none | client-backup | wal)"))),
         }
         if self.snapshot_interval == 0 {
             return Err(ConfigError("snapshot_interval must be at least 1 second".into()));

@@ -28,8 +28,37 @@ use std::time::{Duration, Instant};
 use recall_engine::Engine;
 use recall_persist::fsutil::{write_atomically, FailAt};
 use recall_persist::snapshot::{self, Header};
+use recall_persist::wal::{self, Wal};
 use recall_persist::{epoch, Record};
-use recall_store::Value;
+use recall_store::{Mutation, MutationSink, Value};
+
+thread_local! {
+    /// The highest WAL sequence number this thread's requests produced since
+    /// [`take_lsn`] was last called. Requests run to completion on one worker
+    /// thread, so the connection that just ran `Session::process` reads
+    /// exactly its own batch's writes here.
+    static LAST_LSN: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Take (and reset) the LSN the current thread's requests must wait for.
+pub fn take_lsn() -> u64 {
+    LAST_LSN.with(|c| c.replace(0))
+}
+
+/// Feeds every mutation into the WAL.
+struct WalSink(Arc<Wal>);
+
+impl MutationSink for WalSink {
+    fn record(&self, m: &Mutation<'_>) {
+        let lsn = match m.value {
+            Value::Inline(v) => self.0.append_parts(m.key, std::iter::once(v), m.flags, m.exptime, m.ts, m.tombstone),
+            Value::Big(b) => {
+                self.0.append_parts(m.key, b.chunks().iter().map(|c| &c[..]), m.flags, m.exptime, m.ts, m.tombstone)
+            }
+        };
+        LAST_LSN.with(|c| c.set(c.get().max(lsn)));
+    }
+}
 
 pub const SNAPSHOT_FILE: &str = "snapshot.rcs";
 
@@ -37,6 +66,8 @@ pub const SNAPSHOT_FILE: &str = "snapshot.rcs";
 #[derive(Debug, Clone)]
 pub struct PersistConfig {
     pub dir: PathBuf,
+    /// Also keep a write-ahead log, fsynced before replies (the baseline).
+    pub wal: bool,
     pub interval: Duration,
     pub after_writes: u64,
     pub recovery_grace: Duration,
@@ -45,6 +76,7 @@ pub struct PersistConfig {
 pub struct Persist {
     cfg: PersistConfig,
     engine: Arc<Engine>,
+    wal: Option<Arc<Wal>>,
     /// Held for the process lifetime: the advisory lock on the directory.
     _lock: File,
 }
@@ -99,18 +131,45 @@ impl Persist {
             loaded.items = sum.items;
             loaded.watermark = sum.header.watermark;
         }
+        let wal = if cfg.wal {
+            // Everything logged after the snapshot's watermark, in order.
+            let now = engine.now();
+            let w = loaded.watermark;
+            let n = wal::replay(&cfg.dir, |r: Record| {
+                if r.ts > w {
+                    engine.store.apply(&r.key, &r.value, r.flags, r.exptime, r.ts, r.tombstone, now);
+                }
+            })?;
+            tracing::info!(records = n, "write-ahead log replayed");
+            let log = Wal::open(&cfg.dir)?;
+            engine.store.set_sink(Arc::new(WalSink(log.clone())));
+            Some(log)
+        } else {
+            None
+        };
         let d = &engine.durability;
         d.instance.store(ep, Ordering::Release);
         d.watermark.store(loaded.watermark, Ordering::Release);
         d.enabled.store(true, Ordering::Release);
         // A previous instance existed: its clients may hold writes to replay.
         d.recovering.store(ep > 1, Ordering::Release);
-        Ok((Arc::new(Persist { cfg, engine, _lock: lock }), loaded))
+        Ok((Arc::new(Persist { cfg, engine, wal, _lock: lock }), loaded))
+    }
+
+    /// The write-ahead log, when `--durability wal`.
+    pub fn wal(&self) -> Option<Arc<Wal>> {
+        self.wal.clone()
     }
 
     /// Take a snapshot now; returns its watermark.
     pub fn snapshot_now(&self, fail: FailAt) -> io::Result<u64> {
         let store = &self.engine.store;
+        // Rotate first: every record in the older segments was appended
+        // before the watermark below is read, so the snapshot covers them.
+        let covered_segments = match &self.wal {
+            Some(w) => w.rotate()?,
+            None => Vec::new(),
+        };
         let watermark = store.current_cas();
         let header = Header {
             instance: self.engine.durability.instance.load(Ordering::Acquire),
@@ -140,8 +199,11 @@ impl Persist {
             sw.finish()?;
             Ok(())
         })?;
-        // Durable: announce.
+        // Durable: announce, then retire the log segments it covers.
         self.engine.durability.watermark.fetch_max(watermark, Ordering::AcqRel);
+        for seg in covered_segments {
+            let _ = std::fs::remove_file(seg);
+        }
         Ok(watermark)
     }
 

@@ -31,6 +31,7 @@ use tokio::sync::{mpsc, Notify};
 
 use crate::config::Config;
 use crate::udp;
+use recall_persist::wal::Wal;
 
 /// Read buffer growth step.
 const READ_CHUNK: usize = 16 * 1024;
@@ -85,6 +86,7 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
     let persist = if !cfg.data_dir.is_empty() && cfg.durability != "none" {
         let pc = crate::persist::PersistConfig {
             dir: cfg.data_dir.clone().into(),
+            wal: cfg.durability == "wal",
             interval: Duration::from_secs(cfg.snapshot_interval),
             after_writes: cfg.snapshot_after_writes,
             recovery_grace: Duration::from_secs(cfg.recovery_grace),
@@ -112,6 +114,7 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
         _ => ProtocolChoice::Auto,
     };
     let idle = (cfg.idle_timeout > 0).then(|| Duration::from_secs(cfg.idle_timeout));
+    let wal = persist.as_ref().and_then(|p| p.wal());
 
     // Workers.
     let mut senders = Vec::new();
@@ -120,9 +123,10 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
         senders.push(tx);
         let engine = engine.clone();
         let shutdown = shutdown.clone();
+        let wal = wal.clone();
         std::thread::Builder::new()
             .name(format!("recall-worker-{i}"))
-            .spawn(move || worker(engine, rx, choice, idle, shutdown))?;
+            .spawn(move || worker(engine, rx, choice, idle, shutdown, wal))?;
     }
 
     // Maintenance: the clock, and reclaim of expired items.
@@ -145,7 +149,8 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
         let sock = std::net::UdpSocket::bind((cfg.listen.as_str(), cfg.udp_port))?;
         let engine = engine.clone();
         let udp_addr = sock.local_addr()?;
-        std::thread::Builder::new().name("recall-udp".into()).spawn(move || udp::serve(engine, sock))?;
+        let wal = wal.clone();
+        std::thread::Builder::new().name("recall-udp".into()).spawn(move || udp::serve(engine, sock, wal))?;
         println!("udp listening on {udp_addr}");
     }
 
@@ -221,6 +226,7 @@ fn worker(
     choice: ProtocolChoice,
     idle: Option<Duration>,
     shutdown: Arc<Notify>,
+    wal: Option<Arc<Wal>>,
 ) {
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -239,8 +245,9 @@ fn worker(
             let engine = engine.clone();
             let counters = counters.clone();
             let shutdown = shutdown.clone();
+            let wal = wal.clone();
             tokio::spawn(async move {
-                let action = connection(&engine, counters, stream, choice, idle).await;
+                let action = connection(&engine, counters, stream, choice, idle, wal).await;
                 engine.gauges.curr_connections.fetch_sub(1, Ordering::Relaxed);
                 if action == Action::Shutdown {
                     shutdown.notify_one();
@@ -257,6 +264,7 @@ async fn connection(
     mut stream: TcpStream,
     choice: ProtocolChoice,
     idle: Option<Duration>,
+    wal: Option<Arc<Wal>>,
 ) -> Action {
     let mut session = Session::new(engine, counters.clone(), choice);
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
@@ -265,6 +273,16 @@ async fn connection(
         // Execute whatever complete requests the buffer holds.
         let (used, action) = session.process(engine, &buf, &mut out);
         bytes::Buf::advance(&mut buf, used);
+        // With a write-ahead log, the batch's writes must be on disk before
+        // any of its replies go out (group commit across connections). If
+        // the log failed, close instead of acknowledging.
+        let lsn = crate::persist::take_lsn();
+        if let (Some(w), true) = (&wal, lsn > 0) {
+            if let Err(e) = w.wait(lsn).await {
+                tracing::error!(error = %e, "write-ahead log failed; closing without acknowledging");
+                return Action::Close;
+            }
+        }
         if !out.is_empty() {
             counters.bytes_written.add(out.wire_len() as u64);
             if write_out(&mut stream, &out).await.is_err() {

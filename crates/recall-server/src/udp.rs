@@ -35,7 +35,7 @@ pub fn frame(request_id: u16, reply: &[u8]) -> Vec<Vec<u8>> {
         .collect()
 }
 
-pub fn serve(engine: Arc<Engine>, sock: UdpSocket) {
+pub fn serve(engine: Arc<Engine>, sock: UdpSocket, wal: Option<Arc<recall_persist::wal::Wal>>) {
     let counters = engine.registry.register();
     let mut buf = vec![0u8; 64 * 1024];
     let mut out = Out::new();
@@ -54,6 +54,13 @@ pub fn serve(engine: Arc<Engine>, sock: UdpSocket) {
         out.clear();
         let mut session = Session::new(&engine, counters.clone(), ProtocolChoice::Ascii);
         let _ = session.process(&engine, &buf[HEADER..n], &mut out);
+        // As on TCP: writes are on disk before their replies go out.
+        let lsn = crate::persist::take_lsn();
+        if let (Some(w), true) = (&wal, lsn > 0) {
+            if w.wait_blocking(lsn).is_err() {
+                continue;
+            }
+        }
         for d in frame(id, &out.flatten()) {
             counters.bytes_written.add(d.len() as u64);
             let _ = sock.send_to(&d, peer);

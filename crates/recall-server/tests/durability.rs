@@ -192,3 +192,51 @@ fn corrupt_snapshot_refuses_to_start_and_a_busy_dir_is_refused() {
     let e = try_recalld(&["--data-dir", dir.s()]).err().expect("must refuse a corrupt snapshot");
     assert!(e.contains("snapshot.rcs") && e.contains("move it aside"), "{e}");
 }
+
+/// The server-side baseline: with `--durability wal` every acknowledged
+/// write survives kill -9 without any client replay, because the reply was
+/// only sent after the log record was fsynced.
+#[test]
+fn wal_mode_keeps_every_acknowledged_write_through_kill_9() {
+    let dir = TempDir::new("wal");
+    let args =
+        ["--data-dir", dir.s(), "--durability", "wal", "--snapshot-interval", "3600", "--snapshot-after-writes", "0"];
+    let mut s = recalld(&args);
+    let mut c = s.connect();
+    let mut last = 0;
+    for i in 0..300 {
+        last = set(&mut c, &format!("k{i}"), &format!("v{i}"));
+    }
+    // A snapshot in the middle: later writes live only in the new segment.
+    snapshot_and_wait(&mut c, last);
+    for i in 0..100 {
+        set(&mut c, &format!("k{i}"), &format!("w{i}"));
+    }
+    assert_eq!(roundtrip(&mut c, b"md k5\r\n", b"\r\n"), b"HD\r\n");
+    assert_eq!(roundtrip(&mut c, b"incr counter 1\r\n", b"\r\n"), b"NOT_FOUND\r\n");
+    assert_eq!(roundtrip(&mut c, b"set counter 0 0 1\r\n7\r\nincr counter 5\r\n", b"12\r\n"), b"STORED\r\n12\r\n");
+    assert_eq!(roundtrip(&mut c, b"append k6 0 0 1\r\n!\r\n", b"\r\n"), b"STORED\r\n");
+    kill9(&mut s);
+
+    let s = recalld(&args);
+    let mut c = s.connect();
+    for i in 0..300 {
+        let want = if i == 5 {
+            None
+        } else if i == 6 {
+            Some("w6!".to_string())
+        } else if i < 100 {
+            Some(format!("w{i}"))
+        } else {
+            Some(format!("v{i}"))
+        };
+        assert_eq!(get(&mut c, &format!("k{i}")).map(|x| x.0), want, "k{i}");
+    }
+    assert_eq!(get(&mut c, "counter").map(|x| x.0).as_deref(), Some("12"));
+    // The snapshot retired the segments it covers.
+    let segs = std::fs::read_dir(&dir.0)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("wal-"))
+        .count();
+    assert!(segs <= 3, "{segs} WAL segments left");
+}

@@ -37,6 +37,27 @@ pub use policy::{Policy, PolicyCounters, PolicyKind, SegmentedLru};
 use shard::Shard;
 pub use shard::ShardStats;
 
+/// The state of one key after a mutation, as handed to a [`MutationSink`].
+#[derive(Debug, Clone, Copy)]
+pub struct Mutation<'a> {
+    pub key: &'a [u8],
+    pub value: Value<'a>,
+    pub flags: u32,
+    pub exptime: UnixSecs,
+    /// The write's timestamp (its CAS).
+    pub ts: u64,
+    /// The key was deleted at `ts`.
+    pub tombstone: bool,
+}
+
+/// Receives every client-visible mutation, in each key's timestamp order,
+/// while the key's shard lock is held (so keep it short: append to a
+/// buffer). Evictions and expiry are not mutations. Used for the
+/// write-ahead-log baseline; the store never sees the log itself.
+pub trait MutationSink: Send + Sync {
+    fn record(&self, m: &Mutation<'_>);
+}
+
 /// Static configuration of a [`Store`].
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
@@ -263,6 +284,7 @@ pub struct Store {
     policy_overhead: usize,
     /// Rotating start for cross-shard eviction.
     evict_cursor: AtomicUsize,
+    sink: std::sync::OnceLock<std::sync::Arc<dyn MutationSink>>,
 }
 
 impl Store {
@@ -289,7 +311,13 @@ impl Store {
             cas_enabled: cfg.cas_enabled,
             policy_overhead,
             evict_cursor: AtomicUsize::new(0),
+            sink: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Install the mutation sink (once, before serving).
+    pub fn set_sink(&self, sink: std::sync::Arc<dyn MutationSink>) -> bool {
+        self.sink.set(sink).is_ok()
     }
 
     #[inline]
@@ -339,6 +367,7 @@ impl Store {
             evict: self.evict,
             next_cas: &self.next_cas,
             cas_enabled: self.cas_enabled,
+            sink: self.sink.get().map(|s| &**s),
         }
     }
 
@@ -425,9 +454,10 @@ impl Store {
     }
 
     /// Apply a write that carries its own timestamp (snapshot load, WAL
-    /// replay, client replay after a crash): only if `ts` is newer than the
-    /// item's current timestamp, so replays are idempotent and can arrive in
-    /// any order. A tombstone removes an older item. The CAS counter is
+    /// replay, client replay after a crash): only if `ts` is not older than
+    /// the item's current timestamp, so replays are idempotent and can
+    /// arrive in any order (an equal timestamp is the same write, possibly
+    /// touched since, and is applied). A tombstone removes an older item. The CAS counter is
     /// raised above `ts` so new writes stay newer.
     #[allow(clippy::too_many_arguments)] // mirrors a persisted record field for field
     pub fn apply(

@@ -27,6 +27,7 @@ pub(crate) struct Ctx<'a> {
     pub evict: bool,
     pub next_cas: &'a AtomicU64,
     pub cas_enabled: bool,
+    pub sink: Option<&'a dyn crate::MutationSink>,
 }
 
 impl Ctx<'_> {
@@ -167,6 +168,27 @@ impl Shard {
     fn fp_at(&self, i: u32) -> usize {
         let s = &self.slots[i as usize];
         self.fp_new(s, if s.bits & bit::BIG != 0 { self.bigs.get(&i) } else { None })
+    }
+
+    /// Report slot `i`'s current state to the sink, if there is one.
+    fn log_slot(&self, ctx: &Ctx<'_>, i: u32) {
+        if let Some(sink) = ctx.sink {
+            let s = &self.slots[i as usize];
+            sink.record(&crate::Mutation {
+                key: s.key(),
+                value: self.value_at(i),
+                flags: s.flags,
+                exptime: s.exptime,
+                ts: s.cas,
+                tombstone: false,
+            });
+        }
+    }
+
+    fn log_tombstone(ctx: &Ctx<'_>, key: &[u8], ts: u64) {
+        if let Some(sink) = ctx.sink {
+            sink.record(&crate::Mutation { key, value: Value::Inline(&[]), flags: 0, exptime: 0, ts, tombstone: true });
+        }
     }
 
     fn value_at(&self, i: u32) -> Value<'_> {
@@ -342,6 +364,7 @@ impl Shard {
                     return f(Read::Miss { tokens });
                 }
                 let i = self.insert_new(ctx, h, slot, None);
+                self.log_slot(ctx, i);
                 self.slots[i as usize].bits |= bit::WIN_SENT;
                 tokens.win = true;
                 let s = &self.slots[i as usize];
@@ -384,6 +407,10 @@ impl Shard {
             s.atime = ctx.now;
             s.bits |= bit::FETCHED;
             self.policy.on_access(i);
+        }
+        if opts.touch.is_some() {
+            // A new expiry is a write as far as durability is concerned.
+            self.log_slot(ctx, i);
         }
         let s = &self.slots[i as usize];
         f(Read::Hit(ItemView {
@@ -452,12 +479,14 @@ impl Shard {
         if !self.make_room(ctx, need.saturating_sub(credit), existing) {
             return WriteOutcome::OutOfMemory;
         }
-        match existing {
-            Some(i) => self.replace_in(ctx, i, slot, big),
-            None => {
-                self.insert_new(ctx, h, slot, big);
+        let i = match existing {
+            Some(i) => {
+                self.replace_in(ctx, i, slot, big);
+                i
             }
-        }
+            None => self.insert_new(ctx, h, slot, big),
+        };
+        self.log_slot(ctx, i);
         WriteOutcome::Stored { cas }
     }
 
@@ -475,7 +504,10 @@ impl Shard {
     ) -> ApplyOutcome {
         let existing = self.lookup(ctx, h, key, false);
         if let Some(i) = existing {
-            if self.slots[i as usize].cas >= ts {
+            // Equal timestamps are the same write, possibly touched since
+            // (touch keeps the CAS but changes the expiry), so a record with
+            // the item's own timestamp is applied: later log records win.
+            if self.slots[i as usize].cas > ts {
                 return ApplyOutcome::Stale;
             }
         }
@@ -483,6 +515,7 @@ impl Shard {
             if let Some(i) = existing {
                 self.remove(ctx, i, h, Why::Deleted);
             }
+            Self::log_tombstone(ctx, key, ts);
             return ApplyOutcome::Applied;
         }
         let (slot, big) = make_item(key, &[Value::Inline(value)], flags, exptime, ts, ctx.now);
@@ -491,12 +524,14 @@ impl Shard {
         if !self.make_room(ctx, need.saturating_sub(credit), existing) {
             return ApplyOutcome::OutOfMemory;
         }
-        match existing {
-            Some(i) => self.replace_in(ctx, i, slot, big),
-            None => {
-                self.insert_new(ctx, h, slot, big);
+        let i = match existing {
+            Some(i) => {
+                self.replace_in(ctx, i, slot, big);
+                i
             }
-        }
+            None => self.insert_new(ctx, h, slot, big),
+        };
+        self.log_slot(ctx, i);
         ApplyOutcome::Applied
     }
 
@@ -511,7 +546,8 @@ impl Shard {
             if !self.make_room(ctx, need, None) {
                 return ArithOutcome::OutOfMemory;
             }
-            self.insert_new(ctx, h, slot, None);
+            let i = self.insert_new(ctx, h, slot, None);
+            self.log_slot(ctx, i);
             return ArithOutcome::Done { value: init, cas, exptime, created: true };
         };
         let s = &self.slots[i as usize];
@@ -544,6 +580,7 @@ impl Shard {
             let exptime = s.exptime;
             self.has_ttl |= exptime != 0;
             self.policy.on_access(i);
+            self.log_slot(ctx, i);
             return ArithOutcome::Done { value, cas, exptime, created: false };
         }
         let exptime = a.touch.unwrap_or(s.exptime);
@@ -554,6 +591,7 @@ impl Shard {
             return ArithOutcome::OutOfMemory;
         }
         self.replace_in(ctx, i, slot, None);
+        self.log_slot(ctx, i);
         ArithOutcome::Done { value, cas, exptime, created: false }
     }
 
@@ -571,6 +609,7 @@ impl Shard {
                 s.exptime = t;
             }
             self.has_ttl |= d.touch.is_some_and(|t| t != 0);
+            self.log_slot(ctx, i);
             return DeleteOutcome::Deleted;
         }
         if d.clear_value {
@@ -578,13 +617,18 @@ impl Shard {
             let mut slot = new_slot(d.key, &[], &[], s.flags, s.exptime, cas, ctx.now);
             slot.bits = s.bits;
             self.replace_in(ctx, i, slot, None);
+            self.log_slot(ctx, i);
             return DeleteOutcome::Deleted;
         }
         self.remove(ctx, i, h, Why::Deleted);
-        if d.stamp {
+        if d.stamp || ctx.sink.is_some() {
             // Drawn under the shard lock, so it orders exactly against any
             // concurrent write to this key.
-            return DeleteOutcome::Stamped { ts: ctx.draw_cas(d.explicit_cas) };
+            let ts = ctx.draw_cas(d.explicit_cas);
+            Self::log_tombstone(ctx, d.key, ts);
+            if d.stamp {
+                return DeleteOutcome::Stamped { ts };
+            }
         }
         DeleteOutcome::Deleted
     }
