@@ -24,11 +24,12 @@
 < VALUE k 0 2 1200
 < v2
 < END
-# New writes are newer than anything replayed.
+# New writes are newer than anything replayed: the set draws a timestamp
+# above 1200, so a replay of 1200 (the newest replayed write) is stale.
 > set k 0 0 2
 > v3
 < STORED
-> replay k 0 0 1201 2
+> replay k 0 0 1200 2
 > v9
 < STALE
 # md with c returns the delete timestamp (recall extension; memcached ignores c on md)

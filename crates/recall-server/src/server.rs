@@ -228,7 +228,14 @@ fn worker(
     shutdown: Arc<Notify>,
     wal: Option<Arc<Wal>>,
 ) {
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    // The timer driver is only needed for idle timeouts; without it every
+    // park of the event loop skips the timer wheel.
+    let mut b = tokio::runtime::Builder::new_current_thread();
+    b.enable_io();
+    if idle.is_some() {
+        b.enable_time();
+    }
+    let rt = match b.build() {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(error = %e, "worker runtime failed to start");
