@@ -15,7 +15,7 @@ use crate::ketama::{Continuum, Node, DEFAULT_PORT};
 use crate::meta::{MetaArith, MetaDelete, MetaGet, MetaResponse, MetaSet, MetaSetMode};
 use crate::observer::{WriteAck, WriteObserver, WriteOp};
 use crate::request;
-use crate::stream::{ValueReader, ValueWriter, UNSUPPORTED};
+use crate::stream::{self, StreamConn, StreamMode, StreamPool, ValueReader, ValueWriter};
 use crate::{Item, StoreStatus};
 
 /// What happens to the keys of a server marked dead.
@@ -230,6 +230,7 @@ impl ClientBuilder {
                 health: Arc::new(Health::new(health_cfg)),
                 slots: (0..self.opts.pool_size).map(|_| tokio::sync::Mutex::new(None)).collect(),
                 next: AtomicUsize::new(0),
+                streams: Arc::default(),
             })
             .collect();
         let continuum = Continuum::build(&nodes, |_| true);
@@ -257,6 +258,9 @@ struct Server {
     health: Arc<Health>,
     slots: Vec<tokio::sync::Mutex<Option<Conn>>>,
     next: AtomicUsize,
+    /// Idle connections for streamed values, which hold a connection for
+    /// a whole value and so cannot share the pipelined ones.
+    streams: Arc<StreamPool>,
 }
 
 impl Server {
@@ -1061,21 +1065,70 @@ impl Client {
         .await
     }
 
-    // ---- streaming (placeholders) ---------------------------------------
+    // ---- streaming ------------------------------------------------------
 
-    /// Store a value of `len` bytes written through the returned
-    /// [`ValueWriter`]. **Not implemented yet**: returns
-    /// [`Error::Unsupported`] (see [`crate::stream`]).
-    pub async fn set_stream(&self, key: impl AsRef<[u8]>, len: u64, flags: u32, exptime: i32) -> Result<ValueWriter> {
-        let _ = (self.route_meta(key.as_ref())?, len, flags, exptime);
-        Err(Error::Unsupported(UNSUPPORTED))
+    /// A connection of its own to `key`'s server, for one streamed value.
+    async fn stream_conn(&self, key: &[u8]) -> Result<StreamConn> {
+        let idx = self.route_classic(key)?;
+        let server = &self.inner.servers[idx];
+        server.alive()?;
+        StreamConn::take(stream::Target {
+            addr: &server.addr,
+            server: &server.name,
+            health: &server.health,
+            pool: &server.streams,
+            connect_timeout: self.inner.opts.connect_timeout,
+            request_timeout: self.inner.opts.request_timeout,
+        })
+        .await
     }
 
-    /// Read a value through an [`tokio::io::AsyncRead`]. **Not implemented
-    /// yet**: returns [`Error::Unsupported`] (see [`crate::stream`]).
+    /// `sset`: store a value written through the returned
+    /// [`ValueWriter`] in frames, without knowing its length first and
+    /// without holding it whole (see [`crate::stream`]).
+    /// [`ValueWriter::finish`] completes it and returns the server's reply.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: recall_client::Client, mut file: tokio::net::TcpStream) -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut w = client.set_stream("upload", 0, 0).await?;
+    /// tokio::io::copy(&mut file, &mut w).await?; // any AsyncRead
+    /// w.finish().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn set_stream(&self, key: impl AsRef<[u8]>, flags: u32, exptime: i32) -> Result<ValueWriter> {
+        self.store_stream(StreamMode::Set, key, flags, exptime).await
+    }
+
+    /// Any streaming storage command: `sset`, `sadd`, `sreplace`,
+    /// `sappend`, `sprepend`, `scas` (see [`StreamMode`]).
+    pub async fn store_stream(
+        &self,
+        mode: StreamMode,
+        key: impl AsRef<[u8]>,
+        flags: u32,
+        exptime: i32,
+    ) -> Result<ValueWriter> {
+        let key = key.as_ref();
+        let conn = self.stream_conn(key).await?;
+        Ok(ValueWriter::new(conn, mode, key, flags, exptime, self.inner.observer.clone()))
+    }
+
+    /// `sget <key>`: the value as a [`ValueReader`] (an
+    /// [`tokio::io::AsyncRead`] yielding frames as they arrive), or `None`
+    /// on a miss. Works for values stored with any command, streamed or
+    /// not. Read it to the end to give the connection back.
     pub async fn get_stream(&self, key: impl AsRef<[u8]>) -> Result<Option<ValueReader>> {
-        let _ = self.route_meta(key.as_ref())?;
-        Err(Error::Unsupported(UNSUPPORTED))
+        let key = key.as_ref();
+        let conn = self.stream_conn(key).await?;
+        stream::open(conn, GetKind::Sget, key).await
+    }
+
+    /// `sgets <key>`: [`Client::get_stream`] with the CAS
+    /// ([`ValueReader::cas`]).
+    pub async fn gets_stream(&self, key: impl AsRef<[u8]>) -> Result<Option<ValueReader>> {
+        let key = key.as_ref();
+        let conn = self.stream_conn(key).await?;
+        stream::open(conn, GetKind::Sgets, key).await
     }
 }
 

@@ -14,7 +14,7 @@
 //! | [`Error::ServerDead`] | the server is marked dead and in back-off | after `retry_in` |
 //! | [`Error::Protocol`] | the reply made no sense (connection closed) | yes, but report it |
 //! | [`Error::InvalidKey`], [`Error::InvalidArgument`] | caught before sending | no |
-//! | [`Error::Unsupported`] | a placeholder API (streaming) | no |
+//! | [`Error::Unsupported`] | an API this build does not implement | no |
 //! | [`Error::Internal`] | a bug in this crate | report it |
 //!
 //! Errors are `Clone` (I/O errors behind an `Arc`) because one broken
@@ -59,7 +59,8 @@ pub enum Error {
     InvalidArgument(String),
     /// The client has no servers.
     NoServers,
-    /// The API exists but is not implemented yet (see the crate docs).
+    /// The API exists but is not implemented (kept for placeholder APIs;
+    /// nothing returns it today).
     Unsupported(&'static str),
     /// A bug in the client (an internal task panicked).
     Internal(String),
@@ -88,6 +89,13 @@ impl Error {
             self,
             Error::Connection { .. } | Error::Timeout { .. } | Error::ServerDead { .. } | Error::Protocol { .. }
         )
+    }
+
+    /// `SERVER_ERROR object too large for cache`: the value is over the
+    /// server's item size limit (`-I`). A refused `set`/`sset` also removes
+    /// the key's old value, as memcached does.
+    pub fn is_too_large(&self) -> bool {
+        matches!(self, Error::Server { message, .. } if message.starts_with("object too large"))
     }
 
     pub(crate) fn io(server: &ServerName, e: io::Error) -> Error {

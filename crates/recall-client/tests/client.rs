@@ -520,10 +520,11 @@ fn invalid_input_is_refused_before_sending() {
 }
 
 #[test]
-fn streaming_is_a_placeholder() {
+fn streaming_refuses_bad_keys_before_connecting() {
+    // Streaming itself is tested in tests/streaming.rs.
     let c = Client::new(["127.0.0.1:1"]).unwrap();
     rt().block_on(async {
-        assert!(matches!(c.set_stream("k", 10, 0, 0).await, Err(Error::Unsupported(_))));
-        assert!(matches!(c.get_stream("k").await, Err(Error::Unsupported(_))));
+        assert!(matches!(c.set_stream("a b", 0, 0).await, Err(Error::InvalidKey { .. })));
+        assert!(matches!(c.get_stream("").await, Err(Error::InvalidKey { .. })));
     });
 }

@@ -22,7 +22,9 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
 use recall_client::ketama::{Continuum, Node};
+use recall_client::stream::StreamMode;
 use recall_client::{Client, Error, ServerSpec, StoreStatus};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const EXIT_OK: u8 = 0;
 const EXIT_MISS: u8 = 1;
@@ -39,7 +41,9 @@ Examples:
   recall incr counter 8
   recall -s 10.0.0.1:11211 -s 10.0.0.2:11211 get user:1   (ketama, like pylibmc)
   recall top
-  recall dump --keys-only";
+  recall dump --keys-only
+  recall put-file backup.tar /tmp/backup.tar   (streamed with sset: constant memory)
+  recall get-file backup.tar /tmp/restored.tar";
 
 #[derive(Parser, Debug)]
 #[command(name = "recall", version, about = "Command-line client for recall and memcached.", after_help = AFTER_HELP)]
@@ -78,6 +82,31 @@ enum Cmd {
         /// Which storage command to use.
         #[arg(long, value_enum, default_value_t = Mode::Set)]
         mode: Mode,
+    },
+    /// Store a file's contents, streamed with `sset` (recall only): constant
+    /// memory whatever the file's size (up to the server's -I).
+    PutFile {
+        key: String,
+        /// The file to read.
+        path: PathBuf,
+        /// Client flags stored with the value.
+        #[arg(long, default_value_t = 0)]
+        flags: u32,
+        /// Expiry in seconds (0: never; memcached's exptime rules).
+        #[arg(short = 't', long, visible_alias = "ttl", default_value_t = 0, allow_negative_numbers = true)]
+        exptime: i32,
+        /// Which storage command to use (sset, sadd, ...).
+        #[arg(long, value_enum, default_value_t = Mode::Set)]
+        mode: Mode,
+    },
+    /// Write a key's value to a file, streamed with `sget` (recall only).
+    /// Exit 1 on a miss, leaving no file.
+    GetFile {
+        key: String,
+        /// The file to write (`-`: stdout). Written under a temporary name
+        /// and renamed when complete, so a failed transfer leaves no
+        /// truncated file behind.
+        path: PathBuf,
     },
     /// Delete a key.
     Delete { key: String },
@@ -257,6 +286,8 @@ async fn run(cli: Cli) -> u8 {
                 Err(e) => fail(&e),
             }
         }
+        Cmd::PutFile { key, path, flags, exptime, mode } => put_file(&client, &key, &path, flags, exptime, mode).await,
+        Cmd::GetFile { key, path } => get_file(&client, &key, &path).await,
         Cmd::Delete { key } => found(client.delete(&key).await, &key, "DELETED"),
         Cmd::Touch { key, ttl } => found(client.touch(&key, ttl).await, &key, "TOUCHED"),
         Cmd::Incr { key, delta } => number(client.incr(&key, delta).await, &key),
@@ -361,6 +392,132 @@ async fn get(client: &Client, keys: &[String]) -> u8 {
         }
     }
     code
+}
+
+/// Buffer for file transfers: one frame's worth.
+const FILE_CHUNK: usize = 64 * 1024;
+
+/// A stream error surfaced through `AsyncRead`/`AsyncWrite` carries the
+/// client's [`Error`]; report it as such (exit 3, or 2 for bad input).
+fn fail_io(e: std::io::Error) -> u8 {
+    match e.get_ref().and_then(|inner| inner.downcast_ref::<Error>()) {
+        Some(err) => fail(err),
+        None => {
+            eprintln!("recall: {e}");
+            EXIT_ERROR
+        }
+    }
+}
+
+async fn put_file(client: &Client, key: &str, path: &std::path::Path, flags: u32, exptime: i32, mode: Mode) -> u8 {
+    let mut file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("recall: {}: {e}", path.display());
+            return EXIT_ERROR;
+        }
+    };
+    let mode = match mode {
+        Mode::Set => StreamMode::Set,
+        Mode::Add => StreamMode::Add,
+        Mode::Replace => StreamMode::Replace,
+        Mode::Append => StreamMode::Append,
+        Mode::Prepend => StreamMode::Prepend,
+    };
+    let mut w = match client.store_stream(mode, key, flags, exptime).await {
+        Ok(w) => w,
+        Err(e) => return fail(&e),
+    };
+    let mut buf = vec![0u8; FILE_CHUNK];
+    loop {
+        // A blocking read on the runtime's only thread: nothing else runs
+        // meanwhile, and a file read is short next to a network write.
+        let n = match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                // Returning drops the writer: the value is abandoned and
+                // the server keeps the old one.
+                eprintln!("recall: reading {}: {e}", path.display());
+                return EXIT_ERROR;
+            }
+        };
+        if let Err(e) = w.write_all(&buf[..n]).await {
+            return fail_io(e);
+        }
+    }
+    match w.finish().await {
+        Ok(StoreStatus::Stored) => {
+            println!("STORED");
+            EXIT_OK
+        }
+        Ok(s) => {
+            eprintln!("recall: {key}: not stored ({})", status_word(s));
+            EXIT_MISS
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+async fn get_file(client: &Client, key: &str, path: &std::path::Path) -> u8 {
+    let mut r = match client.get_stream(key).await {
+        Ok(Some(r)) => r,
+        Ok(None) => {
+            eprintln!("recall: {key}: not found");
+            return EXIT_MISS;
+        }
+        Err(e) => return fail(&e),
+    };
+    let to_stdout = path.as_os_str() == "-";
+    // Into a temporary name beside the target, renamed once complete.
+    let tmp = {
+        let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+        name.push(".recall-partial");
+        path.with_file_name(name)
+    };
+    let mut out: Box<dyn Write> = if to_stdout {
+        Box::new(std::io::stdout().lock())
+    } else {
+        match std::fs::File::create(&tmp) {
+            Ok(f) => Box::new(f),
+            Err(e) => {
+                eprintln!("recall: {}: {e}", tmp.display());
+                return EXIT_ERROR;
+            }
+        }
+    };
+    let cleanup = |code: u8| {
+        if !to_stdout {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        code
+    };
+    let mut buf = vec![0u8; FILE_CHUNK];
+    loop {
+        let n = match r.read(&mut buf).await {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) => return cleanup(fail_io(e)),
+        };
+        // Blocking write, as put-file's read: the only work in flight.
+        if let Err(e) = out.write_all(&buf[..n]) {
+            eprintln!("recall: writing {}: {e}", if to_stdout { "stdout".into() } else { tmp.display().to_string() });
+            return cleanup(EXIT_ERROR);
+        }
+    }
+    if let Err(e) = out.flush() {
+        eprintln!("recall: writing {}: {e}", path.display());
+        return cleanup(EXIT_ERROR);
+    }
+    drop(out);
+    if !to_stdout {
+        if let Err(e) = std::fs::rename(&tmp, path) {
+            eprintln!("recall: {}: {e}", path.display());
+            return cleanup(EXIT_ERROR);
+        }
+    }
+    EXIT_OK
 }
 
 async fn stats(client: &Client, args: &str) -> u8 {
