@@ -53,17 +53,17 @@
 //!   `CLIENT_ERROR`, `ERROR`, connection errors and timeouts are distinct
 //!   variants.
 //!
-//! ## Placeholders
+//! ## Hooks and extensions
 //!
-//! Two APIs exist in shape only, for the issues that fill them:
-//!
-//! * [`WriteObserver`] (durability): registered on the client and called
-//!   for every acknowledged write, with the CAS when the server returned
-//!   one. The calls are real; nothing in this crate implements the
-//!   observer (write backup and replay come with the durability issue).
-//! * [`Client::set_stream`] / [`Client::get_stream`] (streaming values):
-//!   the [`stream::ValueWriter`] / [`stream::ValueReader`] types are fixed,
-//!   but both calls return [`Error::Unsupported`] until `sset`/`sget` exist.
+//! * [`WriteObserver`]: registered on the client and called for every
+//!   acknowledged write, with the CAS when the server returned one. The
+//!   write backup does not go through it: [`DurableClient`] (module
+//!   [`backup`]) sends its own meta writes, because it needs the
+//!   timestamp of every write and must read back the results of
+//!   append/incr before recording them.
+//! * [`Client::set_stream`] / [`Client::get_stream`]: streaming values
+//!   (seed 004) as `AsyncWrite`/`AsyncRead` over `sset`/`sget` frames, in
+//!   constant memory; see [`stream`].
 //!
 //! Not supported by design: classic `noreply` (a request without a reply
 //! cannot be matched or reported; use the meta commands' `q` flag, which
@@ -78,7 +78,11 @@
 //! * `conn`: one pipelined connection (a writer and a reader task) and the
 //!   per-server failure accounting.
 //! * `client`: routing, pools and the typed API.
+//! * [`backup`]: the write-backup log and [`DurableClient`], which keeps
+//!   acknowledged writes until the server's snapshot covers them and
+//!   replays them after a server crash.
 
+pub mod backup;
 pub mod blocking;
 mod client;
 pub mod codec;
@@ -90,6 +94,7 @@ mod observer;
 mod request;
 pub mod stream;
 
+pub use backup::{BackupStatus, DurableClient, WriteBackup, Written};
 pub use client::{Client, ClientBuilder, DeadServerPolicy, DumpEntry, MultiGet, PerServer, ServerSpec};
 pub use codec::{MetaReturn, MetaStatus};
 pub use error::{Error, Result, ServerName, TimeoutPhase};

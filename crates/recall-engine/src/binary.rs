@@ -196,6 +196,7 @@ impl Engine {
             BinCommand::Delete { key, cas, quiet } => {
                 match self.store.delete(&Delete { key, compare_cas: cas, ..Default::default() }, now) {
                     DeleteOutcome::Deleted | DeleteOutcome::Stamped { .. } => {
+                        self.durability.note_delete(key, self.store.current_cas());
                         c.delete_hits.incr();
                         if !quiet {
                             binary::write_ok(out, op, opaque, 0);

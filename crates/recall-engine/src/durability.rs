@@ -24,6 +24,11 @@ pub struct Durability {
     pub enabled: AtomicBool,
     pub instance: AtomicU64,
     pub watermark: AtomicU64,
+    /// The watermark of the snapshot loaded at boot, fixed for this
+    /// instance's life. Replays are judged against it, not against the live
+    /// watermark: a snapshot of the new instance covers the new instance's
+    /// writes, not the old-instance writes clients still have to replay.
+    pub recovery_floor: AtomicU64,
     pub recovering: AtomicBool,
     pub snapshot_requested: AtomicBool,
     pub replayed: AtomicU64,
@@ -32,6 +37,17 @@ pub struct Durability {
 }
 
 impl Durability {
+    /// A client deleted `key` while replays may still arrive: remember it, so
+    /// a replayed older write from another client cannot bring it back. Any
+    /// timestamp of this instance is above every replayed one.
+    pub fn note_delete(&self, key: &[u8], ts: u64) {
+        if self.recovering.load(Ordering::Acquire) {
+            let mut t = self.tombstones.lock();
+            let e = t.entry(key.to_vec()).or_insert(0);
+            *e = (*e).max(ts);
+        }
+    }
+
     /// Leave the recovering state and forget its tombstones.
     pub fn end_recovery(&self) {
         self.recovering.store(false, Ordering::Release);
@@ -74,7 +90,7 @@ impl Engine {
         tombstone: bool,
     ) -> ApplyOutcome {
         let d = &self.durability;
-        if ts <= d.watermark.load(Ordering::Acquire) {
+        if ts <= d.recovery_floor.load(Ordering::Acquire) {
             d.replay_stale.fetch_add(1, Ordering::Relaxed);
             return ApplyOutcome::Stale;
         }

@@ -181,7 +181,11 @@ impl Engine {
             stamp: f.ret_cas && !f.invalidate && !f.remove_value,
         };
         let mut ts = 0;
-        let code: &[u8] = match self.store.delete(&d, now) {
+        let res = self.store.delete(&d, now);
+        if matches!(res, DeleteOutcome::Deleted | DeleteOutcome::Stamped { .. }) && !f.invalidate && !f.remove_value {
+            self.durability.note_delete(key, self.store.current_cas());
+        }
+        let code: &[u8] = match res {
             DeleteOutcome::Deleted | DeleteOutcome::Stamped { .. } if f.quiet => {
                 c.delete_hits.incr();
                 return;

@@ -105,7 +105,8 @@ impl Engine {
                 });
             }
             Command::Delete { key } => match self.store.delete(&Delete { key, ..Default::default() }, now) {
-                DeleteOutcome::Deleted => {
+                DeleteOutcome::Deleted | DeleteOutcome::Stamped { .. } => {
+                    self.durability.note_delete(key, self.store.current_cas());
                     c.delete_hits.incr();
                     out.extend_from_slice(b"DELETED\r\n")
                 }

@@ -150,6 +150,7 @@ impl Persist {
         let d = &engine.durability;
         d.instance.store(ep, Ordering::Release);
         d.watermark.store(loaded.watermark, Ordering::Release);
+        d.recovery_floor.store(loaded.watermark, Ordering::Release);
         d.enabled.store(true, Ordering::Release);
         // A previous instance existed: its clients may hold writes to replay.
         d.recovering.store(ep > 1, Ordering::Release);
@@ -212,18 +213,25 @@ impl Persist {
         let started = Instant::now();
         let mut last = Instant::now();
         let d = &self.engine.durability;
+        // Count writes from this boot's first timestamp, not from the loaded
+        // watermark: the epoch jump would otherwise look like a flood of
+        // writes and trigger a snapshot at once.
+        let mut last_cas = self.engine.store.current_cas().max(d.watermark.load(Ordering::Acquire));
         loop {
             std::thread::sleep(Duration::from_millis(20));
             if d.recovering.load(Ordering::Acquire) && started.elapsed() >= self.cfg.recovery_grace {
                 d.end_recovery();
                 tracing::info!("recovery grace period over");
             }
-            let written = self.engine.store.current_cas().saturating_sub(d.watermark.load(Ordering::Acquire));
+            let written = self.engine.store.current_cas().saturating_sub(last_cas);
             let requested = d.snapshot_requested.swap(false, Ordering::AcqRel);
             let due = written > 0 && last.elapsed() >= self.cfg.interval;
             if requested || due || (self.cfg.after_writes > 0 && written >= self.cfg.after_writes) {
                 match self.snapshot_now(FailAt::None) {
-                    Ok(w) => tracing::info!(watermark = w, "snapshot written"),
+                    Ok(w) => {
+                        last_cas = w;
+                        tracing::info!(watermark = w, "snapshot written")
+                    }
                     Err(e) => tracing::error!(error = %e, "snapshot failed; the previous one is still in place"),
                 }
                 last = Instant::now();

@@ -141,6 +141,15 @@ fn replay_restores_writes_after_the_snapshot() {
     assert_eq!(get(&mut c, "acct").map(|x| x.0).as_deref(), Some("v1"));
     assert_eq!(get(&mut c, "new"), None);
     assert!(get(&mut c, "gone").is_some(), "the delete is lost too");
+    // The new instance snapshots before the clients replay: replays must
+    // still be judged against the snapshot loaded at boot, not this one.
+    let fresh = set(&mut c, "fresh", "f");
+    snapshot_and_wait(&mut c, fresh);
+    // A client deletes a key during recovery; another client's replay of an
+    // older write must not bring it back.
+    assert_eq!(roundtrip(&mut c, b"delete fresh\r\n", b"\r\n"), b"DELETED\r\n");
+    let resurrect = format!("replay fresh 0 0 {t3} 1\r\nz\r\n");
+    assert_eq!(roundtrip(&mut c, resurrect.as_bytes(), b"\r\n"), b"STALE\r\n");
     // The client replays its latest write per key, in any order.
     let del = format!("replay_delete gone {t_del}\r\n");
     assert_eq!(roundtrip(&mut c, del.as_bytes(), b"\r\n"), b"APPLIED\r\n");

@@ -1,0 +1,797 @@
+//! Crash harness for the client-side write backup: client tasks write
+//! through [`DurableClient`]s while recalld is killed with SIGKILL at random
+//! moments and restarted on the same data directory and port; after each
+//! restart (once the clients have replayed) every key is checked against a
+//! ledger of what the clients were told.
+//!
+//! ```text
+//! cargo run --release -p recall-client --example crash_harness -- --cycles 1000 --seed 1
+//! cargo run --release -p recall-client --example crash_harness -- --cycles 20 --no-replay   # must fail
+//! ```
+//!
+//! Options: `--cycles N` (default 20), `--seed S` (1), `--tasks N` (4),
+//! `--clients N` (2; each has its own backup), `--keys N` (per task, 30),
+//! `--max-entries N` (per client, 40: fewer than the keys a client
+//! writes, so back-pressure and client-requested snapshots happen),
+//! `--run-ms MIN:MAX` (200:2500, time between kills: some instances live
+//! long enough to snapshot, some die before their first), `--no-replay`
+//! (negative control), `--verbose`. recalld runs with
+//! `--snapshot-interval 2 --snapshot-after-writes 0 --recovery-grace 1`
+//! (see the `backup` module docs for why not `--snapshot-after-writes`).
+//! `RECALLD_BIN` overrides the server binary (otherwise it is built with
+//! cargo into the same target directory and profile).
+//!
+//! The ledger, per key (each key is written by one task, one operation at
+//! a time, so the operations of a key are totally ordered): every
+//! operation with its outcome — acknowledged (with its timestamp),
+//! refused (`NOT_STORED`, `NF`: the server answered, nothing changed), or
+//! unknown (an error: it may or may not have been applied). From it the
+//! checker keeps the set of states the server may legitimately show: the
+//! result of the newest acknowledged write, plus the results of any
+//! unknown writes after it. The server's state must be in that set: never
+//! older than the newest acknowledged write, never a value nobody wrote
+//! (values are unique), a deleted key stays deleted unless written again.
+//! Acknowledged conditional writes and incr results are checked on the
+//! way too: an `add` that succeeds on a key the ledger says exists means
+//! the server lost that key.
+//!
+//! This file is also compiled into `tests/crash.rs` (the quick CI run and
+//! the negative control), so it exposes [`run`] and [`Config`].
+
+use std::collections::{BTreeSet, HashMap};
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use recall_client::backup::{BackupStatus, DurableClient};
+use recall_client::{Client, Error, MetaGet, MetaStatus, StoreStatus};
+
+// ---- recalld processes --------------------------------------------------
+
+/// The directory holding this binary's profile outputs: `<target>/<profile>`
+/// from `<target>/<profile>/deps/<test>` or `<target>/<profile>/examples/<ex>`.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent().and_then(|d| d.parent()).expect("target/<profile>/<kind>/<exe> layout").to_path_buf()
+}
+
+/// recalld (`$RECALLD_BIN`, or built by cargo into the same target
+/// directory and profile once per process).
+pub fn recalld_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(p) = std::env::var_os("RECALLD_BIN") {
+            return PathBuf::from(p);
+        }
+        let dir = profile_dir();
+        let target = dir.parent().expect("target dir").to_path_buf();
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "--quiet", "-p", "recall-server", "--bin", "recalld"]).env("CARGO_TARGET_DIR", &target);
+        if dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("run cargo to build recalld");
+        assert!(status.success(), "building recalld failed");
+        dir.join("recalld")
+    })
+    .clone()
+}
+
+/// A recalld child process on a data directory.
+pub struct Recalld {
+    child: Option<Child>,
+    pub addr: SocketAddr,
+    dir: PathBuf,
+    args: Vec<String>,
+}
+
+impl Recalld {
+    /// Start on `port` (0: ephemeral); `Err` carries the server's stderr if
+    /// it exits instead of listening (e.g. the port is taken).
+    pub fn start(port: u16, dir: &Path, args: &[String]) -> Result<Recalld, String> {
+        let mut child = Command::new(recalld_bin())
+            .args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0", "-t", "2"])
+            .arg("--data-dir")
+            .arg(dir)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("spawn recalld: {e}"))?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let mut stderr = child.stderr.take().ok_or("no stderr")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let addr = loop {
+            match lines.next() {
+                Some(Ok(line)) => {
+                    if let Some(a) = line.strip_prefix("listening on ") {
+                        break a.parse().map_err(|e| format!("bad address {a:?}: {e}"))?;
+                    }
+                }
+                _ => {
+                    let mut err = String::new();
+                    let _ = stderr.read_to_string(&mut err);
+                    let _ = child.wait();
+                    return Err(err);
+                }
+            }
+        };
+        // Keep draining both pipes so the server never blocks on them.
+        std::thread::spawn(move || for _ in lines {});
+        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+        Ok(Recalld { child: Some(child), addr, dir: dir.to_path_buf(), args: args.to_vec() })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// SIGKILL (what `Child::kill` sends on Unix) and reap.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Start again on the same port and data directory. The port was
+    /// released by the kill, but something else may grab it meanwhile:
+    /// retry a few times.
+    pub fn restart(&mut self) -> Result<(), String> {
+        self.kill9();
+        let mut last = String::new();
+        for _ in 0..40 {
+            match Recalld::start(self.port(), &self.dir, &self.args) {
+                Ok(mut s) => {
+                    self.child = s.child.take();
+                    return Ok(());
+                }
+                Err(e) => {
+                    last = e;
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        }
+        Err(format!("could not restart recalld on port {}: {last}", self.port()))
+    }
+}
+
+impl Drop for Recalld {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A temporary directory, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!("recall-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("create temp dir");
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `durable` over a fresh connection: (instance, watermark, state).
+pub async fn durable(addr: SocketAddr) -> std::io::Result<(u64, u64, String)> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let s = tokio::net::TcpStream::connect(addr).await?;
+    let (rd, mut wr) = s.into_split();
+    wr.write_all(b"durable\r\n").await?;
+    let mut line = String::new();
+    tokio::io::BufReader::new(rd).read_line(&mut line).await?;
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let bad = || std::io::Error::other(format!("bad reply {line:?}"));
+    if f.len() != 4 || f[0] != "DURABLE" {
+        return Err(bad());
+    }
+    Ok((f[1].parse().map_err(|_| bad())?, f[2].parse().map_err(|_| bad())?, f[3].to_string()))
+}
+
+// ---- deterministic randomness -------------------------------------------
+
+/// splitmix64: small, seedable, good enough for picking operations.
+#[derive(Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed ^ 0x5851_f42d_4c95_7f2d)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.below(hi.saturating_sub(lo) + 1)
+    }
+}
+
+// ---- the ledger -----------------------------------------------------------
+
+type State = Option<Vec<u8>>;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Set(Vec<u8>),
+    Add(Vec<u8>),
+    Replace(Vec<u8>),
+    Append(Vec<u8>),
+    Prepend(Vec<u8>),
+    Delete,
+    Incr(u64),
+    Decr(u64),
+}
+
+#[derive(Debug, Clone)]
+enum Outcome {
+    /// The server acknowledged the write (it changed the key).
+    Acked { ts: u64, counter: Option<u64> },
+    /// The server answered that nothing was changed.
+    Refused,
+    /// Failed in a way that leaves it in doubt.
+    Unknown,
+}
+
+fn numeric(s: &[u8]) -> Option<u64> {
+    std::str::from_utf8(s).ok()?.trim_end_matches(' ').parse().ok()
+}
+
+fn trim_padding(mut v: Vec<u8>) -> Vec<u8> {
+    while v.last() == Some(&b' ') {
+        v.pop();
+    }
+    v
+}
+
+impl Op {
+    /// The state after this operation applies to `s`, or `None` if it
+    /// would not apply (the condition fails).
+    fn apply(&self, s: &State) -> Option<State> {
+        match (self, s) {
+            (Op::Set(v), _) => Some(Some(v.clone())),
+            (Op::Add(v), None) => Some(Some(v.clone())),
+            (Op::Replace(v), Some(_)) => Some(Some(v.clone())),
+            (Op::Append(x), Some(cur)) => Some(Some([&cur[..], x].concat())),
+            (Op::Prepend(x), Some(cur)) => Some(Some([&x[..], cur].concat())),
+            (Op::Delete, Some(_)) => Some(None),
+            (Op::Incr(d), Some(cur)) => numeric(cur).map(|n| Some(n.wrapping_add(*d).to_string().into_bytes())),
+            (Op::Decr(d), Some(cur)) => numeric(cur).map(|n| Some(n.saturating_sub(*d).to_string().into_bytes())),
+            _ => None,
+        }
+    }
+}
+
+/// One key's possible states, updated as its operations complete.
+#[derive(Debug)]
+struct KeyLedger {
+    possible: BTreeSet<State>,
+    /// The last few operations, for failure reports.
+    recent: Vec<String>,
+    acked: u64,
+    unknown: u64,
+    /// Timestamp of the newest acknowledged write: the next one must be
+    /// higher (timestamps never go backwards, crashes included).
+    last_ts: u64,
+}
+
+/// Past this many possible states a key stops being checked precisely
+/// (a long run of in-doubt operations on one key); counted in the report.
+const MAX_STATES: usize = 64;
+
+impl KeyLedger {
+    fn new() -> KeyLedger {
+        // A fresh key: absent on the server.
+        KeyLedger { possible: [None].into_iter().collect(), recent: Vec::new(), acked: 0, unknown: 0, last_ts: 0 }
+    }
+
+    /// Returns a violation message if the outcome contradicts the ledger.
+    fn complete(&mut self, op: &Op, out: &Outcome) -> Option<String> {
+        let desc = format!("{op:?} -> {out:?}");
+        self.recent.push(desc.clone());
+        if self.recent.len() > 8 {
+            self.recent.remove(0);
+        }
+        match out {
+            Outcome::Acked { counter, ts } => {
+                self.acked += 1;
+                if *ts <= self.last_ts {
+                    return Some(format!("{desc}: timestamp {ts} not above the previous {}", self.last_ts));
+                }
+                self.last_ts = *ts;
+                let mut next: BTreeSet<State> = self.possible.iter().filter_map(|s| op.apply(s)).collect();
+                if let Some(n) = counter {
+                    let want = Some(n.to_string().into_bytes());
+                    let ok = next.contains(&want);
+                    next = [want].into_iter().collect();
+                    if !ok {
+                        self.possible = next;
+                        return Some(format!("{desc}: no possible state gives {n}"));
+                    }
+                }
+                if next.is_empty() {
+                    let msg = format!("{desc}: impossible in every possible state {:?}", show_set(&self.possible));
+                    // Resynchronise on what the acknowledgement implies.
+                    self.possible = match op {
+                        Op::Set(v) | Op::Add(v) | Op::Replace(v) => [Some(v.clone())].into_iter().collect(),
+                        Op::Delete => [None].into_iter().collect(),
+                        _ => self.possible.clone(),
+                    };
+                    return Some(msg);
+                }
+                self.possible = next;
+                None
+            }
+            Outcome::Refused => {
+                let keep: BTreeSet<State> = self.possible.iter().filter(|s| op.apply(s).is_none()).cloned().collect();
+                if keep.is_empty() {
+                    return Some(format!(
+                        "{desc}: refused, but it applies to every state {:?}",
+                        show_set(&self.possible)
+                    ));
+                }
+                self.possible = keep;
+                None
+            }
+            Outcome::Unknown => {
+                self.unknown += 1;
+                let more: Vec<State> = self.possible.iter().filter_map(|s| op.apply(s)).collect();
+                self.possible.extend(more);
+                None
+            }
+        }
+    }
+}
+
+fn show(s: &State) -> String {
+    match s {
+        None => "<absent>".into(),
+        Some(v) => String::from_utf8_lossy(v).into_owned(),
+    }
+}
+
+fn show_set(s: &BTreeSet<State>) -> Vec<String> {
+    s.iter().map(show).collect()
+}
+
+// ---- the harness ------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub cycles: u32,
+    pub seed: u64,
+    pub tasks: usize,
+    pub clients: usize,
+    pub keys_per_task: usize,
+    pub max_entries: usize,
+    pub run_ms: (u64, u64),
+    pub replay: bool,
+    pub verbose: bool,
+    /// recalld `--snapshot-interval` and `--recovery-grace` (seconds).
+    pub snapshot_interval: u64,
+    pub recovery_grace: u64,
+}
+
+impl Config {
+    /// The CI setting: a handful of kills, well under a minute.
+    pub fn quick(seed: u64) -> Config {
+        Config {
+            cycles: 5,
+            seed,
+            tasks: 4,
+            clients: 2,
+            keys_per_task: 30,
+            max_entries: 40,
+            run_ms: (200, 2500),
+            replay: true,
+            verbose: false,
+            snapshot_interval: 2,
+            recovery_grace: 1,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Report {
+    pub cycles: u32,
+    pub acked: u64,
+    pub refused: u64,
+    pub unknown: u64,
+    /// Key checks done (keys × checkpoints).
+    pub checks: u64,
+    pub violations: Vec<String>,
+    pub imprecise_keys: u64,
+    pub statuses: Vec<BackupStatus>,
+    pub elapsed: Duration,
+}
+
+impl Report {
+    pub fn replays(&self) -> u64 {
+        self.statuses.iter().map(|s| s.replays).sum()
+    }
+    pub fn replay_after_snapshot(&self) -> u64 {
+        self.statuses.iter().map(|s| s.replay_after_snapshot).sum()
+    }
+    pub fn summary(&self) -> String {
+        let s = &self.statuses;
+        format!(
+            "{} cycles in {:.1?}: {} acknowledged, {} refused, {} in doubt; {} key checks, {} violations; \
+             replays {} ({} entries: {} applied, {} stale, {} errors, {} too late); snapshots requested {}; \
+             back-pressure waits {}; dropped unreplayed {}; imprecise keys {}",
+            self.cycles,
+            self.elapsed,
+            self.acked,
+            self.refused,
+            self.unknown,
+            self.checks,
+            self.violations.len(),
+            self.replays(),
+            s.iter().map(|x| x.replayed_entries).sum::<u64>(),
+            s.iter().map(|x| x.replay_applied).sum::<u64>(),
+            s.iter().map(|x| x.replay_stale).sum::<u64>(),
+            s.iter().map(|x| x.replay_errors).sum::<u64>(),
+            self.replay_after_snapshot(),
+            s.iter().map(|x| x.snapshots_requested).sum::<u64>(),
+            s.iter().map(|x| x.backpressure_waits).sum::<u64>(),
+            s.iter().map(|x| x.dropped_unreplayed).sum::<u64>(),
+            self.imprecise_keys,
+        )
+    }
+}
+
+type Ledger = Arc<Mutex<HashMap<Vec<u8>, KeyLedger>>>;
+
+struct Shared {
+    ledger: Ledger,
+    /// Workers hold it shared for one operation; the checker takes it
+    /// exclusively, so it sees every operation either finished or not begun.
+    pause: tokio::sync::RwLock<()>,
+    stop: AtomicBool,
+    violations: Mutex<Vec<String>>,
+    refused: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Not sent at all, so certainly not applied.
+fn not_sent(e: &Error) -> bool {
+    match e {
+        Error::ServerDead { .. } => true,
+        Error::Connection { source, .. } => source.kind() == std::io::ErrorKind::ConnectionRefused,
+        _ => false,
+    }
+}
+
+/// A task: owns `keys` (value keys and counter keys) and runs one operation
+/// at a time until told to stop.
+async fn worker(sh: Arc<Shared>, db: DurableClient, task: usize, keys: usize, seed: u64) {
+    let mut rng = Rng::new(seed ^ (task as u64).wrapping_mul(0x1234_5678_9abc));
+    let mut seq = 0u64;
+    while !sh.stop.load(Ordering::Acquire) {
+        let _op_guard = sh.pause.read().await;
+        let k = rng.below(keys as u64);
+        let counter = k % 4 == 3; // a quarter of the keys are counters
+        let key = format!("t{task}{}{k}", if counter { "n" } else { "v" }).into_bytes();
+        seq += 1;
+        let value = format!("t{task}.k{k}.s{seq}.{:016x}", rng.next_u64()).into_bytes();
+        let r = rng.below(100);
+        let op = if counter {
+            match r {
+                0..=9 => Op::Set(rng.below(1000).to_string().into_bytes()),
+                10..=19 => Op::Add(rng.below(1000).to_string().into_bytes()),
+                20..=64 => Op::Incr(1 + rng.below(9)),
+                65..=84 => Op::Decr(1 + rng.below(9)),
+                _ => Op::Delete,
+            }
+        } else {
+            match r {
+                0..=34 => Op::Set(value),
+                35..=44 => Op::Add(value),
+                45..=54 => Op::Replace(value),
+                55..=64 => Op::Append(format!("+a{seq}").into_bytes()),
+                65..=69 => Op::Prepend(format!("p{seq}+").into_bytes()),
+                _ => Op::Delete,
+            }
+        };
+        let stored = |w: Result<recall_client::backup::Written, Error>| match w {
+            Ok(w) if w.status == StoreStatus::Stored => Ok(w.ts.map(|ts| Outcome::Acked { ts, counter: None })),
+            Ok(_) => Ok(Some(Outcome::Refused)),
+            Err(e) => Err(e),
+        };
+        let res: Result<Option<Outcome>, Error> = match &op {
+            Op::Set(v) => stored(db.set(&key, v, 0, 0).await),
+            Op::Add(v) => stored(db.add(&key, v, 0, 0).await),
+            Op::Replace(v) => stored(db.replace(&key, v, 0, 0).await),
+            Op::Append(v) => stored(db.append(&key, v).await),
+            Op::Prepend(v) => stored(db.prepend(&key, v).await),
+            Op::Delete => db.delete(&key).await.map(|r| {
+                Some(match r {
+                    Some(ts) => Outcome::Acked { ts, counter: None },
+                    None => Outcome::Refused,
+                })
+            }),
+            Op::Incr(d) | Op::Decr(d) => {
+                let r = if matches!(op, Op::Incr(_)) { db.incr(&key, *d).await } else { db.decr(&key, *d).await };
+                r.map(|c| {
+                    Some(match c {
+                        Some(c) => Outcome::Acked { ts: c.ts, counter: Some(c.value) },
+                        None => Outcome::Refused,
+                    })
+                })
+            }
+        };
+        let outcome = match res {
+            Ok(Some(o)) => o,
+            Ok(None) => Outcome::Unknown, // stored without a timestamp: cannot happen with recalld
+            Err(e) if not_sent(&e) => {
+                drop(_op_guard);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                continue;
+            }
+            Err(_) => Outcome::Unknown,
+        };
+        if matches!(outcome, Outcome::Refused) {
+            sh.refused.fetch_add(1, Ordering::Relaxed);
+        }
+        let violation = {
+            let mut l = lock(&sh.ledger);
+            let e = l.entry(key.clone()).or_insert_with(KeyLedger::new);
+            e.complete(&op, &outcome).map(|m| format!("{}: {m} (recent: {:?})", show(&Some(key.clone())), e.recent))
+        };
+        if let Some(v) = violation {
+            lock(&sh.violations).push(v);
+        }
+        if matches!(outcome, Outcome::Unknown) {
+            drop(_op_guard);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// Compare every key with the ledger (workers paused).
+async fn check(sh: &Shared, reader: &Client, cycle: u32) -> Result<(u64, u64), String> {
+    let keys: Vec<Vec<u8>> = lock(&sh.ledger).keys().cloned().collect();
+    let mut n = 0;
+    let mut imprecise = 0;
+    for key in keys {
+        // The reader's connection died with the server: retry past that.
+        let mut tries = 0;
+        let r = loop {
+            match reader.meta_get(&key, &MetaGet::new().value()).await {
+                Ok(r) => break r,
+                Err(e) if tries < 20 && e.is_connection_level() => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => return Err(format!("check read: {e}")),
+            }
+        };
+        let seen: State = match r.status {
+            // A decr that shortens a number leaves memcached's in-place
+            // padding (`10` decr 1 is `9 `); the ledger keeps numbers bare.
+            MetaStatus::Value => Some(trim_padding(r.value.unwrap_or_default())),
+            _ => None,
+        };
+        let l = lock(&sh.ledger);
+        let Some(e) = l.get(&key) else { continue };
+        n += 1;
+        if e.possible.len() > MAX_STATES {
+            imprecise += 1;
+            continue;
+        }
+        if !e.possible.contains(&seen) {
+            let kind = if seen.is_none() { "lost (absent)" } else { "lost or invented" };
+            lock(&sh.violations).push(format!(
+                "cycle {cycle}: key {}: server has {}, allowed {:?} ({kind}; recent: {:?})",
+                show(&Some(key.clone())),
+                show(&seen),
+                show_set(&e.possible),
+                e.recent
+            ));
+        }
+    }
+    Ok((n, imprecise))
+}
+
+/// Run the harness; `Err` for setup failures (the server would not start,
+/// the clients never replayed), `Ok` with the violations otherwise.
+pub fn run(cfg: &Config) -> Result<Report, String> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("runtime: {e}"))?;
+    rt.block_on(run_async(cfg))
+}
+
+async fn run_async(cfg: &Config) -> Result<Report, String> {
+    let t0 = Instant::now();
+    let dir = TempDir::new("crash");
+    let args: Vec<String> = [
+        "--snapshot-interval".to_string(),
+        cfg.snapshot_interval.to_string(),
+        "--snapshot-after-writes".into(),
+        "0".into(),
+        "--recovery-grace".into(),
+        cfg.recovery_grace.to_string(),
+    ]
+    .into();
+    let mut server = Recalld::start(0, &dir.0, &args)?;
+    let spec = server.addr.to_string();
+    let mut clients = Vec::new();
+    for _ in 0..cfg.clients {
+        let c = DurableClient::builder()
+            .server(&spec)
+            .poll_interval(Duration::from_millis(20))
+            .connect_timeout(Duration::from_millis(500))
+            .request_timeout(Duration::from_secs(2))
+            .retry_backoff(Duration::from_millis(10), Duration::from_millis(100))
+            .max_entries(cfg.max_entries)
+            .backpressure_timeout(Duration::from_secs(5))
+            .replay(cfg.replay)
+            .build()
+            .map_err(|e| format!("client: {e}"))?;
+        clients.push(c);
+    }
+    let reader = Client::builder()
+        .server(&spec)
+        .request_timeout(Duration::from_secs(5))
+        .retry_backoff(Duration::from_millis(10), Duration::from_millis(100))
+        .build()
+        .map_err(|e| format!("reader: {e}"))?;
+    let sh = Arc::new(Shared {
+        ledger: Arc::new(Mutex::new(HashMap::new())),
+        pause: tokio::sync::RwLock::new(()),
+        stop: AtomicBool::new(false),
+        violations: Mutex::new(Vec::new()),
+        refused: AtomicU64::new(0),
+    });
+    let mut workers = Vec::new();
+    for t in 0..cfg.tasks {
+        let db = clients[t % clients.len()].clone();
+        workers.push(tokio::spawn(worker(sh.clone(), db, t, cfg.keys_per_task, cfg.seed)));
+    }
+    let mut rng = Rng::new(cfg.seed);
+    let mut report = Report::default();
+    let (mut instance, _, _) = durable(server.addr).await.map_err(|e| format!("durable: {e}"))?;
+    for cycle in 0..cfg.cycles {
+        tokio::time::sleep(Duration::from_millis(rng.range(cfg.run_ms.0, cfg.run_ms.1))).await;
+        let killed_at = t0.elapsed();
+        server.kill9();
+        // Down for a moment: writes fail (in doubt or not sent) meanwhile.
+        tokio::time::sleep(Duration::from_millis(rng.range(0, 50))).await;
+        tokio::task::block_in_place(|| server.restart())?;
+        let (inst, watermark, state) = durable(server.addr).await.map_err(|e| format!("durable: {e}"))?;
+        if inst <= instance {
+            return Err(format!("instance did not change across a restart: {instance} -> {inst}"));
+        }
+        instance = inst;
+        // Wait for every client to notice the new instance and replay.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let done = clients.iter().all(|c| {
+                c.status().iter().all(|s| s.instance == Some(instance) && !s.pending_replay && s.last_error.is_none())
+            });
+            if done {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(format!("clients did not replay to instance {instance}: {:?}", status_all(&clients)));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let replayed_at = t0.elapsed();
+        let _paused = sh.pause.write().await;
+        let paused_at = t0.elapsed();
+        let (n, imprecise) = check(&sh, &reader, cycle).await?;
+        report.checks += n;
+        report.imprecise_keys = report.imprecise_keys.max(imprecise);
+        report.cycles += 1;
+        if cfg.verbose {
+            eprintln!(
+                "cycle {cycle}: killed at {killed_at:.2?}, instance {instance} (pid {:?}, loaded watermark {watermark}, {state}), \
+                 replayed by {replayed_at:.2?}, paused at {paused_at:.2?}, checked {n} keys by {:.2?}; violations so far {}",
+                server.pid(),
+                t0.elapsed(),
+                lock(&sh.violations).len()
+            );
+        }
+    }
+    sh.stop.store(true, Ordering::Release);
+    for w in workers {
+        let _ = w.await;
+    }
+    {
+        let l = lock(&sh.ledger);
+        report.acked = l.values().map(|k| k.acked).sum();
+        report.unknown = l.values().map(|k| k.unknown).sum();
+    }
+    report.refused = sh.refused.load(Ordering::Relaxed);
+    report.violations = std::mem::take(&mut *lock(&sh.violations));
+    report.statuses = status_all(&clients);
+    report.elapsed = t0.elapsed();
+    drop(server);
+    Ok(report)
+}
+
+fn status_all(clients: &[DurableClient]) -> Vec<BackupStatus> {
+    clients.iter().flat_map(|c| c.status()).collect()
+}
+
+// ---- command line -------------------------------------------------------------
+
+#[allow(dead_code)]
+fn main() {
+    let mut cfg = Config::quick(1);
+    cfg.cycles = 20;
+    let mut args = std::env::args().skip(1);
+    let num = |v: Option<String>, name: &str| -> u64 {
+        v.and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+            eprintln!("{name} needs a number");
+            std::process::exit(2)
+        })
+    };
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--cycles" => cfg.cycles = num(args.next(), "--cycles") as u32,
+            "--seed" => cfg.seed = num(args.next(), "--seed"),
+            "--tasks" => cfg.tasks = num(args.next(), "--tasks").max(1) as usize,
+            "--clients" => cfg.clients = num(args.next(), "--clients").max(1) as usize,
+            "--keys" => cfg.keys_per_task = num(args.next(), "--keys").max(1) as usize,
+            "--max-entries" => cfg.max_entries = num(args.next(), "--max-entries") as usize,
+            "--run-ms" => {
+                let v = args.next().unwrap_or_default();
+                let (a, b) = v.split_once(':').unwrap_or((&v, &v));
+                cfg.run_ms = (num(Some(a.into()), "--run-ms"), num(Some(b.into()), "--run-ms"));
+            }
+            "--no-replay" => cfg.replay = false,
+            "--verbose" => cfg.verbose = true,
+            other => {
+                eprintln!("unknown option {other} (see the file's docs)");
+                std::process::exit(2);
+            }
+        }
+    }
+    match run(&cfg) {
+        Ok(r) => {
+            println!("{}", r.summary());
+            for v in r.violations.iter().take(20) {
+                println!("VIOLATION {v}");
+            }
+            if !r.violations.is_empty() || r.replay_after_snapshot() > 0 {
+                std::process::exit(1);
+            }
+        }
+        Err(e) => {
+            eprintln!("harness failed: {e}");
+            std::process::exit(2);
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! Client-side write backup and timestamp-based recovery (Liao & Peng,
+//! "A Data-Consistency Scheme for the Distributed-Cache Storage of the
+//! Memcached System", 2017), against recalld's durability extensions
+//! (`docs/durability.md`).
+//!
+//! recalld with `--data-dir` stamps every write with a timestamp that
+//! survives crashes and snapshots its memory in the background; a snapshot
+//! is announced with a *watermark* (every write stamped at or below it is in
+//! the snapshot). A write acknowledged after the last snapshot lives only in
+//! the server's memory: a `kill -9` loses it. [`DurableClient`] keeps such
+//! writes in a [`WriteBackup`] until a watermark covers them, and replays
+//! them if the server restarts first.
+//!
+//! ## The protocol, per server
+//!
+//! 1. **Write**: `ms <key> <len> c ...` (or `md <key> c`, `ma <key> v c t`)
+//!    answers `HD c<ts>`. After the ack the client records the write in the
+//!    log — the value, client flags, absolute expiry and `ts`, or a delete
+//!    tombstone — replacing the key's older entry. Writes that are not
+//!    idempotent are recorded by their result: incr/decr as the new number,
+//!    append/prepend as the whole value read back with `mg <key> v c f t`
+//!    (see [`DurableClient::append`]).
+//! 2. **Poll**: every `poll_interval` (and every N writes, and at once when a
+//!    write comes back stamped by an instance the client has not seen),
+//!    `durable` → `DURABLE <instance> <watermark> <state>`.
+//! 3. **Trim**: remove the entries acknowledged by *that* instance with a
+//!    timestamp `<= watermark`. Timestamps carry their instance in the top
+//!    bits (`ts >> 40`, the boot epoch), so each entry knows who
+//!    acknowledged it, and a watermark never trims another instance's
+//!    entries (the NFS write-verifier rule).
+//! 4. **Replay**: when the instance differs from the one holding some
+//!    entries, send all of them in one pipelined burst of `replay <key>
+//!    <flags> <abs-exptime> <ts> <bytes>` / `replay_delete <key> <ts>`. The
+//!    server applies each only if it is newer than what it holds, so the
+//!    order does not matter and a repeat is harmless. Writers to that
+//!    server wait during the burst (a delete racing the replay of an older
+//!    value of its key could otherwise be undone by it).
+//! 5. **Fence**: the replayed entries are now in the new instance's memory
+//!    with their *old* timestamps, which its watermarks do not order. So
+//!    after the last reply the client makes one more write (`ms
+//!    __recall_backup_fence 0 c T-1`: an already expired, empty value) and
+//!    keeps the replayed entries until the new instance's watermark reaches
+//!    that write's timestamp `X`. A snapshot with watermark `>= X` began
+//!    after `X` was drawn, hence after every replay was applied, so it holds
+//!    them. (Reading `stats` `recall_cas_last` instead would not do: with no
+//!    other writes, a snapshot taken *before* the replay has the same
+//!    watermark as one taken after it.)
+//! 6. **Bound**: at half of `max_entries`/`max_bytes` the client sends
+//!    `snapshot`; at the bound, writes wait for room (back-pressure), up to
+//!    `backpressure_timeout`.
+//!
+//! ## The guarantee
+//!
+//! Every write a [`DurableClient`] acknowledges (returns `Ok` for) is on
+//! the server after any number of server crashes and restarts on the same
+//! data directory, unless a newer write of the key replaced it — as long as
+//! this client process lives until a snapshot covers it, and the server
+//! meets the conditions below. Writes that returned an error may or may not
+//! be there.
+//!
+//! ## Corners
+//!
+//! * **Keys** must be valid classic keys (no spaces or control characters):
+//!   `replay` carries them as plain tokens.
+//! * **Expiry** is recorded as an absolute time computed with the client's
+//!   clock when the write is sent; the server computed its own from its
+//!   clock when the write arrived. Clock skew shifts a replayed item's
+//!   expiry by the skew. An entry that has expired by replay time is
+//!   replayed as a delete (with its timestamp), so that an older value of
+//!   the key cannot reappear.
+//! * **append/prepend** read the whole value back. If the item's timestamp
+//!   is no longer the append's, a newer write superseded it and nothing is
+//!   recorded (that write is protected by whoever made it, if they back up
+//!   theirs). If the read fails, the append was applied but cannot be
+//!   protected, and the call returns the read's error (the write is in
+//!   doubt, like one that timed out).
+//! * **incr/decr** do not return the item's client flags; the log reuses the
+//!   flags of its own entry for the key, or reads them with `mg` (an error
+//!   there is reported like an append's).
+//! * **A delete that finds nothing** (`NF`) must still keep the key
+//!   deleted across a crash: if the log holds a tombstone for it, that
+//!   stays; if it holds a value (the server lost it, or evicted it), the
+//!   value must not be replayed, and an older value in the snapshot must
+//!   not come back either, so the client stamps a tombstone with a fresh
+//!   timestamp (`ms <key> 0 c T-1`: an already expired empty value). The
+//!   crash harness caught the first version, which simply dropped the
+//!   entry.
+//! * **Writes wait while a restart is suspected** (a write failed at the
+//!   connection level, a poll failed, or an acknowledgement came from an
+//!   unseen instance) until the next poll has replayed, so that this
+//!   client's conditional writes (`add`, `replace`, `delete`) do not act
+//!   on the state the server reloaded before its replay.
+//! * **A server without `--data-dir`** (`DURABLE 0 0 off`): nothing is
+//!   backed up.
+//!
+//! ## What the server must do (recalld as of this writing)
+//!
+//! recalld refuses a replay whose timestamp is at or below its *current*
+//! watermark. After a restart, its first snapshot gets a watermark above
+//! every timestamp of the previous instance, so every replay that arrives
+//! after that snapshot is answered `STALE` and lost. That snapshot comes
+//! at once with `--snapshot-after-writes N` (N > 0, the default is
+//! 100000: the counter jumped to the new epoch), otherwise after
+//! `--snapshot-interval` seconds. Until recalld keeps the loaded
+//! snapshot's watermark for replays (or holds snapshots back while
+//! recovering), run it with `--snapshot-after-writes 0` and an interval
+//! comfortably longer than the clients' poll interval, and watch
+//! [`BackupStatus::replay_after_snapshot`], which counts replays that came
+//! too late. The client itself never asks for a snapshot while a server
+//! is recovering.
+
+mod ctl;
+mod durable;
+mod log;
+
+pub use durable::{BackupStatus, Counter, DurableBuilder, DurableClient, ServerState, Written};
+pub use log::{instance_base, instance_of, Entry, WriteBackup, EPOCH_SHIFT, MAX_ENTRIES, MAX_VALUE};
