@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""Write the seed corpora for the fuzz targets into fuzz/seeds/<target>/.
+
+Text seeds are the raw request bytes of tests/transcripts/*.t (the `>` and
+`>>` lines, parsed the way crates/recall-engine/src/transcript.rs parses
+them); binary seeds are well-formed and malformed binary-protocol packets;
+snapshot seeds are small valid snapshots (with a CRC32C computed here).
+Inputs over MAX bytes are skipped so the fuzzer's max_len stays small.
+
+Run from anywhere: python3 fuzz/gen_seeds.py   (idempotent; rewrites seeds/)
+"""
+
+import hashlib
+import os
+import shutil
+import struct
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+SEEDS = os.path.join(HERE, "seeds")
+MAX = 4096
+
+
+def unescape(s):
+    out = bytearray()
+    b = s.encode()
+    i = 0
+    while i < len(b):
+        if b[i] == 0x5C and i + 1 < len(b):  # backslash
+            c = chr(b[i + 1])
+            if c in "rnt\\":
+                out += {"r": b"\r", "n": b"\n", "t": b"\t", "\\": b"\\"}[c]
+            elif c == "x" and i + 3 < len(b):
+                try:
+                    out.append(int(b[i + 2:i + 4].decode(), 16))
+                    i += 4
+                    continue
+                except ValueError:
+                    out += b[i:i + 2]
+            else:
+                out += b[i:i + 2]
+            i += 2
+        else:
+            out.append(b[i])
+            i += 1
+    return bytes(out)
+
+
+def transcript_steps(path):
+    """The send bytes of each step (consecutive > lines before a < line)."""
+    steps, cur, in_expect = [], bytearray(), False
+    for line in open(path, encoding="utf-8").read().splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        if line.startswith(">> ") or line.startswith("> ") or line == ">":
+            if in_expect:
+                if cur:
+                    steps.append(bytes(cur))
+                cur, in_expect = bytearray(), False
+            if line.startswith(">> "):
+                cur += unescape(line[3:])
+            else:
+                cur += line[2:].encode() + b"\r\n"
+        elif line.startswith("<"):
+            in_expect = True
+        else:  # @advance, @close
+            if cur:
+                steps.append(bytes(cur))
+            cur, in_expect = bytearray(), False
+    if cur:
+        steps.append(bytes(cur))
+    return steps
+
+
+def first_request(b):
+    """The first line, plus its data block for storage commands."""
+    nl = b.find(b"\n")
+    if nl < 0:
+        return b
+    line = b[:nl + 1]
+    toks = line.split()
+    if toks and toks[0] in (b"set", b"add", b"replace", b"append", b"prepend", b"cas", b"ms", b"replay"):
+        idx = 2 if toks[0] == b"ms" else (5 if toks[0] == b"replay" else 4)
+        try:
+            n = int(toks[idx])
+            return b[:nl + 1 + n + 2]
+        except (IndexError, ValueError):
+            pass
+    return line
+
+
+# ---- binary protocol -------------------------------------------------------
+
+def bin_req(op, key=b"", extras=b"", value=b"", opaque=0x11223344, cas=0, bodylen=None, magic=0x80, keylen=None):
+    body = extras + key + value
+    return struct.pack(
+        ">BBHBBHIIQ", magic, op, len(key) if keylen is None else keylen, len(extras), 0, 0,
+        len(body) if bodylen is None else bodylen, opaque, cas,
+    ) + body
+
+
+def binary_seeds():
+    setx = struct.pack(">II", 0xDEADBEEF, 0)
+    arith = struct.pack(">QQI", 5, 7, 0)
+    pk = {
+        "get": bin_req(0x00, b"k1"),
+        "getq_getk_noop": bin_req(0x09, b"a") + bin_req(0x0C, b"b") + bin_req(0x0A),
+        "set": bin_req(0x01, b"k1", setx, b"hello"),
+        "setq_cas": bin_req(0x11, b"k1", setx, b"v", cas=3),
+        "add_replace": bin_req(0x02, b"k", setx, b"1") + bin_req(0x03, b"k", setx, b"2"),
+        "append_prepend": bin_req(0x0E, b"k", b"", b"x") + bin_req(0x0F, b"k", b"", b"y"),
+        "delete": bin_req(0x04, b"k1"),
+        "incr_decr": bin_req(0x05, b"ctr", arith) + bin_req(0x16, b"ctr", arith),
+        "touch_gat": bin_req(0x1C, b"k", struct.pack(">I", 10)) + bin_req(0x23, b"k", struct.pack(">I", 0)),
+        "flush": bin_req(0x08) + bin_req(0x18, extras=struct.pack(">I", 5)),
+        "version_stat": bin_req(0x0B) + bin_req(0x10) + bin_req(0x10, b"settings"),
+        "verbosity": bin_req(0x1B, extras=struct.pack(">I", 1)),
+        "quit": bin_req(0x07),
+        "unknown_opcode": bin_req(0x50, b"abc") + bin_req(0x0A),
+        "sasl": bin_req(0x20) + bin_req(0x21, b"PLAIN", value=b"\0u\0p"),
+        "bad_lengths": bin_req(0x00, b"k", bodylen=0),
+        "long_key": bin_req(0x00, b"k" * 251),
+        "get_with_extras": bin_req(0x00, b"k", b"\0\0\0\0"),
+        "too_large": bin_req(0x01, b"big", setx, b"x" * 16, bodylen=8 + 3 + (2 << 20)),
+        "partial_header": bin_req(0x00, b"k1")[:10],
+        "partial_body": bin_req(0x01, b"k1", setx, b"hello")[:30],
+        "bad_magic_mid": bin_req(0x0A) + bin_req(0x0A, magic=0x81),
+    }
+    return pk
+
+
+# ---- snapshot --------------------------------------------------------------
+
+def _crc32c_table():
+    t = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        t.append(c)
+    return t
+
+
+_T = _crc32c_table()
+
+
+def crc32c(b):
+    c = 0xFFFFFFFF
+    for x in b:
+        c = _T[(c ^ x) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+def snapshot(records, instance=3, watermark=99, created=1):
+    b = bytearray(b"RECALLSN" + struct.pack("<IIQQQ", 1, 0, instance, watermark, created))
+    for (key, value, flags, exptime, ts, tomb) in records:
+        if tomb:
+            b += struct.pack("<BBQ", 2, len(key), ts) + key
+        else:
+            b += struct.pack("<BBIIQI", 1, len(key), flags, exptime, ts, len(value)) + key + value
+    b += b"\xff" + struct.pack("<Q", len(records))
+    b += struct.pack("<I", crc32c(bytes(b)))
+    return bytes(b)
+
+
+# ---- streamed values -------------------------------------------------------
+
+def frames(data, tail=True):
+    out = bytearray()
+    for i in range(0, len(data), 65535):
+        chunk = data[i:i + 65535]
+        out += struct.pack(">H", len(chunk)) + chunk
+    if tail:
+        out += b"\0\0\r\n"
+    return bytes(out)
+
+
+def main():
+    assert crc32c(b"123456789") == 0xE3069283, "crc32c self-test"
+    if os.path.isdir(SEEDS):
+        shutil.rmtree(SEEDS)
+    counts = {}
+
+    def put(target, name, data):
+        if len(data) > MAX:
+            return
+        d = os.path.join(SEEDS, target)
+        os.makedirs(d, exist_ok=True)
+        # Content-addressed names avoid duplicates; the prefix says where from.
+        h = hashlib.sha1(data).hexdigest()[:12]
+        with open(os.path.join(d, f"{name}-{h}"), "wb") as f:
+            f.write(data)
+        counts[target] = counts.get(target, 0) + 1
+
+    tdir = os.path.join(ROOT, "tests", "transcripts")
+    text_steps = []
+    for fn in sorted(os.listdir(tdir)):
+        if not fn.endswith(".t"):
+            continue
+        base = fn[:-2]
+        steps = transcript_steps(os.path.join(tdir, fn))
+        for i, s in enumerate(steps):
+            text_steps.append(s)
+            put("text_decode", f"{base}-{i}", first_request(s))
+            put("text_decode", f"{base}-{i}-pipe", s)
+        session = b"".join(steps)
+        # engine_session: byte 0 = chunk size etc., byte 1 = protocol / clock.
+        for hdr in (b"\x00\x00", b"\x06\x01", b"\x7f\x04", b"\x45\x00"):
+            put("engine_session", f"{base}-{hdr.hex()}", hdr + session)
+        # Long transcripts: also each step alone, so they fit under MAX.
+        if len(session) + 2 > MAX:
+            for i, s in enumerate(steps):
+                put("engine_session", f"{base}-step{i}", b"\x06\x00" + s)
+
+    # Meta flag lists: everything after the key of each mg/ms/md/ma/me line.
+    for s in text_steps:
+        for line in s.split(b"\r\n"):
+            toks = line.split(b" ")
+            if toks and toks[0] in (b"mg", b"md", b"ma", b"me") and len(toks) > 2:
+                put("meta_flags", "t", b" ".join(toks[2:]))
+            if toks and toks[0] == b"ms" and len(toks) > 3:
+                put("meta_flags", "t", b" ".join(toks[3:]))
+    for extra in (b"v c T30 Oab k", b"b q s t f h l", b"C123 E456 M+ J0 D10 N30 R5 F7", b"MS I x u P L",
+                  b"v v", b"Tx", b"O" + b"a" * 33, b"\x7f"):
+        put("meta_flags", "x", extra)
+
+    for name, pkt in binary_seeds().items():
+        put("binary_decode", name, pkt)
+        put("engine_session", f"bin-{name}", b"\x06\x00" + pkt)
+        put("engine_session", f"bin1-{name}", b"\x00\x02" + pkt)  # 1-byte chunks, binary only
+    put("text_decode", "binary-get", binary_seeds()["get"])
+
+    # Frame streams: byte 0 is the split size - 1.
+    for sel, payload in ((0, b""), (2, b"hello world"), (9, bytes(range(256)) * 3), (255, b"x" * 1000)):
+        put("frame_reader", f"frames-{sel}", bytes([sel]) + frames(payload))
+    put("frame_reader", "bad-terminator", b"\x03" + b"\x00\x01x\x00\x00xy")
+    put("frame_reader", "no-tail", b"\x01" + frames(b"abc", tail=False))
+    for base, steps in (("sset", [b"sset k 0 0\r\n" + frames(b"streamed value")]),):
+        put("engine_session", base, b"\x03\x00" + steps[0] + b"sget k\r\n")
+        put("text_decode", base, steps[0])
+
+    # Big values (past the 128 KiB threshold) through the expansion escape
+    # of engine_session (byte 0 bit 7: FE FE n b = (n+1) KiB of b).
+    big = b"\xfe\xfe\xbfa"  # 192 KiB of 'a'
+    put("engine_session", "big-set", b"\x80\x01" + b"set big 0 0 196608\r\n" + big
+        + b"\r\nget big\r\nappend big 0 0 1\r\nb\r\ngets big\r\nmg big s v\r\ndelete big\r\n")
+    frame = b"\xfc\x00\xfe\xfe\x3eb"  # one 63 KiB frame of 'b'
+    put("engine_session", "big-sset", b"\x83\x01" + b"sset big 5 0\r\n" + frame * 3 + b"\x00\x00\r\nsget big\r\nget big\r\n")
+    put("engine_session", "big-toolarge", b"\x85\x01" + b"set big 0 0 1572864\r\n" + b"\xfe\xfe\xffc" * 6 + b"\r\nget big\r\n")
+    setx = struct.pack(">II", 7, 0)
+    put("engine_session", "big-bin", b"\x81\x00" + bin_req(0x01, b"bb", setx, bodylen=8 + 2 + 196608)
+        + big + bin_req(0x00, b"bb") + bin_req(0x0C, b"bb"))
+    # Binary hits: set, then every get flavour.
+    hits = bin_req(0x01, b"k", setx, b"val") + b"".join(bin_req(op, b"k") for op in (0x00, 0x09, 0x0C, 0x0D)) \
+        + bin_req(0x1D, b"k", struct.pack(">I", 0)) + bin_req(0x23, b"k", struct.pack(">I", 0)) + bin_req(0x0A)
+    put("engine_session", "bin-hits", b"\x06\x00" + hits)
+    put("binary_decode", "hits", hits)
+    put("engine_session", "crawler", b"\x06\x00" + b"set a 0 0 1\r\n1\r\nset b 0 100 1\r\n2\r\nlru_crawler metadump all\r\n")
+
+    recs = [
+        (b"a", b"hello", 7, 0, 10, False),
+        (b"b", b"", 0, 123, 11, False),
+        (b"gone", b"", 0, 0, 12, True),
+    ]
+    put("snapshot_reader", "sample", snapshot(recs))
+    put("snapshot_reader", "empty", snapshot([]))
+    put("snapshot_reader", "one", snapshot([(b"key", b"v" * 300, 1, 2, 3, False)]))
+    put("snapshot_reader", "truncated", snapshot(recs)[:-7])
+    put("snapshot_reader", "header-only", snapshot([])[:40])
+
+    for t, n in sorted(counts.items()):
+        print(f"{t}: {n} seeds")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
