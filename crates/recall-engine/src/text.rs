@@ -65,44 +65,7 @@ impl Engine {
                 out.extend_from_slice(b"END\r\n");
             }
             Command::Store { cmd, key, flags, exptime, cas, data } => {
-                c.cmd_set.incr();
-                let mode = match cmd {
-                    StoreCmd::Set | StoreCmd::Cas => Mode::Set,
-                    StoreCmd::Add => Mode::Add,
-                    StoreCmd::Replace => Mode::Replace,
-                    StoreCmd::Append => Mode::Append,
-                    StoreCmd::Prepend => Mode::Prepend,
-                };
-                let mut w = Write::new(mode, key, data, *flags, self.resolve_exptime(*exptime as i64, now));
-                if *cmd == StoreCmd::Cas {
-                    // The store reads 0 as "no check"; a cas unique of 0 can
-                    // never match a stored item, so ask for one that won't.
-                    w.compare_cas = if *cas == 0 { u64::MAX } else { *cas };
-                }
-                let res = self.store.write(&w, now);
-                if *cmd == StoreCmd::Cas {
-                    match res {
-                        WriteOutcome::Stored { .. } => c.cas_hits.incr(),
-                        WriteOutcome::Exists => c.cas_badval.incr(),
-                        WriteOutcome::NotFound => c.cas_misses.incr(),
-                        _ => {}
-                    }
-                }
-                out.extend_from_slice(match res {
-                    WriteOutcome::Stored { .. } => b"STORED\r\n",
-                    WriteOutcome::NotStored => b"NOT_STORED\r\n",
-                    WriteOutcome::Exists => b"EXISTS\r\n",
-                    WriteOutcome::NotFound => b"NOT_FOUND\r\n",
-                    WriteOutcome::OutOfMemory => {
-                        c.store_no_memory.incr();
-                        if *cmd == StoreCmd::Set {
-                            // Don't leave the old value readable after a
-                            // failed set (memcached does the same).
-                            self.store.delete(&Delete { key, ..Default::default() }, now);
-                        }
-                        b"SERVER_ERROR out of memory storing object\r\n"
-                    }
-                });
+                self.classic_store(*cmd, key, *flags, *exptime, *cas, data, None, c, out, now)
             }
             Command::Delete { key } => match self.store.delete(&Delete { key, ..Default::default() }, now) {
                 DeleteOutcome::Deleted | DeleteOutcome::Stamped { .. } => {
@@ -329,50 +292,74 @@ impl Engine {
             out.extend_from_slice(b"SERVER_ERROR object too large for cache\r\n");
             return;
         }
-        let small;
-        let big;
-        let mut w = Write::new(Mode::Set, key, &[], flags, self.resolve_exptime(exptime as i64, now));
-        if builder.len() <= recall_store::BIG_THRESHOLD {
+        let built = builder.finish();
+        if built.len() <= recall_store::BIG_THRESHOLD {
             // Small streamed values are stored inline, like any other.
-            small = builder.finish().to_vec();
-            w.value = &small;
+            let small = built.to_vec();
+            self.classic_store(cmd, key, flags, exptime, cas, &small, None, c, out, now);
         } else {
-            big = std::sync::Arc::new(builder.finish());
-            w.big = Some(&big);
+            let big = std::sync::Arc::new(built);
+            self.classic_store(cmd, key, flags, exptime, cas, &[], Some(&big), c, out, now);
         }
-        let req = Request { cmd: Command::Store { cmd, key, flags, exptime, cas, data: w.value }, noreply: false };
-        match (&req.cmd, w.big) {
-            // Inline: exactly the classic path.
-            (_, None) => {
-                self.text_inner(&req, c, out, now);
+    }
+}
+
+impl Engine {
+    /// A classic storage command (set/add/replace/append/prepend/cas),
+    /// whether its value arrived whole (`data`) or streamed into chunks
+    /// (`big`): one place for the semantics, counters and reply lines.
+    #[allow(clippy::too_many_arguments)]
+    fn classic_store(
+        &self,
+        cmd: StoreCmd,
+        key: &[u8],
+        flags: u32,
+        exptime: i32,
+        cas: u64,
+        data: &[u8],
+        big: Option<&std::sync::Arc<recall_store::BigValue>>,
+        c: &Counters,
+        out: &mut Out,
+        now: u32,
+    ) {
+        c.cmd_set.incr();
+        let mode = match cmd {
+            StoreCmd::Set | StoreCmd::Cas => Mode::Set,
+            StoreCmd::Add => Mode::Add,
+            StoreCmd::Replace => Mode::Replace,
+            StoreCmd::Append => Mode::Append,
+            StoreCmd::Prepend => Mode::Prepend,
+        };
+        let mut w = Write::new(mode, key, data, flags, self.resolve_exptime(exptime as i64, now));
+        w.big = big;
+        if cmd == StoreCmd::Cas {
+            // The store reads 0 as "no check"; a cas unique of 0 can never
+            // match a stored item, so ask for one that won't.
+            w.compare_cas = if cas == 0 { u64::MAX } else { cas };
+        }
+        let res = self.store.write(&w, now);
+        if cmd == StoreCmd::Cas {
+            match res {
+                WriteOutcome::Stored { .. } => c.cas_hits.incr(),
+                WriteOutcome::Exists => c.cas_badval.incr(),
+                WriteOutcome::NotFound => c.cas_misses.incr(),
+                _ => {}
             }
-            (_, Some(_)) => {
-                c.cmd_set.incr();
-                w.mode = match cmd {
-                    StoreCmd::Set | StoreCmd::Cas => Mode::Set,
-                    StoreCmd::Add => Mode::Add,
-                    StoreCmd::Replace => Mode::Replace,
-                    StoreCmd::Append => Mode::Append,
-                    StoreCmd::Prepend => Mode::Prepend,
-                };
-                if cmd == StoreCmd::Cas {
-                    w.compare_cas = if cas == 0 { u64::MAX } else { cas };
+        }
+        out.extend_from_slice(match res {
+            WriteOutcome::Stored { .. } => b"STORED\r\n",
+            WriteOutcome::NotStored => b"NOT_STORED\r\n",
+            WriteOutcome::Exists => b"EXISTS\r\n",
+            WriteOutcome::NotFound => b"NOT_FOUND\r\n",
+            WriteOutcome::OutOfMemory => {
+                c.store_no_memory.incr();
+                if cmd == StoreCmd::Set {
+                    // Don't leave the old value readable after a failed set
+                    // (memcached does the same).
+                    self.store.delete(&Delete { key, ..Default::default() }, now);
                 }
-                let res = self.store.write(&w, now);
-                out.extend_from_slice(match res {
-                    WriteOutcome::Stored { .. } => b"STORED\r\n",
-                    WriteOutcome::NotStored => b"NOT_STORED\r\n",
-                    WriteOutcome::Exists => b"EXISTS\r\n",
-                    WriteOutcome::NotFound => b"NOT_FOUND\r\n",
-                    WriteOutcome::OutOfMemory => {
-                        c.store_no_memory.incr();
-                        if cmd == StoreCmd::Set {
-                            self.store.delete(&Delete { key, ..Default::default() }, now);
-                        }
-                        b"SERVER_ERROR out of memory storing object\r\n"
-                    }
-                });
+                b"SERVER_ERROR out of memory storing object\r\n"
             }
-        }
+        });
     }
 }
