@@ -258,6 +258,13 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
     }
     let t = tokenize(line);
     let err = |kind| Err(ProtoError::new(kind, consumed));
+    // An error for a command that asked for noreply (memcached still
+    // decides per error whether to send it; see Engine::text_error).
+    let err_nr = |kind, noreply| {
+        let mut e = ProtoError::new(kind, consumed);
+        e.noreply = noreply;
+        Err(e)
+    };
     if t.n == 0 {
         return err(ErrorKind::UnknownCommand);
     }
@@ -266,11 +273,16 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
     let req = |cmd| Ok(Decoded::Request(Request { cmd, noreply: false }, consumed));
     let noreply_at = |i: usize| ntok > i && t.toks[i] == b"noreply";
     match cmd {
-        b"sget" | b"sgets" => {
+        b"get" | b"gets" | b"sget" | b"sgets" => {
             if ntok < 2 {
                 return err(ErrorKind::UnknownCommand);
             }
-            let kind = if cmd == b"sget" { GetKind::Sget } else { GetKind::Sgets };
+            let kind = match cmd {
+                b"get" => GetKind::Get,
+                b"gets" => GetKind::Gets,
+                b"sget" => GetKind::Sget,
+                _ => GetKind::Sgets,
+            };
             let keys_raw = t.rest(line, 1);
             if keys(keys_raw).any(|k| k.len() > KEY_MAX) {
                 return err(ErrorKind::Client(msg::BAD_FORMAT));
@@ -278,17 +290,6 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
             req(Command::Get { kind, exptime: 0, keys: keys_raw })
         }
         b"sset" | b"sadd" | b"sreplace" | b"sappend" | b"sprepend" | b"scas" => decode_stream_store(&t, ntok, consumed),
-        b"get" | b"gets" => {
-            if ntok < 2 {
-                return err(ErrorKind::UnknownCommand);
-            }
-            let kind = if cmd == b"get" { GetKind::Get } else { GetKind::Gets };
-            let keys_raw = t.rest(line, 1);
-            if keys(keys_raw).any(|k| k.len() > KEY_MAX) {
-                return err(ErrorKind::Client(msg::BAD_FORMAT));
-            }
-            req(Command::Get { kind, exptime: 0, keys: keys_raw })
-        }
         b"gat" | b"gats" => {
             // "gat <exptime>" with no keys is answered with END, as memcached does.
             if ntok < 2 {
@@ -321,9 +322,7 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
                 _ => t.toks[2] == b"0" && noreply,
             };
             if !valid {
-                let mut e = ProtoError::new(ErrorKind::Client(msg::DELETE_USAGE), consumed);
-                e.noreply = noreply;
-                return Err(e);
+                return err_nr(ErrorKind::Client(msg::DELETE_USAGE), noreply);
             }
             Ok(Decoded::Request(Request { cmd: Command::Delete { key }, noreply }, consumed))
         }
@@ -333,16 +332,11 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
             }
             let noreply = noreply_at(3);
             let key = t.toks[1];
-            let mk = |kind| {
-                let mut e = ProtoError::new(kind, consumed);
-                e.noreply = noreply;
-                Err(e)
-            };
             if key.len() > KEY_MAX {
-                return mk(ErrorKind::Client(msg::BAD_FORMAT));
+                return err_nr(ErrorKind::Client(msg::BAD_FORMAT), noreply);
             }
             let Some(delta) = parse_u64(t.toks[2]) else {
-                return mk(ErrorKind::Client(msg::BAD_DELTA));
+                return err_nr(ErrorKind::Client(msg::BAD_DELTA), noreply);
             };
             let cmd = Command::Arith { incr: cmd == b"incr", key, delta };
             Ok(Decoded::Request(Request { cmd, noreply }, consumed))
@@ -353,16 +347,11 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
             }
             let noreply = noreply_at(3);
             let key = t.toks[1];
-            let mk = |kind| {
-                let mut e = ProtoError::new(kind, consumed);
-                e.noreply = noreply;
-                Err(e)
-            };
             if key.len() > KEY_MAX {
-                return mk(ErrorKind::Client(msg::BAD_FORMAT));
+                return err_nr(ErrorKind::Client(msg::BAD_FORMAT), noreply);
             }
             let Some(exptime) = parse_exptime(t.toks[2]) else {
-                return mk(ErrorKind::Client(msg::BAD_EXPTIME));
+                return err_nr(ErrorKind::Client(msg::BAD_EXPTIME), noreply);
             };
             Ok(Decoded::Request(Request { cmd: Command::Touch { key, exptime }, noreply }, consumed))
         }
@@ -376,11 +365,7 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
             } else {
                 match parse_exptime(t.toks[1]) {
                     Some(d) => d,
-                    None => {
-                        let mut e = ProtoError::new(ErrorKind::Client(msg::BAD_EXPTIME), consumed);
-                        e.noreply = noreply;
-                        return Err(e);
-                    }
+                    None => return err_nr(ErrorKind::Client(msg::BAD_EXPTIME), noreply),
                 }
             };
             Ok(Decoded::Request(Request { cmd: Command::FlushAll { delay }, noreply }, consumed))
@@ -390,9 +375,7 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
         b"verbosity" if ntok == 2 || ntok == 3 => {
             let noreply = noreply_at(ntok - 1);
             if parse_u32(t.toks[1]).is_none() {
-                let mut e = ProtoError::new(ErrorKind::Client(msg::BAD_FORMAT), consumed);
-                e.noreply = noreply;
-                return Err(e);
+                return err_nr(ErrorKind::Client(msg::BAD_FORMAT), noreply);
             }
             Ok(Decoded::Request(Request { cmd: Command::Verbosity, noreply }, consumed))
         }
