@@ -271,7 +271,8 @@ pub enum DeleteOutcome {
 /// The cache.
 pub struct Store {
     shards: Box<[Mutex<Shard>]>,
-    shard_shift: u32,
+    /// `shards.len() - 1`; the shard index comes from bits 32.. of the hash.
+    shard_mask: usize,
     hasher: ahash::RandomState,
     mem_used: AtomicUsize,
     mem_limit: AtomicUsize,
@@ -294,7 +295,7 @@ impl Store {
         let policy_overhead = shards[0].lock().policy_overhead();
         Store {
             shards: shards.into_boxed_slice(),
-            shard_shift: 64 - n.trailing_zeros(),
+            shard_mask: n - 1,
             // Fixed keys: placement must be stable across restarts so that a
             // snapshot reloads into the same shard layout it was taken from.
             hasher: ahash::RandomState::with_seeds(
@@ -327,8 +328,13 @@ impl Store {
 
     #[inline]
     fn shard_of(&self, hash: u64) -> &Mutex<Shard> {
-        let i = if self.shard_shift >= 64 { 0 } else { (hash >> self.shard_shift) as usize };
-        &self.shards[i]
+        // Not the top bits: each shard's hashbrown table takes its 7-bit
+        // control tags from the top of the same hash and its bucket index
+        // from the bottom, so a shard index drawn from either end would make
+        // those bits constant within a shard (every probe then compares
+        // every key in the group). Bits 32..48 are used by neither until a
+        // single shard holds billions of items.
+        &self.shards[(hash >> 32) as usize & self.shard_mask]
     }
 
     /// Draw the next CAS value. One counter for the whole store: later it

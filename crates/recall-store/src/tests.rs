@@ -458,3 +458,26 @@ proptest! {
         prop_assert_eq!(contents(&u), contents(&s));
     }
 }
+
+/// Keys that share a shard must not share the hash bits the shard's table
+/// uses for its control tags (top 7) or its bucket index (low bits): when
+/// the shard index came from the top bits, every key in a shard had the same
+/// tag and each lookup compared every key in the probed group.
+#[test]
+fn shard_index_leaves_table_bits_free() {
+    let s = Store::new(StoreConfig { shards: 1024, ..Default::default() });
+    let mut tags: HashMap<usize, std::collections::HashSet<u64>> = HashMap::new();
+    let mut low: HashMap<usize, std::collections::HashSet<u64>> = HashMap::new();
+    for i in 0..100_000u32 {
+        let key = format!("key:{i:08}");
+        let h = s.hash(key.as_bytes());
+        let shard = s.shard_of(h) as *const _ as usize;
+        tags.entry(shard).or_default().insert(h >> 57);
+        low.entry(shard).or_default().insert(h & 0xff);
+    }
+    assert_eq!(tags.len(), 1024);
+    for (set, what) in [(&tags, "control tags"), (&low, "low bits")] {
+        let min = set.values().map(|t| t.len()).min().unwrap();
+        assert!(min > 16, "a shard's keys share their {what}: only {min} distinct values");
+    }
+}
