@@ -1,17 +1,19 @@
 //! The per-item record and its memory footprint.
 //!
 //! ```text
-//!  Slot (40 bytes, in the shard's slot arena)     heap allocation
+//!  Slot (32 bytes, in the shard's slot arena)     heap allocation
 //!  +-------------------------+                     +-----------+------------+
-//!  | data: Box<[u8]> --------+-------------------> | key bytes | value bytes|
+//!  | data: thin ptr ---------+-------------------> | key bytes | value bytes|
 //!  | cas: u64                |                     +-----------+------------+
 //!  | exptime, flags, atime   |                        klen        len-klen
-//!  | klen: u8, bits: u8      |
+//!  | meta: len|bits|klen u32 |
 //!  +-------------------------+
 //! ```
 //!
 //! Key and value share one allocation, so an item costs one malloc. The slot
 //! number (a `u32`) is what the hash table and the eviction policy hold.
+
+use std::ptr::NonNull;
 
 use crate::clock::UnixSecs;
 
@@ -27,41 +29,134 @@ pub(crate) mod bit {
     pub const BIG: u8 = 8;
 }
 
-#[derive(Debug)]
+/// Bit layout of [`Slot::meta`].
+const LEN_BITS: u32 = 18;
+const LEN_MASK: u32 = (1 << LEN_BITS) - 1;
+const BITS_SHIFT: u32 = LEN_BITS;
+const BITS_MASK: u32 = 0x3f;
+const KLEN_SHIFT: u32 = 24;
+
+/// The longest `data` a slot holds: a key and an inline value. Values above
+/// [`crate::BIG_THRESHOLD`] live in the big-value table instead, so this
+/// bound is never reached by design; [`Slot::new`] checks it anyway.
+pub const MAX_INLINE: usize = LEN_MASK as usize;
+const _: () = assert!(crate::big::BIG_THRESHOLD + 255 <= MAX_INLINE);
+
+/// One item. 32 bytes, so two slots fill a cache line and none straddles
+/// two: a lookup pays one miss for the slot, not two.
 pub(crate) struct Slot {
-    /// Key followed by value. Empty for a free slot.
-    pub data: Box<[u8]>,
+    /// Key followed by value: the pointer of a `Box<[u8]>` whose length is
+    /// in `meta`. Dangling (and unallocated) for an empty box.
+    data: NonNull<u8>,
     pub cas: u64,
     /// Absolute expiry in Unix seconds; 0 means never.
     pub exptime: UnixSecs,
     pub flags: u32,
     /// Last access, in Unix seconds (also the reference for flush_all).
     pub atime: UnixSecs,
-    pub klen: u8,
-    pub bits: u8,
+    /// `data` length (bits 0..18) | [`bit`] flags (18..24) | key length (24..32).
+    meta: u32,
 }
 
+// SAFETY: a Slot owns its allocation exactly like the `Box<[u8]>` it was
+// made from; there is no shared or interior mutability.
+unsafe impl Send for Slot {}
+unsafe impl Sync for Slot {}
+
 impl Slot {
-    /// An empty slot. `Box<[u8]>` of length 0 does not allocate.
+    /// A slot owning `data` (key then value).
+    ///
+    /// Panics if `data` is longer than [`MAX_INLINE`] or shorter than the key.
+    pub fn new(data: Box<[u8]>, klen: u8, cas: u64, exptime: UnixSecs, flags: u32, atime: UnixSecs) -> Slot {
+        let len = data.len();
+        assert!(len <= MAX_INLINE && len >= klen as usize, "slot data of {len} bytes, key {klen}");
+        let data = NonNull::new(Box::into_raw(data) as *mut u8).expect("Box pointers are non-null");
+        Slot { data, cas, exptime, flags, atime, meta: len as u32 | (klen as u32) << KLEN_SHIFT }
+    }
+
+    /// An empty slot. An empty `Box<[u8]>` does not allocate.
     pub fn free() -> Slot {
-        Slot { data: Box::default(), cas: 0, exptime: 0, flags: 0, atime: 0, klen: 0, bits: 0 }
+        Slot::new(Box::default(), 0, 0, 0, 0, 0)
     }
 
     #[inline]
+    pub fn len(&self) -> usize {
+        (self.meta & LEN_MASK) as usize
+    }
+    #[inline]
+    pub fn klen(&self) -> usize {
+        (self.meta >> KLEN_SHIFT) as usize
+    }
+    #[inline]
+    pub fn data(&self) -> &[u8] {
+        // SAFETY: `data` and the length in `meta` come from one Box<[u8]>
+        // that this slot owns until it is dropped.
+        unsafe { std::slice::from_raw_parts(self.data.as_ptr(), self.len()) }
+    }
+    #[inline]
+    fn data_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `data`; `&mut self` makes the borrow unique.
+        unsafe { std::slice::from_raw_parts_mut(self.data.as_ptr(), self.len()) }
+    }
+    #[inline]
     pub fn key(&self) -> &[u8] {
-        &self.data[..self.klen as usize]
+        &self.data()[..self.klen()]
     }
     #[inline]
     pub fn value(&self) -> &[u8] {
-        &self.data[self.klen as usize..]
+        &self.data()[self.klen()..]
+    }
+    #[inline]
+    pub fn value_mut(&mut self) -> &mut [u8] {
+        let k = self.klen();
+        &mut self.data_mut()[k..]
+    }
+    #[inline]
+    pub fn bits(&self) -> u8 {
+        ((self.meta >> BITS_SHIFT) & BITS_MASK) as u8
+    }
+    #[inline]
+    pub fn set_bits(&mut self, b: u8) {
+        self.meta |= (b as u32 & BITS_MASK) << BITS_SHIFT;
+    }
+    #[inline]
+    pub fn clear_bits(&mut self, b: u8) {
+        self.meta &= !((b as u32 & BITS_MASK) << BITS_SHIFT);
+    }
+    #[inline]
+    pub fn assign_bits(&mut self, b: u8) {
+        self.clear_bits(BITS_MASK as u8);
+        self.set_bits(b);
     }
     #[inline]
     pub fn is_free(&self) -> bool {
-        self.klen == 0
+        self.klen() == 0
     }
     #[inline]
     pub fn expired(&self, now: UnixSecs) -> bool {
         self.exptime != 0 && self.exptime <= now
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let raw = std::ptr::slice_from_raw_parts_mut(self.data.as_ptr(), self.len());
+        // SAFETY: rebuilds the Box<[u8]> taken apart in `new`, exactly once.
+        drop(unsafe { Box::from_raw(raw) });
+    }
+}
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slot")
+            .field("key", &String::from_utf8_lossy(self.key()))
+            .field("vlen", &self.value().len())
+            .field("cas", &self.cas)
+            .field("exptime", &self.exptime)
+            .field("flags", &self.flags)
+            .field("atime", &self.atime)
+            .field("bits", &self.bits())
+            .finish()
     }
 }
 
@@ -95,7 +190,30 @@ mod tests {
     /// per item, which the benchmark compares against memcached. If you grow
     /// it, say why here.
     #[test]
-    fn slot_is_40_bytes() {
-        assert_eq!(SLOT_BYTES, 40);
+    fn slot_is_32_bytes() {
+        assert_eq!(SLOT_BYTES, 32);
+    }
+
+    #[test]
+    fn slot_fields_round_trip() {
+        let mut s = Slot::new(b"keyvalue".to_vec().into_boxed_slice(), 3, 7, 9, u32::MAX, 11);
+        assert_eq!((s.key(), s.value(), s.len(), s.klen()), (&b"key"[..], &b"value"[..], 8, 3));
+        s.set_bits(bit::FETCHED | bit::BIG);
+        s.clear_bits(bit::FETCHED);
+        assert_eq!(s.bits(), bit::BIG);
+        s.assign_bits(bit::STALE | bit::WIN_SENT);
+        assert_eq!(s.bits(), bit::STALE | bit::WIN_SENT);
+        s.value_mut()[0] = b'V';
+        assert_eq!((s.key(), s.value(), s.flags), (&b"key"[..], &b"Value"[..], u32::MAX));
+        let long = vec![1u8; MAX_INLINE].into_boxed_slice();
+        let l = Slot::new(long, 250, 0, 0, 0, 0);
+        assert_eq!((l.len(), l.klen(), l.bits()), (MAX_INLINE, 250, 0));
+        assert!(Slot::free().is_free());
+    }
+
+    #[test]
+    #[should_panic]
+    fn slot_refuses_data_past_its_length_field() {
+        Slot::new(vec![0u8; MAX_INLINE + 1].into_boxed_slice(), 1, 0, 0, 0, 0);
     }
 }

@@ -160,14 +160,14 @@ impl Shard {
 
     /// Memory of a slot about to be linked, with its big value if any.
     fn fp_new(&self, s: &Slot, big: Option<&Arc<BigValue>>) -> usize {
-        let inline = footprint(s.klen as usize, s.data.len() - s.klen as usize, self.policy_overhead());
+        let inline = footprint(s.klen(), s.len() - s.klen(), self.policy_overhead());
         inline + big.map_or(0, |b| b.footprint())
     }
 
     /// Memory of the item in slot `i`.
     fn fp_at(&self, i: u32) -> usize {
         let s = &self.slots[i as usize];
-        self.fp_new(s, if s.bits & bit::BIG != 0 { self.bigs.get(&i) } else { None })
+        self.fp_new(s, if s.bits() & bit::BIG != 0 { self.bigs.get(&i) } else { None })
     }
 
     /// Report slot `i`'s current state to the sink, if there is one.
@@ -193,7 +193,7 @@ impl Shard {
 
     fn value_at(&self, i: u32) -> Value<'_> {
         let s = &self.slots[i as usize];
-        if s.bits & bit::BIG != 0 {
+        if s.bits() & bit::BIG != 0 {
             if let Some(b) = self.bigs.get(&i) {
                 return Value::Big(b);
             }
@@ -234,7 +234,7 @@ impl Shard {
         ctx.mem_used.fetch_sub(fp, Ordering::Relaxed);
         let s = std::mem::replace(&mut self.slots[i as usize], Slot::free());
         self.bigs.remove(&i);
-        let fetched = s.bits & bit::FETCHED != 0;
+        let fetched = s.bits() & bit::FETCHED != 0;
         match why {
             Why::Evicted => {
                 self.stats.evictions += 1;
@@ -313,7 +313,7 @@ impl Shard {
             }
         };
         if let Some(b) = big {
-            self.slots[i as usize].bits |= bit::BIG;
+            self.slots[i as usize].set_bits(bit::BIG);
             self.bigs.insert(i, b);
         }
         let (slots, hasher) = (&self.slots, &self.hasher);
@@ -329,12 +329,12 @@ impl Shard {
         self.has_ttl |= slot.exptime != 0;
         let new_fp = self.fp_new(&slot, big.as_ref());
         let old_fp = self.fp_at(i);
-        slot.bits &= !bit::BIG;
+        slot.clear_bits(bit::BIG);
         // Dropping the old Arc here does not free a value a reader still
         // streams: the reader holds its own reference.
         self.bigs.remove(&i);
         if let Some(b) = big {
-            slot.bits |= bit::BIG;
+            slot.set_bits(bit::BIG);
             self.bigs.insert(i, b);
         }
         self.slots[i as usize] = slot;
@@ -365,7 +365,7 @@ impl Shard {
                 }
                 let i = self.insert_new(ctx, h, slot, None);
                 self.log_slot(ctx, i);
-                self.slots[i as usize].bits |= bit::WIN_SENT;
+                self.slots[i as usize].set_bits(bit::WIN_SENT);
                 tokens.win = true;
                 let s = &self.slots[i as usize];
                 return f(Read::Hit(ItemView {
@@ -381,23 +381,23 @@ impl Shard {
             }
         };
         let s = &mut self.slots[i as usize];
-        if s.bits & bit::STALE != 0 {
+        if s.bits() & bit::STALE != 0 {
             tokens.stale = true;
-            if s.bits & bit::WIN_SENT == 0 {
+            if s.bits() & bit::WIN_SENT == 0 {
                 tokens.win = true;
-                s.bits |= bit::WIN_SENT;
+                s.set_bits(bit::WIN_SENT);
             }
         } else if let Some(r) = opts.recache_below {
-            if s.exptime != 0 && s.exptime.saturating_sub(ctx.now) < r && s.bits & bit::WIN_SENT == 0 {
+            if s.exptime != 0 && s.exptime.saturating_sub(ctx.now) < r && s.bits() & bit::WIN_SENT == 0 {
                 tokens.win = true;
-                s.bits |= bit::WIN_SENT;
+                s.set_bits(bit::WIN_SENT);
             }
         }
-        if !tokens.win && s.bits & bit::WIN_SENT != 0 {
+        if !tokens.win && s.bits() & bit::WIN_SENT != 0 {
             tokens.win_sent = true;
         }
         let atime = s.atime;
-        let fetched = s.bits & bit::FETCHED != 0;
+        let fetched = s.bits() & bit::FETCHED != 0;
         if let Some(t) = opts.touch {
             s.exptime = t;
             self.has_ttl |= t != 0;
@@ -405,7 +405,7 @@ impl Shard {
         let s = &mut self.slots[i as usize];
         if !opts.no_bump {
             s.atime = ctx.now;
-            s.bits |= bit::FETCHED;
+            s.set_bits(bit::FETCHED);
             self.policy.on_access(i);
         }
         if opts.touch.is_some() {
@@ -461,9 +461,9 @@ impl Shard {
                 let old = self.value_at(i);
                 let (a, b) = if w.mode == Mode::Append { (old, new_value) } else { (new_value, old) };
                 let o = &self.slots[i as usize];
-                let (flags, exptime, fetched) = (o.flags, o.exptime, o.bits & bit::FETCHED);
+                let (flags, exptime, fetched) = (o.flags, o.exptime, o.bits() & bit::FETCHED);
                 let (mut s, big) = make_item(w.key, &[a, b], flags, exptime, cas, ctx.now);
-                s.bits |= fetched;
+                s.set_bits(fetched);
                 (s, big)
             }
             (Mode::Append | Mode::Prepend, None) => {
@@ -472,7 +472,7 @@ impl Shard {
             _ => make_item(w.key, &[new_value], w.flags, w.exptime, cas, ctx.now),
         };
         if stale {
-            slot.bits |= bit::STALE;
+            slot.set_bits(bit::STALE);
         }
         let need = self.fp_new(&slot, big.as_ref());
         let credit = existing.map_or(0, |i| self.fp_at(i));
@@ -554,7 +554,7 @@ impl Shard {
         if a.compare_cas != 0 && a.compare_cas != s.cas {
             return ArithOutcome::Exists;
         }
-        if s.bits & bit::BIG != 0 {
+        if s.bits() & bit::BIG != 0 {
             return ArithOutcome::NonNumeric;
         }
         let Some(cur) = parse_u64_like_strtoull(s.value()) else { return ArithOutcome::NonNumeric };
@@ -568,8 +568,7 @@ impl Shard {
             // number is not longer than the old one; clients can see that
             // padding on a later get, so we do the same.
             let s = &mut self.slots[i as usize];
-            let k = s.klen as usize;
-            let v = &mut s.data[k..];
+            let v = s.value_mut();
             v[..digits.len()].copy_from_slice(digits);
             v[digits.len()..].fill(b' ');
             s.cas = cas;
@@ -585,7 +584,7 @@ impl Shard {
         }
         let exptime = a.touch.unwrap_or(s.exptime);
         let mut slot = new_slot(a.key, digits, &[], s.flags, exptime, cas, ctx.now);
-        slot.bits = s.bits & bit::FETCHED;
+        slot.assign_bits(s.bits() & bit::FETCHED);
         let need = self.fp_new(&slot, None).saturating_sub(self.fp_at(i));
         if !self.make_room(ctx, need, Some(i)) {
             return ArithOutcome::OutOfMemory;
@@ -602,8 +601,8 @@ impl Shard {
             return DeleteOutcome::Exists;
         }
         if d.invalidate {
-            s.bits |= bit::STALE;
-            s.bits &= !bit::WIN_SENT;
+            s.set_bits(bit::STALE);
+            s.clear_bits(bit::WIN_SENT);
             s.cas = ctx.draw_cas(d.explicit_cas);
             if let Some(t) = d.touch {
                 s.exptime = t;
@@ -615,7 +614,7 @@ impl Shard {
         if d.clear_value {
             let cas = ctx.draw_cas(d.explicit_cas);
             let mut slot = new_slot(d.key, &[], &[], s.flags, s.exptime, cas, ctx.now);
-            slot.bits = s.bits;
+            slot.assign_bits(s.bits());
             self.replace_in(ctx, i, slot, None);
             self.log_slot(ctx, i);
             return DeleteOutcome::Deleted;
@@ -708,8 +707,12 @@ impl Shard {
                 cas: s.cas,
                 exptime: s.exptime,
                 atime: s.atime,
-                fetched: s.bits & bit::FETCHED != 0,
-                tokens: Tokens { stale: s.bits & bit::STALE != 0, win_sent: s.bits & bit::WIN_SENT != 0, win: false },
+                fetched: s.bits() & bit::FETCHED != 0,
+                tokens: Tokens {
+                    stale: s.bits() & bit::STALE != 0,
+                    win_sent: s.bits() & bit::WIN_SENT != 0,
+                    win: false,
+                },
             });
         }
     }
@@ -750,7 +753,7 @@ fn new_slot(key: &[u8], a: &[u8], b: &[u8], flags: u32, exptime: UnixSecs, cas: 
     data.extend_from_slice(key);
     data.extend_from_slice(a);
     data.extend_from_slice(b);
-    Slot { data: data.into_boxed_slice(), cas, exptime, flags, atime: now, klen: key.len() as u8, bits: 0 }
+    Slot::new(data.into_boxed_slice(), key.len() as u8, cas, exptime, flags, now)
 }
 
 /// Parse a stored value the way memcached's `safe_strtoull` does, so incr and
