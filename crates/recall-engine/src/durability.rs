@@ -10,8 +10,12 @@
 //! * `recovering`: after a restart, until the grace period ends, replayed
 //!   deletes are remembered as tombstones so an older replayed write that
 //!   arrives later cannot resurrect the key.
+//! * the client registry: `hello <id>` registers a durable client (persisted
+//!   by the server before the reply), `goodbye <id>` removes it, and
+//!   `replay_done <id>` ends recovery early once every client registered at
+//!   boot has replayed.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
@@ -34,7 +38,66 @@ pub struct Durability {
     pub replayed: AtomicU64,
     pub replay_stale: AtomicU64,
     tombstones: Mutex<HashMap<Vec<u8>, u64>>,
+    clients: Mutex<Clients>,
+    recovery_end: Mutex<Option<RecoveryEnd>>,
 }
+
+/// Persists the client registry (the server installs one writing
+/// `<data-dir>/clients`). Called with the registry lock held, so saves are
+/// ordered like the changes they record.
+pub struct SaveClients(pub Box<SaveFn>);
+
+/// `save(ids)`: replace the persisted registry with `ids`.
+pub type SaveFn = dyn Fn(&BTreeSet<Vec<u8>>) -> std::io::Result<()> + Send + Sync;
+
+impl std::fmt::Debug for SaveClients {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SaveClients")
+    }
+}
+
+#[derive(Debug, Default)]
+struct Clients {
+    /// The registry as persisted.
+    registered: BTreeSet<Vec<u8>>,
+    /// The registry loaded at boot: the clients recovery waits for. `None`:
+    /// there was no registry, so only the grace period ends recovery.
+    awaited: Option<BTreeSet<Vec<u8>>>,
+    /// Awaited clients that said `replay_done` (or `goodbye`).
+    replayed: BTreeSet<Vec<u8>>,
+    save: Option<SaveClients>,
+}
+
+/// Why recovery ended, for the server's log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecoveryEnd {
+    /// Every client registered at boot replayed (`n` of them; 0 when the
+    /// registry was empty).
+    AllReplayed { n: usize },
+    /// The grace period expired; `missing` lists up to 10 of the
+    /// `n_missing` clients that had not said `replay_done`.
+    GraceExpired { n_missing: usize, missing: Vec<String> },
+}
+
+impl std::fmt::Display for RecoveryEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecoveryEnd::AllReplayed { n } => write!(f, "all {n} registered clients replayed"),
+            RecoveryEnd::GraceExpired { n_missing: 0, .. } => write!(f, "grace period expired"),
+            RecoveryEnd::GraceExpired { n_missing, missing } => {
+                write!(f, "grace period expired with {n_missing} clients missing: {}", missing.join(" "))?;
+                if *n_missing > missing.len() {
+                    write!(f, " ...")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Why the registry could not be changed.
+#[derive(Debug)]
+pub struct RegistryError(pub std::io::Error);
 
 impl Durability {
     /// A client deleted `key` while replays may still arrive: remember it, so
@@ -48,10 +111,113 @@ impl Durability {
         }
     }
 
-    /// Leave the recovering state and forget its tombstones.
-    pub fn end_recovery(&self) {
-        self.recovering.store(false, Ordering::Release);
-        self.tombstones.lock().clear();
+    /// Leave the recovering state and forget its tombstones. Only the first
+    /// caller's reason is kept (for [`Durability::take_recovery_end`]).
+    pub fn end_recovery(&self, why: RecoveryEnd) {
+        if self.recovering.swap(false, Ordering::AcqRel) {
+            self.tombstones.lock().clear();
+            *self.recovery_end.lock() = Some(why);
+        }
+    }
+
+    /// The grace period is over: end recovery, naming who did not replay.
+    pub fn end_recovery_by_grace(&self) {
+        let why = {
+            let c = self.clients.lock();
+            let missing: Vec<&Vec<u8>> = match &c.awaited {
+                Some(a) => a.difference(&c.replayed).collect(),
+                None => Vec::new(),
+            };
+            RecoveryEnd::GraceExpired {
+                n_missing: missing.len(),
+                missing: missing.iter().take(10).map(|id| String::from_utf8_lossy(id).into_owned()).collect(),
+            }
+        };
+        self.end_recovery(why);
+    }
+
+    /// How recovery ended, once (the server logs it).
+    pub fn take_recovery_end(&self) -> Option<RecoveryEnd> {
+        self.recovery_end.lock().take()
+    }
+
+    /// Install the registry loaded at boot and the function that persists
+    /// it. Call after `recovering` is set: with a registry whose every
+    /// client is already accounted for (an empty one), recovery ends here.
+    pub fn install_clients(&self, loaded: Option<BTreeSet<Vec<u8>>>, save: SaveClients) {
+        let mut c = self.clients.lock();
+        c.registered = loaded.clone().unwrap_or_default();
+        c.awaited = loaded;
+        c.replayed.clear();
+        c.save = Some(save);
+        self.check_all_replayed(&c);
+    }
+
+    fn check_all_replayed(&self, c: &Clients) {
+        if let Some(a) = &c.awaited {
+            if self.recovering.load(Ordering::Acquire) && a.len() == c.replayed.len() {
+                self.end_recovery(RecoveryEnd::AllReplayed { n: a.len() });
+            }
+        }
+    }
+
+    fn save_clients(c: &mut Clients, next: BTreeSet<Vec<u8>>) -> Result<(), RegistryError> {
+        if let Some(save) = &c.save {
+            (save.0)(&next).map_err(RegistryError)?;
+        }
+        c.registered = next;
+        Ok(())
+    }
+
+    /// `hello <id>`: register the client, persisted before this returns
+    /// (only when the set changes).
+    pub fn hello(&self, id: &[u8]) -> Result<(), RegistryError> {
+        let mut c = self.clients.lock();
+        if !self.enabled.load(Ordering::Acquire) || c.registered.contains(id) {
+            return Ok(());
+        }
+        let mut next = c.registered.clone();
+        next.insert(id.to_vec());
+        Self::save_clients(&mut c, next)
+    }
+
+    /// `goodbye <id>`: the client left with nothing to replay. It leaves the
+    /// registry, and counts as replayed if recovery was waiting for it.
+    pub fn goodbye(&self, id: &[u8]) -> Result<(), RegistryError> {
+        let mut c = self.clients.lock();
+        if !self.enabled.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        if c.registered.contains(id) {
+            let mut next = c.registered.clone();
+            next.remove(id);
+            Self::save_clients(&mut c, next)?;
+        }
+        self.mark_replayed(&mut c, id);
+        Ok(())
+    }
+
+    /// `replay_done <id>`: unknown ids and calls outside recovery are
+    /// accepted and change nothing.
+    pub fn replay_done(&self, id: &[u8]) {
+        let mut c = self.clients.lock();
+        self.mark_replayed(&mut c, id);
+    }
+
+    fn mark_replayed(&self, c: &mut Clients, id: &[u8]) {
+        if !self.recovering.load(Ordering::Acquire) {
+            return;
+        }
+        if c.awaited.as_ref().is_some_and(|a| a.contains(id)) {
+            c.replayed.insert(id.to_vec());
+            self.check_all_replayed(c);
+        }
+    }
+
+    /// (registered now, awaited at boot, awaited that replayed)
+    pub fn client_counts(&self) -> (usize, usize, usize) {
+        let c = self.clients.lock();
+        (c.registered.len(), c.awaited.as_ref().map_or(0, |a| a.len()), c.replayed.len())
     }
 }
 
@@ -110,5 +276,124 @@ impl Engine {
             _ => d.replay_stale.fetch_add(1, Ordering::Relaxed),
         };
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use recall_store::ManualClock;
+
+    use super::*;
+    use crate::{Out, ProtocolChoice, Session};
+
+    fn send(e: &Engine, s: &mut Session, req: &[u8]) -> String {
+        let mut out = Out::new();
+        let (used, _) = s.process(e, req, &mut out);
+        assert_eq!(used, req.len());
+        String::from_utf8(out.flatten()).unwrap()
+    }
+
+    fn set(ids: &[&str]) -> BTreeSet<Vec<u8>> {
+        ids.iter().map(|s| s.as_bytes().to_vec()).collect()
+    }
+
+    type Saved = Arc<Mutex<Vec<BTreeSet<Vec<u8>>>>>;
+
+    /// An engine in recovery whose registry saves into `saved`.
+    fn recovering(boot: Option<&[&str]>) -> (Engine, Saved) {
+        let e = crate::tests::engine(Arc::new(ManualClock::new(1_700_000_000)));
+        let d = &e.durability;
+        d.enabled.store(true, Ordering::Release);
+        d.instance.store(2, Ordering::Release);
+        d.recovering.store(true, Ordering::Release);
+        let saved = Arc::new(Mutex::new(Vec::new()));
+        let s2 = saved.clone();
+        d.install_clients(
+            boot.map(set),
+            SaveClients(Box::new(move |ids| {
+                s2.lock().push(ids.clone());
+                Ok(())
+            })),
+        );
+        (e, saved)
+    }
+
+    #[test]
+    fn recovery_ends_when_every_boot_client_replayed() {
+        let (e, saved) = recovering(Some(&["a", "b", "gone"]));
+        let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+        assert_eq!(send(&e, &mut s, b"hello a\r\n"), "DURABLE 2 0 recovering\r\n");
+        assert!(saved.lock().is_empty(), "a known client is not saved again");
+        assert_eq!(send(&e, &mut s, b"hello new\r\n"), "DURABLE 2 0 recovering\r\n");
+        assert_eq!(saved.lock().last(), Some(&set(&["a", "b", "gone", "new"])));
+        // Unknown and repeated ids change nothing.
+        assert_eq!(
+            send(&e, &mut s, b"replay_done new\r\nreplay_done nobody\r\nreplay_done a\r\nreplay_done a\r\n"),
+            "OK\r\nOK\r\nOK\r\nOK\r\n"
+        );
+        assert_eq!(e.durability.client_counts(), (4, 3, 1));
+        // A client leaving with an empty backup counts as replayed.
+        assert_eq!(send(&e, &mut s, b"goodbye gone\r\n"), "OK\r\n");
+        assert_eq!(saved.lock().last(), Some(&set(&["a", "b", "new"])));
+        assert!(e.durability.recovering.load(Ordering::Acquire));
+        assert_eq!(e.durability.take_recovery_end(), None);
+        assert_eq!(send(&e, &mut s, b"replay_done b\r\n"), "OK\r\n");
+        assert!(!e.durability.recovering.load(Ordering::Acquire));
+        assert_eq!(e.durability.take_recovery_end(), Some(RecoveryEnd::AllReplayed { n: 3 }));
+        // Later: grace expiry finds nothing to end; replay_done is just OK.
+        e.durability.end_recovery_by_grace();
+        assert_eq!(e.durability.take_recovery_end(), None);
+        assert_eq!(send(&e, &mut s, b"replay_done a\r\nhello a\r\n"), "OK\r\nDURABLE 2 0 ok\r\n");
+        let stats = send(&e, &mut s, b"stats\r\n");
+        for want in [
+            "STAT clients_registered 3\r\n",
+            "STAT recovery_clients_known 3\r\n",
+            "STAT recovery_clients_replayed 3\r\n",
+        ] {
+            assert!(stats.contains(want), "{want} missing from {stats}");
+        }
+    }
+
+    #[test]
+    fn grace_expiry_names_the_missing_and_empty_or_absent_registries() {
+        let (e, _) = recovering(Some(&["x", "y"]));
+        e.durability.replay_done(b"x");
+        e.durability.end_recovery_by_grace();
+        let why = e.durability.take_recovery_end().unwrap();
+        assert_eq!(why, RecoveryEnd::GraceExpired { n_missing: 1, missing: vec!["y".into()] });
+        assert_eq!(why.to_string(), "grace period expired with 1 clients missing: y");
+        // An empty registry: nobody to wait for.
+        let (e, _) = recovering(Some(&[]));
+        assert!(!e.durability.recovering.load(Ordering::Acquire));
+        assert_eq!(e.durability.take_recovery_end(), Some(RecoveryEnd::AllReplayed { n: 0 }));
+        // No registry at all: only the grace period ends recovery.
+        let (e, _) = recovering(None);
+        e.durability.replay_done(b"x");
+        assert!(e.durability.recovering.load(Ordering::Acquire));
+        let many: Vec<String> = (0..12).map(|i| format!("c{i:02}")).collect();
+        let (e, _) = recovering(Some(&many.iter().map(|s| s.as_str()).collect::<Vec<_>>()));
+        e.durability.end_recovery_by_grace();
+        let why = e.durability.take_recovery_end().unwrap();
+        assert!(why.to_string().ends_with("c09 ..."), "{why}");
+    }
+
+    #[test]
+    fn registry_commands_without_durability_and_save_failures() {
+        let e = crate::tests::engine(Arc::new(ManualClock::new(1_700_000_000)));
+        let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+        let off = send(&e, &mut s, b"durable\r\n");
+        assert_eq!(off, "DURABLE 0 0 off\r\n");
+        assert_eq!(send(&e, &mut s, b"hello a\r\n"), off);
+        assert_eq!(send(&e, &mut s, b"replay_done a\r\ngoodbye a\r\n"), "OK\r\nOK\r\n");
+        assert_eq!(send(&e, &mut s, b"hello a b\r\n"), "CLIENT_ERROR bad client id\r\n");
+        assert!(!send(&e, &mut s, b"stats\r\n").contains("clients_registered"));
+        // A registry that cannot be saved: the client is told, not registered.
+        let d = &e.durability;
+        d.enabled.store(true, Ordering::Release);
+        d.install_clients(None, SaveClients(Box::new(|_| Err(std::io::Error::other("disk full")))));
+        assert_eq!(send(&e, &mut s, b"hello a\r\n"), "SERVER_ERROR cannot save the client registry\r\n");
+        assert_eq!(d.client_counts().0, 0);
     }
 }

@@ -173,6 +173,18 @@ impl Engine {
                 self.replay_reply(self.replay(key, data, *flags, *exptime, *ts, false), out)
             }
             Command::ReplayDelete { key, ts } => self.replay_reply(self.replay(key, &[], 0, 0, *ts, true), out),
+            Command::Hello { id } => match self.durability.hello(id) {
+                Ok(()) => self.durable_line(out),
+                Err(_) => out.extend_from_slice(b"SERVER_ERROR cannot save the client registry\r\n"),
+            },
+            Command::ReplayDone { id } => {
+                self.durability.replay_done(id);
+                out.extend_from_slice(b"OK\r\n");
+            }
+            Command::Goodbye { id } => match self.durability.goodbye(id) {
+                Ok(()) => out.extend_from_slice(b"OK\r\n"),
+                Err(_) => out.extend_from_slice(b"SERVER_ERROR cannot save the client registry\r\n"),
+            },
         }
         Action::Continue
     }

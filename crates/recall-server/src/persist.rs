@@ -6,8 +6,12 @@
 //!    so timestamps never go backwards across crashes;
 //! 3. verify the snapshot end to end, then load it (a damaged snapshot
 //!    stops the start with a clear error instead of loading half of it);
-//! 4. enter the recovering state for the grace period, during which
-//!    clients replay their backed-up writes (`replay`, `replay_delete`).
+//! 4. enter the recovering state, during which clients replay their
+//!    backed-up writes (`replay`, `replay_delete`). It ends when every
+//!    client in the registry (`<data-dir>/clients`, see
+//!    `recall_persist::clients`) has said `replay_done`, or when the grace
+//!    period expires, whichever comes first. Without a registry file (no
+//!    client ever said `hello`) only the grace period ends it.
 //!
 //! Then a thread takes snapshots: every `snapshot_interval` seconds if
 //! anything was written, after `snapshot_after_writes` writes, when a client
@@ -25,11 +29,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use recall_engine::durability::SaveClients;
 use recall_engine::Engine;
 use recall_persist::fsutil::{write_atomically, FailAt};
 use recall_persist::snapshot::{self, Header};
 use recall_persist::wal::{self, Wal};
-use recall_persist::{epoch, Record};
+use recall_persist::{clients, epoch, Record};
 use recall_store::{Mutation, MutationSink, Value};
 
 thread_local! {
@@ -154,6 +159,9 @@ impl Persist {
         d.enabled.store(true, Ordering::Release);
         // A previous instance existed: its clients may hold writes to replay.
         d.recovering.store(ep > 1, Ordering::Release);
+        let registry = clients::load(&cfg.dir)?;
+        let dir = cfg.dir.clone();
+        d.install_clients(registry, SaveClients(Box::new(move |ids| clients::save(&dir, ids, FailAt::None))));
         Ok((Arc::new(Persist { cfg, engine, wal, _lock: lock }), loaded))
     }
 
@@ -220,8 +228,10 @@ impl Persist {
         loop {
             std::thread::sleep(Duration::from_millis(20));
             if d.recovering.load(Ordering::Acquire) && started.elapsed() >= self.cfg.recovery_grace {
-                d.end_recovery();
-                tracing::info!("recovery grace period over");
+                d.end_recovery_by_grace();
+            }
+            if let Some(why) = d.take_recovery_end() {
+                tracing::info!("recovery over: {why}");
             }
             let written = self.engine.store.current_cas().saturating_sub(last_cas);
             let requested = d.snapshot_requested.swap(false, Ordering::AcqRel);

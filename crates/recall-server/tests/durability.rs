@@ -249,3 +249,52 @@ fn wal_mode_keeps_every_acknowledged_write_through_kill_9() {
         .count();
     assert!(segs <= 3, "{segs} WAL segments left");
 }
+
+fn stat(s: &mut std::net::TcpStream, name: &str) -> String {
+    let r = String::from_utf8(roundtrip(s, b"stats\r\n", b"END\r\n")).unwrap();
+    let want = format!("STAT {name} ");
+    r.lines().find_map(|l| l.strip_prefix(&want)).unwrap_or_else(|| panic!("no {name} in {r}")).to_string()
+}
+
+#[test]
+fn recovery_ends_when_every_registered_client_has_replayed() {
+    let dir = TempDir::new("registry");
+    let args = ["--data-dir", dir.s(), "--snapshot-interval", "3600", "--recovery-grace", "3600"];
+    let mut s = recalld(&args);
+    let mut c = s.connect();
+    let (inst, _, _) = durable(&mut c);
+    let hello = roundtrip(&mut c, b"hello app-a\r\n", b"\r\n");
+    assert!(String::from_utf8_lossy(&hello).starts_with(&format!("DURABLE {inst} ")), "{hello:?}");
+    roundtrip(&mut c, b"hello app-b\r\n", b"\r\n");
+    roundtrip(&mut c, b"hello app-c\r\n", b"\r\n");
+    assert_eq!(roundtrip(&mut c, b"goodbye app-c\r\n", b"\r\n"), b"OK\r\n");
+    assert_eq!(roundtrip(&mut c, b"hello bad\x01id\r\n", b"\r\n"), b"CLIENT_ERROR bad client id\r\n");
+    assert_eq!(stat(&mut c, "clients_registered"), "2");
+    let registry = std::fs::read_to_string(dir.0.join("clients")).unwrap();
+    assert_eq!(registry, "recall clients v1\napp-a\napp-b\n");
+    kill9(&mut s);
+
+    let mut s = recalld(&args);
+    let mut c = s.connect();
+    assert_eq!(durable(&mut c).2, "recovering");
+    assert_eq!(stat(&mut c, "recovery_clients_known"), "2");
+    assert_eq!(roundtrip(&mut c, b"replay_done app-a\r\n", b"\r\n"), b"OK\r\n");
+    assert_eq!(roundtrip(&mut c, b"replay_done stranger\r\n", b"\r\n"), b"OK\r\n");
+    assert_eq!(durable(&mut c).2, "recovering", "app-b has not replayed yet");
+    assert_eq!(stat(&mut c, "recovery_clients_replayed"), "1");
+    assert_eq!(roundtrip(&mut c, b"replay_done app-b\r\n", b"\r\n"), b"OK\r\n");
+    assert_eq!(durable(&mut c).2, "ok", "recovery ends without waiting for the hour of grace");
+    // The registry outlives the restart; app-c left for good.
+    kill9(&mut s);
+
+    // With a short grace period and a client that never comes back.
+    let s = recalld(&["--data-dir", dir.s(), "--snapshot-interval", "3600", "--recovery-grace", "1"]);
+    let mut c = s.connect();
+    assert_eq!(stat(&mut c, "recovery_clients_known"), "2");
+    roundtrip(&mut c, b"replay_done app-a\r\n", b"\r\n");
+    let end = Instant::now() + Duration::from_secs(30);
+    while durable(&mut c).2 == "recovering" {
+        assert!(Instant::now() < end, "the grace period never ended");
+        std::thread::yield_now();
+    }
+}

@@ -156,3 +156,28 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn client_registry_commands() {
+    assert_eq!(req(b"hello app-1\r\n"), (Command::Hello { id: b"app-1" }, false, 13));
+    assert_eq!(req(b"replay_done app-1\r\n").0, Command::ReplayDone { id: b"app-1" });
+    assert_eq!(req(b"goodbye app-1\r\n").0, Command::Goodbye { id: b"app-1" });
+    let id250 = format!("hello {}\r\n", "i".repeat(250));
+    assert!(matches!(req(id250.as_bytes()).0, Command::Hello { id } if id.len() == 250));
+    let bad = ErrorKind::Client(msg::BAD_CLIENT_ID);
+    for line in [
+        &b"hello\r\n"[..],
+        b"hello a b\r\n",
+        b"replay_done\r\n",
+        b"goodbye a noreply\r\n",
+        b"hello a\tb\r\n",
+        b"hello a\x7fb\r\n",
+        b"hello a\x01\r\n",
+    ] {
+        assert_eq!(kind(line), bad, "{:?}", String::from_utf8_lossy(line));
+    }
+    let id251 = format!("hello {}\r\n", "i".repeat(251));
+    assert_eq!(kind(id251.as_bytes()), bad);
+    assert!(matches!(dec(b"hello app"), Ok(Decoded::Incomplete)));
+    assert!(client_id_ok("é".as_bytes()));
+}
