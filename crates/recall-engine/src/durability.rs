@@ -7,9 +7,15 @@
 //!   server restarted and replays its backed-up writes.
 //! * `watermark`: every write with a timestamp `<=` it is in a durable
 //!   snapshot of *this* instance's data directory.
-//! * `recovering`: after a restart, until the grace period ends, replayed
-//!   deletes are remembered as tombstones so an older replayed write that
-//!   arrives later cannot resurrect the key.
+//! * `recovering`: after a restart, until every registered client replayed
+//!   or the grace period ends.
+//! * tombstones: deletes (client deletes and replayed ones) newer than the
+//!   floor the next boot will judge replays by, so an older replayed write
+//!   cannot resurrect the key, now or after another crash: snapshots write
+//!   them and the next boot loads them. Pruned when a snapshot raises the
+//!   floor above them; bounded by [`TOMBSTONES_MAX`].
+//! * `flushed_at`: the last immediate `flush_all`'s timestamp; no replayed
+//!   write older than it comes back. Persisted in the snapshot header.
 //! * the client registry: `hello <id>` registers a durable client (persisted
 //!   by the server before the reply), `goodbye <id>` removes it, and
 //!   `replay_done <id>` ends recovery early once every client registered at
@@ -19,7 +25,12 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
-use recall_store::{ApplyOutcome, UnixSecs};
+use recall_store::{ApplyOutcome, Delete, DeleteOutcome, UnixSecs};
+
+/// At most this many tombstones are kept between snapshots. Past it, a
+/// snapshot is requested and further deletes are not remembered (counted in
+/// `tombstones_dropped`) until a snapshot prunes the table.
+pub const TOMBSTONES_MAX: usize = 1 << 20;
 
 use crate::Engine;
 
@@ -37,6 +48,9 @@ pub struct Durability {
     pub snapshot_requested: AtomicBool,
     pub replayed: AtomicU64,
     pub replay_stale: AtomicU64,
+    /// The last immediate `flush_all`'s timestamp (0: none).
+    pub flushed_at: AtomicU64,
+    pub tombstones_dropped: AtomicU64,
     tombstones: Mutex<HashMap<Vec<u8>, u64>>,
     clients: Mutex<Clients>,
     recovery_end: Mutex<Option<RecoveryEnd>>,
@@ -100,22 +114,66 @@ impl std::fmt::Display for RecoveryEnd {
 pub struct RegistryError(pub std::io::Error);
 
 impl Durability {
-    /// A client deleted `key` while replays may still arrive: remember it, so
-    /// a replayed older write from another client cannot bring it back. Any
-    /// timestamp of this instance is above every replayed one.
+    /// `key` was deleted at `ts` (by a client, a replay, or a tombstone
+    /// loaded from the snapshot): remember it, so a replayed older write
+    /// cannot bring it back.
     pub fn note_delete(&self, key: &[u8], ts: u64) {
-        if self.recovering.load(Ordering::Acquire) {
-            let mut t = self.tombstones.lock();
-            let e = t.entry(key.to_vec()).or_insert(0);
+        if !self.enabled.load(Ordering::Acquire) {
+            return;
+        }
+        let mut t = self.tombstones.lock();
+        if let Some(e) = t.get_mut(key) {
             *e = (*e).max(ts);
+        } else if t.len() < TOMBSTONES_MAX {
+            t.insert(key.to_vec(), ts);
+        } else {
+            self.tombstones_dropped.fetch_add(1, Ordering::Relaxed);
+            self.snapshot_requested.store(true, Ordering::Release);
         }
     }
 
-    /// Leave the recovering state and forget its tombstones. Only the first
-    /// caller's reason is kept (for [`Durability::take_recovery_end`]).
+    /// An immediate `flush_all` at `ts`: older tombstones are now redundant.
+    /// A snapshot is requested so the flush is durable soon.
+    pub fn note_flush(&self, ts: u64) {
+        if self.enabled.load(Ordering::Acquire) {
+            self.flushed_at.fetch_max(ts, Ordering::AcqRel);
+            self.tombstones.lock().retain(|_, t| *t > ts);
+            self.snapshot_requested.store(true, Ordering::Release);
+        }
+    }
+
+    pub fn tombstone_count(&self) -> usize {
+        self.tombstones.lock().len()
+    }
+
+    /// The tombstones a snapshot must carry.
+    pub fn tombstones(&self) -> Vec<(Vec<u8>, u64)> {
+        self.tombstones.lock().iter().map(|(k, t)| (k.clone(), *t)).collect()
+    }
+
+    /// A durable snapshot promises every write at or below `floor` to the
+    /// next boot: tombstones that old are no longer needed.
+    pub fn prune_tombstones(&self, floor: u64) {
+        self.tombstones.lock().retain(|_, t| *t > floor);
+    }
+
+    /// The floor a snapshot taken now may promise the next boot. Read it
+    /// *before* the snapshot's watermark: while clients are still replaying
+    /// writes of the previous instance, only the boot snapshot's floor holds
+    /// for them; once recovery is over, the watermark covers everything.
+    pub fn floor_for_snapshot(&self, watermark: u64, recovering: bool) -> u64 {
+        if recovering {
+            self.recovery_floor.load(Ordering::Acquire).min(watermark)
+        } else {
+            watermark
+        }
+    }
+
+    /// Leave the recovering state. Only the first caller's reason is kept
+    /// (for [`Durability::take_recovery_end`]). Tombstones stay until a
+    /// snapshot covers them.
     pub fn end_recovery(&self, why: RecoveryEnd) {
         if self.recovering.swap(false, Ordering::AcqRel) {
-            self.tombstones.lock().clear();
             *self.recovery_end.lock() = Some(why);
         }
     }
@@ -222,6 +280,33 @@ impl Durability {
 }
 
 impl Engine {
+    /// A client-visible delete. With durability on it is stamped with its
+    /// own timestamp and remembered as a tombstone (unless it only
+    /// invalidates or clears the value, which keeps the item).
+    pub(crate) fn delete_key(&self, mut d: Delete<'_>, now: UnixSecs) -> DeleteOutcome {
+        let removes = !d.invalidate && !d.clear_value;
+        let durable = removes && self.durability.enabled.load(Ordering::Acquire);
+        d.stamp |= durable;
+        let r = self.store.delete(&d, now);
+        if durable {
+            match r {
+                DeleteOutcome::Stamped { ts } => self.durability.note_delete(d.key, ts),
+                DeleteOutcome::Deleted => self.durability.note_delete(d.key, self.store.current_cas()),
+                _ => {}
+            }
+        }
+        r
+    }
+
+    /// `flush_all`: an immediate one is remembered so that no older write
+    /// can be replayed back.
+    pub(crate) fn flush(&self, at: UnixSecs, now: UnixSecs) {
+        let ts = self.store.flush_all(at, now);
+        if ts != 0 {
+            self.durability.note_flush(ts);
+        }
+    }
+
     /// `DURABLE <instance> <watermark> <ok|recovering|off>`
     pub(crate) fn durable_line(&self, out: &mut Vec<u8>) {
         use std::io::Write as _;
@@ -256,19 +341,15 @@ impl Engine {
         tombstone: bool,
     ) -> ApplyOutcome {
         let d = &self.durability;
-        if ts <= d.recovery_floor.load(Ordering::Acquire) {
+        if ts <= d.recovery_floor.load(Ordering::Acquire) || ts <= d.flushed_at.load(Ordering::Acquire) {
             d.replay_stale.fetch_add(1, Ordering::Relaxed);
             return ApplyOutcome::Stale;
         }
-        if d.recovering.load(Ordering::Acquire) {
-            let mut t = d.tombstones.lock();
-            if tombstone {
-                let e = t.entry(key.to_vec()).or_insert(0);
-                *e = (*e).max(ts);
-            } else if t.get(key).is_some_and(|&dts| dts >= ts) {
-                d.replay_stale.fetch_add(1, Ordering::Relaxed);
-                return ApplyOutcome::Stale;
-            }
+        if tombstone {
+            d.note_delete(key, ts);
+        } else if d.tombstones.lock().get(key).is_some_and(|&dts| dts >= ts) {
+            d.replay_stale.fetch_add(1, Ordering::Relaxed);
+            return ApplyOutcome::Stale;
         }
         let r = self.store.apply(key, value, flags, exptime, ts, tombstone, self.now());
         match r {
@@ -395,5 +476,88 @@ mod tests {
         d.install_clients(None, SaveClients(Box::new(|_| Err(std::io::Error::other("disk full")))));
         assert_eq!(send(&e, &mut s, b"hello a\r\n"), "SERVER_ERROR cannot save the client registry\r\n");
         assert_eq!(d.client_counts().0, 0);
+    }
+}
+
+#[cfg(test)]
+mod tombstone_tests {
+    use std::sync::Arc;
+
+    use recall_store::ManualClock;
+
+    use super::*;
+    use crate::{Out, ProtocolChoice, Session};
+
+    fn durable_engine() -> Engine {
+        let e = crate::tests::engine(Arc::new(ManualClock::new(1_700_000_000)));
+        e.durability.enabled.store(true, Ordering::Release);
+        e
+    }
+
+    fn send(e: &Engine, s: &mut Session, req: &[u8]) -> String {
+        let mut out = Out::new();
+        s.process(e, req, &mut out);
+        String::from_utf8(out.flatten()).unwrap()
+    }
+
+    #[test]
+    fn deletes_are_remembered_outside_recovery_until_a_snapshot_covers_them() {
+        let e = durable_engine();
+        let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+        let set = send(&e, &mut s, b"ms k 1 c\r\nv\r\n");
+        let old: u64 = set.trim().strip_prefix("HD c").unwrap().parse().unwrap();
+        assert_eq!(send(&e, &mut s, b"delete k\r\n"), "DELETED\r\n");
+        let del = e.durability.tombstones();
+        assert_eq!(del.len(), 1);
+        assert!(del[0].1 > old, "the delete has its own, newer timestamp");
+        // Not recovering, and yet an older replayed write stays out.
+        assert_eq!(e.replay(b"k", b"v", 0, 0, old, false), ApplyOutcome::Stale);
+        assert_eq!(e.replay(b"k", b"new", 0, 0, del[0].1 + 1, false), ApplyOutcome::Applied);
+        // md removes (tombstone); md with I only invalidates (none).
+        send(&e, &mut s, b"ms j 1\r\nv\r\nmd j q\r\nms i 1\r\nv\r\nmd i I\r\n");
+        let keys: Vec<Vec<u8>> = e.durability.tombstones().into_iter().map(|(k, _)| k).collect();
+        assert!(keys.contains(&b"j".to_vec()) && !keys.contains(&b"i".to_vec()), "{keys:?}");
+        e.durability.prune_tombstones(e.store.current_cas());
+        assert!(e.durability.tombstones().is_empty());
+        assert!(send(&e, &mut s, b"stats\r\n").contains("STAT durable_tombstones 0\r\n"));
+    }
+
+    #[test]
+    fn flush_all_refuses_older_replays_and_requests_a_snapshot() {
+        let e = durable_engine();
+        let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+        send(&e, &mut s, b"set a 0 0 1\r\nx\r\ndelete a\r\n");
+        let before = e.store.current_cas();
+        assert_eq!(send(&e, &mut s, b"flush_all\r\n"), "OK\r\n");
+        let f = e.durability.flushed_at.load(Ordering::Acquire);
+        assert!(f > before);
+        assert!(e.durability.tombstones().is_empty(), "the flush covers older tombstones");
+        assert!(e.durability.snapshot_requested.load(Ordering::Acquire));
+        assert_eq!(e.replay(b"b", b"v", 0, 0, f - 1, false), ApplyOutcome::Stale);
+        assert_eq!(e.replay(b"b", b"v", 0, 0, f + 1, false), ApplyOutcome::Applied);
+        // A delayed flush is not recorded (it is not persisted either).
+        send(&e, &mut s, b"flush_all 100\r\n");
+        assert_eq!(e.durability.flushed_at.load(Ordering::Acquire), f);
+    }
+
+    #[test]
+    fn the_floor_promised_while_recovering_is_the_boot_floor() {
+        let e = durable_engine();
+        let d = &e.durability;
+        d.recovery_floor.store(10, Ordering::Release);
+        assert_eq!(d.floor_for_snapshot(500, true), 10);
+        assert_eq!(d.floor_for_snapshot(500, false), 500);
+    }
+
+    #[test]
+    fn the_table_is_bounded() {
+        let e = durable_engine();
+        let d = &e.durability;
+        for i in 0..TOMBSTONES_MAX + 3 {
+            d.note_delete(format!("k{i}").as_bytes(), 5);
+        }
+        assert_eq!(d.tombstone_count(), TOMBSTONES_MAX);
+        assert_eq!(d.tombstones_dropped.load(Ordering::Relaxed), 3);
+        assert!(d.snapshot_requested.load(Ordering::Acquire));
     }
 }

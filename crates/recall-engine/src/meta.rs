@@ -181,10 +181,7 @@ impl Engine {
             stamp: f.ret_cas && !f.invalidate && !f.remove_value,
         };
         let mut ts = 0;
-        let res = self.store.delete(&d, now);
-        if matches!(res, DeleteOutcome::Deleted | DeleteOutcome::Stamped { .. }) && !f.invalidate && !f.remove_value {
-            self.durability.note_delete(key, self.store.current_cas());
-        }
+        let res = self.delete_key(d, now);
         let code: &[u8] = match res {
             DeleteOutcome::Deleted | DeleteOutcome::Stamped { .. } if f.quiet => {
                 c.delete_hits.incr();

@@ -67,9 +67,8 @@ impl Engine {
             Command::Store { cmd, key, flags, exptime, cas, data } => {
                 self.classic_store(*cmd, key, *flags, *exptime, *cas, data, None, c, out, now)
             }
-            Command::Delete { key } => match self.store.delete(&Delete { key, ..Default::default() }, now) {
+            Command::Delete { key } => match self.delete_key(Delete { key, ..Default::default() }, now) {
                 DeleteOutcome::Deleted | DeleteOutcome::Stamped { .. } => {
-                    self.durability.note_delete(key, self.store.current_cas());
                     c.delete_hits.incr();
                     out.extend_from_slice(b"DELETED\r\n")
                 }
@@ -121,7 +120,7 @@ impl Engine {
                 }
                 c.cmd_flush.incr();
                 let at = if *delay > 0 { self.resolve_exptime(*delay as i64, now) } else { now };
-                self.store.flush_all(at, now);
+                self.flush(at, now);
                 out.extend_from_slice(b"OK\r\n");
             }
             Command::Version => {

@@ -92,6 +92,9 @@ pub struct Loaded {
     pub epoch: u64,
     pub items: u64,
     pub watermark: u64,
+    /// Replays at or below it are stale (see the snapshot format).
+    pub replay_floor: u64,
+    pub flushed_at: u64,
 }
 
 fn lock_dir(dir: &Path) -> io::Result<File> {
@@ -116,7 +119,10 @@ impl Persist {
         let ep = epoch::bump(&cfg.dir)?;
         engine.store.raise_cas_floor(epoch::base(ep));
         let path = cfg.dir.join(SNAPSHOT_FILE);
-        let mut loaded = Loaded { epoch: ep, items: 0, watermark: 0 };
+        let mut loaded = Loaded { epoch: ep, items: 0, watermark: 0, replay_floor: 0, flushed_at: 0 };
+        // Deletes to remember once durability is on (snapshot tombstones and
+        // logged deletes above the floor).
+        let mut tombstones = Vec::new();
         if path.exists() {
             let bad = |e: recall_persist::Error| {
                 io::Error::new(
@@ -124,10 +130,16 @@ impl Persist {
                     format!("{}: {e}; move it aside to start empty", path.display()),
                 )
             };
-            snapshot::check(io::BufReader::new(File::open(&path)?)).map_err(bad)?;
             let now = engine.now();
+            let head = snapshot::check(io::BufReader::new(File::open(&path)?)).map_err(bad)?.header;
             let sum = snapshot::read(io::BufReader::new(File::open(&path)?), |r: Record| {
-                if r.tombstone || (r.exptime != 0 && r.exptime <= now) {
+                if r.tombstone {
+                    // After the items: removes a copy taken before the delete.
+                    engine.store.apply(&r.key, &[], 0, 0, r.ts, true, now);
+                    tombstones.push((r.key, r.ts));
+                    return;
+                }
+                if (r.exptime != 0 && r.exptime <= now) || r.ts <= head.flushed_at {
                     return;
                 }
                 engine.store.apply(&r.key, &r.value, r.flags, r.exptime, r.ts, false, now);
@@ -135,14 +147,27 @@ impl Persist {
             .map_err(bad)?;
             loaded.items = sum.items;
             loaded.watermark = sum.header.watermark;
+            loaded.replay_floor = sum.header.replay_floor;
+            loaded.flushed_at = sum.header.flushed_at;
         }
         let wal = if cfg.wal {
             // Everything logged after the snapshot's watermark, in order.
             let now = engine.now();
             let w = loaded.watermark;
             let n = wal::replay(&cfg.dir, |r: Record| {
-                if r.ts > w {
-                    engine.store.apply(&r.key, &r.value, r.flags, r.exptime, r.ts, r.tombstone, now);
+                if r.ts <= w {
+                    return;
+                }
+                if r.key.is_empty() {
+                    // A logged flush_all: everything before it is gone.
+                    engine.store.flush_all(now, now);
+                    loaded.flushed_at = loaded.flushed_at.max(r.ts);
+                    tombstones.clear();
+                    return;
+                }
+                engine.store.apply(&r.key, &r.value, r.flags, r.exptime, r.ts, r.tombstone, now);
+                if r.tombstone {
+                    tombstones.push((r.key, r.ts));
                 }
             })?;
             tracing::info!(records = n, "write-ahead log replayed");
@@ -155,8 +180,14 @@ impl Persist {
         let d = &engine.durability;
         d.instance.store(ep, Ordering::Release);
         d.watermark.store(loaded.watermark, Ordering::Release);
-        d.recovery_floor.store(loaded.watermark, Ordering::Release);
+        d.recovery_floor.store(loaded.replay_floor, Ordering::Release);
+        d.flushed_at.store(loaded.flushed_at, Ordering::Release);
         d.enabled.store(true, Ordering::Release);
+        for (key, ts) in tombstones {
+            if ts > loaded.replay_floor && ts > loaded.flushed_at {
+                d.note_delete(&key, ts);
+            }
+        }
         // A previous instance existed: its clients may hold writes to replay.
         d.recovering.store(ep > 1, Ordering::Release);
         let registry = clients::load(&cfg.dir)?;
@@ -173,6 +204,9 @@ impl Persist {
     /// Take a snapshot now; returns its watermark.
     pub fn snapshot_now(&self, fail: FailAt) -> io::Result<u64> {
         let store = &self.engine.store;
+        let d = &self.engine.durability;
+        // Before the watermark: see `floor_for_snapshot`.
+        let recovering = d.recovering.load(Ordering::Acquire);
         // Rotate first: every record in the older segments was appended
         // before the watermark below is read, so the snapshot covers them.
         let covered_segments = match &self.wal {
@@ -180,17 +214,22 @@ impl Persist {
             None => Vec::new(),
         };
         let watermark = store.current_cas();
+        let replay_floor = d.floor_for_snapshot(watermark, recovering);
         let header = Header {
-            instance: self.engine.durability.instance.load(Ordering::Acquire),
+            instance: d.instance.load(Ordering::Acquire),
             watermark,
             created: self.engine.now() as u64,
+            replay_floor,
+            // A flush during the copy is skipped below, and its own
+            // snapshot (requested by the flush) records it.
+            flushed_at: d.flushed_at.load(Ordering::Acquire),
         };
         let now = self.engine.now();
         write_atomically(&self.cfg.dir.join(SNAPSHOT_FILE), fail, |w| {
             let mut sw = snapshot::Writer::new(w, header)?;
             let mut err = None;
             store.for_each(now, |v| {
-                if err.is_none() {
+                if err.is_none() && v.cas > d.flushed_at.load(Ordering::Relaxed) {
                     let r = match v.value {
                         Value::Inline(b) => sw.record(v.key, b, v.flags, v.exptime, v.cas, false),
                         Value::Big(big) => {
@@ -205,11 +244,19 @@ impl Persist {
             if let Some(e) = err {
                 return Err(e);
             }
+            // Deletes the next boot still needs, after the items, so
+            // loading them removes any copy taken before the delete.
+            for (key, ts) in d.tombstones() {
+                if ts > replay_floor {
+                    sw.record(&key, &[], 0, 0, ts, true)?;
+                }
+            }
             sw.finish()?;
             Ok(())
         })?;
         // Durable: announce, then retire the log segments it covers.
-        self.engine.durability.watermark.fetch_max(watermark, Ordering::AcqRel);
+        d.watermark.fetch_max(watermark, Ordering::AcqRel);
+        d.prune_tombstones(replay_floor);
         for seg in covered_segments {
             let _ = std::fs::remove_file(seg);
         }
@@ -255,11 +302,13 @@ pub fn check_file(path: &Path) -> Result<String, String> {
     let f = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let s = snapshot::check(io::BufReader::new(f)).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(format!(
-        "{}: ok: format v{}, instance {}, watermark {}, {} items ({} bytes of keys and values), {} tombstones, newest timestamp {}",
+        "{}: ok: format v{}, instance {}, watermark {}, replay floor {}, flushed at {}, {} items ({} bytes of keys and values), {} tombstones, newest timestamp {}",
         path.display(),
-        snapshot::VERSION,
+        s.version,
         s.header.instance,
         s.header.watermark,
+        s.header.replay_floor,
+        s.header.flushed_at,
         s.items,
         s.bytes,
         s.tombstones,

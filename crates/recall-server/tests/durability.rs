@@ -298,3 +298,118 @@ fn recovery_ends_when_every_registered_client_has_replayed() {
         std::thread::yield_now();
     }
 }
+
+fn md_ts(s: &mut std::net::TcpStream, k: &str) -> u64 {
+    let r = String::from_utf8(roundtrip(s, format!("md {k} c\r\n").as_bytes(), b"\r\n")).unwrap();
+    r.trim().strip_prefix("HD c").unwrap_or_else(|| panic!("{r}")).parse().unwrap()
+}
+
+fn send(s: &mut std::net::TcpStream, req: &str) -> String {
+    String::from_utf8(roundtrip(s, req.as_bytes(), b"\r\n")).unwrap()
+}
+
+fn check_snapshot(dir: &TempDir) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_recalld"))
+        .args(["--check-snapshot", dir.0.join("snapshot.rcs").to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn a_deleted_key_stays_deleted_across_snapshots_and_kill_9() {
+    let dir = TempDir::new("tomb");
+    let mut s = start(&dir);
+    let mut c = s.connect();
+    let t1 = set(&mut c, "k", "old");
+    snapshot_and_wait(&mut c, t1);
+    let del = md_ts(&mut c, "k");
+    snapshot_and_wait(&mut c, del);
+    kill9(&mut s);
+
+    let s = start(&dir);
+    let mut c = s.connect();
+    assert_eq!(send(&mut c, &format!("replay k 0 0 {t1} 3\r\nold\r\n")), "STALE\r\n");
+    assert_eq!(get(&mut c, "k"), None);
+}
+
+/// A snapshot taken while clients are still replaying must not promise the
+/// next boot more than the boot snapshot did (or a second crash would make
+/// the not-yet-replayed writes stale), and so must carry the deletes made
+/// since, or a replayed older write could resurrect their keys.
+#[test]
+fn a_crash_after_a_snapshot_taken_during_recovery_loses_nothing() {
+    let dir = TempDir::new("tomb2");
+    let mut s = start(&dir);
+    let mut c = s.connect();
+    let t0 = set(&mut c, "base", "b");
+    snapshot_and_wait(&mut c, t0);
+    let ta = set(&mut c, "a", "va");
+    let tb = set(&mut c, "b", "vb");
+    kill9(&mut s);
+
+    // Instance 2: one write replayed, a new write deleted, a snapshot.
+    let mut s = start(&dir);
+    let mut c = s.connect();
+    assert_eq!(durable(&mut c).2, "recovering");
+    assert_eq!(send(&mut c, &format!("replay a 0 0 {ta} 2\r\nva\r\n")), "APPLIED\r\n");
+    let tk = set(&mut c, "k2", "doomed");
+    let tdel = md_ts(&mut c, "k2");
+    snapshot_and_wait(&mut c, tdel);
+    assert!(check_snapshot(&dir).contains(" 1 tombstones"), "{}", check_snapshot(&dir));
+    kill9(&mut s);
+
+    // Instance 3: the writes not replayed yet still replay; the delete holds.
+    let s = start(&dir);
+    let mut c = s.connect();
+    assert_eq!(send(&mut c, &format!("replay b 0 0 {tb} 2\r\nvb\r\n")), "APPLIED\r\n");
+    assert_eq!(send(&mut c, &format!("replay k2 0 0 {tk} 6\r\ndoomed\r\n")), "STALE\r\n");
+    send(&mut c, &format!("replay a 0 0 {ta} 2\r\nva\r\n"));
+    assert_eq!(get(&mut c, "a"), Some(("va".into(), ta)));
+    assert_eq!(get(&mut c, "b"), Some(("vb".into(), tb)));
+    assert_eq!(get(&mut c, "base"), Some(("b".into(), t0)));
+    assert_eq!(get(&mut c, "k2"), None);
+}
+
+#[test]
+fn flush_all_survives_kill_9_and_refuses_older_replays() {
+    let dir = TempDir::new("flush");
+    let mut s = start(&dir);
+    let mut c = s.connect();
+    let tx = set(&mut c, "x", "1");
+    snapshot_and_wait(&mut c, tx);
+    let ty = set(&mut c, "y", "2");
+    assert_eq!(send(&mut c, "flush_all\r\n"), "OK\r\n");
+    let tz = set(&mut c, "z", "3");
+    snapshot_and_wait(&mut c, tz);
+    kill9(&mut s);
+
+    let s = start(&dir);
+    let mut c = s.connect();
+    assert_eq!(get(&mut c, "x"), None, "flushed items do not come back from the snapshot");
+    assert_eq!(send(&mut c, &format!("replay y 0 0 {ty} 1\r\n2\r\n")), "STALE\r\n");
+    assert_eq!(get(&mut c, "z"), Some(("3".into(), tz)));
+    assert!(check_snapshot(&dir).contains("flushed at "));
+}
+
+#[test]
+fn wal_mode_logs_flush_all() {
+    let dir = TempDir::new("walflush");
+    let args =
+        ["--data-dir", dir.s(), "--durability", "wal", "--snapshot-interval", "3600", "--snapshot-after-writes", "0"];
+    let mut s = recalld(&args);
+    let mut c = s.connect();
+    let t = set(&mut c, "before", "1");
+    snapshot_and_wait(&mut c, t);
+    set(&mut c, "logged", "2");
+    assert_eq!(send(&mut c, "flush_all\r\n"), "OK\r\n");
+    let after = set(&mut c, "after", "3");
+    kill9(&mut s);
+
+    let s = recalld(&args);
+    let mut c = s.connect();
+    assert_eq!(get(&mut c, "before"), None);
+    assert_eq!(get(&mut c, "logged"), None);
+    assert_eq!(get(&mut c, "after"), Some(("3".into(), after)));
+}
