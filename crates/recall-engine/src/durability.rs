@@ -48,6 +48,10 @@ pub struct Durability {
     pub snapshot_requested: AtomicBool,
     pub replayed: AtomicU64,
     pub replay_stale: AtomicU64,
+    /// Test-only failpoint (`RECALL_FAILPOINT=replay-after-N`): abort the
+    /// process right after the N-th replay command is applied. 0 = off.
+    pub abort_after_replays: AtomicU64,
+    replays_seen: AtomicU64,
     /// The last immediate `flush_all`'s timestamp (0: none).
     pub flushed_at: AtomicU64,
     pub tombstones_dropped: AtomicU64,
@@ -129,6 +133,15 @@ impl Durability {
         } else {
             self.tombstones_dropped.fetch_add(1, Ordering::Relaxed);
             self.snapshot_requested.store(true, Ordering::Release);
+        }
+    }
+
+    /// `replay-after-N`: count this replay and abort after the N-th.
+    fn replay_failpoint(&self) {
+        let n = self.abort_after_replays.load(Ordering::Relaxed);
+        if n != 0 && self.replays_seen.fetch_add(1, Ordering::AcqRel) + 1 == n {
+            eprintln!("recalld: failpoint replay-after-{n}: aborting");
+            std::process::abort();
         }
     }
 
@@ -343,15 +356,18 @@ impl Engine {
         let d = &self.durability;
         if ts <= d.recovery_floor.load(Ordering::Acquire) || ts <= d.flushed_at.load(Ordering::Acquire) {
             d.replay_stale.fetch_add(1, Ordering::Relaxed);
+            d.replay_failpoint();
             return ApplyOutcome::Stale;
         }
         if tombstone {
             d.note_delete(key, ts);
         } else if d.tombstones.lock().get(key).is_some_and(|&dts| dts >= ts) {
             d.replay_stale.fetch_add(1, Ordering::Relaxed);
+            d.replay_failpoint();
             return ApplyOutcome::Stale;
         }
         let r = self.store.apply(key, value, flags, exptime, ts, tombstone, self.now());
+        d.replay_failpoint();
         match r {
             ApplyOutcome::Applied => d.replayed.fetch_add(1, Ordering::Relaxed),
             _ => d.replay_stale.fetch_add(1, Ordering::Relaxed),

@@ -19,6 +19,7 @@
 
 pub mod clients;
 pub mod epoch;
+pub mod failpoint;
 pub mod fsutil;
 pub mod snapshot;
 pub mod wal;

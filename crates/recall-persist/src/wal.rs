@@ -245,7 +245,10 @@ impl Wal {
                 (p.last_lsn, p.rotate_to, p.shutdown)
             };
             if !out.is_empty() {
-                let res = file.write_all(&out).and_then(|()| file.sync_data());
+                let res = file.write_all(&out).and_then(|()| {
+                    crate::failpoint::hit(crate::failpoint::Crash::WalBeforeFsync);
+                    file.sync_data()
+                });
                 if let Err(e) = res {
                     // Never acknowledge what isn't durable: record the error;
                     // waiters see it and the server reports the write failed.

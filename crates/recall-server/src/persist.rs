@@ -31,7 +31,8 @@ use std::time::{Duration, Instant};
 
 use recall_engine::durability::SaveClients;
 use recall_engine::Engine;
-use recall_persist::fsutil::{write_atomically, FailAt};
+use recall_persist::failpoint::{self, Crash};
+use recall_persist::fsutil::{write_atomically_at, FailAt};
 use recall_persist::snapshot::{self, Header};
 use recall_persist::wal::{self, Wal};
 use recall_persist::{clients, epoch, Record};
@@ -76,6 +77,8 @@ pub struct PersistConfig {
     pub interval: Duration,
     pub after_writes: u64,
     pub recovery_grace: Duration,
+    /// `RECALL_FAILPOINT` (test-only; see `recall_persist::failpoint`).
+    pub failpoint: Option<Crash>,
 }
 
 pub struct Persist {
@@ -193,6 +196,9 @@ impl Persist {
         let registry = clients::load(&cfg.dir)?;
         let dir = cfg.dir.clone();
         d.install_clients(registry, SaveClients(Box::new(move |ids| clients::save(&dir, ids, FailAt::None))));
+        if let Some(Crash::ReplayAfter(n)) = cfg.failpoint {
+            d.abort_after_replays.store(n, Ordering::Release);
+        }
         Ok((Arc::new(Persist { cfg, engine, wal, _lock: lock }), loaded))
     }
 
@@ -225,7 +231,16 @@ impl Persist {
             flushed_at: d.flushed_at.load(Ordering::Acquire),
         };
         let now = self.engine.now();
-        write_atomically(&self.cfg.dir.join(SNAPSHOT_FILE), fail, |w| {
+        let at = |step: FailAt| {
+            if step == FailAt::BeforeFsync {
+                failpoint::hit(Crash::SnapshotBeforeFsync);
+            }
+            if step == fail {
+                return Err(io::Error::other(format!("failpoint: {step:?}")));
+            }
+            Ok(())
+        };
+        write_atomically_at(&self.cfg.dir.join(SNAPSHOT_FILE), at, |w| {
             let mut sw = snapshot::Writer::new(w, header)?;
             let mut err = None;
             store.for_each(now, |v| {
@@ -254,6 +269,7 @@ impl Persist {
             sw.finish()?;
             Ok(())
         })?;
+        failpoint::hit(Crash::SnapshotAfterRename);
         // Durable: announce, then retire the log segments it covers.
         d.watermark.fetch_max(watermark, Ordering::AcqRel);
         d.prune_tombstones(replay_floor);
