@@ -40,3 +40,28 @@
 < HD c{n}
 > md dk c
 < NF
+# Lost-update detection (recall extension): mg with w<ts>, the client's
+# own last write of the key. Stored older than ts: OL, no value.
+> replay lk 3 0 5000 1
+> x
+< APPLIED
+> mg lk v c w5000
+< VA 1 c5000
+< x
+> mg lk v f c w5001 Oq k
+< OL f3 c5000 Oq klk
+> mg lk w4000 s
+< HD s1
+> mg lkmissing v w1
+< EN
+> mg lk v wx
+< CLIENT_ERROR bad token in command line format
+# The client registry without a data directory.
+> hello app-1
+< DURABLE 0 0 off
+> replay_done app-1
+< OK
+> goodbye app-1
+< OK
+> hello bad	id
+< CLIENT_ERROR bad client id

@@ -14,6 +14,11 @@ use crate::num::{parse_exptime, parse_i32, parse_u32, parse_u64};
 use crate::{msg, ErrorKind, Limits, ProtoError, GET_LINE_MAX, KEY_MAX, LINE_MAX};
 
 /// Result of a decode attempt.
+///
+/// The request variant is large (meta flags are ~150 bytes) but lives on
+/// the stack for one request at a time; boxing it would allocate per
+/// request.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, PartialEq, Eq)]
 pub enum Decoded<'a> {
     Request(Request<'a>, usize),

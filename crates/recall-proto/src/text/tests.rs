@@ -181,3 +181,13 @@ fn client_registry_commands() {
     assert!(matches!(dec(b"hello app"), Ok(Decoded::Incomplete)));
     assert!(client_id_ok("é".as_bytes()));
 }
+
+#[test]
+fn meta_get_with_written_timestamp() {
+    let (c, _, n) = req(b"mg k v w42 c\r\n");
+    assert_eq!(n, 14);
+    let Command::MetaGet { key, flags } = c else { panic!() };
+    assert_eq!((&key[..], flags.written, flags.ret_cas), (&b"k"[..], 42, true));
+    assert_eq!(kind(b"mg k w\r\n"), ErrorKind::Client(msg::BAD_TOKEN));
+    assert_eq!(kind(b"mg k w1 w2\r\n"), ErrorKind::Client(msg::DUP_FLAG));
+}
