@@ -65,3 +65,39 @@
 < OK
 > hello bad	id
 < CLIENT_ERROR bad client id
+# timestamps on (recall extension, per connection): storage, delete and
+# incr/decr replies carry the write's timestamp.
+> timestamps on
+< OK
+> set tk 0 0 1
+> 5
+< STORED {n}
+> incr tk 2
+< 7 {n}
+> decr tk 1
+< 6 {n}
+> delete tk
+< DELETED {n}
+> delete tk
+< NOT_FOUND
+> add tk 0 0 1
+> 1
+< STORED {n}
+> add tk 0 0 1
+> 1
+< NOT_STORED
+> set tk 0 0 1 noreply
+> 2
+> gets tk
+< VALUE tk 0 1 {n}
+< 2
+< END
+> timestamps off
+< OK
+> set tk 0 0 1
+> 3
+< STORED
+> delete tk
+< DELETED
+> timestamps maybe
+< CLIENT_ERROR bad command line format

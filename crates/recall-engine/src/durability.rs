@@ -576,4 +576,27 @@ mod tombstone_tests {
         assert_eq!(d.tombstones_dropped.load(Ordering::Relaxed), 3);
         assert!(d.snapshot_requested.load(Ordering::Acquire));
     }
+
+    #[test]
+    fn timestamps_on_are_per_connection_and_exact() {
+        let e = crate::tests::engine(Arc::new(ManualClock::new(1_700_000_000)));
+        let mut a = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+        let mut b = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+        assert_eq!(send(&e, &mut a, b"timestamps on\r\n"), "OK\r\n");
+        let r = send(&e, &mut a, b"set k 0 0 1\r\n5\r\n");
+        let ts: u64 = r.trim().strip_prefix("STORED ").unwrap().parse().unwrap();
+        assert!(send(&e, &mut a, b"gets k\r\n").contains(&format!(" {ts}\r\n")), "STORED gives the CAS");
+        assert_eq!(send(&e, &mut b, b"incr k 1\r\n"), "6\r\n", "other connections stay plain");
+        let r = send(&e, &mut a, b"incr k 1\r\n");
+        assert_eq!(r, format!("7 {}\r\n", e.store.current_cas()));
+        let r = send(&e, &mut a, b"delete k\r\n");
+        assert_eq!(r, format!("DELETED {}\r\n", e.store.current_cas()));
+        // A value big enough to be streamed in.
+        let big = vec![b'x'; recall_store::BIG_THRESHOLD + 10];
+        let mut req = format!("set big 0 0 {}\r\n", big.len()).into_bytes();
+        req.extend_from_slice(&big);
+        req.extend_from_slice(b"\r\n");
+        let r = send(&e, &mut a, &req);
+        assert_eq!(r, format!("STORED {}\r\n", e.store.current_cas()));
+    }
 }

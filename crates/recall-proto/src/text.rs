@@ -189,6 +189,11 @@ pub enum Command<'a> {
     Goodbye {
         id: &'a [u8],
     },
+    /// recall extension: `timestamps on|off`: on this connection, storage,
+    /// delete and incr/decr replies carry the write's timestamp.
+    Timestamps {
+        on: bool,
+    },
 }
 
 /// A durable client's id: 1..=250 bytes, no spaces or control characters
@@ -447,6 +452,11 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
                 _ => Command::Goodbye { id },
             })
         }
+        b"timestamps" => match (ntok, t.toks[1]) {
+            (2, b"on") => req(Command::Timestamps { on: true }),
+            (2, b"off") => req(Command::Timestamps { on: false }),
+            _ => err(ErrorKind::Client(msg::BAD_FORMAT)),
+        },
         b"mg" | b"md" | b"ma" | b"me" => decode_meta(line, &t, ntok, consumed),
         b"ms" => decode_meta_set(buf, line, &t, ntok, consumed, limits),
         _ => err(ErrorKind::UnknownCommand),

@@ -191,3 +191,12 @@ fn meta_get_with_written_timestamp() {
     assert_eq!(kind(b"mg k w\r\n"), ErrorKind::Client(msg::BAD_TOKEN));
     assert_eq!(kind(b"mg k w1 w2\r\n"), ErrorKind::Client(msg::DUP_FLAG));
 }
+
+#[test]
+fn timestamps_switch() {
+    assert_eq!(req(b"timestamps on\r\n"), (Command::Timestamps { on: true }, false, 15));
+    assert_eq!(req(b"timestamps  off\r\n").0, Command::Timestamps { on: false });
+    for bad in [&b"timestamps\r\n"[..], b"timestamps yes\r\n", b"timestamps on noreply\r\n"] {
+        assert_eq!(kind(bad), ErrorKind::Client(msg::BAD_FORMAT), "{:?}", String::from_utf8_lossy(bad));
+    }
+}
