@@ -241,7 +241,9 @@ impl Durability {
     }
 
     /// `hello <id>`: register the client, persisted before this returns
-    /// (only when the set changes).
+    /// (only when the set changes). The save (an fsynced file replacement)
+    /// runs on the calling worker thread: `hello` comes once per client
+    /// start, so the simplicity is worth the short stall.
     pub fn hello(&self, id: &[u8]) -> Result<(), RegistryError> {
         let mut c = self.clients.lock();
         if !self.enabled.load(Ordering::Acquire) || c.registered.contains(id) {

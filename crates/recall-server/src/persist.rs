@@ -165,7 +165,7 @@ impl Persist {
                     // A logged flush_all: everything before it is gone.
                     engine.store.flush_all(now, now);
                     loaded.flushed_at = loaded.flushed_at.max(r.ts);
-                    tombstones.clear();
+                    tombstones.retain(|(_, ts)| *ts > r.ts);
                     return;
                 }
                 engine.store.apply(&r.key, &r.value, r.flags, r.exptime, r.ts, r.tombstone, now);
