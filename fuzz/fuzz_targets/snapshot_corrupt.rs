@@ -41,7 +41,13 @@ struct Input {
 }
 
 fuzz_target!(|inp: Input| {
-    let header = Header { instance: inp.instance, watermark: inp.watermark, created: inp.created };
+    let header = Header {
+        instance: inp.instance,
+        watermark: inp.watermark,
+        created: inp.created,
+        replay_floor: inp.watermark,
+        flushed_at: 0,
+    };
     let mut w = Writer::new(Vec::new(), header).unwrap();
     let mut kept = Vec::new();
     for r in &inp.recs {

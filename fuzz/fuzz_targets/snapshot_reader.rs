@@ -15,7 +15,8 @@ use recall_persist::snapshot::{check, read, Header, Writer, HEADER_LEN};
 use recall_persist::Record;
 
 fn valid_header() -> Vec<u8> {
-    let w = Writer::new(Vec::new(), Header { instance: 7, watermark: 42, created: 1_700_000_000 }).unwrap();
+    let h = Header { instance: 7, watermark: 42, created: 1_700_000_000, replay_floor: 40, flushed_at: 3 };
+    let w = Writer::new(Vec::new(), h).unwrap();
     let (bytes, _) = w.finish().unwrap();
     bytes[..HEADER_LEN].to_vec()
 }

@@ -40,3 +40,64 @@
 < HD c{n}
 > md dk c
 < NF
+# Lost-update detection (recall extension): mg with w<ts>, the client's
+# own last write of the key. Stored older than ts: OL, no value.
+> replay lk 3 0 5000 1
+> x
+< APPLIED
+> mg lk v c w5000
+< VA 1 c5000
+< x
+> mg lk v f c w5001 Oq k
+< OL f3 c5000 Oq klk
+> mg lk w4000 s
+< HD s1
+> mg lkmissing v w1
+< EN
+> mg lk v wx
+< CLIENT_ERROR bad token in command line format
+# The client registry without a data directory.
+> hello app-1
+< DURABLE 0 0 off
+> replay_done app-1
+< OK
+> goodbye app-1
+< OK
+> hello bad	id
+< CLIENT_ERROR bad client id
+# timestamps on (recall extension, per connection): storage, delete and
+# incr/decr replies carry the write's timestamp.
+> timestamps on
+< OK
+> set tk 0 0 1
+> 5
+< STORED {n}
+> incr tk 2
+< 7 {n}
+> decr tk 1
+< 6 {n}
+> delete tk
+< DELETED {n}
+> delete tk
+< NOT_FOUND
+> add tk 0 0 1
+> 1
+< STORED {n}
+> add tk 0 0 1
+> 1
+< NOT_STORED
+> set tk 0 0 1 noreply
+> 2
+> gets tk
+< VALUE tk 0 1 {n}
+< 2
+< END
+> timestamps off
+< OK
+> set tk 0 0 1
+> 3
+< STORED
+> delete tk
+< DELETED
+> timestamps maybe
+< CLIENT_ERROR bad command line format

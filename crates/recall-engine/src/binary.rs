@@ -194,9 +194,8 @@ impl Engine {
                 binary::write_error(out, op, opaque, err);
             }
             BinCommand::Delete { key, cas, quiet } => {
-                match self.store.delete(&Delete { key, compare_cas: cas, ..Default::default() }, now) {
+                match self.delete_key(Delete { key, compare_cas: cas, ..Default::default() }, now) {
                     DeleteOutcome::Deleted | DeleteOutcome::Stamped { .. } => {
-                        self.durability.note_delete(key, self.store.current_cas());
                         c.delete_hits.incr();
                         if !quiet {
                             binary::write_ok(out, op, opaque, 0);
@@ -253,7 +252,7 @@ impl Engine {
                 }
                 c.cmd_flush.incr();
                 let at = if delay > 0 { self.resolve_exptime(delay as i64, now) } else { now };
-                self.store.flush_all(at, now);
+                self.flush(at, now);
                 if !quiet {
                     binary::write_ok(out, op, opaque, 0);
                 }

@@ -7,15 +7,30 @@
 //!   server restarted and replays its backed-up writes.
 //! * `watermark`: every write with a timestamp `<=` it is in a durable
 //!   snapshot of *this* instance's data directory.
-//! * `recovering`: after a restart, until the grace period ends, replayed
-//!   deletes are remembered as tombstones so an older replayed write that
-//!   arrives later cannot resurrect the key.
+//! * `recovering`: after a restart, until every registered client replayed
+//!   or the grace period ends.
+//! * tombstones: deletes (client deletes and replayed ones) newer than the
+//!   floor the next boot will judge replays by, so an older replayed write
+//!   cannot resurrect the key, now or after another crash: snapshots write
+//!   them and the next boot loads them. Pruned when a snapshot raises the
+//!   floor above them; bounded by [`TOMBSTONES_MAX`].
+//! * `flushed_at`: the last immediate `flush_all`'s timestamp; no replayed
+//!   write older than it comes back. Persisted in the snapshot header.
+//! * the client registry: `hello <id>` registers a durable client (persisted
+//!   by the server before the reply), `goodbye <id>` removes it, and
+//!   `replay_done <id>` ends recovery early once every client registered at
+//!   boot has replayed.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
-use recall_store::{ApplyOutcome, UnixSecs};
+use recall_store::{ApplyOutcome, Delete, DeleteOutcome, UnixSecs};
+
+/// At most this many tombstones are kept between snapshots. Past it, a
+/// snapshot is requested and further deletes are not remembered (counted in
+/// `tombstones_dropped`) until a snapshot prunes the table.
+pub const TOMBSTONES_MAX: usize = 1 << 20;
 
 use crate::Engine;
 
@@ -33,29 +48,280 @@ pub struct Durability {
     pub snapshot_requested: AtomicBool,
     pub replayed: AtomicU64,
     pub replay_stale: AtomicU64,
+    /// Test-only failpoint (`RECALL_FAILPOINT=replay-after-N`): abort the
+    /// process right after the N-th replay command is applied. 0 = off.
+    pub abort_after_replays: AtomicU64,
+    replays_seen: AtomicU64,
+    /// The last immediate `flush_all`'s timestamp (0: none).
+    pub flushed_at: AtomicU64,
+    pub tombstones_dropped: AtomicU64,
     tombstones: Mutex<HashMap<Vec<u8>, u64>>,
+    clients: Mutex<Clients>,
+    recovery_end: Mutex<Option<RecoveryEnd>>,
 }
 
+/// Persists the client registry (the server installs one writing
+/// `<data-dir>/clients`). Called with the registry lock held, so saves are
+/// ordered like the changes they record.
+pub struct SaveClients(pub Box<SaveFn>);
+
+/// `save(ids)`: replace the persisted registry with `ids`.
+pub type SaveFn = dyn Fn(&BTreeSet<Vec<u8>>) -> std::io::Result<()> + Send + Sync;
+
+impl std::fmt::Debug for SaveClients {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SaveClients")
+    }
+}
+
+#[derive(Debug, Default)]
+struct Clients {
+    /// The registry as persisted.
+    registered: BTreeSet<Vec<u8>>,
+    /// The registry loaded at boot: the clients recovery waits for. `None`:
+    /// there was no registry, so only the grace period ends recovery.
+    awaited: Option<BTreeSet<Vec<u8>>>,
+    /// Awaited clients that said `replay_done` (or `goodbye`).
+    replayed: BTreeSet<Vec<u8>>,
+    save: Option<SaveClients>,
+}
+
+/// Why recovery ended, for the server's log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecoveryEnd {
+    /// Every client registered at boot replayed (`n` of them; 0 when the
+    /// registry was empty).
+    AllReplayed { n: usize },
+    /// The grace period expired; `missing` lists up to 10 of the
+    /// `n_missing` clients that had not said `replay_done`.
+    GraceExpired { n_missing: usize, missing: Vec<String> },
+}
+
+impl std::fmt::Display for RecoveryEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecoveryEnd::AllReplayed { n } => write!(f, "all {n} registered clients replayed"),
+            RecoveryEnd::GraceExpired { n_missing: 0, .. } => write!(f, "grace period expired"),
+            RecoveryEnd::GraceExpired { n_missing, missing } => {
+                write!(f, "grace period expired with {n_missing} clients missing: {}", missing.join(" "))?;
+                if *n_missing > missing.len() {
+                    write!(f, " ...")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Why the registry could not be changed.
+#[derive(Debug)]
+pub struct RegistryError(pub std::io::Error);
+
 impl Durability {
-    /// A client deleted `key` while replays may still arrive: remember it, so
-    /// a replayed older write from another client cannot bring it back. Any
-    /// timestamp of this instance is above every replayed one.
+    /// `key` was deleted at `ts` (by a client, a replay, or a tombstone
+    /// loaded from the snapshot): remember it, so a replayed older write
+    /// cannot bring it back.
     pub fn note_delete(&self, key: &[u8], ts: u64) {
-        if self.recovering.load(Ordering::Acquire) {
-            let mut t = self.tombstones.lock();
-            let e = t.entry(key.to_vec()).or_insert(0);
+        if !self.enabled.load(Ordering::Acquire) {
+            return;
+        }
+        let mut t = self.tombstones.lock();
+        if let Some(e) = t.get_mut(key) {
             *e = (*e).max(ts);
+        } else if t.len() < TOMBSTONES_MAX {
+            t.insert(key.to_vec(), ts);
+        } else {
+            self.tombstones_dropped.fetch_add(1, Ordering::Relaxed);
+            self.snapshot_requested.store(true, Ordering::Release);
         }
     }
 
-    /// Leave the recovering state and forget its tombstones.
-    pub fn end_recovery(&self) {
-        self.recovering.store(false, Ordering::Release);
-        self.tombstones.lock().clear();
+    /// `replay-after-N`: count this replay and abort after the N-th.
+    fn replay_failpoint(&self) {
+        let n = self.abort_after_replays.load(Ordering::Relaxed);
+        if n != 0 && self.replays_seen.fetch_add(1, Ordering::AcqRel) + 1 == n {
+            eprintln!("recalld: failpoint replay-after-{n}: aborting");
+            std::process::abort();
+        }
+    }
+
+    /// An immediate `flush_all` at `ts`: older tombstones are now redundant.
+    /// A snapshot is requested so the flush is durable soon.
+    pub fn note_flush(&self, ts: u64) {
+        if self.enabled.load(Ordering::Acquire) {
+            self.flushed_at.fetch_max(ts, Ordering::AcqRel);
+            self.tombstones.lock().retain(|_, t| *t > ts);
+            self.snapshot_requested.store(true, Ordering::Release);
+        }
+    }
+
+    pub fn tombstone_count(&self) -> usize {
+        self.tombstones.lock().len()
+    }
+
+    /// The tombstones a snapshot must carry.
+    pub fn tombstones(&self) -> Vec<(Vec<u8>, u64)> {
+        self.tombstones.lock().iter().map(|(k, t)| (k.clone(), *t)).collect()
+    }
+
+    /// A durable snapshot promises every write at or below `floor` to the
+    /// next boot: tombstones that old are no longer needed.
+    pub fn prune_tombstones(&self, floor: u64) {
+        self.tombstones.lock().retain(|_, t| *t > floor);
+    }
+
+    /// The floor a snapshot taken now may promise the next boot. Read it
+    /// *before* the snapshot's watermark: while clients are still replaying
+    /// writes of the previous instance, only the boot snapshot's floor holds
+    /// for them; once recovery is over, the watermark covers everything.
+    pub fn floor_for_snapshot(&self, watermark: u64, recovering: bool) -> u64 {
+        if recovering {
+            self.recovery_floor.load(Ordering::Acquire).min(watermark)
+        } else {
+            watermark
+        }
+    }
+
+    /// Leave the recovering state. Only the first caller's reason is kept
+    /// (for [`Durability::take_recovery_end`]). Tombstones stay until a
+    /// snapshot covers them.
+    pub fn end_recovery(&self, why: RecoveryEnd) {
+        if self.recovering.swap(false, Ordering::AcqRel) {
+            *self.recovery_end.lock() = Some(why);
+        }
+    }
+
+    /// The grace period is over: end recovery, naming who did not replay.
+    pub fn end_recovery_by_grace(&self) {
+        let why = {
+            let c = self.clients.lock();
+            let missing: Vec<&Vec<u8>> = match &c.awaited {
+                Some(a) => a.difference(&c.replayed).collect(),
+                None => Vec::new(),
+            };
+            RecoveryEnd::GraceExpired {
+                n_missing: missing.len(),
+                missing: missing.iter().take(10).map(|id| String::from_utf8_lossy(id).into_owned()).collect(),
+            }
+        };
+        self.end_recovery(why);
+    }
+
+    /// How recovery ended, once (the server logs it).
+    pub fn take_recovery_end(&self) -> Option<RecoveryEnd> {
+        self.recovery_end.lock().take()
+    }
+
+    /// Install the registry loaded at boot and the function that persists
+    /// it. Call after `recovering` is set: with a registry whose every
+    /// client is already accounted for (an empty one), recovery ends here.
+    pub fn install_clients(&self, loaded: Option<BTreeSet<Vec<u8>>>, save: SaveClients) {
+        let mut c = self.clients.lock();
+        c.registered = loaded.clone().unwrap_or_default();
+        c.awaited = loaded;
+        c.replayed.clear();
+        c.save = Some(save);
+        self.check_all_replayed(&c);
+    }
+
+    fn check_all_replayed(&self, c: &Clients) {
+        if let Some(a) = &c.awaited {
+            if self.recovering.load(Ordering::Acquire) && a.len() == c.replayed.len() {
+                self.end_recovery(RecoveryEnd::AllReplayed { n: a.len() });
+            }
+        }
+    }
+
+    fn save_clients(c: &mut Clients, next: BTreeSet<Vec<u8>>) -> Result<(), RegistryError> {
+        if let Some(save) = &c.save {
+            (save.0)(&next).map_err(RegistryError)?;
+        }
+        c.registered = next;
+        Ok(())
+    }
+
+    /// `hello <id>`: register the client, persisted before this returns
+    /// (only when the set changes). The save (an fsynced file replacement)
+    /// runs on the calling worker thread: `hello` comes once per client
+    /// start, so the simplicity is worth the short stall.
+    pub fn hello(&self, id: &[u8]) -> Result<(), RegistryError> {
+        let mut c = self.clients.lock();
+        if !self.enabled.load(Ordering::Acquire) || c.registered.contains(id) {
+            return Ok(());
+        }
+        let mut next = c.registered.clone();
+        next.insert(id.to_vec());
+        Self::save_clients(&mut c, next)
+    }
+
+    /// `goodbye <id>`: the client left with nothing to replay. It leaves the
+    /// registry, and counts as replayed if recovery was waiting for it.
+    pub fn goodbye(&self, id: &[u8]) -> Result<(), RegistryError> {
+        let mut c = self.clients.lock();
+        if !self.enabled.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        if c.registered.contains(id) {
+            let mut next = c.registered.clone();
+            next.remove(id);
+            Self::save_clients(&mut c, next)?;
+        }
+        self.mark_replayed(&mut c, id);
+        Ok(())
+    }
+
+    /// `replay_done <id>`: unknown ids and calls outside recovery are
+    /// accepted and change nothing.
+    pub fn replay_done(&self, id: &[u8]) {
+        let mut c = self.clients.lock();
+        self.mark_replayed(&mut c, id);
+    }
+
+    fn mark_replayed(&self, c: &mut Clients, id: &[u8]) {
+        if !self.recovering.load(Ordering::Acquire) {
+            return;
+        }
+        if c.awaited.as_ref().is_some_and(|a| a.contains(id)) {
+            c.replayed.insert(id.to_vec());
+            self.check_all_replayed(c);
+        }
+    }
+
+    /// (registered now, awaited at boot, awaited that replayed)
+    pub fn client_counts(&self) -> (usize, usize, usize) {
+        let c = self.clients.lock();
+        (c.registered.len(), c.awaited.as_ref().map_or(0, |a| a.len()), c.replayed.len())
     }
 }
 
 impl Engine {
+    /// A client-visible delete. With durability on it is stamped with its
+    /// own timestamp and remembered as a tombstone (unless it only
+    /// invalidates or clears the value, which keeps the item).
+    pub(crate) fn delete_key(&self, mut d: Delete<'_>, now: UnixSecs) -> DeleteOutcome {
+        let removes = !d.invalidate && !d.clear_value;
+        let durable = removes && self.durability.enabled.load(Ordering::Acquire);
+        d.stamp |= durable;
+        let r = self.store.delete(&d, now);
+        if durable {
+            match r {
+                DeleteOutcome::Stamped { ts } => self.durability.note_delete(d.key, ts),
+                DeleteOutcome::Deleted => self.durability.note_delete(d.key, self.store.current_cas()),
+                _ => {}
+            }
+        }
+        r
+    }
+
+    /// `flush_all`: an immediate one is remembered so that no older write
+    /// can be replayed back.
+    pub(crate) fn flush(&self, at: UnixSecs, now: UnixSecs) {
+        let ts = self.store.flush_all(at, now);
+        if ts != 0 {
+            self.durability.note_flush(ts);
+        }
+    }
+
     /// `DURABLE <instance> <watermark> <ok|recovering|off>`
     pub(crate) fn durable_line(&self, out: &mut Vec<u8>) {
         use std::io::Write as _;
@@ -90,25 +356,249 @@ impl Engine {
         tombstone: bool,
     ) -> ApplyOutcome {
         let d = &self.durability;
-        if ts <= d.recovery_floor.load(Ordering::Acquire) {
+        if ts <= d.recovery_floor.load(Ordering::Acquire) || ts <= d.flushed_at.load(Ordering::Acquire) {
             d.replay_stale.fetch_add(1, Ordering::Relaxed);
+            d.replay_failpoint();
             return ApplyOutcome::Stale;
         }
-        if d.recovering.load(Ordering::Acquire) {
-            let mut t = d.tombstones.lock();
-            if tombstone {
-                let e = t.entry(key.to_vec()).or_insert(0);
-                *e = (*e).max(ts);
-            } else if t.get(key).is_some_and(|&dts| dts >= ts) {
-                d.replay_stale.fetch_add(1, Ordering::Relaxed);
-                return ApplyOutcome::Stale;
-            }
+        if tombstone {
+            d.note_delete(key, ts);
+        } else if d.tombstones.lock().get(key).is_some_and(|&dts| dts >= ts) {
+            d.replay_stale.fetch_add(1, Ordering::Relaxed);
+            d.replay_failpoint();
+            return ApplyOutcome::Stale;
         }
         let r = self.store.apply(key, value, flags, exptime, ts, tombstone, self.now());
+        d.replay_failpoint();
         match r {
             ApplyOutcome::Applied => d.replayed.fetch_add(1, Ordering::Relaxed),
             _ => d.replay_stale.fetch_add(1, Ordering::Relaxed),
         };
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use recall_store::ManualClock;
+
+    use super::*;
+    use crate::{Out, ProtocolChoice, Session};
+
+    fn send(e: &Engine, s: &mut Session, req: &[u8]) -> String {
+        let mut out = Out::new();
+        let (used, _) = s.process(e, req, &mut out);
+        assert_eq!(used, req.len());
+        String::from_utf8(out.flatten()).unwrap()
+    }
+
+    fn set(ids: &[&str]) -> BTreeSet<Vec<u8>> {
+        ids.iter().map(|s| s.as_bytes().to_vec()).collect()
+    }
+
+    type Saved = Arc<Mutex<Vec<BTreeSet<Vec<u8>>>>>;
+
+    /// An engine in recovery whose registry saves into `saved`.
+    fn recovering(boot: Option<&[&str]>) -> (Engine, Saved) {
+        let e = crate::tests::engine(Arc::new(ManualClock::new(1_700_000_000)));
+        let d = &e.durability;
+        d.enabled.store(true, Ordering::Release);
+        d.instance.store(2, Ordering::Release);
+        d.recovering.store(true, Ordering::Release);
+        let saved = Arc::new(Mutex::new(Vec::new()));
+        let s2 = saved.clone();
+        d.install_clients(
+            boot.map(set),
+            SaveClients(Box::new(move |ids| {
+                s2.lock().push(ids.clone());
+                Ok(())
+            })),
+        );
+        (e, saved)
+    }
+
+    #[test]
+    fn recovery_ends_when_every_boot_client_replayed() {
+        let (e, saved) = recovering(Some(&["a", "b", "gone"]));
+        let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+        assert_eq!(send(&e, &mut s, b"hello a\r\n"), "DURABLE 2 0 recovering\r\n");
+        assert!(saved.lock().is_empty(), "a known client is not saved again");
+        assert_eq!(send(&e, &mut s, b"hello new\r\n"), "DURABLE 2 0 recovering\r\n");
+        assert_eq!(saved.lock().last(), Some(&set(&["a", "b", "gone", "new"])));
+        // Unknown and repeated ids change nothing.
+        assert_eq!(
+            send(&e, &mut s, b"replay_done new\r\nreplay_done nobody\r\nreplay_done a\r\nreplay_done a\r\n"),
+            "OK\r\nOK\r\nOK\r\nOK\r\n"
+        );
+        assert_eq!(e.durability.client_counts(), (4, 3, 1));
+        // A client leaving with an empty backup counts as replayed.
+        assert_eq!(send(&e, &mut s, b"goodbye gone\r\n"), "OK\r\n");
+        assert_eq!(saved.lock().last(), Some(&set(&["a", "b", "new"])));
+        assert!(e.durability.recovering.load(Ordering::Acquire));
+        assert_eq!(e.durability.take_recovery_end(), None);
+        assert_eq!(send(&e, &mut s, b"replay_done b\r\n"), "OK\r\n");
+        assert!(!e.durability.recovering.load(Ordering::Acquire));
+        assert_eq!(e.durability.take_recovery_end(), Some(RecoveryEnd::AllReplayed { n: 3 }));
+        // Later: grace expiry finds nothing to end; replay_done is just OK.
+        e.durability.end_recovery_by_grace();
+        assert_eq!(e.durability.take_recovery_end(), None);
+        assert_eq!(send(&e, &mut s, b"replay_done a\r\nhello a\r\n"), "OK\r\nDURABLE 2 0 ok\r\n");
+        let stats = send(&e, &mut s, b"stats\r\n");
+        for want in [
+            "STAT clients_registered 3\r\n",
+            "STAT recovery_clients_known 3\r\n",
+            "STAT recovery_clients_replayed 3\r\n",
+        ] {
+            assert!(stats.contains(want), "{want} missing from {stats}");
+        }
+    }
+
+    #[test]
+    fn grace_expiry_names_the_missing_and_empty_or_absent_registries() {
+        let (e, _) = recovering(Some(&["x", "y"]));
+        e.durability.replay_done(b"x");
+        e.durability.end_recovery_by_grace();
+        let why = e.durability.take_recovery_end().unwrap();
+        assert_eq!(why, RecoveryEnd::GraceExpired { n_missing: 1, missing: vec!["y".into()] });
+        assert_eq!(why.to_string(), "grace period expired with 1 clients missing: y");
+        // An empty registry: nobody to wait for.
+        let (e, _) = recovering(Some(&[]));
+        assert!(!e.durability.recovering.load(Ordering::Acquire));
+        assert_eq!(e.durability.take_recovery_end(), Some(RecoveryEnd::AllReplayed { n: 0 }));
+        // No registry at all: only the grace period ends recovery.
+        let (e, _) = recovering(None);
+        e.durability.replay_done(b"x");
+        assert!(e.durability.recovering.load(Ordering::Acquire));
+        let many: Vec<String> = (0..12).map(|i| format!("c{i:02}")).collect();
+        let (e, _) = recovering(Some(&many.iter().map(|s| s.as_str()).collect::<Vec<_>>()));
+        e.durability.end_recovery_by_grace();
+        let why = e.durability.take_recovery_end().unwrap();
+        assert!(why.to_string().ends_with("c09 ..."), "{why}");
+    }
+
+    #[test]
+    fn registry_commands_without_durability_and_save_failures() {
+        let e = crate::tests::engine(Arc::new(ManualClock::new(1_700_000_000)));
+        let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+        let off = send(&e, &mut s, b"durable\r\n");
+        assert_eq!(off, "DURABLE 0 0 off\r\n");
+        assert_eq!(send(&e, &mut s, b"hello a\r\n"), off);
+        assert_eq!(send(&e, &mut s, b"replay_done a\r\ngoodbye a\r\n"), "OK\r\nOK\r\n");
+        assert_eq!(send(&e, &mut s, b"hello a b\r\n"), "CLIENT_ERROR bad client id\r\n");
+        assert!(!send(&e, &mut s, b"stats\r\n").contains("clients_registered"));
+        // A registry that cannot be saved: the client is told, not registered.
+        let d = &e.durability;
+        d.enabled.store(true, Ordering::Release);
+        d.install_clients(None, SaveClients(Box::new(|_| Err(std::io::Error::other("disk full")))));
+        assert_eq!(send(&e, &mut s, b"hello a\r\n"), "SERVER_ERROR cannot save the client registry\r\n");
+        assert_eq!(d.client_counts().0, 0);
+    }
+}
+
+#[cfg(test)]
+mod tombstone_tests {
+    use std::sync::Arc;
+
+    use recall_store::ManualClock;
+
+    use super::*;
+    use crate::{Out, ProtocolChoice, Session};
+
+    fn durable_engine() -> Engine {
+        let e = crate::tests::engine(Arc::new(ManualClock::new(1_700_000_000)));
+        e.durability.enabled.store(true, Ordering::Release);
+        e
+    }
+
+    fn send(e: &Engine, s: &mut Session, req: &[u8]) -> String {
+        let mut out = Out::new();
+        s.process(e, req, &mut out);
+        String::from_utf8(out.flatten()).unwrap()
+    }
+
+    #[test]
+    fn deletes_are_remembered_outside_recovery_until_a_snapshot_covers_them() {
+        let e = durable_engine();
+        let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+        let set = send(&e, &mut s, b"ms k 1 c\r\nv\r\n");
+        let old: u64 = set.trim().strip_prefix("HD c").unwrap().parse().unwrap();
+        assert_eq!(send(&e, &mut s, b"delete k\r\n"), "DELETED\r\n");
+        let del = e.durability.tombstones();
+        assert_eq!(del.len(), 1);
+        assert!(del[0].1 > old, "the delete has its own, newer timestamp");
+        // Not recovering, and yet an older replayed write stays out.
+        assert_eq!(e.replay(b"k", b"v", 0, 0, old, false), ApplyOutcome::Stale);
+        assert_eq!(e.replay(b"k", b"new", 0, 0, del[0].1 + 1, false), ApplyOutcome::Applied);
+        // md removes (tombstone); md with I only invalidates (none).
+        send(&e, &mut s, b"ms j 1\r\nv\r\nmd j q\r\nms i 1\r\nv\r\nmd i I\r\n");
+        let keys: Vec<Vec<u8>> = e.durability.tombstones().into_iter().map(|(k, _)| k).collect();
+        assert!(keys.contains(&b"j".to_vec()) && !keys.contains(&b"i".to_vec()), "{keys:?}");
+        e.durability.prune_tombstones(e.store.current_cas());
+        assert!(e.durability.tombstones().is_empty());
+        assert!(send(&e, &mut s, b"stats\r\n").contains("STAT durable_tombstones 0\r\n"));
+    }
+
+    #[test]
+    fn flush_all_refuses_older_replays_and_requests_a_snapshot() {
+        let e = durable_engine();
+        let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+        send(&e, &mut s, b"set a 0 0 1\r\nx\r\ndelete a\r\n");
+        let before = e.store.current_cas();
+        assert_eq!(send(&e, &mut s, b"flush_all\r\n"), "OK\r\n");
+        let f = e.durability.flushed_at.load(Ordering::Acquire);
+        assert!(f > before);
+        assert!(e.durability.tombstones().is_empty(), "the flush covers older tombstones");
+        assert!(e.durability.snapshot_requested.load(Ordering::Acquire));
+        assert_eq!(e.replay(b"b", b"v", 0, 0, f - 1, false), ApplyOutcome::Stale);
+        assert_eq!(e.replay(b"b", b"v", 0, 0, f + 1, false), ApplyOutcome::Applied);
+        // A delayed flush is not recorded (it is not persisted either).
+        send(&e, &mut s, b"flush_all 100\r\n");
+        assert_eq!(e.durability.flushed_at.load(Ordering::Acquire), f);
+    }
+
+    #[test]
+    fn the_floor_promised_while_recovering_is_the_boot_floor() {
+        let e = durable_engine();
+        let d = &e.durability;
+        d.recovery_floor.store(10, Ordering::Release);
+        assert_eq!(d.floor_for_snapshot(500, true), 10);
+        assert_eq!(d.floor_for_snapshot(500, false), 500);
+    }
+
+    #[test]
+    fn the_table_is_bounded() {
+        let e = durable_engine();
+        let d = &e.durability;
+        for i in 0..TOMBSTONES_MAX + 3 {
+            d.note_delete(format!("k{i}").as_bytes(), 5);
+        }
+        assert_eq!(d.tombstone_count(), TOMBSTONES_MAX);
+        assert_eq!(d.tombstones_dropped.load(Ordering::Relaxed), 3);
+        assert!(d.snapshot_requested.load(Ordering::Acquire));
+    }
+
+    #[test]
+    fn timestamps_on_are_per_connection_and_exact() {
+        let e = crate::tests::engine(Arc::new(ManualClock::new(1_700_000_000)));
+        let mut a = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+        let mut b = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+        assert_eq!(send(&e, &mut a, b"timestamps on\r\n"), "OK\r\n");
+        let r = send(&e, &mut a, b"set k 0 0 1\r\n5\r\n");
+        let ts: u64 = r.trim().strip_prefix("STORED ").unwrap().parse().unwrap();
+        assert!(send(&e, &mut a, b"gets k\r\n").contains(&format!(" {ts}\r\n")), "STORED gives the CAS");
+        assert_eq!(send(&e, &mut b, b"incr k 1\r\n"), "6\r\n", "other connections stay plain");
+        let r = send(&e, &mut a, b"incr k 1\r\n");
+        assert_eq!(r, format!("7 {}\r\n", e.store.current_cas()));
+        let r = send(&e, &mut a, b"delete k\r\n");
+        assert_eq!(r, format!("DELETED {}\r\n", e.store.current_cas()));
+        // A value big enough to be streamed in.
+        let big = vec![b'x'; recall_store::BIG_THRESHOLD + 10];
+        let mut req = format!("set big 0 0 {}\r\n", big.len()).into_bytes();
+        req.extend_from_slice(&big);
+        req.extend_from_slice(b"\r\n");
+        let r = send(&e, &mut a, &req);
+        assert_eq!(r, format!("STORED {}\r\n", e.store.current_cas()));
     }
 }

@@ -69,7 +69,13 @@ impl Engine {
     }
 
     fn meta_hit(&self, key: &[u8], v: &ItemView<'_>, f: &MetaFlags<'_>, out: &mut Out, now: UnixSecs) {
-        if f.ret_value {
+        // recall extension `w<ts>`: the client wrote this key at `ts`, and
+        // what is stored is older: its write was lost (say, a crash before
+        // it replayed). Say so instead of serving the stale value.
+        let older = v.cas < f.written;
+        if older {
+            out.extend_from_slice(b"OL");
+        } else if f.ret_value {
             out.extend_from_slice(b"VA ");
             let mut b = itoa::Buffer::new();
             out.extend_from_slice(b.format(v.value.len()).as_bytes());
@@ -99,7 +105,7 @@ impl Engine {
             out.extend_from_slice(b" W");
         }
         out.extend_from_slice(b"\r\n");
-        if f.ret_value {
+        if f.ret_value && !older {
             out.value(v.value);
             out.extend_from_slice(b"\r\n");
         }
@@ -181,10 +187,7 @@ impl Engine {
             stamp: f.ret_cas && !f.invalidate && !f.remove_value,
         };
         let mut ts = 0;
-        let res = self.store.delete(&d, now);
-        if matches!(res, DeleteOutcome::Deleted | DeleteOutcome::Stamped { .. }) && !f.invalidate && !f.remove_value {
-            self.durability.note_delete(key, self.store.current_cas());
-        }
+        let res = self.delete_key(d, now);
         let code: &[u8] = match res {
             DeleteOutcome::Deleted | DeleteOutcome::Stamped { .. } if f.quiet => {
                 c.delete_hits.incr();

@@ -58,6 +58,8 @@ pub(crate) struct StreamIn {
     pub builder: BigBuilder,
     /// Past the size limit: keep reading to the end, then refuse.
     pub too_large: bool,
+    /// The connection's `timestamps on` at the time of the command.
+    pub timestamps: bool,
 }
 
 enum BodyState {
@@ -84,6 +86,8 @@ pub struct Session {
     stream: Option<StreamIn>,
     limits: Limits,
     counters: Arc<Counters>,
+    /// `timestamps on|off` (recall extension), per connection.
+    timestamps: bool,
 }
 
 impl Session {
@@ -95,6 +99,7 @@ impl Session {
             stream: None,
             limits: Limits { item_size_max: engine.config.item_size_max, stream_threshold: BIG_THRESHOLD },
             counters,
+            timestamps: false,
         }
     }
 
@@ -188,10 +193,14 @@ impl Session {
                         },
                         builder: BigBuilder::new(),
                         too_large: false,
+                        timestamps: self.timestamps,
                     });
                     return (n, Action::Continue);
                 }
-                (n, engine.text(&req, &self.counters, out))
+                if let Command::Timestamps { on } = req.cmd {
+                    self.timestamps = on;
+                }
+                (n, engine.text(&req, self.timestamps, &self.counters, out))
             }
             Ok(Decoded::Incomplete) => (0, Action::Continue),
             Err(e) => {

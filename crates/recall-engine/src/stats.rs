@@ -245,6 +245,21 @@ impl Engine {
         stat(out, "direct_reclaims", s.direct_reclaims);
         stat(out, "bytes", s.bytes);
         stat(out, "recall_cas_last", self.store.current_cas());
+        let d = &self.durability;
+        if d.enabled.load(Relaxed) {
+            let (registered, known, replayed) = d.client_counts();
+            stat(out, "durable_instance", d.instance.load(Relaxed));
+            stat(out, "durable_watermark", d.watermark.load(Relaxed));
+            stat(out, "recovering", u64::from(d.recovering.load(Relaxed)));
+            stat(out, "replay_applied", d.replayed.load(Relaxed));
+            stat(out, "replay_stale", d.replay_stale.load(Relaxed));
+            stat(out, "clients_registered", registered);
+            stat(out, "recovery_clients_known", known);
+            stat(out, "recovery_clients_replayed", replayed);
+            stat(out, "durable_tombstones", d.tombstone_count());
+            stat(out, "durable_tombstones_dropped", d.tombstones_dropped.load(Relaxed));
+            stat(out, "durable_flushed_at", d.flushed_at.load(Relaxed));
+        }
     }
 }
 

@@ -8,19 +8,21 @@ use crate::{Action, Counters, Engine, Out, MEMCACHED_COMPAT_VERSION};
 
 impl Engine {
     /// Execute one text or meta request, appending the reply to `out`.
-    pub fn text(&self, req: &Request<'_>, c: &Counters, out: &mut Out) -> Action {
+    /// `timestamps`: the connection asked for `timestamps on` (storage,
+    /// delete and incr/decr replies then carry the write's timestamp).
+    pub fn text(&self, req: &Request<'_>, timestamps: bool, c: &Counters, out: &mut Out) -> Action {
         let now = self.now();
         // Replies for noreply requests are written and then dropped, so
         // every command has exactly one code path.
         let mark = out.mark();
-        let action = self.text_inner(req, c, out, now);
+        let action = self.text_inner(req, timestamps, c, out, now);
         if req.noreply {
             out.reset_to(mark);
         }
         action
     }
 
-    fn text_inner(&self, req: &Request<'_>, c: &Counters, out: &mut Out, now: u32) -> Action {
+    fn text_inner(&self, req: &Request<'_>, timestamps: bool, c: &Counters, out: &mut Out, now: u32) -> Action {
         match &req.cmd {
             Command::Get { kind, exptime, keys: raw } => {
                 let touch =
@@ -65,19 +67,25 @@ impl Engine {
                 out.extend_from_slice(b"END\r\n");
             }
             Command::Store { cmd, key, flags, exptime, cas, data } => {
-                self.classic_store(*cmd, key, *flags, *exptime, *cas, data, None, c, out, now)
+                self.classic_store(*cmd, key, *flags, *exptime, *cas, data, None, timestamps, c, out, now)
             }
-            Command::Delete { key } => match self.store.delete(&Delete { key, ..Default::default() }, now) {
-                DeleteOutcome::Deleted | DeleteOutcome::Stamped { .. } => {
-                    self.durability.note_delete(key, self.store.current_cas());
-                    c.delete_hits.incr();
-                    out.extend_from_slice(b"DELETED\r\n")
+            Command::Delete { key } => {
+                match self.delete_key(Delete { key, stamp: timestamps, ..Default::default() }, now) {
+                    DeleteOutcome::Stamped { ts } if timestamps => {
+                        c.delete_hits.incr();
+                        out.extend_from_slice(b"DELETED ");
+                        reply::number(out, ts)
+                    }
+                    DeleteOutcome::Deleted | DeleteOutcome::Stamped { .. } => {
+                        c.delete_hits.incr();
+                        out.extend_from_slice(b"DELETED\r\n")
+                    }
+                    _ => {
+                        c.delete_misses.incr();
+                        out.extend_from_slice(b"NOT_FOUND\r\n")
+                    }
                 }
-                _ => {
-                    c.delete_misses.incr();
-                    out.extend_from_slice(b"NOT_FOUND\r\n")
-                }
-            },
+            }
             Command::Arith { incr, key, delta } => {
                 let a = Arith {
                     key,
@@ -91,9 +99,16 @@ impl Engine {
                 let (hits, misses) =
                     if *incr { (&c.incr_hits, &c.incr_misses) } else { (&c.decr_hits, &c.decr_misses) };
                 match self.store.arith(&a, now) {
-                    ArithOutcome::Done { value, .. } => {
+                    ArithOutcome::Done { value, cas, .. } => {
                         hits.incr();
-                        reply::number(out, value)
+                        if timestamps {
+                            let mut b = itoa::Buffer::new();
+                            out.extend_from_slice(b.format(value).as_bytes());
+                            out.push(b' ');
+                            reply::number(out, cas)
+                        } else {
+                            reply::number(out, value)
+                        }
                     }
                     ArithOutcome::NotFound => {
                         misses.incr();
@@ -121,7 +136,7 @@ impl Engine {
                 }
                 c.cmd_flush.incr();
                 let at = if *delay > 0 { self.resolve_exptime(*delay as i64, now) } else { now };
-                self.store.flush_all(at, now);
+                self.flush(at, now);
                 out.extend_from_slice(b"OK\r\n");
             }
             Command::Version => {
@@ -173,6 +188,20 @@ impl Engine {
                 self.replay_reply(self.replay(key, data, *flags, *exptime, *ts, false), out)
             }
             Command::ReplayDelete { key, ts } => self.replay_reply(self.replay(key, &[], 0, 0, *ts, true), out),
+            Command::Hello { id } => match self.durability.hello(id) {
+                Ok(()) => self.durable_line(out),
+                Err(_) => out.extend_from_slice(b"SERVER_ERROR cannot save the client registry\r\n"),
+            },
+            // The session keeps the switch (it is per connection).
+            Command::Timestamps { .. } => out.extend_from_slice(b"OK\r\n"),
+            Command::ReplayDone { id } => {
+                self.durability.replay_done(id);
+                out.extend_from_slice(b"OK\r\n");
+            }
+            Command::Goodbye { id } => match self.durability.goodbye(id) {
+                Ok(()) => out.extend_from_slice(b"OK\r\n"),
+                Err(_) => out.extend_from_slice(b"SERVER_ERROR cannot save the client registry\r\n"),
+            },
         }
         Action::Continue
     }
@@ -259,7 +288,19 @@ impl Engine {
         out: &mut Out,
     ) {
         let mark = out.mark();
-        self.store_streamed_inner(st.cmd, &st.key, st.flags, st.exptime, st.cas, st.builder, st.too_large, end, c, out);
+        self.store_streamed_inner(
+            st.cmd,
+            &st.key,
+            st.flags,
+            st.exptime,
+            st.cas,
+            st.builder,
+            st.too_large,
+            st.timestamps,
+            end,
+            c,
+            out,
+        );
         if st.noreply {
             out.reset_to(mark);
         }
@@ -275,6 +316,7 @@ impl Engine {
         cas: u64,
         builder: recall_store::BigBuilder,
         too_large: bool,
+        timestamps: bool,
         end: crate::session::StreamEnd,
         c: &Counters,
         out: &mut Out,
@@ -296,10 +338,10 @@ impl Engine {
         if built.len() <= recall_store::BIG_THRESHOLD {
             // Small streamed values are stored inline, like any other.
             let small = built.to_vec();
-            self.classic_store(cmd, key, flags, exptime, cas, &small, None, c, out, now);
+            self.classic_store(cmd, key, flags, exptime, cas, &small, None, timestamps, c, out, now);
         } else {
             let big = std::sync::Arc::new(built);
-            self.classic_store(cmd, key, flags, exptime, cas, &[], Some(&big), c, out, now);
+            self.classic_store(cmd, key, flags, exptime, cas, &[], Some(&big), timestamps, c, out, now);
         }
     }
 }
@@ -318,6 +360,7 @@ impl Engine {
         cas: u64,
         data: &[u8],
         big: Option<&std::sync::Arc<recall_store::BigValue>>,
+        timestamps: bool,
         c: &Counters,
         out: &mut Out,
         now: u32,
@@ -345,6 +388,11 @@ impl Engine {
                 WriteOutcome::NotFound => c.cas_misses.incr(),
                 _ => {}
             }
+        }
+        if let (WriteOutcome::Stored { cas }, true) = (res, timestamps) {
+            out.extend_from_slice(b"STORED ");
+            reply::number(out, cas);
+            return;
         }
         out.extend_from_slice(match res {
             WriteOutcome::Stored { .. } => b"STORED\r\n",

@@ -25,23 +25,31 @@ pub fn write_atomically<F>(path: &Path, fail: FailAt, write: F) -> io::Result<()
 where
     F: FnOnce(&mut dyn Write) -> io::Result<()>,
 {
+    write_atomically_at(
+        path,
+        |step| if step == fail { Err(io::Error::other(format!("failpoint: {step:?}"))) } else { Ok(()) },
+        write,
+    )
+}
+
+/// [`write_atomically`], calling `at(step)` before each step (`BeforeFsync`,
+/// `BeforeRename`, `BeforeDirFsync`); an error from it stops the write there.
+/// The server uses it to place crash failpoints on the snapshot path only.
+pub fn write_atomically_at<F>(path: &Path, mut at: impl FnMut(FailAt) -> io::Result<()>, write: F) -> io::Result<()>
+where
+    F: FnOnce(&mut dyn Write) -> io::Result<()>,
+{
     let tmp = path.with_extension("tmp");
     let file = File::create(&tmp)?;
     let mut w = BufWriter::with_capacity(1 << 20, file);
     write(&mut w)?;
     let file = w.into_inner().map_err(|e| e.into_error())?;
-    if fail == FailAt::BeforeFsync {
-        return Err(io::Error::other("failpoint: before fsync"));
-    }
+    at(FailAt::BeforeFsync)?;
     file.sync_all()?;
     drop(file);
-    if fail == FailAt::BeforeRename {
-        return Err(io::Error::other("failpoint: before rename"));
-    }
+    at(FailAt::BeforeRename)?;
     fs::rename(&tmp, path)?;
-    if fail == FailAt::BeforeDirFsync {
-        return Err(io::Error::other("failpoint: before directory fsync"));
-    }
+    at(FailAt::BeforeDirFsync)?;
     sync_dir(path.parent().unwrap_or(Path::new(".")))
 }
 

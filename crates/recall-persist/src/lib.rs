@@ -9,6 +9,7 @@
 //!   directory. A snapshot is announced only after all four steps.
 //! * [`epoch`]: a boot counter persisted before the server serves, so write
 //!   timestamps (CAS values) never go backwards across crashes.
+//! * [`clients`]: the registry of durable clients, replaced atomically.
 //! * [`wal`]: the server-side write-ahead log that seed 000 compares against
 //!   (`--durability wal`): every write appended and fsynced, group-committed,
 //!   before its reply.
@@ -16,7 +17,9 @@
 //! The crate knows nothing of sockets or of the store's internals: it reads
 //! and writes [`Record`]s.
 
+pub mod clients;
 pub mod epoch;
+pub mod failpoint;
 pub mod fsutil;
 pub mod snapshot;
 pub mod wal;

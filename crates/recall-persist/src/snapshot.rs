@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! header   "RECALLSN" | version u32 | reserved u32 | instance u64 | watermark u64 | created u64
+//!          | replay_floor u64 | flushed_at u64                        (v2 only)
 //! records  0x01 item:      klen u8 | flags u32 | exptime u32 | ts u64 | vlen u32 | key | value
 //!          0x02 tombstone: klen u8 | ts u64 | key
 //! trailer  0xFF | count u64 | crc32c u32 over every byte before it
@@ -12,6 +13,14 @@
 //! superseded by a later write that is. Readers verify the whole file
 //! ([`check`]) before anything is loaded, so a damaged snapshot is refused
 //! as a whole rather than half-applied.
+//!
+//! v2 adds what the next boot needs to judge replays: `replay_floor`, the
+//! highest timestamp below which *every* write (of any instance) is
+//! reflected (the watermark, except for a snapshot taken while clients were
+//! still replaying, which keeps the boot snapshot's floor), and `flushed_at`,
+//! the timestamp of the last `flush_all` (0: none), below which no write may
+//! come back. Tombstones record deletes newer than the floor. A v1 file
+//! reads as `replay_floor = watermark`, `flushed_at = 0`.
 
 use std::io::{self, Read, Write};
 
@@ -21,12 +30,13 @@ pub const MAGIC: &[u8; 8] = b"RECALLSN";
 
 /// Format version. Bump it whenever the byte layout above changes, and keep
 /// a reader for the previous version until no supported release writes it.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 const TAG_ITEM: u8 = 1;
 const TAG_TOMBSTONE: u8 = 2;
 const TAG_END: u8 = 0xFF;
-pub const HEADER_LEN: usize = 40;
+pub const HEADER_LEN: usize = 56;
+const HEADER_LEN_V1: usize = 40;
 
 /// What the header says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +44,10 @@ pub struct Header {
     pub instance: u64,
     pub watermark: u64,
     pub created: u64,
+    /// Replays at or below it are stale at the next boot.
+    pub replay_floor: u64,
+    /// The last immediate `flush_all`'s timestamp; 0 = none.
+    pub flushed_at: u64,
 }
 
 /// Streams records into any sink, computing the checksum as it goes.
@@ -52,6 +66,8 @@ impl<W: Write> Writer<W> {
         head.extend_from_slice(&h.instance.to_le_bytes());
         head.extend_from_slice(&h.watermark.to_le_bytes());
         head.extend_from_slice(&h.created.to_le_bytes());
+        head.extend_from_slice(&h.replay_floor.to_le_bytes());
+        head.extend_from_slice(&h.flushed_at.to_le_bytes());
         w.write_all(&head)?;
         Ok(Writer { w, crc: crc32c::crc32c(&head), count: 0 })
     }
@@ -160,6 +176,8 @@ impl<R: Read> Src<R> {
 /// Summary from [`check`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Summary {
+    /// The file's format version.
+    pub version: u32,
     pub header: Header,
     pub items: u64,
     pub tombstones: u64,
@@ -172,17 +190,21 @@ pub struct Summary {
 pub fn read<R: Read>(r: R, mut f: impl FnMut(Record)) -> Result<Summary, Error> {
     let mut s = Src { r, crc: 0, offset: 0 };
     let mut head = [0u8; HEADER_LEN];
-    s.take(&mut head, "truncated header")?;
+    s.take(&mut head[..HEADER_LEN_V1], "truncated header")?;
     if &head[..8] != MAGIC {
         return Err(Error::BadMagic);
     }
     let version = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
-    if version != VERSION {
-        return Err(Error::UnsupportedVersion(version));
+    match version {
+        1 => {}
+        2 => s.take(&mut head[HEADER_LEN_V1..], "truncated header")?,
+        _ => return Err(Error::UnsupportedVersion(version)),
     }
     let u64_at = |i: usize| u64::from_le_bytes(head[i..i + 8].try_into().expect("8 bytes"));
-    let header = Header { instance: u64_at(16), watermark: u64_at(24), created: u64_at(32) };
-    let mut sum = Summary { header, items: 0, tombstones: 0, bytes: 0, max_ts: 0 };
+    let watermark = u64_at(24);
+    let (replay_floor, flushed_at) = if version == 1 { (watermark, 0) } else { (u64_at(40), u64_at(48)) };
+    let header = Header { instance: u64_at(16), watermark, created: u64_at(32), replay_floor, flushed_at };
+    let mut sum = Summary { version, header, items: 0, tombstones: 0, bytes: 0, max_ts: 0 };
     loop {
         let mut tag = [0u8; 1];
         s.take(&mut tag, "missing trailer")?;
@@ -264,7 +286,9 @@ mod tests {
     use super::*;
 
     fn sample() -> Vec<u8> {
-        let mut w = Writer::new(Vec::new(), Header { instance: 3, watermark: 99, created: 1 }).unwrap();
+        let mut w =
+            Writer::new(Vec::new(), Header { instance: 3, watermark: 99, created: 1, replay_floor: 50, flushed_at: 7 })
+                .unwrap();
         w.record(b"a", b"hello", 7, 0, 10, false).unwrap();
         w.record(b"b", b"", 0, 123, 11, false).unwrap();
         w.record(b"gone", b"", 0, 0, 12, true).unwrap();
@@ -276,7 +300,7 @@ mod tests {
         let bytes = sample();
         let mut recs = Vec::new();
         let sum = read(&bytes[..], |r| recs.push(r)).unwrap();
-        assert_eq!(sum.header, Header { instance: 3, watermark: 99, created: 1 });
+        assert_eq!(sum.header, Header { instance: 3, watermark: 99, created: 1, replay_floor: 50, flushed_at: 7 });
         assert_eq!((sum.items, sum.tombstones, sum.max_ts), (2, 1, 12));
         assert_eq!(
             recs[0],
@@ -305,9 +329,13 @@ mod tests {
 
     #[test]
     fn parts_equal_whole() {
-        let mut a = Writer::new(Vec::new(), Header { instance: 1, watermark: 1, created: 1 }).unwrap();
+        let mut a =
+            Writer::new(Vec::new(), Header { instance: 1, watermark: 1, created: 1, replay_floor: 1, flushed_at: 0 })
+                .unwrap();
         a.record(b"k", b"hello world", 1, 2, 3, false).unwrap();
-        let mut b = Writer::new(Vec::new(), Header { instance: 1, watermark: 1, created: 1 }).unwrap();
+        let mut b =
+            Writer::new(Vec::new(), Header { instance: 1, watermark: 1, created: 1, replay_floor: 1, flushed_at: 0 })
+                .unwrap();
         b.record_parts(b"k", [&b"hello"[..], b" ", b"world"].into_iter(), 1, 2, 3).unwrap();
         assert_eq!(a.finish().unwrap().0, b.finish().unwrap().0);
     }
@@ -315,10 +343,28 @@ mod tests {
     #[test]
     fn version_and_magic() {
         let mut b = sample();
-        b[8] = 2;
-        assert!(matches!(check(&b[..]), Err(Error::UnsupportedVersion(2))));
+        b[8] = 3;
+        assert!(matches!(check(&b[..]), Err(Error::UnsupportedVersion(3))));
         b[0] = b'X';
         assert!(matches!(check(&b[..]), Err(Error::BadMagic)));
+    }
+
+    /// A v1 file (40-byte header, written by earlier releases) still loads,
+    /// with the floor at its watermark and no flush.
+    #[test]
+    fn reads_version_1() {
+        let v2 = sample();
+        let mut v1 = v2[..HEADER_LEN_V1].to_vec();
+        v1[8] = 1;
+        v1.extend_from_slice(&v2[HEADER_LEN..v2.len() - 4]);
+        let crc = crc32c::crc32c(&v1);
+        v1.extend_from_slice(&crc.to_le_bytes());
+        let mut recs = Vec::new();
+        let sum = read(&v1[..], |r| recs.push(r)).unwrap();
+        assert_eq!(sum.version, 1);
+        assert_eq!(sum.header, Header { instance: 3, watermark: 99, created: 1, replay_floor: 99, flushed_at: 0 });
+        assert_eq!((sum.items, sum.tombstones, recs.len()), (2, 1, 3));
+        assert_eq!(read(&v2[..], |_| {}).unwrap().version, 2);
     }
 
     proptest! {
@@ -334,7 +380,7 @@ mod tests {
         #[test]
         fn arbitrary_records_round_trip(recs in proptest::collection::vec(
             (proptest::collection::vec(any::<u8>(), 1..250), proptest::collection::vec(any::<u8>(), 0..300), any::<u32>(), any::<u32>(), any::<u64>(), any::<bool>()), 0..20)) {
-            let mut w = Writer::new(Vec::new(), Header { instance: 1, watermark: 2, created: 3 }).unwrap();
+            let mut w = Writer::new(Vec::new(), Header { instance: 1, watermark: 2, created: 3, replay_floor: 2, flushed_at: 0 }).unwrap();
             for (k, v, f, e, ts, t) in &recs {
                 w.record(k, if *t { &[] } else { v }, *f, *e, *ts, *t).unwrap();
             }

@@ -11,6 +11,8 @@
 //! klen u8 | flags u32 | exptime u32 | ts u64 | vlen u32 | key | value`.
 //! Replay stops at the first short or corrupt record: a torn tail is what a
 //! crash leaves, and nothing after it was acknowledged.
+//! A tombstone with an empty key (tag 2, klen 0) is an immediate
+//! `flush_all` at its `ts`: replay drops everything before it.
 //!
 //! Segments: `wal-<n>.log`. A snapshot first rotates to a new segment and
 //! then reads its watermark, so every record in older segments is covered by
@@ -243,7 +245,10 @@ impl Wal {
                 (p.last_lsn, p.rotate_to, p.shutdown)
             };
             if !out.is_empty() {
-                let res = file.write_all(&out).and_then(|()| file.sync_data());
+                let res = file.write_all(&out).and_then(|()| {
+                    crate::failpoint::hit(crate::failpoint::Crash::WalBeforeFsync);
+                    file.sync_data()
+                });
                 if let Err(e) = res {
                     // Never acknowledge what isn't durable: record the error;
                     // waiters see it and the server reports the write failed.

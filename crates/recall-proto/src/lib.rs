@@ -132,4 +132,5 @@ pub mod msg {
     pub const BAD_DELTA_VALUE: &str = "CLIENT_ERROR invalid numeric delta value";
     pub const OPAQUE_TOO_LONG: &str = "CLIENT_ERROR opaque token too long";
     pub const KEY_B64: &str = "CLIENT_ERROR error decoding key";
+    pub const BAD_CLIENT_ID: &str = "CLIENT_ERROR bad client id";
 }

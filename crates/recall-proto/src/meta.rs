@@ -48,6 +48,11 @@ pub struct MetaFlags<'a> {
     pub initial: Option<u64>,
     /// `D`: delta for ma.
     pub delta: Option<u64>,
+    /// recall extension, `w<ts>` on mg: the timestamp of the client's own
+    /// last write of this key. A stored item older than it is answered
+    /// `OL` (a lost update) instead of with its value. 0 = not sent (`w0`
+    /// can never detect anything: no timestamp is below 0).
+    pub written: u64,
 }
 
 /// The longest opaque token memcached accepts.
@@ -133,6 +138,10 @@ impl<'a> MetaFlags<'a> {
                     Some(v) => f.delta = Some(v),
                     None => bad(msg::BAD_DELTA_VALUE),
                 },
+                b'w' => match parse_u64(arg) {
+                    Some(v) => f.written = v,
+                    None => bad(msg::BAD_TOKEN),
+                },
                 _ => return Err(msg::INVALID_FLAG),
             }
         }
@@ -170,5 +179,28 @@ mod tests {
         assert_eq!(MetaFlags::parse(b"Jx"), Err(msg::BAD_INITIAL));
         assert_eq!(MetaFlags::parse(b"Dx"), Err(msg::BAD_DELTA_VALUE));
         assert!(MetaFlags::parse(b"v  c").is_ok(), "runs of spaces are one separator");
+        assert_eq!(MetaFlags::parse(b"w"), Err(msg::BAD_TOKEN));
+        assert_eq!(MetaFlags::parse(b"wx1"), Err(msg::BAD_TOKEN));
+        assert_eq!(MetaFlags::parse(b"w-1"), Err(msg::BAD_TOKEN));
+        assert_eq!(MetaFlags::parse(b"w1 w2"), Err(msg::DUP_FLAG));
+    }
+
+    #[test]
+    fn written_timestamp() {
+        let f = MetaFlags::parse(b"v w18446744073709551615 c").unwrap();
+        assert_eq!(f.written, u64::MAX);
+        assert!(f.ret_value && f.ret_cas);
+        assert_eq!(MetaFlags::parse(b"v").unwrap().written, 0);
+    }
+
+    proptest::proptest! {
+        /// Any u64 after `w` comes back as is, wherever the flag sits.
+        #[test]
+        fn written_round_trips(ts in proptest::prelude::any::<u64>(), before in proptest::prelude::any::<bool>()) {
+            let raw = if before { format!("w{ts} v") } else { format!("v k w{ts}") };
+            let f = MetaFlags::parse(raw.as_bytes()).unwrap();
+            proptest::prop_assert_eq!(f.written, ts);
+            proptest::prop_assert!(f.ret_value);
+        }
     }
 }

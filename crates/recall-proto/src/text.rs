@@ -14,6 +14,11 @@ use crate::num::{parse_exptime, parse_i32, parse_u32, parse_u64};
 use crate::{msg, ErrorKind, Limits, ProtoError, GET_LINE_MAX, KEY_MAX, LINE_MAX};
 
 /// Result of a decode attempt.
+///
+/// The request variant is large (meta flags are ~150 bytes) but lives on
+/// the stack for one request at a time; boxing it would allocate per
+/// request.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, PartialEq, Eq)]
 pub enum Decoded<'a> {
     Request(Request<'a>, usize),
@@ -169,6 +174,32 @@ pub enum Command<'a> {
         key: &'a [u8],
         ts: u64,
     },
+    /// recall extension: `hello <client-id>` registers a durable client and
+    /// answers like `durable`.
+    Hello {
+        id: &'a [u8],
+    },
+    /// recall extension: `replay_done <client-id>`: that client has replayed
+    /// everything it held.
+    ReplayDone {
+        id: &'a [u8],
+    },
+    /// recall extension: `goodbye <client-id>`: the client shut down with an
+    /// empty backup and leaves the registry.
+    Goodbye {
+        id: &'a [u8],
+    },
+    /// recall extension: `timestamps on|off`: on this connection, storage,
+    /// delete and incr/decr replies carry the write's timestamp.
+    Timestamps {
+        on: bool,
+    },
+}
+
+/// A durable client's id: 1..=250 bytes, no spaces or control characters
+/// (the key rule).
+pub fn client_id_ok(id: &[u8]) -> bool {
+    !id.is_empty() && id.len() <= KEY_MAX && id.iter().all(|&b| b > b' ' && b != 0x7f)
 }
 
 /// Iterate the keys of a get line (tokens separated by runs of spaces).
@@ -410,6 +441,22 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
                 _ => err(ErrorKind::Client(msg::BAD_FORMAT)),
             }
         }
+        b"hello" | b"replay_done" | b"goodbye" => {
+            if ntok != 2 || !client_id_ok(t.toks[1]) {
+                return err(ErrorKind::Client(msg::BAD_CLIENT_ID));
+            }
+            let id = t.toks[1];
+            req(match cmd {
+                b"hello" => Command::Hello { id },
+                b"replay_done" => Command::ReplayDone { id },
+                _ => Command::Goodbye { id },
+            })
+        }
+        b"timestamps" => match (ntok, t.toks[1]) {
+            (2, b"on") => req(Command::Timestamps { on: true }),
+            (2, b"off") => req(Command::Timestamps { on: false }),
+            _ => err(ErrorKind::Client(msg::BAD_FORMAT)),
+        },
         b"mg" | b"md" | b"ma" | b"me" => decode_meta(line, &t, ntok, consumed),
         b"ms" => decode_meta_set(buf, line, &t, ntok, consumed, limits),
         _ => err(ErrorKind::UnknownCommand),

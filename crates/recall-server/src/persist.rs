@@ -6,8 +6,12 @@
 //!    so timestamps never go backwards across crashes;
 //! 3. verify the snapshot end to end, then load it (a damaged snapshot
 //!    stops the start with a clear error instead of loading half of it);
-//! 4. enter the recovering state for the grace period, during which
-//!    clients replay their backed-up writes (`replay`, `replay_delete`).
+//! 4. enter the recovering state, during which clients replay their
+//!    backed-up writes (`replay`, `replay_delete`). It ends when every
+//!    client in the registry (`<data-dir>/clients`, see
+//!    `recall_persist::clients`) has said `replay_done`, or when the grace
+//!    period expires, whichever comes first. Without a registry file (no
+//!    client ever said `hello`) only the grace period ends it.
 //!
 //! Then a thread takes snapshots: every `snapshot_interval` seconds if
 //! anything was written, after `snapshot_after_writes` writes, when a client
@@ -25,11 +29,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use recall_engine::durability::SaveClients;
 use recall_engine::Engine;
-use recall_persist::fsutil::{write_atomically, FailAt};
+use recall_persist::failpoint::{self, Crash};
+use recall_persist::fsutil::{write_atomically_at, FailAt};
 use recall_persist::snapshot::{self, Header};
 use recall_persist::wal::{self, Wal};
-use recall_persist::{epoch, Record};
+use recall_persist::{clients, epoch, Record};
 use recall_store::{Mutation, MutationSink, Value};
 
 thread_local! {
@@ -71,6 +77,8 @@ pub struct PersistConfig {
     pub interval: Duration,
     pub after_writes: u64,
     pub recovery_grace: Duration,
+    /// `RECALL_FAILPOINT` (test-only; see `recall_persist::failpoint`).
+    pub failpoint: Option<Crash>,
 }
 
 pub struct Persist {
@@ -87,6 +95,9 @@ pub struct Loaded {
     pub epoch: u64,
     pub items: u64,
     pub watermark: u64,
+    /// Replays at or below it are stale (see the snapshot format).
+    pub replay_floor: u64,
+    pub flushed_at: u64,
 }
 
 fn lock_dir(dir: &Path) -> io::Result<File> {
@@ -111,7 +122,10 @@ impl Persist {
         let ep = epoch::bump(&cfg.dir)?;
         engine.store.raise_cas_floor(epoch::base(ep));
         let path = cfg.dir.join(SNAPSHOT_FILE);
-        let mut loaded = Loaded { epoch: ep, items: 0, watermark: 0 };
+        let mut loaded = Loaded { epoch: ep, items: 0, watermark: 0, replay_floor: 0, flushed_at: 0 };
+        // Deletes to remember once durability is on (snapshot tombstones and
+        // logged deletes above the floor).
+        let mut tombstones = Vec::new();
         if path.exists() {
             let bad = |e: recall_persist::Error| {
                 io::Error::new(
@@ -119,10 +133,16 @@ impl Persist {
                     format!("{}: {e}; move it aside to start empty", path.display()),
                 )
             };
-            snapshot::check(io::BufReader::new(File::open(&path)?)).map_err(bad)?;
             let now = engine.now();
+            let head = snapshot::check(io::BufReader::new(File::open(&path)?)).map_err(bad)?.header;
             let sum = snapshot::read(io::BufReader::new(File::open(&path)?), |r: Record| {
-                if r.tombstone || (r.exptime != 0 && r.exptime <= now) {
+                if r.tombstone {
+                    // After the items: removes a copy taken before the delete.
+                    engine.store.apply(&r.key, &[], 0, 0, r.ts, true, now);
+                    tombstones.push((r.key, r.ts));
+                    return;
+                }
+                if (r.exptime != 0 && r.exptime <= now) || r.ts <= head.flushed_at {
                     return;
                 }
                 engine.store.apply(&r.key, &r.value, r.flags, r.exptime, r.ts, false, now);
@@ -130,14 +150,27 @@ impl Persist {
             .map_err(bad)?;
             loaded.items = sum.items;
             loaded.watermark = sum.header.watermark;
+            loaded.replay_floor = sum.header.replay_floor;
+            loaded.flushed_at = sum.header.flushed_at;
         }
         let wal = if cfg.wal {
             // Everything logged after the snapshot's watermark, in order.
             let now = engine.now();
             let w = loaded.watermark;
             let n = wal::replay(&cfg.dir, |r: Record| {
-                if r.ts > w {
-                    engine.store.apply(&r.key, &r.value, r.flags, r.exptime, r.ts, r.tombstone, now);
+                if r.ts <= w {
+                    return;
+                }
+                if r.key.is_empty() {
+                    // A logged flush_all: everything before it is gone.
+                    engine.store.flush_all(now, now);
+                    loaded.flushed_at = loaded.flushed_at.max(r.ts);
+                    tombstones.retain(|(_, ts)| *ts > r.ts);
+                    return;
+                }
+                engine.store.apply(&r.key, &r.value, r.flags, r.exptime, r.ts, r.tombstone, now);
+                if r.tombstone {
+                    tombstones.push((r.key, r.ts));
                 }
             })?;
             tracing::info!(records = n, "write-ahead log replayed");
@@ -150,10 +183,22 @@ impl Persist {
         let d = &engine.durability;
         d.instance.store(ep, Ordering::Release);
         d.watermark.store(loaded.watermark, Ordering::Release);
-        d.recovery_floor.store(loaded.watermark, Ordering::Release);
+        d.recovery_floor.store(loaded.replay_floor, Ordering::Release);
+        d.flushed_at.store(loaded.flushed_at, Ordering::Release);
         d.enabled.store(true, Ordering::Release);
+        for (key, ts) in tombstones {
+            if ts > loaded.replay_floor && ts > loaded.flushed_at {
+                d.note_delete(&key, ts);
+            }
+        }
         // A previous instance existed: its clients may hold writes to replay.
         d.recovering.store(ep > 1, Ordering::Release);
+        let registry = clients::load(&cfg.dir)?;
+        let dir = cfg.dir.clone();
+        d.install_clients(registry, SaveClients(Box::new(move |ids| clients::save(&dir, ids, FailAt::None))));
+        if let Some(Crash::ReplayAfter(n)) = cfg.failpoint {
+            d.abort_after_replays.store(n, Ordering::Release);
+        }
         Ok((Arc::new(Persist { cfg, engine, wal, _lock: lock }), loaded))
     }
 
@@ -165,6 +210,9 @@ impl Persist {
     /// Take a snapshot now; returns its watermark.
     pub fn snapshot_now(&self, fail: FailAt) -> io::Result<u64> {
         let store = &self.engine.store;
+        let d = &self.engine.durability;
+        // Before the watermark: see `floor_for_snapshot`.
+        let recovering = d.recovering.load(Ordering::Acquire);
         // Rotate first: every record in the older segments was appended
         // before the watermark below is read, so the snapshot covers them.
         let covered_segments = match &self.wal {
@@ -172,17 +220,31 @@ impl Persist {
             None => Vec::new(),
         };
         let watermark = store.current_cas();
+        let replay_floor = d.floor_for_snapshot(watermark, recovering);
         let header = Header {
-            instance: self.engine.durability.instance.load(Ordering::Acquire),
+            instance: d.instance.load(Ordering::Acquire),
             watermark,
             created: self.engine.now() as u64,
+            replay_floor,
+            // A flush during the copy is skipped below, and its own
+            // snapshot (requested by the flush) records it.
+            flushed_at: d.flushed_at.load(Ordering::Acquire),
         };
         let now = self.engine.now();
-        write_atomically(&self.cfg.dir.join(SNAPSHOT_FILE), fail, |w| {
+        let at = |step: FailAt| {
+            if step == FailAt::BeforeFsync {
+                failpoint::hit(Crash::SnapshotBeforeFsync);
+            }
+            if step == fail {
+                return Err(io::Error::other(format!("failpoint: {step:?}")));
+            }
+            Ok(())
+        };
+        write_atomically_at(&self.cfg.dir.join(SNAPSHOT_FILE), at, |w| {
             let mut sw = snapshot::Writer::new(w, header)?;
             let mut err = None;
             store.for_each(now, |v| {
-                if err.is_none() {
+                if err.is_none() && v.cas > d.flushed_at.load(Ordering::Relaxed) {
                     let r = match v.value {
                         Value::Inline(b) => sw.record(v.key, b, v.flags, v.exptime, v.cas, false),
                         Value::Big(big) => {
@@ -197,11 +259,20 @@ impl Persist {
             if let Some(e) = err {
                 return Err(e);
             }
+            // Deletes the next boot still needs, after the items, so
+            // loading them removes any copy taken before the delete.
+            for (key, ts) in d.tombstones() {
+                if ts > replay_floor {
+                    sw.record(&key, &[], 0, 0, ts, true)?;
+                }
+            }
             sw.finish()?;
             Ok(())
         })?;
+        failpoint::hit(Crash::SnapshotAfterRename);
         // Durable: announce, then retire the log segments it covers.
-        self.engine.durability.watermark.fetch_max(watermark, Ordering::AcqRel);
+        d.watermark.fetch_max(watermark, Ordering::AcqRel);
+        d.prune_tombstones(replay_floor);
         for seg in covered_segments {
             let _ = std::fs::remove_file(seg);
         }
@@ -220,8 +291,10 @@ impl Persist {
         loop {
             std::thread::sleep(Duration::from_millis(20));
             if d.recovering.load(Ordering::Acquire) && started.elapsed() >= self.cfg.recovery_grace {
-                d.end_recovery();
-                tracing::info!("recovery grace period over");
+                d.end_recovery_by_grace();
+            }
+            if let Some(why) = d.take_recovery_end() {
+                tracing::info!("recovery over: {why}");
             }
             let written = self.engine.store.current_cas().saturating_sub(last_cas);
             let requested = d.snapshot_requested.swap(false, Ordering::AcqRel);
@@ -245,11 +318,13 @@ pub fn check_file(path: &Path) -> Result<String, String> {
     let f = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let s = snapshot::check(io::BufReader::new(f)).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(format!(
-        "{}: ok: format v{}, instance {}, watermark {}, {} items ({} bytes of keys and values), {} tombstones, newest timestamp {}",
+        "{}: ok: format v{}, instance {}, watermark {}, replay floor {}, flushed at {}, {} items ({} bytes of keys and values), {} tombstones, newest timestamp {}",
         path.display(),
-        snapshot::VERSION,
+        s.version,
         s.header.instance,
         s.header.watermark,
+        s.header.replay_floor,
+        s.header.flushed_at,
         s.items,
         s.bytes,
         s.tombstones,

@@ -80,6 +80,20 @@ fn bind(cfg: &Config) -> std::io::Result<StdListener> {
 }
 
 /// Run the server until SIGINT/SIGTERM or an enabled `shutdown` command.
+/// `RECALL_FAILPOINT=<name>`, read once at start: test-only crash points
+/// for the crash harness (see `recall_persist::failpoint`).
+fn failpoint_from_env() -> std::io::Result<Option<recall_persist::failpoint::Crash>> {
+    let Ok(name) = std::env::var("RECALL_FAILPOINT") else { return Ok(None) };
+    let c = recall_persist::failpoint::Crash::parse(&name).map_err(std::io::Error::other)?;
+    recall_persist::failpoint::arm(c);
+    // The abort is on purpose: no core dump.
+    let none = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: setrlimit with a valid struct we own.
+    unsafe { libc::setrlimit(libc::RLIMIT_CORE, &none) };
+    tracing::warn!("failpoint {name} armed: this process will abort on purpose");
+    Ok(Some(c))
+}
+
 pub fn run(cfg: Config) -> std::io::Result<()> {
     let clock = Arc::new(SystemClock::new());
     let engine = Arc::new(build_engine(&cfg, clock.clone()));
@@ -90,6 +104,7 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
             interval: Duration::from_secs(cfg.snapshot_interval),
             after_writes: cfg.snapshot_after_writes,
             recovery_grace: Duration::from_secs(cfg.recovery_grace),
+            failpoint: failpoint_from_env()?,
         };
         let (p, loaded) = crate::persist::Persist::open(engine.clone(), pc)?;
         tracing::info!(

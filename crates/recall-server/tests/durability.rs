@@ -249,3 +249,298 @@ fn wal_mode_keeps_every_acknowledged_write_through_kill_9() {
         .count();
     assert!(segs <= 3, "{segs} WAL segments left");
 }
+
+fn stat(s: &mut std::net::TcpStream, name: &str) -> String {
+    let r = String::from_utf8(roundtrip(s, b"stats\r\n", b"END\r\n")).unwrap();
+    let want = format!("STAT {name} ");
+    r.lines().find_map(|l| l.strip_prefix(&want)).unwrap_or_else(|| panic!("no {name} in {r}")).to_string()
+}
+
+#[test]
+fn recovery_ends_when_every_registered_client_has_replayed() {
+    let dir = TempDir::new("registry");
+    let args = ["--data-dir", dir.s(), "--snapshot-interval", "3600", "--recovery-grace", "3600"];
+    let mut s = recalld(&args);
+    let mut c = s.connect();
+    let (inst, _, _) = durable(&mut c);
+    let hello = roundtrip(&mut c, b"hello app-a\r\n", b"\r\n");
+    assert!(String::from_utf8_lossy(&hello).starts_with(&format!("DURABLE {inst} ")), "{hello:?}");
+    roundtrip(&mut c, b"hello app-b\r\n", b"\r\n");
+    roundtrip(&mut c, b"hello app-c\r\n", b"\r\n");
+    assert_eq!(roundtrip(&mut c, b"goodbye app-c\r\n", b"\r\n"), b"OK\r\n");
+    assert_eq!(roundtrip(&mut c, b"hello bad\x01id\r\n", b"\r\n"), b"CLIENT_ERROR bad client id\r\n");
+    assert_eq!(stat(&mut c, "clients_registered"), "2");
+    let registry = std::fs::read_to_string(dir.0.join("clients")).unwrap();
+    assert_eq!(registry, "recall clients v1\napp-a\napp-b\n");
+    kill9(&mut s);
+
+    let mut s = recalld(&args);
+    let mut c = s.connect();
+    assert_eq!(durable(&mut c).2, "recovering");
+    assert_eq!(stat(&mut c, "recovery_clients_known"), "2");
+    assert_eq!(roundtrip(&mut c, b"replay_done app-a\r\n", b"\r\n"), b"OK\r\n");
+    assert_eq!(roundtrip(&mut c, b"replay_done stranger\r\n", b"\r\n"), b"OK\r\n");
+    assert_eq!(durable(&mut c).2, "recovering", "app-b has not replayed yet");
+    assert_eq!(stat(&mut c, "recovery_clients_replayed"), "1");
+    assert_eq!(roundtrip(&mut c, b"replay_done app-b\r\n", b"\r\n"), b"OK\r\n");
+    assert_eq!(durable(&mut c).2, "ok", "recovery ends without waiting for the hour of grace");
+    // The registry outlives the restart; app-c left for good.
+    kill9(&mut s);
+
+    // With a short grace period and a client that never comes back.
+    let s = recalld(&["--data-dir", dir.s(), "--snapshot-interval", "3600", "--recovery-grace", "1"]);
+    let mut c = s.connect();
+    assert_eq!(stat(&mut c, "recovery_clients_known"), "2");
+    roundtrip(&mut c, b"replay_done app-a\r\n", b"\r\n");
+    let end = Instant::now() + Duration::from_secs(30);
+    while durable(&mut c).2 == "recovering" {
+        assert!(Instant::now() < end, "the grace period never ended");
+        std::thread::yield_now();
+    }
+}
+
+fn md_ts(s: &mut std::net::TcpStream, k: &str) -> u64 {
+    let r = String::from_utf8(roundtrip(s, format!("md {k} c\r\n").as_bytes(), b"\r\n")).unwrap();
+    r.trim().strip_prefix("HD c").unwrap_or_else(|| panic!("{r}")).parse().unwrap()
+}
+
+fn send(s: &mut std::net::TcpStream, req: &str) -> String {
+    String::from_utf8(roundtrip(s, req.as_bytes(), b"\r\n")).unwrap()
+}
+
+fn check_snapshot(dir: &TempDir) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_recalld"))
+        .args(["--check-snapshot", dir.0.join("snapshot.rcs").to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn a_deleted_key_stays_deleted_across_snapshots_and_kill_9() {
+    let dir = TempDir::new("tomb");
+    let mut s = start(&dir);
+    let mut c = s.connect();
+    let t1 = set(&mut c, "k", "old");
+    snapshot_and_wait(&mut c, t1);
+    let del = md_ts(&mut c, "k");
+    snapshot_and_wait(&mut c, del);
+    kill9(&mut s);
+
+    let s = start(&dir);
+    let mut c = s.connect();
+    assert_eq!(send(&mut c, &format!("replay k 0 0 {t1} 3\r\nold\r\n")), "STALE\r\n");
+    assert_eq!(get(&mut c, "k"), None);
+}
+
+/// A snapshot taken while clients are still replaying must not promise the
+/// next boot more than the boot snapshot did (or a second crash would make
+/// the not-yet-replayed writes stale), and so must carry the deletes made
+/// since, or a replayed older write could resurrect their keys.
+#[test]
+fn a_crash_after_a_snapshot_taken_during_recovery_loses_nothing() {
+    let dir = TempDir::new("tomb2");
+    let mut s = start(&dir);
+    let mut c = s.connect();
+    let t0 = set(&mut c, "base", "b");
+    snapshot_and_wait(&mut c, t0);
+    let ta = set(&mut c, "a", "va");
+    let tb = set(&mut c, "b", "vb");
+    kill9(&mut s);
+
+    // Instance 2: one write replayed, a new write deleted, a snapshot.
+    let mut s = start(&dir);
+    let mut c = s.connect();
+    assert_eq!(durable(&mut c).2, "recovering");
+    assert_eq!(send(&mut c, &format!("replay a 0 0 {ta} 2\r\nva\r\n")), "APPLIED\r\n");
+    let tk = set(&mut c, "k2", "doomed");
+    let tdel = md_ts(&mut c, "k2");
+    snapshot_and_wait(&mut c, tdel);
+    assert!(check_snapshot(&dir).contains(" 1 tombstones"), "{}", check_snapshot(&dir));
+    kill9(&mut s);
+
+    // Instance 3: the writes not replayed yet still replay; the delete holds.
+    let s = start(&dir);
+    let mut c = s.connect();
+    assert_eq!(send(&mut c, &format!("replay b 0 0 {tb} 2\r\nvb\r\n")), "APPLIED\r\n");
+    assert_eq!(send(&mut c, &format!("replay k2 0 0 {tk} 6\r\ndoomed\r\n")), "STALE\r\n");
+    send(&mut c, &format!("replay a 0 0 {ta} 2\r\nva\r\n"));
+    assert_eq!(get(&mut c, "a"), Some(("va".into(), ta)));
+    assert_eq!(get(&mut c, "b"), Some(("vb".into(), tb)));
+    assert_eq!(get(&mut c, "base"), Some(("b".into(), t0)));
+    assert_eq!(get(&mut c, "k2"), None);
+}
+
+#[test]
+fn flush_all_survives_kill_9_and_refuses_older_replays() {
+    let dir = TempDir::new("flush");
+    let mut s = start(&dir);
+    let mut c = s.connect();
+    let tx = set(&mut c, "x", "1");
+    snapshot_and_wait(&mut c, tx);
+    let ty = set(&mut c, "y", "2");
+    assert_eq!(send(&mut c, "flush_all\r\n"), "OK\r\n");
+    let tz = set(&mut c, "z", "3");
+    snapshot_and_wait(&mut c, tz);
+    kill9(&mut s);
+
+    let s = start(&dir);
+    let mut c = s.connect();
+    assert_eq!(get(&mut c, "x"), None, "flushed items do not come back from the snapshot");
+    assert_eq!(send(&mut c, &format!("replay y 0 0 {ty} 1\r\n2\r\n")), "STALE\r\n");
+    assert_eq!(get(&mut c, "z"), Some(("3".into(), tz)));
+    assert!(check_snapshot(&dir).contains("flushed at "));
+}
+
+#[test]
+fn wal_mode_logs_flush_all() {
+    let dir = TempDir::new("walflush");
+    let args =
+        ["--data-dir", dir.s(), "--durability", "wal", "--snapshot-interval", "3600", "--snapshot-after-writes", "0"];
+    let mut s = recalld(&args);
+    let mut c = s.connect();
+    let t = set(&mut c, "before", "1");
+    snapshot_and_wait(&mut c, t);
+    set(&mut c, "logged", "2");
+    assert_eq!(send(&mut c, "flush_all\r\n"), "OK\r\n");
+    let after = set(&mut c, "after", "3");
+    kill9(&mut s);
+
+    let s = recalld(&args);
+    let mut c = s.connect();
+    assert_eq!(get(&mut c, "before"), None);
+    assert_eq!(get(&mut c, "logged"), None);
+    assert_eq!(get(&mut c, "after"), Some(("3".into(), after)));
+}
+
+/// What a durable client keeps: its latest acknowledged write per key,
+/// (value, flags, ts), taken from `ms ... c` replies.
+#[derive(Default)]
+struct Ledger(std::collections::BTreeMap<String, (String, u32, u64)>);
+
+impl Ledger {
+    fn write(&mut self, c: &mut std::net::TcpStream, k: &str, v: &str) {
+        let ts = set(c, k, v); // flags 7
+        self.0.insert(k.to_string(), (v.to_string(), 7, ts));
+    }
+    /// Replay everything (pipelined); the replies are APPLIED or STALE.
+    fn replay(&self, c: &mut std::net::TcpStream) {
+        let mut req = String::new();
+        for (k, (v, f, ts)) in &self.0 {
+            req += &format!("replay {k} {f} 0 {ts} {}\r\n{v}\r\n", v.len());
+        }
+        let n = self.0.len();
+        std::io::Write::write_all(c, req.as_bytes()).unwrap();
+        let (r, _) =
+            common::read_until(c, Duration::from_secs(30), |b| b.windows(2).filter(|w| w == b"\r\n").count() >= n);
+        let r = String::from_utf8(r).unwrap();
+        assert!(r.lines().all(|l| l == "APPLIED" || l == "STALE"), "{r}");
+        assert_eq!(r.lines().count(), n);
+    }
+    /// Every acknowledged write is there, with its timestamp.
+    fn verify(&self, c: &mut std::net::TcpStream) {
+        for (k, (v, _, ts)) in &self.0 {
+            assert_eq!(get(c, k), Some((v.clone(), *ts)), "{k} lost or wrong");
+        }
+    }
+}
+
+/// Wait for the server to die by its failpoint: the connection closes.
+fn wait_abort(s: &mut Server, c: &mut std::net::TcpStream) {
+    let (_, closed) = common::read_until(c, Duration::from_secs(30), |_| false);
+    assert!(closed, "the failpoint did not fire");
+    let status = s.child().wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGABRT), "{status:?}");
+}
+
+fn start_with(dir: &TempDir, wal: bool, failpoint: Option<&str>) -> Server {
+    let mut args = vec!["--data-dir", dir.s(), "--snapshot-interval", "3600", "--snapshot-after-writes", "0"];
+    if wal {
+        args.extend(["--durability", "wal"]);
+    }
+    let env: Vec<(&str, &str)> = failpoint.map(|f| ("RECALL_FAILPOINT", f)).into_iter().collect();
+    common::try_recalld_env(&args, &env).expect("recalld")
+}
+
+/// One crash cycle: acknowledged writes before and after a snapshot, a
+/// restart with the failpoint armed, replay, more writes, the trigger, the
+/// abort, a restart without the failpoint, replay: nothing acknowledged is
+/// lost.
+fn crash_at(point: &str, wal: bool, trigger: impl FnOnce(&mut std::net::TcpStream, &mut Ledger)) {
+    let dir = TempDir::new(point);
+    let mut ledger = Ledger::default();
+    let mut s = start_with(&dir, wal, None);
+    let mut c = s.connect();
+    for i in 0..20 {
+        ledger.write(&mut c, &format!("a{i}"), &format!("A{i}"));
+    }
+    snapshot_and_wait(&mut c, ledger.0["a19"].2);
+    for i in 0..20 {
+        ledger.write(&mut c, &format!("b{i}"), &format!("B{i}"));
+    }
+    ledger.write(&mut c, "a3", "A3-again");
+    kill9(&mut s);
+
+    let mut s = start_with(&dir, wal, Some(point));
+    let mut c = s.connect();
+    trigger(&mut c, &mut ledger);
+    wait_abort(&mut s, &mut c);
+
+    let s = start_with(&dir, wal, None);
+    let mut c = s.connect();
+    ledger.replay(&mut c);
+    ledger.verify(&mut c);
+}
+
+#[test]
+fn failpoint_snapshot_before_fsync() {
+    crash_at("snapshot-before-fsync", false, |c, ledger| {
+        ledger.replay(c);
+        for i in 0..10 {
+            ledger.write(c, &format!("c{i}"), &format!("C{i}"));
+        }
+        assert_eq!(send(c, "snapshot\r\n"), "OK\r\n");
+    });
+}
+
+#[test]
+fn failpoint_snapshot_after_rename() {
+    crash_at("snapshot-after-rename", false, |c, ledger| {
+        ledger.replay(c);
+        for i in 0..10 {
+            ledger.write(c, &format!("c{i}"), &format!("C{i}"));
+        }
+        assert_eq!(send(c, "snapshot\r\n"), "OK\r\n");
+    });
+}
+
+#[test]
+fn failpoint_wal_before_fsync() {
+    // In WAL mode every acknowledged write was fsynced; the write that
+    // reaches the failpoint is never acknowledged.
+    crash_at("wal-before-fsync", true, |c, _| {
+        std::io::Write::write_all(c, b"ms never 1 c\r\nx\r\n").unwrap();
+    });
+}
+
+/// A crash in the middle of replay (the N-th replay command), then another
+/// boot and a full replay again: a double crash loses nothing. The crashed
+/// instance also took a snapshot during recovery first.
+#[test]
+fn failpoint_replay_after_n_double_crash() {
+    // Replays go in key order: the 20 a-keys (all but one stale), then
+    // 10 of the b-keys applied before the abort.
+    crash_at("replay-after-30", false, |c, ledger| {
+        for i in 0..10 {
+            ledger.write(c, &format!("c{i}"), &format!("C{i}"));
+        }
+        snapshot_and_wait(c, ledger.0["c9"].2);
+        let mut req = String::new();
+        for (k, (v, f, ts)) in &ledger.0 {
+            req += &format!("replay {k} {f} 0 {ts} {}\r\n{v}\r\n", v.len());
+        }
+        std::io::Write::write_all(c, req.as_bytes()).unwrap();
+    });
+}

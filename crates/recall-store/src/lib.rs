@@ -52,7 +52,9 @@ pub struct Mutation<'a> {
 
 /// Receives every client-visible mutation, in each key's timestamp order,
 /// while the key's shard lock is held (so keep it short: append to a
-/// buffer). Evictions and expiry are not mutations. Used for the
+/// buffer). Evictions and expiry are not mutations. An immediate
+/// `flush_all` is reported as a tombstone with an *empty* key (real keys are
+/// never empty): everything older than its `ts` is gone. Used for the
 /// write-ahead-log baseline; the store never sees the log itself.
 pub trait MutationSink: Send + Sync {
     fn record(&self, m: &Mutation<'_>);
@@ -424,14 +426,31 @@ impl Store {
 
     /// flush_all: with `at <= now`, drop everything now; otherwise, items
     /// not accessed after `at` die at `at` (memcached's delayed flush).
-    pub fn flush_all(&self, at: UnixSecs, now: UnixSecs) {
+    ///
+    /// An immediate flush draws a timestamp, reports it to the sink (before
+    /// clearing, so the log never misses it) and returns it: every write
+    /// older than it is gone. A delayed flush returns 0.
+    pub fn flush_all(&self, at: UnixSecs, now: UnixSecs) -> u64 {
         if at <= now {
+            let ts = self.next_cas();
+            if let Some(sink) = self.sink.get() {
+                sink.record(&Mutation {
+                    key: &[],
+                    value: Value::Inline(&[]),
+                    flags: 0,
+                    exptime: 0,
+                    ts,
+                    tombstone: true,
+                });
+            }
             self.oldest_live.store(0, Ordering::Relaxed);
             for s in self.shards.iter() {
                 s.lock().clear(&self.mem_used);
             }
+            ts
         } else {
             self.oldest_live.store(at, Ordering::Relaxed);
+            0
         }
     }
 

@@ -156,3 +156,47 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn client_registry_commands() {
+    assert_eq!(req(b"hello app-1\r\n"), (Command::Hello { id: b"app-1" }, false, 13));
+    assert_eq!(req(b"replay_done app-1\r\n").0, Command::ReplayDone { id: b"app-1" });
+    assert_eq!(req(b"goodbye app-1\r\n").0, Command::Goodbye { id: b"app-1" });
+    let id250 = format!("hello {}\r\n", "i".repeat(250));
+    assert!(matches!(req(id250.as_bytes()).0, Command::Hello { id } if id.len() == 250));
+    let bad = ErrorKind::Client(msg::BAD_CLIENT_ID);
+    for line in [
+        &b"hello\r\n"[..],
+        b"hello a b\r\n",
+        b"replay_done\r\n",
+        b"goodbye a noreply\r\n",
+        b"hello a\tb\r\n",
+        b"hello a\x7fb\r\n",
+        b"hello a\x01\r\n",
+    ] {
+        assert_eq!(kind(line), bad, "{:?}", String::from_utf8_lossy(line));
+    }
+    let id251 = format!("hello {}\r\n", "i".repeat(251));
+    assert_eq!(kind(id251.as_bytes()), bad);
+    assert!(matches!(dec(b"hello app"), Ok(Decoded::Incomplete)));
+    assert!(client_id_ok("é".as_bytes()));
+}
+
+#[test]
+fn meta_get_with_written_timestamp() {
+    let (c, _, n) = req(b"mg k v w42 c\r\n");
+    assert_eq!(n, 14);
+    let Command::MetaGet { key, flags } = c else { panic!() };
+    assert_eq!((&key[..], flags.written, flags.ret_cas), (&b"k"[..], 42, true));
+    assert_eq!(kind(b"mg k w\r\n"), ErrorKind::Client(msg::BAD_TOKEN));
+    assert_eq!(kind(b"mg k w1 w2\r\n"), ErrorKind::Client(msg::DUP_FLAG));
+}
+
+#[test]
+fn timestamps_switch() {
+    assert_eq!(req(b"timestamps on\r\n"), (Command::Timestamps { on: true }, false, 15));
+    assert_eq!(req(b"timestamps  off\r\n").0, Command::Timestamps { on: false });
+    for bad in [&b"timestamps\r\n"[..], b"timestamps yes\r\n", b"timestamps on noreply\r\n"] {
+        assert_eq!(kind(bad), ErrorKind::Client(msg::BAD_FORMAT), "{:?}", String::from_utf8_lossy(bad));
+    }
+}

@@ -45,9 +45,15 @@ pub fn recalld(args: &[&str]) -> Server {
 
 /// Start recalld; `Err` carries its stderr if it exits instead of listening.
 pub fn try_recalld(args: &[&str]) -> Result<Server, String> {
+    try_recalld_env(args, &[])
+}
+
+/// Start recalld with extra environment variables (e.g. `RECALL_FAILPOINT`).
+pub fn try_recalld_env(args: &[&str], env: &[(&str, &str)]) -> Result<Server, String> {
     let mut child = Command::new(env!("CARGO_BIN_EXE_recalld"))
         .args(["-p", "0", "-l", "127.0.0.1"])
         .args(args)
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
