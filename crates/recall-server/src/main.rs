@@ -7,8 +7,35 @@ use recall_server::config::{Cli, Config};
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// jemalloc reads this environment variable once, at its first allocation.
+const JEMALLOC_CONF_ENV: &str = "_RJEM_MALLOC_CONF";
+
+/// `-L` (memcached's "try to use large memory pages"): back the heap with
+/// transparent huge pages. A lookup is a chain of dependent loads into a
+/// heap of tens of megabytes or more, and with 4 KiB pages most of them also
+/// miss the TLB (docs/benchmarks/memory-and-profile.md has the measurement).
+/// jemalloc fixes its options before `main` runs, so the only way to switch
+/// them from a flag is to start again with them in the environment; the
+/// re-exec happens before any thread or socket exists. An operator who set
+/// the variable already keeps their own setting.
+#[cfg(target_os = "linux")]
+fn reexec_with_large_pages() {
+    use std::os::unix::process::CommandExt;
+    if std::env::var_os(JEMALLOC_CONF_ENV).is_some() {
+        return;
+    }
+    let Ok(exe) = std::env::current_exe() else { return };
+    let err =
+        std::process::Command::new(exe).args(std::env::args_os().skip(1)).env(JEMALLOC_CONF_ENV, "thp:always").exec();
+    eprintln!("recalld: -L: could not restart with large pages ({err}); continuing without");
+}
+
 fn main() {
     let cli = Cli::parse();
+    #[cfg(target_os = "linux")]
+    if cli.large_pages {
+        reexec_with_large_pages();
+    }
     if let Some(p) = &cli.check_snapshot {
         match recall_server::persist::check_file(p) {
             Ok(s) => {

@@ -343,3 +343,19 @@ fn stats_names_dashboards_use() {
         assert!(r.ends_with(b"END\r\n"), "stats {group}");
     }
 }
+
+/// `-L` restarts the process (same pid, exec) with jemalloc told to use
+/// transparent huge pages, and then serves as usual.
+#[cfg(target_os = "linux")]
+#[test]
+fn large_pages_flag_restarts_with_thp_and_serves() {
+    let srv = recalld(&["-L", "-t", "1"]);
+    let env = std::fs::read(format!("/proc/{}/environ", srv.pid())).expect("environ");
+    assert!(
+        env.split(|&b| b == 0).any(|v| v == b"_RJEM_MALLOC_CONF=thp:always"),
+        "no jemalloc THP option in the environment"
+    );
+    let mut c = srv.connect();
+    assert_eq!(roundtrip(&mut c, b"set k 0 0 1\r\nv\r\n", b"\r\n"), b"STORED\r\n");
+    assert_eq!(roundtrip(&mut c, b"get k\r\n", b"END\r\n"), b"VALUE k 0 1\r\nv\r\nEND\r\n");
+}

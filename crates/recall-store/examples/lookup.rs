@@ -1,0 +1,54 @@
+//! Cost of a hit in a big store, without the network: N items (64-byte keys
+//! and values, 1024 shards as in recalld), then random gets whose keys are
+//! read sequentially from one buffer, the way requests arrive in a socket
+//! buffer. Uses recalld's allocator, so `_RJEM_MALLOC_CONF=thp:always`
+//! shows what `recalld -L` changes.
+//!
+//! cargo run --release -p recall-store --example lookup -- [ITEMS] [GETS]
+//! valgrind --tool=cachegrind --cache-sim=yes target/release/examples/lookup 100000 400000
+
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+use recall_store::{Mode, Read, ReadOpts, Store, StoreConfig, Value, Write};
+
+fn main() {
+    let arg = |i: usize, d: usize| std::env::args().nth(i).map_or(d, |s| s.parse().expect("a number"));
+    let (n, gets) = (arg(1, 100_000), arg(2, 4_000_000));
+    let s = Store::new(StoreConfig { mem_limit: 8 << 30, shards: 1024, ..Default::default() });
+    let keys: Vec<Vec<u8>> = (0..n).map(|i| format!("{i:064}").into_bytes()).collect();
+    let v = [b'x'; 64];
+    for k in &keys {
+        s.write(&Write::new(Mode::Set, k, &v, 0, 0), 100);
+    }
+    // xorshift: a fixed, cheap sequence of key indices.
+    let mut x: u64 = 88_172_645_463_325_252;
+    let mut stream = Vec::with_capacity(gets * 64);
+    for _ in 0..gets {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        stream.extend_from_slice(&keys[(x % n as u64) as usize]);
+    }
+    drop(keys);
+    let mut out = Vec::with_capacity(256);
+    let mut best = f64::MAX;
+    for _ in 0..3 {
+        let t = std::time::Instant::now();
+        let mut hits = 0usize;
+        for k in stream.chunks(64) {
+            out.clear();
+            s.read(k, 100, ReadOpts::default(), |r| {
+                if let Read::Hit(v) = r {
+                    hits += 1;
+                    if let Value::Inline(b) = v.value {
+                        out.extend_from_slice(b);
+                    }
+                }
+            });
+        }
+        assert_eq!(hits, gets);
+        best = best.min(t.elapsed().as_nanos() as f64 / gets as f64);
+    }
+    println!("items={n} gets={gets} best_of_3={best:.1} ns/get");
+}
