@@ -14,7 +14,8 @@ use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
 use super::ctl::{Ctl, Durable, DurableState, ReplayReplies};
-use super::log::{instance_base, instance_of, WriteBackup, MAX_ENTRIES, MAX_VALUE};
+use super::log::{instance_base, instance_of, Entry, WriteBackup, MAX_ENTRIES, MAX_VALUE};
+use super::spill::{Spill, SpillSync};
 use crate::codec::MetaStatus;
 use crate::conn::{Conn, Expect, Health, HealthConfig, Reply};
 use crate::error::{Error, Result, ServerName};
@@ -150,6 +151,7 @@ pub struct DurableBuilder {
     cfg: Cfg,
     /// Given by [`DurableBuilder::client_id`]; checked by `build`.
     client_id: Option<String>,
+    spill: Option<(std::path::PathBuf, SpillSync)>,
 }
 
 impl Default for DurableBuilder {
@@ -174,6 +176,7 @@ impl Default for DurableBuilder {
                 },
             },
             client_id: None,
+            spill: None,
         }
     }
 }
@@ -274,6 +277,21 @@ impl DurableBuilder {
         self
     }
 
+    /// Keep the backup in a local file too (see the [`spill`](super::spill)
+    /// module for the format and what damage does): every recorded entry
+    /// is appended before the write call returns ([`SpillSync::Os`]: written
+    /// to the OS, survives this process being killed; [`SpillSync::Fsync`]:
+    /// group-committed `fsync`, survives a crash of the machine). A client
+    /// built on an existing file takes its client id (an explicit, different
+    /// [`client_id`](DurableBuilder::client_id) is an error) and its entries,
+    /// and replays them to any server that restarted since: a client and a
+    /// server crashing together then lose nothing. One file per client;
+    /// entries of servers no longer in the list are dropped with a warning.
+    pub fn spill_file(mut self, path: impl Into<std::path::PathBuf>, sync: SpillSync) -> Self {
+        self.spill = Some((path.into(), sync));
+        self
+    }
+
     /// Build the client and start one poller task per server: must be
     /// called inside a tokio runtime. Keys never move between servers (a
     /// durable client always uses [`DeadServerPolicy::FailFast`]): a key
@@ -284,7 +302,20 @@ impl DurableBuilder {
             .map_err(|_| Error::InvalidArgument("DurableClient::build must run inside a tokio runtime".into()))?;
         request::check_key(&self.cfg.fence_key)?;
         let mut cfg = self.cfg;
-        cfg.client_id = self.client_id.unwrap_or_else(random_client_id);
+        let loaded = match &self.spill {
+            Some((path, _)) => Spill::load(path)?,
+            None => None,
+        };
+        cfg.client_id = match (&loaded, self.client_id) {
+            (Some((file_id, _)), Some(given)) if *file_id != given => {
+                return Err(Error::InvalidArgument(format!(
+                    "client id {given:?} given, but the spill file belongs to {file_id:?}"
+                )))
+            }
+            (Some((file_id, _)), _) => file_id.clone(),
+            (None, Some(given)) => given,
+            (None, None) => random_client_id(),
+        };
         check_client_id(&cfg.client_id)?;
         let client = self.client.dead_servers(DeadServerPolicy::FailFast).build()?;
         let nodes: Vec<Arc<Node>> = client
@@ -317,9 +348,68 @@ impl DurableBuilder {
         for (i, n) in nodes.iter().enumerate() {
             by_name.entry(n.name.clone()).or_insert(i);
         }
+        let spill = match self.spill {
+            Some((path, sync)) => {
+                let mut dropped = 0;
+                for r in loaded.map(|l| l.1).unwrap_or_default() {
+                    let Some(n) = nodes.iter().find(|n| n.addr == r.server) else {
+                        dropped += 1;
+                        continue;
+                    };
+                    let mut l = n.log();
+                    match &r.value {
+                        Some(v) => l.log.record_value(&r.key, v, r.flags, r.exptime, r.ts),
+                        None => l.log.record_delete(&r.key, r.ts),
+                    };
+                }
+                if dropped > 0 {
+                    eprintln!(
+                        "recall-client: spill file {}: dropped {dropped} entries of servers no longer configured",
+                        path.display()
+                    );
+                }
+                let spill = Spill::create(&path, sync, &cfg.client_id, std::iter::empty())?;
+                let ctx = Arc::new(SpillCtx { spill, nodes: nodes.iter().map(Arc::downgrade).collect() });
+                ctx.rewrite()?;
+                Some(ctx)
+            }
+            None => None,
+        };
         let cfg = Arc::new(cfg);
-        let pollers = nodes.iter().map(|n| rt.spawn(poller(Arc::downgrade(n), cfg.clone())).abort_handle()).collect();
-        Ok(DurableClient { inner: Arc::new(Shared { client, cfg, nodes, by_name, pollers }) })
+        let pollers = nodes
+            .iter()
+            .map(|n| rt.spawn(poller(Arc::downgrade(n), cfg.clone(), spill.clone())).abort_handle())
+            .collect();
+        Ok(DurableClient { inner: Arc::new(Shared { client, cfg, nodes, by_name, pollers, spill }) })
+    }
+}
+
+/// The spill file and the nodes whose logs it mirrors (for rewrites).
+struct SpillCtx {
+    spill: Arc<Spill>,
+    nodes: Vec<Weak<Node>>,
+}
+
+impl SpillCtx {
+    /// Rewrite the file with the live entries of every node.
+    fn rewrite(&self) -> Result<()> {
+        self.spill.rewrite(|put| {
+            for n in self.nodes.iter().filter_map(Weak::upgrade) {
+                let l = n.log();
+                for e in l.log.iter() {
+                    put(&n.addr, e);
+                }
+            }
+        })
+    }
+
+    /// Rewrite if dead records outnumber the live entries.
+    fn maybe_rewrite(&self) -> Result<()> {
+        let live = self.nodes.iter().filter_map(Weak::upgrade).map(|n| n.sizes.len.load(Ordering::Acquire)).sum();
+        if self.spill.wants_rewrite(live) {
+            self.rewrite()?;
+        }
+        Ok(())
     }
 }
 
@@ -594,6 +684,7 @@ struct Shared {
     nodes: Vec<Arc<Node>>,
     by_name: HashMap<ServerName, usize>,
     pollers: Vec<AbortHandle>,
+    spill: Option<Arc<SpillCtx>>,
 }
 
 impl Drop for Shared {
@@ -795,6 +886,13 @@ impl DurableClient {
                 first = r;
             }
         }
+        if let Some(sp) = &self.inner.spill {
+            // Empty now (unless a clone wrote meanwhile): just the header.
+            let r = sp.rewrite();
+            if first.is_ok() {
+                first = r;
+            }
+        }
         first
     }
 
@@ -942,34 +1040,64 @@ impl DurableClient {
         }
     }
 
-    fn record_value(&self, node: &Node, key: &[u8], value: &[u8], flags: u32, exptime: Option<u32>, ts: u64) {
+    async fn record_value(
+        &self,
+        node: &Node,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        exptime: Option<u32>,
+        ts: u64,
+    ) -> Result<()> {
         if node.off.load(Ordering::Acquire) {
-            return;
+            return Ok(());
         }
         if value.len() > MAX_VALUE {
             node.counters.unprotected.fetch_add(1, Ordering::Relaxed);
-            return;
+            return Ok(());
         }
-        let n = {
+        let Some(exptime) = exptime else { return self.record_delete(node, key, ts).await };
+        let (recorded, n) = {
             let mut l = node.log();
-            match exptime {
-                Some(e) => l.log.record_value(key, value, flags, e, ts),
-                None => l.log.record_delete(key, ts),
-            };
+            let r = l.log.record_value(key, value, flags, exptime, ts);
             l.writes += 1;
-            l.writes
+            (r, l.writes)
         };
         self.after_record(node, ts, n);
+        if recorded {
+            self.spill(node, Entry::Value { key, value, flags, exptime, ts }).await?;
+        }
+        Ok(())
     }
 
-    fn record_delete(&self, node: &Node, key: &[u8], ts: u64) {
-        let n = {
+    async fn record_delete(&self, node: &Node, key: &[u8], ts: u64) -> Result<()> {
+        let (recorded, n) = {
             let mut l = node.log();
-            l.log.record_delete(key, ts);
+            let r = l.log.record_delete(key, ts);
             l.writes += 1;
-            l.writes
+            (r, l.writes)
         };
         self.after_record(node, ts, n);
+        if recorded {
+            self.spill(node, Entry::Deleted { key, ts }).await?;
+        }
+        Ok(())
+    }
+
+    /// Append a recorded entry to the spill file, if there is one, and
+    /// (with `SpillSync::Fsync`) wait for its group commit. A failure is
+    /// reported to the caller: the write is on the server and in memory,
+    /// but would not survive this process.
+    async fn spill(&self, node: &Node, e: Entry<'_>) -> Result<()> {
+        let Some(sp) = &self.inner.spill else { return Ok(()) };
+        let r = match sp.spill.append(&node.addr, &e) {
+            Ok(()) => sp.spill.commit().await,
+            Err(e) => Err(e),
+        };
+        if r.is_err() {
+            node.counters.unprotected.fetch_add(1, Ordering::Relaxed);
+        }
+        r
     }
 
     fn no_ts(node: &Node) -> Error {
@@ -1019,7 +1147,7 @@ impl DurableClient {
         if matches!(mode, MetaSetMode::Append | MetaSetMode::Prepend) {
             self.record_full_value(&entered, key, ts).await?;
         } else {
-            self.record_value(node, key, value, flags, absolute_exptime(exptime, now), ts);
+            self.record_value(node, key, value, flags, absolute_exptime(exptime, now), ts).await?;
         }
         Ok(Written { status, ts: Some(ts) })
     }
@@ -1048,7 +1176,7 @@ impl DurableClient {
         if r.status == MetaStatus::Value && r.ret.cas == Some(ts) {
             let value = r.value.unwrap_or_default();
             let flags = r.ret.flags.unwrap_or(0);
-            self.record_value(node, key, &value, flags, Some(ttl_to_absolute(r.ret.ttl, now)), ts);
+            self.record_value(node, key, &value, flags, Some(ttl_to_absolute(r.ret.ttl, now)), ts).await?;
         }
         Ok(())
     }
@@ -1129,7 +1257,7 @@ impl DurableClient {
             Some(Reply::Meta { status: MetaStatus::Header, ret, .. }) => {
                 let ts = ret.cas.ok_or_else(|| Self::no_ts(node))?;
                 if !node.off.load(Ordering::Acquire) {
-                    self.record_delete(node, key, ts);
+                    self.record_delete(node, key, ts).await?;
                 }
                 Ok(Some(ts))
             }
@@ -1171,8 +1299,7 @@ impl DurableClient {
             }
         };
         let ts = r.ret.cas.ok_or_else(|| Self::no_ts(node))?;
-        self.record_delete(node, key, ts);
-        Ok(())
+        self.record_delete(node, key, ts).await
     }
 
     async fn arith(&self, key: &[u8], mode: MetaArithMode, delta: u64) -> Result<Option<Counter>> {
@@ -1210,7 +1337,7 @@ impl DurableClient {
                 }
             },
         };
-        self.record_value(node, key, &digits, flags, Some(ttl_to_absolute(r.ret.ttl, now)), ts);
+        self.record_value(node, key, &digits, flags, Some(ttl_to_absolute(r.ret.ttl, now)), ts).await?;
         Ok(Some(Counter { value, ts }))
     }
 
@@ -1387,10 +1514,15 @@ async fn repair_locked(
     Ok(Some(answer))
 }
 
-async fn poller(node: Weak<Node>, cfg: Arc<Cfg>) {
+async fn poller(node: Weak<Node>, cfg: Arc<Cfg>, spill: Option<Arc<SpillCtx>>) {
     loop {
         let Some(n) = node.upgrade() else { return };
         let _ = poll(&n, &cfg).await;
+        if let Some(sp) = &spill {
+            if let Err(e) = sp.maybe_rewrite() {
+                lock(&n.view).last_error = Some(e.to_string());
+            }
+        }
         // Sleep until the next interval, or until a write pokes us.
         let _ = tokio::time::timeout(cfg.poll_interval, n.poke.notified()).await;
     }

@@ -112,6 +112,8 @@
 mod ctl;
 mod durable;
 mod log;
+pub mod spill;
 
 pub use durable::{BackupStatus, Counter, DurableBuilder, DurableClient, ServerState, Written};
 pub use log::{instance_base, instance_of, Entry, WriteBackup, EPOCH_SHIFT, MAX_ENTRIES, MAX_VALUE};
+pub use spill::SpillSync;
