@@ -178,3 +178,35 @@ fn close_empties_the_file_and_keeps_the_id() {
         ));
     });
 }
+
+#[test]
+fn dead_records_are_rewritten_away() {
+    let dir = TempDir::new("spill-rewrite");
+    let spill = dir.0.join("client.spill");
+    let server = Recalld::start(0, &dir.0.join("data"), &args()).expect("recalld");
+    rt().block_on(async {
+        let db =
+            client(server.addr, &spill, SpillSync::Os).poll_interval(Duration::from_millis(20)).build().expect("c");
+        for round in 0..300 {
+            for k in 0..10 {
+                db.set(format!("k{k}"), format!("round-{round:04}"), 0, 0).await.expect("set");
+            }
+        }
+        // 3,000 records of about 60 bytes, 10 live: the poller rewrites
+        // the file whenever more than 2 × 10 + 1,024 are in it, so it ends
+        // well under the 180 kB it would reach without rewrites.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let len = std::fs::metadata(&spill).expect("stat").len();
+            if len < 70_000 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no rewrite: {len} bytes");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    rt().block_on(async {
+        let db = client(server.addr, &spill, SpillSync::Os).build().expect("reload");
+        assert_eq!(db.status()[0].entries, 10);
+    });
+}

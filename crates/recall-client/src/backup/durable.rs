@@ -1519,7 +1519,14 @@ async fn poller(node: Weak<Node>, cfg: Arc<Cfg>, spill: Option<Arc<SpillCtx>>) {
         let Some(n) = node.upgrade() else { return };
         let _ = poll(&n, &cfg).await;
         if let Some(sp) = &spill {
-            if let Err(e) = sp.maybe_rewrite() {
+            // File I/O and an fsync: on a blocking thread, not this
+            // runtime's worker (appends wait for a rewrite all the same).
+            let sp = sp.clone();
+            let r = match tokio::task::spawn_blocking(move || sp.maybe_rewrite()).await {
+                Ok(r) => r,
+                Err(e) => Err(Error::Internal(format!("spill rewrite task: {e}"))),
+            };
+            if let Err(e) = r {
                 lock(&n.view).last_error = Some(e.to_string());
             }
         }
