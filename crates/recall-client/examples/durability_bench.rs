@@ -6,7 +6,9 @@
 //! cargo run --release -p recall-client --example durability_bench -- all
 //! cargo run --release -p recall-client --example durability_bench -- table1 --reps 11
 //! cargo run --release -p recall-client --example durability_bench -- recovery --reps 5
+//! cargo run --release -p recall-client --example durability_bench -- fig7 --reps 5
 //! cargo run --release -p recall-client --example durability_bench -- throughput --secs 5 --tasks 16
+//! cargo run --release -p recall-client --example durability_bench -- throughput --interleave 0.25 --secs 6 --reps 3
 //! ```
 //!
 //! Memory is measured with a counting global allocator: bytes requested and
@@ -199,6 +201,110 @@ fn recovery(reps: usize) {
     println!();
 }
 
+/// The paper's Fig. 7 against the WAL baseline: time from `kill -9` to a
+/// server that serves the N uncommitted writes again.
+///
+/// * backup: recalld `--data-dir` (no snapshot covers the writes), restart
+///   (process start to listening: loads the snapshot), then the client's
+///   poll that replays the N entries and fences;
+/// * wal: recalld `--durability wal`, the same writes (acknowledged after
+///   their group-committed fsync), restart: process start to listening,
+///   which includes replaying the N log records.
+fn recovery_vs_wal(reps: usize) {
+    println!("## Recovery time: client-backup replay vs recalld's WAL (kill -9, restart)\n");
+    println!("| uncommitted writes | backup: restart (ms) | backup: replay poll (ms) | backup: total (ms) | wal: restart incl. log replay (ms) |");
+    println!("|---:|---:|---:|---:|---:|");
+    let rt = rt();
+    for n in SIZES {
+        let (mut b_restart, mut b_poll, mut b_total, mut w_restart) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..reps {
+            // Client backup.
+            let dir = TempDir::new("bench-fig7-backup");
+            let mut server = Recalld::start(0, &dir.0, &args(&[])).expect("recalld");
+            let addr = server.addr.to_string();
+            rt.block_on(async {
+                let db = DurableClient::builder()
+                    .server(&addr)
+                    .poll_interval(Duration::from_secs(3600))
+                    .poll_every_writes(0)
+                    .retry_backoff(Duration::from_millis(10), Duration::from_millis(50))
+                    .build()
+                    .expect("client");
+                db.poll_now().await.expect("poll");
+                write_n(n, |k, v| {
+                    let db = db.clone();
+                    async move { db.set(k, v, 0, 0).await.is_ok() }
+                })
+                .await;
+                server.kill9();
+                let t = Instant::now();
+                server.restart().expect("restart");
+                let restarted = t.elapsed();
+                let mut tries = 0;
+                while db.poll_now().await.is_err() || db.status()[0].pending_replay {
+                    tries += 1;
+                    assert!(tries < 100, "{:?}", db.status());
+                }
+                let total = t.elapsed();
+                b_restart.push(restarted.as_secs_f64() * 1e3);
+                b_poll.push((total - restarted).as_secs_f64() * 1e3);
+                b_total.push(total.as_secs_f64() * 1e3);
+            });
+            drop(server);
+            // WAL.
+            let dir = TempDir::new("bench-fig7-wal");
+            let mut server = Recalld::start(0, &dir.0, &args(&["--durability", "wal"])).expect("recalld");
+            let addr = server.addr.to_string();
+            rt.block_on(async {
+                let c = Client::builder().server(&addr).build().expect("client");
+                write_n(n, |k, v| {
+                    let c = c.clone();
+                    async move { c.meta_set(k, v, &MetaSet::new()).await.is_ok() }
+                })
+                .await;
+            });
+            server.kill9();
+            let t = Instant::now();
+            server.restart().expect("restart");
+            w_restart.push(t.elapsed().as_secs_f64() * 1e3);
+            rt.block_on(async {
+                let c = Client::builder().server(&addr).build().expect("client");
+                let (k, v) = kv(n - 1);
+                assert_eq!(c.get(k).await.expect("get").expect("the WAL kept it").value, v);
+            });
+        }
+        println!(
+            "| {n} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            median(b_restart),
+            median(b_poll),
+            median(b_total),
+            median(w_restart)
+        );
+    }
+    println!();
+}
+
+/// Write keys 0..n, 64 at a time.
+async fn write_n<F, Fut>(n: usize, op: F)
+where
+    F: Fn(Vec<u8>, Vec<u8>) -> Fut,
+    Fut: std::future::Future<Output = bool> + Send + 'static,
+{
+    let mut i = 0;
+    while i < n {
+        let batch: Vec<_> = (i..(i + 64).min(n))
+            .map(|j| {
+                let (k, v) = kv(j);
+                tokio::spawn(op(k, v))
+            })
+            .collect();
+        for b in batch {
+            assert!(b.await.expect("task"), "write failed");
+        }
+        i += 64;
+    }
+}
+
 /// CPU seconds (user + system) a process has used, from /proc (Linux;
 /// clock ticks of 1/100 s, which `getconf CLK_TCK` confirms on the
 /// machines this was run on).
@@ -343,12 +449,105 @@ fn throughput(secs: f64, tasks: usize, reps: usize, only: Option<usize>) {
     );
 }
 
+/// `throughput --interleave`: both servers run at once (one `--durability
+/// none`, one with `--data-dir` and snapshots every second), each with its
+/// own client, and the same 16 writer tasks alternate between them in short
+/// slices (none, backup, backup, none, ...), for `secs` in total per
+/// configuration. On a machine shared with other jobs the load drifts over
+/// seconds; alternating every `slice` seconds exposes both configurations to
+/// the same drift, which separate 3-second runs do not (their ratio swings
+/// by ±30 %). The first slice of each pair is not counted (warm-up after
+/// the switch is short, but the connections' batching needs a moment).
+fn interleaved(secs: f64, slice: f64, tasks: usize) {
+    const KEYS: u64 = 10_000;
+    let rt = rt();
+    let dir_none = TempDir::new("bench-il-none");
+    let dir_dur = TempDir::new("bench-il-dur");
+    let none_args: Vec<String> = vec!["--durability".into(), "none".into()];
+    let dur_args: Vec<String> =
+        ["--snapshot-interval", "1", "--snapshot-after-writes", "0"].iter().map(|s| s.to_string()).collect();
+    let s_none = Recalld::start(0, &dir_none.0, &none_args).expect("recalld");
+    let s_dur = Recalld::start(0, &dir_dur.0, &dur_args).expect("recalld");
+    let (a_none, a_dur) = (s_none.addr.to_string(), s_dur.addr.to_string());
+    let slices = ((secs / slice).ceil() as usize).max(1);
+    let (ops, cpu) = rt.block_on(async {
+        let plain = Client::builder().server(&a_none).build().expect("client");
+        let db = DurableClient::builder().server(&a_dur).build().expect("client");
+        let mut ops = [0u64; 2];
+        let mut cpu = [0f64; 2];
+        let mut time = [0f64; 2];
+        for round in 0..slices * 2 {
+            // none, backup, backup, none, none, backup, ...
+            let which = (round + round / 2) % 2;
+            let stop = Arc::new(AtomicBool::new(false));
+            let count = Arc::new(AtomicU64::new(0));
+            let counting = Arc::new(AtomicBool::new(false));
+            let mut hs = Vec::new();
+            for t in 0..tasks {
+                let (stop, count, counting) = (stop.clone(), count.clone(), counting.clone());
+                let (plain, db) = (plain.clone(), db.clone());
+                hs.push(tokio::spawn(async move {
+                    let mut i = (round * 7919 + t) as u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        let (k, v) = kv((i % KEYS) as usize);
+                        let ok = if which == 0 {
+                            plain.meta_set(k, v, &MetaSet::new()).await.is_ok()
+                        } else {
+                            db.set(k, v, 0, 0).await.is_ok()
+                        };
+                        if ok && counting.load(Ordering::Relaxed) {
+                            count.fetch_add(1, Ordering::Relaxed);
+                        }
+                        i += tasks as u64;
+                    }
+                }));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let c0 = cpu_secs("self");
+            counting.store(true, Ordering::Relaxed);
+            let t = Instant::now();
+            tokio::time::sleep(Duration::from_secs_f64(slice)).await;
+            counting.store(false, Ordering::Relaxed);
+            time[which] += t.elapsed().as_secs_f64();
+            cpu[which] += cpu_secs("self") - c0;
+            ops[which] += count.load(Ordering::Relaxed);
+            stop.store(true, Ordering::Relaxed);
+            for h in hs {
+                let _ = h.await;
+            }
+        }
+        let st = &db.status()[0];
+        eprintln!(
+            "  backup at the end: {} entries, {:.2} MB, oldest {:?}, {} snapshots requested, {} waits",
+            st.entries,
+            st.memory as f64 / 1e6,
+            st.oldest_age,
+            st.snapshots_requested,
+            st.backpressure_waits
+        );
+        (
+            [ops[0] as f64 / time[0], ops[1] as f64 / time[1]],
+            [cpu[0] * 1e6 / ops[0] as f64, cpu[1] * 1e6 / ops[1] as f64],
+        )
+    });
+    println!(
+        "| interleaved {slices}×{slice} s | none {:.0} ops/s ({:.1} µs client CPU) | backup {:.0} ops/s ({:.1} µs) | backup / none {:.3} |",
+        ops[0],
+        cpu[0],
+        ops[1],
+        cpu[1],
+        ops[1] / ops[0]
+    );
+    drop((s_none, s_dur));
+}
+
 fn main() {
     let mut what = "all".to_string();
     let mut reps = None;
     let mut secs = 3.0;
     let mut tasks = 16;
     let mut only = None;
+    let mut interleave = None;
     let mut a = std::env::args().skip(1);
     while let Some(arg) = a.next() {
         let mut num = |name: &str| -> f64 {
@@ -363,10 +562,12 @@ fn main() {
             "--tasks" => tasks = num("--tasks") as usize,
             // 0: none, 1: server only, 2: backup (for profiling one of them).
             "--only" => only = Some(num("--only") as usize),
-            "table1" | "recovery" | "throughput" | "all" => what = arg,
+            // Alternate none and backup in slices of this many seconds.
+            "--interleave" => interleave = Some(num("--interleave")),
+            "table1" | "recovery" | "fig7" | "throughput" | "all" => what = arg,
             other => {
                 eprintln!(
-                    "unknown argument {other}: table1 | recovery | throughput | all, --reps N, --secs S, --tasks N"
+                    "unknown argument {other}: table1 | recovery | fig7 | throughput | all, --reps N, --secs S, --tasks N, --interleave SLICE"
                 );
                 std::process::exit(2);
             }
@@ -381,7 +582,14 @@ fn main() {
     if what == "recovery" || what == "all" {
         recovery(reps.unwrap_or(5));
     }
-    if what == "throughput" || what == "all" {
+    if what == "fig7" || what == "all" {
+        recovery_vs_wal(reps.unwrap_or(5));
+    }
+    if let Some(slice) = interleave {
+        for _ in 0..reps.unwrap_or(1) {
+            interleaved(secs, slice, tasks.max(1));
+        }
+    } else if what == "throughput" || what == "all" {
         throughput(secs, tasks.max(1), reps.unwrap_or(3), only);
     }
 }

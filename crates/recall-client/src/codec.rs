@@ -67,7 +67,7 @@ pub enum Frame<'a> {
         name: &'a [u8],
         value: &'a [u8],
     },
-    /// A meta reply (`VA`, `HD`, `NF`, `NS`, `EX`, `EN`, `MN`).
+    /// A meta reply (`VA`, `HD`, `NF`, `NS`, `EX`, `EN`, `MN`, `OL`).
     Meta(MetaFrame<'a>),
     /// A free-text line in [`Mode::Lines`].
     Line(&'a [u8]),
@@ -105,6 +105,10 @@ pub enum MetaStatus {
     Miss,
     /// `MN`: the no-op marker.
     NoOp,
+    /// `OL`: recall's lost-update reply to `mg <key> w<ts>`: the server's
+    /// copy is older than the write stamped `ts` (which the asking client
+    /// has in its write backup), so the value is not sent.
+    Lost,
 }
 
 impl MetaStatus {
@@ -117,6 +121,7 @@ impl MetaStatus {
             MetaStatus::Exists => "EX",
             MetaStatus::Miss => "EN",
             MetaStatus::NoOp => "MN",
+            MetaStatus::Lost => "OL",
         }
     }
 }
@@ -213,13 +218,14 @@ pub fn decode(buf: &[u8], mode: Mode) -> Result<Decoded<'_>, ReplyError> {
                 None => Decoded::Incomplete { needed: Some(header_len + size + 2) },
             })
         }
-        b"HD" | b"NF" | b"NS" | b"EX" | b"EN" | b"MN" => {
+        b"HD" | b"NF" | b"NS" | b"EX" | b"EN" | b"MN" | b"OL" => {
             let status = match word {
                 b"HD" => MetaStatus::Header,
                 b"NF" => MetaStatus::NotFound,
                 b"NS" => MetaStatus::NotStored,
                 b"EX" => MetaStatus::Exists,
                 b"EN" => MetaStatus::Miss,
+                b"OL" => MetaStatus::Lost,
                 _ => MetaStatus::NoOp,
             };
             done(Frame::Meta(MetaFrame { status, flags: rest, data: None }))
@@ -418,6 +424,23 @@ mod tests {
         let r = MetaReturn::parse(&m).unwrap();
         assert_eq!(r.key.as_deref(), Some(&b"foo"[..]));
         assert!(r.won);
+    }
+
+    #[test]
+    fn lost_update_replies() {
+        let (f, n) = one(b"OL c12 f3\r\nHD\r\n");
+        assert_eq!(n, 11);
+        let Frame::Meta(m) = f else { panic!("{f:?}") };
+        assert_eq!(m.status, MetaStatus::Lost);
+        assert_eq!(m.data, None);
+        let r = MetaReturn::parse(&m).unwrap();
+        assert_eq!((r.cas, r.flags), (Some(12), Some(3)));
+        let Frame::Meta(m) = one(b"OL\r\n").0 else { panic!() };
+        assert_eq!((m.status, m.flags), (MetaStatus::Lost, &b""[..]));
+        assert_eq!(MetaStatus::Lost.code(), "OL");
+        assert_eq!(decode(b"OL c1", Mode::Normal).unwrap(), Decoded::Incomplete { needed: None });
+        // An older server refuses the flag: an error frame, not a status.
+        assert!(matches!(one(b"CLIENT_ERROR invalid flag\r\n").0, Frame::Error(Failure::Client(_))));
     }
 
     #[test]

@@ -116,6 +116,7 @@ pub struct MetaGet {
     touch: Option<i32>,
     vivify: Option<i32>,
     recache: Option<i32>,
+    lost_check: Option<u64>,
 }
 
 impl MetaGet {
@@ -195,6 +196,15 @@ impl MetaGet {
         self
     }
 
+    /// `w<ts>` (recall): lost-update detection. If the server's copy of the
+    /// key is older than the write stamped `ts` (one this client holds in
+    /// its write backup), the server answers `OL` ([`MetaStatus::Lost`])
+    /// instead of the value. memcached and older recallds refuse the flag.
+    pub fn lost_check(mut self, ts: u64) -> Self {
+        self.lost_check = Some(ts);
+        self
+    }
+
     pub(crate) fn is_quiet(&self) -> bool {
         self.quiet
     }
@@ -213,6 +223,7 @@ impl MetaGet {
         num(out, self.touch, 'T');
         num(out, self.vivify, 'N');
         num(out, self.recache, 'R');
+        num(out, self.lost_check, 'w');
         common(out, self.key, &self.opaque, self.quiet)?;
         out.extend_from_slice(b"\r\n");
         Ok(())
@@ -591,6 +602,13 @@ mod tests {
         let Ok(Decoded::Request(r, _)) = decode(&b, &Limits::default()) else { panic!() };
         let Command::MetaArith { flags, .. } = r.cmd else { panic!() };
         assert_eq!((flags.mode, flags.delta, flags.initial, flags.vivify), (Some(b'D'), Some(3), Some(10), Some(0)));
+    }
+
+    #[test]
+    fn lost_check_flag() {
+        let mut b = Vec::new();
+        MetaGet::new().value().client_flags().cas().lost_check(1 << 41).encode(&mut b, b"k").unwrap();
+        assert_eq!(b, format!("mg k v c f w{}\r\n", 1u64 << 41).as_bytes());
     }
 
     #[test]

@@ -123,9 +123,43 @@ impl Ctl {
 
     pub(crate) async fn durable(&mut self) -> Result<Durable> {
         let line = self.roundtrip(b"durable\r\n").await?;
+        self.parse_durable(&line)
+    }
+
+    /// `hello <client-id>`: register with the server's client registry (it
+    /// persists the id and, after a crash, stays `recovering` until every
+    /// registered client has sent `replay_done`). Answers like `durable`.
+    /// An older server answers `ERROR`: [`Error::UnknownCommand`].
+    pub(crate) async fn hello(&mut self, id: &str) -> Result<Durable> {
+        let line = self.roundtrip(format!("hello {id}\r\n").as_bytes()).await?;
+        self.parse_durable(&line)
+    }
+
+    /// `replay_done <client-id>`: this client has nothing (more) to replay
+    /// to the server's current instance.
+    pub(crate) async fn replay_done(&mut self, id: &str) -> Result<()> {
+        self.ok(format!("replay_done {id}\r\n").as_bytes()).await
+    }
+
+    /// `goodbye <client-id>`: a clean shutdown; the server stops waiting
+    /// for this client after its next crash.
+    pub(crate) async fn goodbye(&mut self, id: &str) -> Result<()> {
+        self.ok(format!("goodbye {id}\r\n").as_bytes()).await
+    }
+
+    async fn ok(&mut self, req: &[u8]) -> Result<()> {
+        let line = self.roundtrip(req).await?;
+        if line == "OK" {
+            Ok(())
+        } else {
+            Err(self.refused(&line))
+        }
+    }
+
+    fn parse_durable(&self, line: &str) -> Result<Durable> {
         let f: Vec<&str> = line.split(' ').collect();
         if f.len() != 4 || f[0] != "DURABLE" {
-            return Err(self.refused(&line));
+            return Err(self.refused(line));
         }
         let state = match f[3] {
             "ok" => DurableState::Ok,
@@ -141,12 +175,7 @@ impl Ctl {
 
     /// Ask for a snapshot now (it runs in the background; poll `durable`).
     pub(crate) async fn snapshot(&mut self) -> Result<()> {
-        let line = self.roundtrip(b"snapshot\r\n").await?;
-        if line == "OK" {
-            Ok(())
-        } else {
-            Err(self.refused(&line))
-        }
+        self.ok(b"snapshot\r\n").await
     }
 
     /// A write whose timestamp orders "after every reply read so far": `ms`

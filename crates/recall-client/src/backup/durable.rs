@@ -6,13 +6,16 @@ use std::collections::HashMap;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use parking_lot::Mutex as LogMutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tokio::sync::{Notify, RwLock, RwLockReadGuard};
+use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
 use super::ctl::{Ctl, Durable, DurableState, ReplayReplies};
-use super::log::{instance_base, instance_of, WriteBackup, MAX_ENTRIES, MAX_VALUE};
+use super::log::{instance_base, instance_of, Entry, WriteBackup, MAX_ENTRIES, MAX_VALUE};
+use super::spill::{Spill, SpillSync};
 use crate::codec::MetaStatus;
 use crate::conn::{Conn, Expect, Health, HealthConfig, Reply};
 use crate::error::{Error, Result, ServerName};
@@ -95,6 +98,12 @@ pub struct BackupStatus {
     /// [`DurableClient::append`]); they are reported to the caller as
     /// errors.
     pub unprotected: u64,
+    /// Reads that found the server's copy older than the backup's (`OL`)
+    /// and replayed the entry.
+    pub lost_reads: u64,
+    /// Whether the server knows the client registry (`hello`,
+    /// `replay_done`, `goodbye`); `None` until the first poll.
+    pub registered: Option<bool>,
     /// The last poll error, if the last poll failed.
     pub last_error: Option<String>,
 }
@@ -108,6 +117,8 @@ struct Cfg {
     backpressure_timeout: Duration,
     replay: bool,
     fence_key: Vec<u8>,
+    /// Empty until `build` resolves it (given, or random).
+    client_id: String,
     connect_timeout: Duration,
     request_timeout: Duration,
     health: HealthConfig,
@@ -138,6 +149,9 @@ struct Cfg {
 pub struct DurableBuilder {
     client: ClientBuilder,
     cfg: Cfg,
+    /// Given by [`DurableBuilder::client_id`]; checked by `build`.
+    client_id: Option<String>,
+    spill: Option<(std::path::PathBuf, SpillSync)>,
 }
 
 impl Default for DurableBuilder {
@@ -152,6 +166,7 @@ impl Default for DurableBuilder {
                 backpressure_timeout: Duration::from_secs(10),
                 replay: true,
                 fence_key: b"__recall_backup_fence".to_vec(),
+                client_id: String::new(),
                 connect_timeout: Duration::from_secs(1),
                 request_timeout: Duration::from_secs(2),
                 health: HealthConfig {
@@ -160,6 +175,8 @@ impl Default for DurableBuilder {
                     retry_max: Duration::from_secs(30),
                 },
             },
+            client_id: None,
+            spill: None,
         }
     }
 }
@@ -248,6 +265,33 @@ impl DurableBuilder {
         self
     }
 
+    /// The id this client registers under with each server (`hello`,
+    /// `replay_done`, `goodbye`): 1 to 250 printable bytes without spaces.
+    /// A server that knows its clients waits after a crash until every
+    /// registered client has replayed (or its grace period ends), instead
+    /// of for the grace period alone. Default: a random id per
+    /// [`DurableClient`], which is right unless the client's backup
+    /// outlives the process (a spill file keeps its id).
+    pub fn client_id(mut self, id: impl Into<String>) -> Self {
+        self.client_id = Some(id.into());
+        self
+    }
+
+    /// Keep the backup in a local file too (see the [`spill`](super::spill)
+    /// module for the format and what damage does): every recorded entry
+    /// is appended before the write call returns ([`SpillSync::Os`]: written
+    /// to the OS, survives this process being killed; [`SpillSync::Fsync`]:
+    /// group-committed `fsync`, survives a crash of the machine). A client
+    /// built on an existing file takes its client id (an explicit, different
+    /// [`client_id`](DurableBuilder::client_id) is an error) and its entries,
+    /// and replays them to any server that restarted since: a client and a
+    /// server crashing together then lose nothing. One file per client;
+    /// entries of servers no longer in the list are dropped with a warning.
+    pub fn spill_file(mut self, path: impl Into<std::path::PathBuf>, sync: SpillSync) -> Self {
+        self.spill = Some((path.into(), sync));
+        self
+    }
+
     /// Build the client and start one poller task per server: must be
     /// called inside a tokio runtime. Keys never move between servers (a
     /// durable client always uses [`DeadServerPolicy::FailFast`]): a key
@@ -257,6 +301,22 @@ impl DurableBuilder {
         let rt = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::InvalidArgument("DurableClient::build must run inside a tokio runtime".into()))?;
         request::check_key(&self.cfg.fence_key)?;
+        let mut cfg = self.cfg;
+        let loaded = match &self.spill {
+            Some((path, _)) => Spill::load(path)?,
+            None => None,
+        };
+        cfg.client_id = match (&loaded, self.client_id) {
+            (Some((file_id, _)), Some(given)) if *file_id != given => {
+                return Err(Error::InvalidArgument(format!(
+                    "client id {given:?} given, but the spill file belongs to {file_id:?}"
+                )))
+            }
+            (Some((file_id, _)), _) => file_id.clone(),
+            (None, Some(given)) => given,
+            (None, None) => random_client_id(),
+        };
+        check_client_id(&cfg.client_id)?;
         let client = self.client.dead_servers(DeadServerPolicy::FailFast).build()?;
         let nodes: Vec<Arc<Node>> = client
             .servers()
@@ -264,10 +324,11 @@ impl DurableBuilder {
             .map(|name| {
                 Arc::new(Node {
                     addr: name.to_string(),
-                    health: Arc::new(Health::new(self.cfg.health)),
+                    health: Arc::new(Health::new(cfg.health)),
                     name,
-                    log: Mutex::new(NodeLog { log: WriteBackup::new(), inflight_entries: 0, inflight_bytes: 0 }),
-                    gate: RwLock::new(()),
+                    log: LogMutex::new(NodeLog { log: WriteBackup::new(), writes: 0 }),
+                    sizes: Sizes::default(),
+                    admission: Admission::default(),
                     room: Notify::new(),
                     poke: Notify::new(),
                     ctl: tokio::sync::Mutex::new(None),
@@ -275,7 +336,6 @@ impl DurableBuilder {
                     view: Mutex::new(View::default()),
                     known_instance: AtomicU64::new(0),
                     off: AtomicBool::new(false),
-                    writes: AtomicU64::new(0),
                     want_snapshot: AtomicBool::new(false),
                     waiting: AtomicUsize::new(0),
                     suspect: AtomicBool::new(false),
@@ -288,9 +348,68 @@ impl DurableBuilder {
         for (i, n) in nodes.iter().enumerate() {
             by_name.entry(n.name.clone()).or_insert(i);
         }
-        let cfg = Arc::new(self.cfg);
-        let pollers = nodes.iter().map(|n| rt.spawn(poller(Arc::downgrade(n), cfg.clone())).abort_handle()).collect();
-        Ok(DurableClient { inner: Arc::new(Shared { client, cfg, nodes, by_name, pollers }) })
+        let spill = match self.spill {
+            Some((path, sync)) => {
+                let mut dropped = 0;
+                for r in loaded.map(|l| l.1).unwrap_or_default() {
+                    let Some(n) = nodes.iter().find(|n| n.addr == r.server) else {
+                        dropped += 1;
+                        continue;
+                    };
+                    let mut l = n.log();
+                    match &r.value {
+                        Some(v) => l.log.record_value(&r.key, v, r.flags, r.exptime, r.ts),
+                        None => l.log.record_delete(&r.key, r.ts),
+                    };
+                }
+                if dropped > 0 {
+                    eprintln!(
+                        "recall-client: spill file {}: dropped {dropped} entries of servers no longer configured",
+                        path.display()
+                    );
+                }
+                let spill = Spill::create(&path, sync, &cfg.client_id, std::iter::empty())?;
+                let ctx = Arc::new(SpillCtx { spill, nodes: nodes.iter().map(Arc::downgrade).collect() });
+                ctx.rewrite()?;
+                Some(ctx)
+            }
+            None => None,
+        };
+        let cfg = Arc::new(cfg);
+        let pollers = nodes
+            .iter()
+            .map(|n| rt.spawn(poller(Arc::downgrade(n), cfg.clone(), spill.clone())).abort_handle())
+            .collect();
+        Ok(DurableClient { inner: Arc::new(Shared { client, cfg, nodes, by_name, pollers, spill }) })
+    }
+}
+
+/// The spill file and the nodes whose logs it mirrors (for rewrites).
+struct SpillCtx {
+    spill: Arc<Spill>,
+    nodes: Vec<Weak<Node>>,
+}
+
+impl SpillCtx {
+    /// Rewrite the file with the live entries of every node.
+    fn rewrite(&self) -> Result<()> {
+        self.spill.rewrite(|put| {
+            for n in self.nodes.iter().filter_map(Weak::upgrade) {
+                let l = n.log();
+                for e in l.log.iter() {
+                    put(&n.addr, e);
+                }
+            }
+        })
+    }
+
+    /// Rewrite if dead records outnumber the live entries.
+    fn maybe_rewrite(&self) -> Result<()> {
+        let live = self.nodes.iter().filter_map(Weak::upgrade).map(|n| n.sizes.len.load(Ordering::Acquire)).sum();
+        if self.spill.wants_rewrite(live) {
+            self.rewrite()?;
+        }
+        Ok(())
     }
 }
 
@@ -306,6 +425,7 @@ struct Counters {
     snapshots: AtomicU64,
     waits: AtomicU64,
     unprotected: AtomicU64,
+    lost_reads: AtomicU64,
 }
 
 #[derive(Default)]
@@ -317,26 +437,160 @@ struct View {
     last_replay: Option<Duration>,
     /// When the last snapshot was requested, and the watermark then.
     snapshot_asked: Option<(Instant, u64)>,
+    /// Whether the server knows `hello`/`replay_done`/`goodbye` (`None`:
+    /// not asked yet; `Some(false)`: an older server, which answered
+    /// `ERROR`, and to which the client behaves as before the registry).
+    registry: Option<bool>,
+    /// The instance this client last sent `replay_done` to.
+    replay_done_for: u64,
+    /// Whether the server accepts `mg ... w<ts>` (`Some(false)`: it refused
+    /// the flag once; reads are plain gets from then on).
+    lost_check: Option<bool>,
 }
 
 struct NodeLog {
     log: WriteBackup,
-    /// Writes admitted and not yet recorded (they hold room).
-    inflight_entries: usize,
-    inflight_bytes: usize,
+    /// Writes recorded (for `poll_every_writes`), counted here rather than
+    /// in an atomic of its own since the lock is held anyway.
+    writes: u64,
+}
+
+/// Admission of writes to one server: the back-pressure bound and the
+/// replay gate in one word, so that a write enters with one
+/// compare-and-swap and leaves with one `fetch_sub`, and no lock.
+///
+/// ```text
+///   bit 63      CLOSED: a replay is running; writes wait outside
+///   bits 39-62  writes inside: admitted, sent or being sent, not yet
+///               recorded (bounded by max_entries < 2^24)
+///   bits 0-38   their key and value bytes (bounded by max_bytes <= 1 GiB
+///               plus one oversized value, clamped to MAX_RESERVE)
+/// ```
+///
+/// Writes inside hold room in the backup: admission checks them plus the
+/// log's size (published by [`LogGuard`] on unlock) against the bounds.
+/// The gate: a write racing a replay could reach the server before an
+/// older replayed write of the same key (a delete that found the key gone,
+/// then the replay putting the old value back), so a replay sets CLOSED
+/// and waits until the writes inside have left. Only the poller closes it,
+/// under the node's control-connection lock, so there is one closer at a
+/// time.
+///
+/// This replaced a `tokio::sync::RwLock` (whose release takes the
+/// semaphore's waiter-list mutex every time) plus a reservation counted
+/// under the log's mutex: three lock round trips per write, on cache lines
+/// that both worker threads write. Aligned to its own cache line for the
+/// same reason.
+#[repr(align(64))]
+#[derive(Default)]
+struct Admission {
+    word: AtomicU64,
+    /// Signalled when a replay opens the gate again.
+    opened: Notify,
+    /// Signalled when the last write leaves a closed gate.
+    drained: Notify,
+}
+
+const CLOSED: u64 = 1 << 63;
+const COUNT_SHIFT: u32 = 39;
+const ONE_WRITE: u64 = 1 << COUNT_SHIFT;
+const COUNT_MASK: u64 = ((1 << 24) - 1) << COUNT_SHIFT;
+const BYTES_MASK: u64 = ONE_WRITE - 1;
+const MAX_RESERVE: usize = 1 << 37;
+
+/// The log's `len()` and `bytes()` as of its last unlock, for admission
+/// (own cache line: written only when they change, read by every write).
+#[repr(align(64))]
+#[derive(Default)]
+struct Sizes {
+    len: AtomicUsize,
+    bytes: AtomicUsize,
+}
+
+/// Why a write could not enter.
+enum Blocked {
+    /// A replay holds the gate.
+    Closed,
+    /// The backup is at its bound.
+    Full,
+}
+
+impl Admission {
+    /// Close the gate and wait until the writes inside have left. It opens
+    /// again when the guard is dropped (also if the replay is cancelled).
+    async fn close(&self) -> Closed<'_> {
+        self.word.fetch_or(CLOSED, Ordering::AcqRel);
+        let closed = Closed(self);
+        loop {
+            let mut drained = pin!(self.drained.notified());
+            // Registered before the check, so the last write leaving in
+            // between still wakes us. (`notify_one` keeps a permit when
+            // nobody waits; a stale one only costs another check.)
+            drained.as_mut().enable();
+            if self.word.load(Ordering::Acquire) & COUNT_MASK == 0 {
+                return closed;
+            }
+            drained.await;
+        }
+    }
+}
+
+/// The gate closed by a replay.
+struct Closed<'a>(&'a Admission);
+
+impl Drop for Closed<'_> {
+    fn drop(&mut self) {
+        self.0.word.fetch_and(!CLOSED, Ordering::AcqRel);
+        self.0.opened.notify_waiters();
+    }
+}
+
+/// The node's log, locked. On unlock it publishes the log's size to the
+/// node's atomics, which admission reads without taking the lock.
+struct LogGuard<'a> {
+    node: &'a Node,
+    g: parking_lot::MutexGuard<'a, NodeLog>,
+}
+
+impl std::ops::Deref for LogGuard<'_> {
+    type Target = NodeLog;
+    fn deref(&self) -> &NodeLog {
+        &self.g
+    }
+}
+
+impl std::ops::DerefMut for LogGuard<'_> {
+    fn deref_mut(&mut self) -> &mut NodeLog {
+        &mut self.g
+    }
+}
+
+impl Drop for LogGuard<'_> {
+    fn drop(&mut self) {
+        // Published before the write that recorded leaves admission (its
+        // guard drops first), and admission reads the word before these,
+        // so a recorded write is never counted in neither place (it can be
+        // counted in both for a moment, which only errs towards waiting).
+        // Stored only on change: a write replacing a same-sized entry
+        // leaves the cache line alone.
+        let (len, bytes) = (self.g.log.len(), self.g.log.bytes());
+        let sizes = &self.node.sizes;
+        if sizes.len.load(Ordering::Relaxed) != len {
+            sizes.len.store(len, Ordering::Release);
+        }
+        if sizes.bytes.load(Ordering::Relaxed) != bytes {
+            sizes.bytes.store(bytes, Ordering::Release);
+        }
+    }
 }
 
 struct Node {
     name: ServerName,
     addr: String,
     health: Arc<Health>,
-    log: Mutex<NodeLog>,
-    /// Writers hold it shared from sending a write until it is recorded; a
-    /// replay holds it exclusively. A write racing a replay could otherwise
-    /// reach the server before an older replayed write of the same key: a
-    /// delete that found the key gone, then the replay putting the old
-    /// value back.
-    gate: RwLock<()>,
+    log: LogMutex<NodeLog>,
+    sizes: Sizes,
+    admission: Admission,
     /// Signalled when room is freed (trims, released reservations).
     room: Notify,
     /// Wakes the poller early.
@@ -348,7 +602,6 @@ struct Node {
     view: Mutex<View>,
     known_instance: AtomicU64,
     off: AtomicBool,
-    writes: AtomicU64,
     want_snapshot: AtomicBool,
     waiting: AtomicUsize,
     /// Set when the server may have restarted (a write failed at the
@@ -371,8 +624,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Node {
-    fn log(&self) -> MutexGuard<'_, NodeLog> {
-        lock(&self.log)
+    fn log(&self) -> LogGuard<'_> {
+        LogGuard { node: self, g: self.log.lock() }
     }
 
     fn set_suspect(&self) {
@@ -406,28 +659,23 @@ impl Node {
     }
 }
 
-/// Room reserved in a node's backup for one write in flight.
-struct Reservation<'a> {
+/// A write in progress: admitted (room held in the backup, inside the
+/// replay gate) until it is recorded or failed.
+struct Entered<'a> {
     node: &'a Node,
-    bytes: usize,
+    /// What it added to `Admission::word`.
+    added: u64,
 }
 
-impl Drop for Reservation<'_> {
+impl Drop for Entered<'_> {
     fn drop(&mut self) {
-        {
-            let mut l = self.node.log();
-            l.inflight_entries -= 1;
-            l.inflight_bytes -= self.bytes;
+        let a = &self.node.admission;
+        let prev = a.word.fetch_sub(self.added, Ordering::AcqRel);
+        if prev & CLOSED != 0 && prev & COUNT_MASK == ONE_WRITE {
+            a.drained.notify_one();
         }
         self.node.free_room();
     }
-}
-
-/// A write in progress: room reserved, the replay gate held shared.
-struct Entered<'a> {
-    node: &'a Node,
-    _room: Reservation<'a>,
-    _gate: RwLockReadGuard<'a, ()>,
 }
 
 struct Shared {
@@ -436,6 +684,7 @@ struct Shared {
     nodes: Vec<Arc<Node>>,
     by_name: HashMap<ServerName, usize>,
     pollers: Vec<AbortHandle>,
+    spill: Option<Arc<SpillCtx>>,
 }
 
 impl Drop for Shared {
@@ -461,6 +710,39 @@ impl std::fmt::Debug for DurableClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DurableClient").field("servers", &self.inner.client.servers()).finish()
     }
+}
+
+/// A client id must be a single token of the text protocol: 1 to 250
+/// printable bytes, no spaces.
+fn check_client_id(id: &str) -> Result<()> {
+    if id.is_empty() || id.len() > 250 || !id.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(Error::InvalidArgument(format!(
+            "client id {id:?}: must be 1 to 250 printable bytes without spaces"
+        )));
+    }
+    Ok(())
+}
+
+/// 16 random bytes in hex. std's `RandomState` is seeded from the OS's
+/// random source once per thread and stepped on each call; mixing in the
+/// time, the process id and a counter keeps two ids apart even if that
+/// seed were shared (not cryptographic, and need not be: the id only has
+/// to be unique among one server's clients).
+fn random_client_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+    let mut id = String::with_capacity(32);
+    for half in 0..2u8 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(nanos);
+        h.write_u32(std::process::id());
+        h.write_u64(seq);
+        h.write_u8(half);
+        id.push_str(&format!("{:016x}", h.finish()));
+    }
+    id
 }
 
 /// Seconds since the Unix epoch on the client's clock.
@@ -500,9 +782,118 @@ impl DurableClient {
         &self.inner.client
     }
 
-    /// `get` through the underlying client.
+    /// The id this client registers under with the servers.
+    pub fn client_id(&self) -> &str {
+        &self.inner.cfg.client_id
+    }
+
+    /// `get`, with lost-update detection when the backup holds a write of
+    /// the key: the read carries that write's timestamp (`mg <key> v f
+    /// w<ts>`), and a server whose copy is older answers `OL` instead of a
+    /// value. The client then replays its entry to the server (as after a
+    /// restart: `replay`, then a fence, keeping the entry until a snapshot
+    /// covers the fence) and returns its own value (`None` for a delete).
+    /// A server that refuses the flag (memcached, an older recalld) gets a
+    /// plain `get` from then on. Keys the backup does not hold are a plain
+    /// `get` too.
     pub async fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Item>> {
-        self.inner.client.get(key).await
+        let key = key.as_ref();
+        let Some((node, ts)) = self.backed_up(key) else { return self.inner.client.get(key).await };
+        let req = MetaGet::new().value().client_flags().lost_check(ts);
+        match self.inner.client.meta_get(key, &req).await {
+            Ok(r) => match r.status {
+                MetaStatus::Value => {
+                    lock(&node.view).lost_check = Some(true);
+                    Ok(Some(Item {
+                        key: key.to_vec(),
+                        value: r.value.unwrap_or_default(),
+                        flags: r.ret.flags.unwrap_or(0),
+                        cas: None,
+                    }))
+                }
+                MetaStatus::Miss => Ok(None),
+                MetaStatus::Lost => {
+                    lock(&node.view).lost_check = Some(true);
+                    node.counters.lost_reads.fetch_add(1, Ordering::Relaxed);
+                    self.repair(node, key, ts).await
+                }
+                other => Err(Error::Protocol {
+                    server: node.name.clone(),
+                    message: format!("unexpected {} to mg", other.code()),
+                }),
+            },
+            Err(Error::Client { .. } | Error::UnknownCommand { .. }) => {
+                // An older server: it does not know `w`.
+                lock(&node.view).lost_check = Some(false);
+                self.inner.client.get(key).await
+            }
+            Err(e) => {
+                self.suspect_on(node, &e);
+                Err(e)
+            }
+        }
+    }
+
+    /// The node and entry timestamp when the backup holds a write of `key`
+    /// and its server may understand `w<ts>`.
+    fn backed_up(&self, key: &[u8]) -> Option<(&Arc<Node>, u64)> {
+        let node = self.node_for(key).ok()?;
+        if node.off.load(Ordering::Acquire) || lock(&node.view).lost_check == Some(false) {
+            return None;
+        }
+        let ts = node.log().log.get(key)?.ts();
+        Some((node, ts))
+    }
+
+    /// After `OL`: replay the key's entry to the server and fence it, with
+    /// writers held out (as in a full replay), then answer with the entry.
+    async fn repair(&self, node: &Node, key: &[u8], seen: u64) -> Result<Option<Item>> {
+        let cfg = &self.inner.cfg;
+        let mut guard = node.ctl.lock().await;
+        let r = repair_locked(node, cfg, &mut guard, key, seen).await;
+        if r.is_err() {
+            *guard = None;
+        }
+        match r {
+            Ok(Some(answer)) => Ok(answer),
+            // The entry left the backup meanwhile (trimmed: the server's
+            // snapshot holds it, or replaced by a newer write): read again.
+            Ok(None) => {
+                drop(guard);
+                self.inner.client.get(key).await
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Shut down cleanly: wait (up to `timeout`) until every server has
+    /// made the backup durable ([`DurableClient::sync`]), stop polling
+    /// (for every clone of this client), and say `goodbye` to each server
+    /// so that its next crash recovery does not wait for this client. A
+    /// server that does not know `goodbye` (older recalld) is fine. If the
+    /// backup cannot be emptied in time, returns the error without
+    /// `goodbye`: the server then keeps expecting this client's replay.
+    pub async fn close(self, timeout: Duration) -> Result<()> {
+        self.sync(timeout).await?;
+        for p in &self.inner.pollers {
+            p.abort();
+        }
+        let cfg = &self.inner.cfg;
+        let mut first = Ok(());
+        for n in &self.inner.nodes {
+            let r = goodbye(n, cfg).await;
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        if let Some(sp) = &self.inner.spill {
+            // Empty now (unless a clone wrote meanwhile): just the header.
+            let r = sp.rewrite();
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
     }
 
     fn node_for(&self, key: &[u8]) -> Result<&Arc<Node>> {
@@ -517,67 +908,86 @@ impl DurableClient {
         Ok(&self.inner.nodes[idx])
     }
 
-    /// Wait for room for a write of `bytes` key and value bytes, then hold
-    /// it until the write is recorded or failed.
-    async fn admit<'a>(&self, node: &'a Node, bytes: usize) -> Result<Reservation<'a>> {
+    /// One attempt to admit a write of `bytes` key and value bytes: one
+    /// compare-and-swap on the admission word (see [`Admission`]).
+    fn try_enter<'a>(&self, node: &'a Node, bytes: usize) -> std::result::Result<Entered<'a>, Blocked> {
         let cfg = &self.inner.cfg;
-        let try_reserve = || {
-            let mut l = node.log();
-            let held_entries = l.log.len() + l.inflight_entries;
-            let held_bytes = l.log.bytes() + l.inflight_bytes;
-            let fits = held_entries < cfg.max_entries && held_bytes + bytes <= cfg.max_bytes;
-            // An empty log admits anything, or one oversized value would
-            // wait forever.
-            if fits || held_entries == 0 || node.off.load(Ordering::Acquire) {
-                l.inflight_entries += 1;
-                l.inflight_bytes += bytes;
-                true
-            } else {
-                false
-            }
-        };
-        // The common case, without registering as a waiter (which costs a
-        // lock inside `Notify`).
-        if try_reserve() {
-            return Ok(Reservation { node, bytes });
-        }
-        let deadline = tokio::time::Instant::now() + cfg.backpressure_timeout;
-        let mut counted = false;
+        let a = &node.admission;
+        let mut cur = a.word.load(Ordering::Acquire);
         loop {
-            let mut notified = pin!(node.room.notified());
-            // Registered before the check, so a trim between the check and
-            // the wait still wakes us.
-            notified.as_mut().enable();
-            if try_reserve() {
-                return Ok(Reservation { node, bytes });
+            if cur & CLOSED != 0 {
+                return Err(Blocked::Closed);
             }
-            if !counted {
-                node.counters.waits.fetch_add(1, Ordering::Relaxed);
-                counted = true;
-            }
-            node.want_snapshot.store(true, Ordering::Release);
-            node.waiting.fetch_add(1, Ordering::AcqRel);
-            node.poke.notify_one();
-            let r = tokio::time::timeout_at(deadline, notified).await;
-            node.waiting.fetch_sub(1, Ordering::AcqRel);
-            if r.is_err() {
-                return Err(Error::Timeout {
-                    server: node.name.clone(),
-                    phase: crate::TimeoutPhase::Request,
-                    after: cfg.backpressure_timeout,
-                });
+            // Nothing is recorded for a server that keeps nothing durable:
+            // no bound, but still the gate.
+            let added = if node.off.load(Ordering::Acquire) {
+                ONE_WRITE
+            } else {
+                let inside = ((cur & COUNT_MASK) >> COUNT_SHIFT) as usize;
+                let held_entries = node.sizes.len.load(Ordering::Acquire) + inside;
+                let held_bytes = node.sizes.bytes.load(Ordering::Acquire) + (cur & BYTES_MASK) as usize;
+                let fits = held_entries < cfg.max_entries && held_bytes + bytes <= cfg.max_bytes;
+                // An empty log admits anything, or one oversized value
+                // would wait forever.
+                if !fits && held_entries != 0 {
+                    return Err(Blocked::Full);
+                }
+                ONE_WRITE + bytes.min(MAX_RESERVE) as u64
+            };
+            match a.word.compare_exchange_weak(cur, cur + added, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Ok(Entered { node, added }),
+                Err(now) => cur = now,
             }
         }
     }
 
     /// Everything a write does before it is sent: find its server, wait
-    /// for room, wait out a suspected restart, and hold the replay gate.
+    /// out a suspected restart, then wait for room in the backup and for
+    /// the replay gate to be open (see [`Admission`]). Room held until the
+    /// returned guard drops, after the write is recorded or failed.
     async fn enter<'a>(&'a self, key: &[u8], bytes: usize) -> Result<Entered<'a>> {
         let node = self.node_for(key)?;
-        let room = self.admit(node, bytes).await?;
         self.wait_ready(node).await;
-        let gate = node.gate.read().await;
-        Ok(Entered { node, _room: room, _gate: gate })
+        // The common case, without registering as a waiter (which costs a
+        // lock inside `Notify`).
+        if let Ok(e) = self.try_enter(node, bytes) {
+            return Ok(e);
+        }
+        let cfg = &self.inner.cfg;
+        let deadline = tokio::time::Instant::now() + cfg.backpressure_timeout;
+        let mut counted = false;
+        loop {
+            let mut room = pin!(node.room.notified());
+            let mut opened = pin!(node.admission.opened.notified());
+            // Registered before the check, so a trim or the end of a replay
+            // between the check and the wait still wakes us.
+            room.as_mut().enable();
+            opened.as_mut().enable();
+            match self.try_enter(node, bytes) {
+                Ok(e) => return Ok(e),
+                // A replay takes as long as it takes (it has its own
+                // timeouts); it is not back-pressure.
+                Err(Blocked::Closed) => opened.await,
+                Err(Blocked::Full) => {
+                    if !counted {
+                        node.counters.waits.fetch_add(1, Ordering::Relaxed);
+                        counted = true;
+                    }
+                    node.want_snapshot.store(true, Ordering::Release);
+                    node.waiting.fetch_add(1, Ordering::AcqRel);
+                    node.poke.notify_one();
+                    let r = tokio::time::timeout_at(deadline, room).await;
+                    node.waiting.fetch_sub(1, Ordering::AcqRel);
+                    if r.is_err() {
+                        return Err(Error::Timeout {
+                            server: node.name.clone(),
+                            phase: crate::TimeoutPhase::Request,
+                            after: cfg.backpressure_timeout,
+                        });
+                    }
+                }
+            }
+        }
     }
 
     /// Wait (up to the request timeout) while a restart is suspected. If
@@ -617,11 +1027,11 @@ impl DurableClient {
         r
     }
 
-    /// After recording: poll early if the write came from an instance the
-    /// poller has not seen (the server restarted), or every N writes.
-    fn after_record(&self, node: &Node, ts: u64) {
+    /// After recording the `n`th write: poll early if the write came from
+    /// an instance the poller has not seen (the server restarted), or every
+    /// N writes.
+    fn after_record(&self, node: &Node, ts: u64, n: u64) {
         let known = node.known_instance.load(Ordering::Acquire);
-        let n = node.writes.fetch_add(1, Ordering::Relaxed) + 1;
         let every = self.inner.cfg.poll_every_writes;
         if known != 0 && instance_of(ts) != known {
             node.set_suspect();
@@ -630,22 +1040,64 @@ impl DurableClient {
         }
     }
 
-    fn record_value(&self, node: &Node, key: &[u8], value: &[u8], flags: u32, exptime: Option<u32>, ts: u64) {
+    async fn record_value(
+        &self,
+        node: &Node,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        exptime: Option<u32>,
+        ts: u64,
+    ) -> Result<()> {
         if node.off.load(Ordering::Acquire) {
-            return;
+            return Ok(());
         }
         if value.len() > MAX_VALUE {
             node.counters.unprotected.fetch_add(1, Ordering::Relaxed);
-            return;
+            return Ok(());
         }
-        {
+        let Some(exptime) = exptime else { return self.record_delete(node, key, ts).await };
+        let (recorded, n) = {
             let mut l = node.log();
-            match exptime {
-                Some(e) => l.log.record_value(key, value, flags, e, ts),
-                None => l.log.record_delete(key, ts),
-            };
+            let r = l.log.record_value(key, value, flags, exptime, ts);
+            l.writes += 1;
+            (r, l.writes)
+        };
+        self.after_record(node, ts, n);
+        if recorded {
+            self.spill(node, Entry::Value { key, value, flags, exptime, ts }).await?;
         }
-        self.after_record(node, ts);
+        Ok(())
+    }
+
+    async fn record_delete(&self, node: &Node, key: &[u8], ts: u64) -> Result<()> {
+        let (recorded, n) = {
+            let mut l = node.log();
+            let r = l.log.record_delete(key, ts);
+            l.writes += 1;
+            (r, l.writes)
+        };
+        self.after_record(node, ts, n);
+        if recorded {
+            self.spill(node, Entry::Deleted { key, ts }).await?;
+        }
+        Ok(())
+    }
+
+    /// Append a recorded entry to the spill file, if there is one, and
+    /// (with `SpillSync::Fsync`) wait for its group commit. A failure is
+    /// reported to the caller: the write is on the server and in memory,
+    /// but would not survive this process.
+    async fn spill(&self, node: &Node, e: Entry<'_>) -> Result<()> {
+        let Some(sp) = &self.inner.spill else { return Ok(()) };
+        let r = match sp.spill.append(&node.addr, &e) {
+            Ok(()) => sp.spill.commit().await,
+            Err(e) => Err(e),
+        };
+        if r.is_err() {
+            node.counters.unprotected.fetch_add(1, Ordering::Relaxed);
+        }
+        r
     }
 
     fn no_ts(node: &Node) -> Error {
@@ -666,7 +1118,8 @@ impl DurableClient {
     ) -> Result<Written> {
         let entered = self.enter(key, key.len() + value.len()).await?;
         let node = entered.node;
-        let now = unix_now();
+        // Only a relative exptime needs the clock (a system call's worth).
+        let now = if exptime == 0 { 0 } else { unix_now() };
         let mut req = MetaSet::new().mode(mode).return_cas();
         if !matches!(mode, MetaSetMode::Append | MetaSetMode::Prepend) {
             req = req.client_flags(flags).ttl(exptime);
@@ -694,7 +1147,7 @@ impl DurableClient {
         if matches!(mode, MetaSetMode::Append | MetaSetMode::Prepend) {
             self.record_full_value(&entered, key, ts).await?;
         } else {
-            self.record_value(node, key, value, flags, absolute_exptime(exptime, now), ts);
+            self.record_value(node, key, value, flags, absolute_exptime(exptime, now), ts).await?;
         }
         Ok(Written { status, ts: Some(ts) })
     }
@@ -723,7 +1176,7 @@ impl DurableClient {
         if r.status == MetaStatus::Value && r.ret.cas == Some(ts) {
             let value = r.value.unwrap_or_default();
             let flags = r.ret.flags.unwrap_or(0);
-            self.record_value(node, key, &value, flags, Some(ttl_to_absolute(r.ret.ttl, now)), ts);
+            self.record_value(node, key, &value, flags, Some(ttl_to_absolute(r.ret.ttl, now)), ts).await?;
         }
         Ok(())
     }
@@ -804,8 +1257,7 @@ impl DurableClient {
             Some(Reply::Meta { status: MetaStatus::Header, ret, .. }) => {
                 let ts = ret.cas.ok_or_else(|| Self::no_ts(node))?;
                 if !node.off.load(Ordering::Acquire) {
-                    node.log().log.record_delete(key, ts);
-                    self.after_record(node, ts);
+                    self.record_delete(node, key, ts).await?;
                 }
                 Ok(Some(ts))
             }
@@ -847,9 +1299,7 @@ impl DurableClient {
             }
         };
         let ts = r.ret.cas.ok_or_else(|| Self::no_ts(node))?;
-        node.log().log.record_delete(key, ts);
-        self.after_record(node, ts);
-        Ok(())
+        self.record_delete(node, key, ts).await
     }
 
     async fn arith(&self, key: &[u8], mode: MetaArithMode, delta: u64) -> Result<Option<Counter>> {
@@ -887,7 +1337,7 @@ impl DurableClient {
                 }
             },
         };
-        self.record_value(node, key, &digits, flags, Some(ttl_to_absolute(r.ret.ttl, now)), ts);
+        self.record_value(node, key, &digits, flags, Some(ttl_to_absolute(r.ret.ttl, now)), ts).await?;
         Ok(Some(Counter { value, ts }))
     }
 
@@ -945,6 +1395,8 @@ impl DurableClient {
                     snapshots_requested: get(&c.snapshots),
                     backpressure_waits: get(&c.waits),
                     unprotected: get(&c.unprotected),
+                    lost_reads: get(&c.lost_reads),
+                    registered: v.registry,
                     last_error: v.last_error.clone(),
                 }
             })
@@ -993,10 +1445,91 @@ impl DurableClient {
     }
 }
 
-async fn poller(node: Weak<Node>, cfg: Arc<Cfg>) {
+/// `goodbye` to one server, if its backup is empty and it knows the
+/// registry.
+async fn goodbye(node: &Node, cfg: &Cfg) -> Result<()> {
+    let mut guard = node.ctl.lock().await;
+    if node.off.load(Ordering::Acquire) || lock(&node.view).registry == Some(false) {
+        return Ok(());
+    }
+    if !node.log().log.is_empty() {
+        return Err(Error::InvalidArgument(format!(
+            "{}: writes made during close are not durable yet; not saying goodbye",
+            node.name
+        )));
+    }
+    if guard.is_none() {
+        *guard = Some(Ctl::connect(&node.addr, &node.name, cfg.connect_timeout, cfg.request_timeout).await?);
+    }
+    let Some(ctl) = guard.as_mut() else { return Err(Error::Internal("control connection vanished".into())) };
+    match ctl.goodbye(&cfg.client_id).await {
+        Ok(()) | Err(Error::UnknownCommand { .. }) => Ok(()),
+        Err(e) => {
+            *guard = None;
+            Err(e)
+        }
+    }
+}
+
+async fn repair_locked(
+    node: &Node,
+    cfg: &Cfg,
+    guard: &mut Option<Ctl>,
+    key: &[u8],
+    seen: u64,
+) -> Result<Option<Option<Item>>> {
+    if guard.is_none() {
+        *guard = Some(Ctl::connect(&node.addr, &node.name, cfg.connect_timeout, cfg.request_timeout).await?);
+    }
+    let Some(ctl) = guard.as_mut() else { return Err(Error::Internal("control connection vanished".into())) };
+    let _gate = node.admission.close().await;
+    let now = unix_now();
+    let (burst, answer, ts) = {
+        let l = node.log();
+        let Some(e) = l.log.get(key) else { return Ok(None) };
+        if e.ts() != seen {
+            return Ok(None);
+        }
+        let mut burst = Vec::with_capacity(key.len() + 64);
+        e.encode_replay(now, &mut burst);
+        let answer = match e {
+            super::log::Entry::Value { value, flags, exptime, .. } if exptime == 0 || exptime > now => {
+                Some(Item { key: key.to_vec(), value: value.to_vec(), flags, cas: None })
+            }
+            _ => None,
+        };
+        (burst, answer, e.ts())
+    };
+    let ReplayReplies { applied, stale, errors } = ctl.replay(burst, 1).await?;
+    let fence = ctl.fence(&cfg.fence_key).await?;
+    // Held by the current instance from now on, with the other replayed
+    // entries (or, if those still wait for a replay elsewhere, where it
+    // is: the next full replay sends it again, which is harmless).
+    node.log().log.mark_key_replayed(key, ts, fence);
+    let c = &node.counters;
+    c.replayed_entries.fetch_add(1, Ordering::Relaxed);
+    c.applied.fetch_add(applied, Ordering::Relaxed);
+    c.stale.fetch_add(stale, Ordering::Relaxed);
+    c.errors.fetch_add(errors, Ordering::Relaxed);
+    Ok(Some(answer))
+}
+
+async fn poller(node: Weak<Node>, cfg: Arc<Cfg>, spill: Option<Arc<SpillCtx>>) {
     loop {
         let Some(n) = node.upgrade() else { return };
         let _ = poll(&n, &cfg).await;
+        if let Some(sp) = &spill {
+            // File I/O and an fsync: on a blocking thread, not this
+            // runtime's worker (appends wait for a rewrite all the same).
+            let sp = sp.clone();
+            let r = match tokio::task::spawn_blocking(move || sp.maybe_rewrite()).await {
+                Ok(r) => r,
+                Err(e) => Err(Error::Internal(format!("spill rewrite task: {e}"))),
+            };
+            if let Err(e) = r {
+                lock(&n.view).last_error = Some(e.to_string());
+            }
+        }
         // Sleep until the next interval, or until a write pokes us.
         let _ = tokio::time::timeout(cfg.poll_interval, n.poke.notified()).await;
     }
@@ -1030,11 +1563,30 @@ async fn poll(node: &Node, cfg: &Cfg) -> Result<()> {
 }
 
 async fn poll_locked(node: &Node, cfg: &Cfg, guard: &mut Option<Ctl>) -> Result<()> {
-    if guard.is_none() {
+    let fresh = guard.is_none();
+    if fresh {
         *guard = Some(Ctl::connect(&node.addr, &node.name, cfg.connect_timeout, cfg.request_timeout).await?);
     }
     let Some(ctl) = guard.as_mut() else { return Err(Error::Internal("control connection vanished".into())) };
-    let d = ctl.durable().await?;
+    // Register on every new control connection (a new connection is often
+    // a restarted server; the server keeps the ids, so repeating is
+    // harmless). An older server answers `ERROR`, and gets `durable`, as
+    // before the registry.
+    let d = if fresh {
+        match ctl.hello(&cfg.client_id).await {
+            Ok(d) => {
+                lock(&node.view).registry = Some(true);
+                d
+            }
+            Err(Error::UnknownCommand { .. }) => {
+                lock(&node.view).registry = Some(false);
+                ctl.durable().await?
+            }
+            Err(e) => return Err(e),
+        }
+    } else {
+        ctl.durable().await?
+    };
     lock(&node.view).durable = Some(d);
     if d.state == DurableState::Off {
         node.off.store(true, Ordering::Release);
@@ -1051,6 +1603,20 @@ async fn poll_locked(node: &Node, cfg: &Cfg, guard: &mut Option<Ctl>) -> Result<
         } else {
             let n = node.log().log.drop_unreplayed(d.instance);
             node.counters.dropped.fetch_add(n as u64, Ordering::Relaxed);
+        }
+    }
+    // Tell a server that waits for its registered clients that this one is
+    // done: after a replay, and once per recovering instance when there
+    // was nothing to replay.
+    let done_due = {
+        let v = lock(&node.view);
+        v.registry == Some(true) && v.replay_done_for != d.instance && (needs || d.state == DurableState::Recovering)
+    };
+    if done_due {
+        match ctl.replay_done(&cfg.client_id).await {
+            Ok(()) => lock(&node.view).replay_done_for = d.instance,
+            Err(Error::UnknownCommand { .. }) => lock(&node.view).registry = Some(false),
+            Err(e) => return Err(e),
         }
     }
     let (trimmed, len, bytes) = {
@@ -1088,7 +1654,7 @@ async fn poll_locked(node: &Node, cfg: &Cfg, guard: &mut Option<Ctl>) -> Result<
 /// Replay every entry the instance does not hold, then fence: see the
 /// module docs.
 async fn replay(node: &Node, cfg: &Cfg, ctl: &mut Ctl, d: Durable) -> Result<()> {
-    let _gate = node.gate.write().await;
+    let _gate = node.admission.close().await;
     let now = unix_now();
     let (burst, n) = {
         let l = node.log();

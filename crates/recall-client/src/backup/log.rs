@@ -428,6 +428,38 @@ impl WriteBackup {
         }
     }
 
+    /// After one entry alone was replayed (a read found the server's copy
+    /// older, `OL`) and a write returned `fence`: the entry is held by
+    /// `fence`'s instance, like those of [`WriteBackup::mark_replayed`].
+    /// Only if the key's entry still has timestamp `ts`, and the replayed
+    /// list is empty or waits for a fence of the same instance (the shared
+    /// fence is raised to the later one, which keeps the others a little
+    /// longer; replayed entries waiting for another instance mean a full
+    /// replay is due, which will send this entry too). Returns whether it
+    /// moved.
+    pub fn mark_key_replayed(&mut self, key: &[u8], ts: u64, fence: u64) -> bool {
+        let instance = instance_of(fence);
+        let (Some(_), s) = self.find(key) else { return false };
+        let slot = self.slots[s as usize];
+        if slot.ts() != ts || (self.rlen > 0 && (self.fence == 0 || instance_of(self.fence) != instance)) {
+            return false;
+        }
+        if !slot.is(REPLAYED) {
+            self.unlink(s);
+            let sl = &mut self.slots[s as usize];
+            sl.meta |= REPLAYED;
+            sl.next = self.rhead;
+            if self.rhead != NIL {
+                self.slots[self.rhead as usize].prev = s;
+            }
+            self.rhead = s;
+            self.rlen += 1;
+            self.r_oldest_ms = self.r_oldest_ms.min(slot.at_ms);
+        }
+        self.fence = self.fence.max(fence);
+        true
+    }
+
     /// Drop every entry that a replay to `instance` would send, without
     /// replaying: what a client without a backup would have. Used when
     /// replay is turned off (the negative control of the crash tests).

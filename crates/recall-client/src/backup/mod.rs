@@ -48,14 +48,23 @@
 //! 6. **Bound**: at half of `max_entries`/`max_bytes` the client sends
 //!    `snapshot`; at the bound, writes wait for room (back-pressure), up to
 //!    `backpressure_timeout`.
+//! 7. **Registry**: the first command of each control connection is
+//!    `hello <client-id>` (answered like `durable`); after a replay, or
+//!    when a recovering server gets nothing to replay, `replay_done
+//!    <client-id>`; on [`DurableClient::close`], `goodbye <client-id>`. A
+//!    server that answers `ERROR` (older recalld) gets steps 2–6 only.
+//! 8. **Reads**: [`DurableClient::get`] of a key the backup holds sends
+//!    `mg <key> v f w<ts>`; `OL` (the server's copy is older) replays that
+//!    entry, fenced like step 5, and returns the client's own value.
 //!
 //! ## The guarantee
 //!
 //! Every write a [`DurableClient`] acknowledges (returns `Ok` for) is on
 //! the server after any number of server crashes and restarts on the same
 //! data directory, unless a newer write of the key replaced it — as long as
-//! this client process lives until a snapshot covers it, and the server
-//! meets the conditions below. Writes that returned an error may or may not
+//! this client process lives until a snapshot covers it (or, with a
+//! [spill file](spill), a client restarted on that file replays it), and
+//! the server meets the conditions below. Writes that returned an error may or may not
 //! be there.
 //!
 //! ## Corners
@@ -112,6 +121,8 @@
 mod ctl;
 mod durable;
 mod log;
+pub mod spill;
 
 pub use durable::{BackupStatus, Counter, DurableBuilder, DurableClient, ServerState, Written};
 pub use log::{instance_base, instance_of, Entry, WriteBackup, EPOCH_SHIFT, MAX_ENTRIES, MAX_VALUE};
+pub use spill::SpillSync;
