@@ -32,6 +32,10 @@ use recall_store::{ApplyOutcome, Delete, DeleteOutcome, UnixSecs};
 /// `tombstones_dropped`) until a snapshot prunes the table.
 pub const TOMBSTONES_MAX: usize = 1 << 20;
 
+/// Instance (boot epoch) E stamps its writes from `E << EPOCH_SHIFT` on
+/// (recall-persist's epoch module; the server asserts the two agree).
+pub const EPOCH_SHIFT: u32 = 40;
+
 use crate::Engine;
 
 #[derive(Debug, Default)]
@@ -153,6 +157,20 @@ impl Durability {
             self.tombstones.lock().retain(|_, t| *t > ts);
             self.snapshot_requested.store(true, Ordering::Release);
         }
+    }
+
+    /// Whether a write of `key` stamped `ts`, which the store does not have,
+    /// may have been lost in a crash: durability is on, `ts` was handed out
+    /// by an earlier incarnation after the snapshot this one booted from,
+    /// and no later delete or flush explains the absence. (Eviction and
+    /// expiry could also explain it; a replay of the client's copy is then
+    /// harmless.)
+    pub fn may_be_lost(&self, key: &[u8], ts: u64) -> bool {
+        self.enabled.load(Ordering::Acquire)
+            && ts >> EPOCH_SHIFT < self.instance.load(Ordering::Acquire)
+            && ts > self.recovery_floor.load(Ordering::Acquire)
+            && ts > self.flushed_at.load(Ordering::Acquire)
+            && self.tombstones.lock().get(key).is_none_or(|&dts| dts < ts)
     }
 
     pub fn tombstone_count(&self) -> usize {
@@ -556,6 +574,28 @@ mod tombstone_tests {
         // A delayed flush is not recorded (it is not persisted either).
         send(&e, &mut s, b"flush_all 100\r\n");
         assert_eq!(e.durability.flushed_at.load(Ordering::Acquire), f);
+    }
+
+    /// `mg <key> w<ts>` on a key the server does not have: `OL` only when an
+    /// earlier incarnation handed out `ts` after the boot snapshot and no
+    /// later delete or flush explains the absence.
+    #[test]
+    fn a_missing_key_is_reported_lost_only_for_an_uncovered_write_of_an_earlier_instance() {
+        let e = durable_engine();
+        let d = &e.durability;
+        let old = 2u64 << EPOCH_SHIFT;
+        d.instance.store(3, Ordering::Release);
+        d.recovery_floor.store(old + 100, Ordering::Release);
+        let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+        let mg = |s: &mut Session, ts: u64| send(&e, s, format!("mg gone v w{ts} Oab\r\n").as_bytes());
+        assert_eq!(mg(&mut s, old + 150), "OL Oab\r\n", "uncovered write of instance 2");
+        assert_eq!(mg(&mut s, old + 100), "EN Oab\r\n", "covered by the boot snapshot");
+        assert_eq!(mg(&mut s, (3 << EPOCH_SHIFT) + 5), "EN Oab\r\n", "this instance's own write: evicted or expired");
+        d.note_delete(b"gone", old + 200);
+        assert_eq!(mg(&mut s, old + 150), "EN Oab\r\n", "a later delete explains it");
+        assert_eq!(mg(&mut s, old + 250), "OL Oab\r\n");
+        d.enabled.store(false, Ordering::Release);
+        assert_eq!(mg(&mut s, old + 250), "EN Oab\r\n", "durability off: nothing to say");
     }
 
     #[test]

@@ -36,6 +36,8 @@ use recall_persist::fsutil::{write_atomically_at, FailAt};
 use recall_persist::snapshot::{self, Header};
 use recall_persist::wal::{self, Wal};
 use recall_persist::{clients, epoch, Record};
+
+const _: () = assert!(recall_engine::durability::EPOCH_SHIFT == epoch::EPOCH_SHIFT);
 use recall_store::{Mutation, MutationSink, Value};
 
 thread_local! {

@@ -850,7 +850,13 @@ impl DurableClient {
     async fn repair(&self, node: &Node, key: &[u8], seen: u64) -> Result<Option<Item>> {
         let cfg = &self.inner.cfg;
         let mut guard = node.ctl.lock().await;
-        let r = repair_locked(node, cfg, &mut guard, key, seen).await;
+        let mut r = repair_locked(node, cfg, &mut guard, key, seen).await;
+        if let Err(Error::Connection { .. }) = r {
+            // The control connection predates a restart of the server (the
+            // usual reason for an `OL`): once more on a fresh one.
+            *guard = None;
+            r = repair_locked(node, cfg, &mut guard, key, seen).await;
+        }
         if r.is_err() {
             *guard = None;
         }
