@@ -65,6 +65,10 @@ enum Seg {
     Cold = 3,
 }
 
+/// At most this many active COLD tails are promoted per `victim` call, so an
+/// eviction does bounded work even when every COLD item was hit.
+const SECOND_CHANCES: usize = 64;
+
 #[derive(Clone, Copy, Debug)]
 struct Node {
     prev: u32,
@@ -92,9 +96,10 @@ impl List {
 /// memcached's segmented LRU, done synchronously inside the shard.
 ///
 /// * New items enter HOT.
-/// * A hit only sets the item's `active` bit, except in COLD, where an
-///   active item is promoted to WARM at once (memcached does that move from
-///   a background thread; we already hold the shard lock, so it's O(1) here).
+/// * A hit only sets the item's `active` bit. An active item that reaches
+///   COLD's tail is promoted to WARM instead of being evicted (memcached
+///   promotes a COLD hit right away, from a background thread; here the move
+///   waits until memory is short, so a hit never relinks lists).
 /// * When HOT exceeds `hot_pct` of the items, its tail moves to WARM if it
 ///   was active, or to COLD. When WARM exceeds `warm_pct`, its tail is
 ///   re-queued at WARM's head if active, or demoted to COLD.
@@ -242,16 +247,8 @@ impl Policy for SegmentedLru {
 
     fn on_access(&mut self, slot: u32) {
         let n = self.node(slot);
-        match n.seg {
-            Seg::Cold => {
-                self.unlink(slot);
-                self.nodes[slot as usize].active = false;
-                self.push_head(Seg::Warm, slot);
-                self.counters.moves_to_warm += 1;
-                self.balance();
-            }
-            Seg::None => {}
-            _ => n.active = true,
+        if n.seg != Seg::None {
+            n.active = true;
         }
     }
 
@@ -263,6 +260,22 @@ impl Policy for SegmentedLru {
     }
 
     fn victim(&mut self) -> Option<u32> {
+        // Second chance: an item hit while in COLD is promoted to WARM when
+        // it reaches COLD's tail instead of being evicted. memcached moves
+        // it right after the hit, from a background thread; doing the move
+        // here keeps a hit down to setting one bit, and the relinking (plus
+        // the rebalancing it causes) is paid only when memory is short.
+        for _ in 0..SECOND_CHANCES {
+            let t = self.lists[Seg::Cold as usize].tail;
+            if t == NIL || !self.nodes[t as usize].active {
+                break;
+            }
+            self.unlink(t);
+            self.nodes[t as usize].active = false;
+            self.push_head(Seg::Warm, t);
+            self.counters.moves_to_warm += 1;
+            self.balance();
+        }
         [Seg::Cold, Seg::Hot, Seg::Warm].into_iter().map(|s| self.lists[s as usize].tail).find(|&t| t != NIL)
     }
 
@@ -313,6 +326,21 @@ mod tests {
             assert_ne!(v, 0, "the re-used item must outlive one-hit wonders");
             p.on_remove(v);
         }
+    }
+
+    #[test]
+    fn a_cold_hit_sets_a_bit_and_is_promoted_at_the_tail() {
+        let mut p = SegmentedLru::default();
+        for s in 0..10 {
+            p.on_insert(s);
+        }
+        let before = p.segment_lens();
+        p.on_access(0);
+        assert_eq!(p.segment_lens(), before, "a hit relinks nothing");
+        assert_eq!(p.counters().moves_to_warm, 0);
+        let v = p.victim().unwrap();
+        assert_ne!(v, 0, "the active tail gets a second chance");
+        assert_eq!(p.counters().moves_to_warm, 1);
     }
 
     #[test]
