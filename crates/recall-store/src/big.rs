@@ -13,8 +13,12 @@
 
 use std::sync::Arc;
 
-/// Values larger than this are stored as chunk chains.
-pub const BIG_THRESHOLD: usize = 128 * 1024;
+/// Values larger than this are stored as chunk chains. 16 KiB: above it a
+/// reply sends the chunks by reference (one `writev`) instead of copying
+/// the value into the connection's buffer, which measurably cost CPU at
+/// 100 KB (docs/benchmarks/README.md); below it one allocation per item is
+/// cheaper than a chain.
+pub const BIG_THRESHOLD: usize = 16 * 1024;
 
 /// Chunk size. Below 64 KiB so a chunk always fits one streaming frame.
 pub const BIG_CHUNK: usize = 60 * 1024;
@@ -52,6 +56,17 @@ impl BigValue {
         BIG_OVERHEAD
             + self.chunks.len() * 24
             + self.chunks.iter().map(|c| crate::item::alloc_size(c.len() + 16)).sum::<usize>()
+    }
+
+    /// The footprint a value of `len` bytes will have once built with
+    /// [`BigBuilder::push`] (full chunks, then the rest).
+    pub fn footprint_of_len(len: usize) -> usize {
+        let (full, rest) = (len / BIG_CHUNK, len % BIG_CHUNK);
+        let chunks = full + (rest > 0) as usize;
+        BIG_OVERHEAD
+            + chunks * 24
+            + full * crate::item::alloc_size(BIG_CHUNK + 16)
+            + if rest > 0 { crate::item::alloc_size(rest + 16) } else { 0 }
     }
 }
 

@@ -397,7 +397,13 @@ impl Store {
             let res = self.shard_of(h).lock().write(&ctx, h, w);
             match res {
                 WriteOutcome::OutOfMemory if attempt == 0 && self.evict => {
-                    let need = self.footprint(w.key.len(), w.value.len());
+                    let need = match w.big {
+                        Some(b) => self.footprint(w.key.len(), 0) + b.footprint(),
+                        None if w.value.len() > BIG_THRESHOLD => {
+                            self.footprint(w.key.len(), 0) + BigValue::footprint_of_len(w.value.len())
+                        }
+                        None => self.footprint(w.key.len(), w.value.len()),
+                    };
                     self.evict_elsewhere(&ctx, need);
                 }
                 other => return other,
