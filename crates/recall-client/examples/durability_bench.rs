@@ -6,7 +6,6 @@
 //! cargo run --release -p recall-client --example durability_bench -- all
 //! cargo run --release -p recall-client --example durability_bench -- table1 --reps 11
 //! cargo run --release -p recall-client --example durability_bench -- recovery --reps 5
-//! cargo run --release -p recall-client --example durability_bench -- fig7 --reps 5
 //! cargo run --release -p recall-client --example durability_bench -- throughput --secs 5 --tasks 16
 //! cargo run --release -p recall-client --example durability_bench -- throughput --interleave 0.25 --secs 6 --reps 3
 //! ```
@@ -199,110 +198,6 @@ fn recovery(reps: usize) {
         println!("| {n} | {:.1} | {:.1} | {applied} |", median(replay), median(poll));
     }
     println!();
-}
-
-/// The paper's Fig. 7 against the WAL baseline: time from `kill -9` to a
-/// server that serves the N uncommitted writes again.
-///
-/// * backup: recalld `--data-dir` (no snapshot covers the writes), restart
-///   (process start to listening: loads the snapshot), then the client's
-///   poll that replays the N entries and fences;
-/// * wal: recalld `--durability wal`, the same writes (acknowledged after
-///   their group-committed fsync), restart: process start to listening,
-///   which includes replaying the N log records.
-fn recovery_vs_wal(reps: usize) {
-    println!("## Recovery time: client-backup replay vs recalld's WAL (kill -9, restart)\n");
-    println!("| uncommitted writes | backup: restart (ms) | backup: replay poll (ms) | backup: total (ms) | wal: restart incl. log replay (ms) |");
-    println!("|---:|---:|---:|---:|---:|");
-    let rt = rt();
-    for n in SIZES {
-        let (mut b_restart, mut b_poll, mut b_total, mut w_restart) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..reps {
-            // Client backup.
-            let dir = TempDir::new("bench-fig7-backup");
-            let mut server = Recalld::start(0, &dir.0, &args(&[])).expect("recalld");
-            let addr = server.addr.to_string();
-            rt.block_on(async {
-                let db = DurableClient::builder()
-                    .server(&addr)
-                    .poll_interval(Duration::from_secs(3600))
-                    .poll_every_writes(0)
-                    .retry_backoff(Duration::from_millis(10), Duration::from_millis(50))
-                    .build()
-                    .expect("client");
-                db.poll_now().await.expect("poll");
-                write_n(n, |k, v| {
-                    let db = db.clone();
-                    async move { db.set(k, v, 0, 0).await.is_ok() }
-                })
-                .await;
-                server.kill9();
-                let t = Instant::now();
-                server.restart().expect("restart");
-                let restarted = t.elapsed();
-                let mut tries = 0;
-                while db.poll_now().await.is_err() || db.status()[0].pending_replay {
-                    tries += 1;
-                    assert!(tries < 100, "{:?}", db.status());
-                }
-                let total = t.elapsed();
-                b_restart.push(restarted.as_secs_f64() * 1e3);
-                b_poll.push((total - restarted).as_secs_f64() * 1e3);
-                b_total.push(total.as_secs_f64() * 1e3);
-            });
-            drop(server);
-            // WAL.
-            let dir = TempDir::new("bench-fig7-wal");
-            let mut server = Recalld::start(0, &dir.0, &args(&["--durability", "wal"])).expect("recalld");
-            let addr = server.addr.to_string();
-            rt.block_on(async {
-                let c = Client::builder().server(&addr).build().expect("client");
-                write_n(n, |k, v| {
-                    let c = c.clone();
-                    async move { c.meta_set(k, v, &MetaSet::new()).await.is_ok() }
-                })
-                .await;
-            });
-            server.kill9();
-            let t = Instant::now();
-            server.restart().expect("restart");
-            w_restart.push(t.elapsed().as_secs_f64() * 1e3);
-            rt.block_on(async {
-                let c = Client::builder().server(&addr).build().expect("client");
-                let (k, v) = kv(n - 1);
-                assert_eq!(c.get(k).await.expect("get").expect("the WAL kept it").value, v);
-            });
-        }
-        println!(
-            "| {n} | {:.1} | {:.1} | {:.1} | {:.1} |",
-            median(b_restart),
-            median(b_poll),
-            median(b_total),
-            median(w_restart)
-        );
-    }
-    println!();
-}
-
-/// Write keys 0..n, 64 at a time.
-async fn write_n<F, Fut>(n: usize, op: F)
-where
-    F: Fn(Vec<u8>, Vec<u8>) -> Fut,
-    Fut: std::future::Future<Output = bool> + Send + 'static,
-{
-    let mut i = 0;
-    while i < n {
-        let batch: Vec<_> = (i..(i + 64).min(n))
-            .map(|j| {
-                let (k, v) = kv(j);
-                tokio::spawn(op(k, v))
-            })
-            .collect();
-        for b in batch {
-            assert!(b.await.expect("task"), "write failed");
-        }
-        i += 64;
-    }
 }
 
 /// CPU seconds (user + system) a process has used, from /proc (Linux;
@@ -564,10 +459,10 @@ fn main() {
             "--only" => only = Some(num("--only") as usize),
             // Alternate none and backup in slices of this many seconds.
             "--interleave" => interleave = Some(num("--interleave")),
-            "table1" | "recovery" | "fig7" | "throughput" | "all" => what = arg,
+            "table1" | "recovery" | "throughput" | "all" => what = arg,
             other => {
                 eprintln!(
-                    "unknown argument {other}: table1 | recovery | fig7 | throughput | all, --reps N, --secs S, --tasks N, --interleave SLICE"
+                    "unknown argument {other}: table1 | recovery | throughput | all, --reps N, --secs S, --tasks N, --interleave SLICE"
                 );
                 std::process::exit(2);
             }
@@ -581,9 +476,6 @@ fn main() {
     }
     if what == "recovery" || what == "all" {
         recovery(reps.unwrap_or(5));
-    }
-    if what == "fig7" || what == "all" {
-        recovery_vs_wal(reps.unwrap_or(5));
     }
     if let Some(slice) = interleave {
         for _ in 0..reps.unwrap_or(1) {
