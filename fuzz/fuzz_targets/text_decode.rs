@@ -6,8 +6,8 @@
 //! * an error claims at most the input, and at least one byte (otherwise a
 //!   server loop would answer the same error forever without progress);
 //! * lengths, against an independent reading of the first line: a
-//!   storage request (set & co, ms, replay) is exactly the line, the
-//!   declared value and CRLF; any other request exactly its line; an error that keeps the
+//!   storage request (set & co, ms, replay, replay_batch) is exactly the
+//!   line, the declared value (or batch body) and CRLF; any other request exactly its line; an error that keeps the
 //!   connection drops (`consumed + swallow`) exactly the line, or the line
 //!   plus its declared data block, whatever part of it has arrived;
 //! * prefix stability: once a request decodes, more bytes after it change
@@ -28,7 +28,7 @@ type R<'a> = Result<Decoded<'a>, ProtoError<'a>>;
 /// Independent reading of the first line: its length with the newline, and
 /// the size of the data block (value + CRLF) its storage command declares,
 /// if it is one (set/add/replace/append/prepend/cas: token 4; ms: token 2;
-/// replay: token 5). Tokens are split on spaces, one `\r` before the `\n`
+/// replay: token 5; replay_batch: token 2, a u64). Tokens are split on spaces, one `\r` before the `\n`
 /// dropped, as protocol.txt / memcached's tokenizer do.
 fn line_info(buf: &[u8]) -> Option<(usize, Option<usize>)> {
     let nl = buf.iter().position(|&c| c == b'\n')?;
@@ -41,6 +41,14 @@ fn line_info(buf: &[u8]) -> Option<(usize, Option<usize>)> {
         Some(b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas") => 4,
         Some(b"ms") => 2,
         Some(b"replay") => 5,
+        Some(b"replay_batch") => {
+            let block = toks
+                .get(2)
+                .and_then(|t| std::str::from_utf8(t).ok())
+                .and_then(|t| t.parse::<u64>().ok())
+                .map(|v| usize::try_from(v.saturating_add(2)).unwrap_or(usize::MAX));
+            return Some((nl + 1, block));
+        }
         _ => return Some((nl + 1, None)),
     };
     let block = toks
@@ -58,8 +66,10 @@ fn check_alone(buf: &[u8], r: &R) {
             assert!(*n > 0, "request claims no bytes");
             assert!(*n <= buf.len(), "request claims {n} of {} bytes", buf.len());
             let (line, block) = line_info(buf).expect("a request without a newline");
-            let with_block =
-                matches!(req.cmd, Command::Store { .. } | Command::MetaSet { .. } | Command::Replay { .. });
+            let with_block = matches!(
+                req.cmd,
+                Command::Store { .. } | Command::MetaSet { .. } | Command::Replay { .. } | Command::ReplayBatch { .. }
+            );
             if with_block {
                 assert_eq!(Some(*n), block.map(|b| line + b), "storage request length is not line + value + CRLF");
             } else {

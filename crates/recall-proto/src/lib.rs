@@ -17,6 +17,7 @@
 pub mod binary;
 pub mod meta;
 pub mod num;
+pub mod replay;
 pub mod reply;
 pub mod stream;
 pub mod text;
@@ -133,4 +134,5 @@ pub mod msg {
     pub const OPAQUE_TOO_LONG: &str = "CLIENT_ERROR opaque token too long";
     pub const KEY_B64: &str = "CLIENT_ERROR error decoding key";
     pub const BAD_CLIENT_ID: &str = "CLIENT_ERROR bad client id";
+    pub const BATCH_TOO_LARGE: &str = "CLIENT_ERROR replay batch too large";
 }

@@ -169,6 +169,12 @@ pub enum Command<'a> {
         ts: u64,
         data: &'a [u8],
     },
+    /// recall extension: `replay_batch <count> <bytes>` + a body of binary
+    /// records ([`crate::replay`]); the body is checked by the engine.
+    ReplayBatch {
+        count: usize,
+        body: &'a [u8],
+    },
     /// recall extension: `replay_delete <key> <ts>`.
     ReplayDelete {
         key: &'a [u8],
@@ -431,6 +437,7 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
         b"durable" if ntok == 1 => req(Command::Durable),
         b"snapshot" if ntok == 1 => req(Command::Snapshot),
         b"replay" => decode_replay(buf, &t, ntok, consumed, limits),
+        b"replay_batch" => decode_replay_batch(buf, &t, ntok, consumed, limits),
         b"replay_delete" if ntok == 3 || ntok == 4 => {
             let noreply = noreply_at(3);
             match (t.toks[1].len() <= KEY_MAX, parse_u64(t.toks[2])) {
@@ -614,23 +621,77 @@ fn decode_replay<'a>(
     }
     let vlen = vlen as usize;
     if !limits.item_fits(key.len(), vlen, flags) {
-        let have = (buf.len() - consumed).min(vlen + 2);
-        let mut e = ProtoError::new(ErrorKind::TooLarge, consumed + have);
-        e.swallow = vlen + 2 - have;
-        e.noreply = noreply;
-        return Err(e);
+        return Err(refuse_block(ErrorKind::TooLarge, buf, consumed, vlen as u64, noreply));
     }
-    let end = consumed + vlen + 2;
+    Ok(match data_block(buf, consumed, vlen, noreply)? {
+        Some((data, end)) => {
+            Decoded::Request(Request { cmd: Command::Replay { key, flags, exptime, ts, data }, noreply }, end)
+        }
+        None => Decoded::Incomplete,
+    })
+}
+
+/// Refuse the data block of `len` bytes (+ CRLF) that follows a command
+/// line ending at `consumed`, before all of it has arrived: drop what is
+/// here, swallow the rest as it comes.
+fn refuse_block<'a>(kind: ErrorKind, buf: &[u8], consumed: usize, len: u64, noreply: bool) -> ProtoError<'a> {
+    let len = len.saturating_add(2);
+    let have = ((buf.len() - consumed) as u64).min(len) as usize;
+    let mut e = ProtoError::new(kind, consumed + have);
+    e.swallow = usize::try_from(len - have as u64).unwrap_or(usize::MAX);
+    e.noreply = noreply;
+    e
+}
+
+/// The data block of `len` bytes + CRLF after a command line ending at
+/// `consumed`, and where it ends; `None` until all of it is here. A block
+/// not followed by CRLF is a bad data chunk (dropped whole).
+fn data_block<'a>(
+    buf: &'a [u8],
+    consumed: usize,
+    len: usize,
+    noreply: bool,
+) -> Result<Option<(&'a [u8], usize)>, ProtoError<'a>> {
+    let end = consumed + len + 2;
     if buf.len() < end {
-        return Ok(Decoded::Incomplete);
+        return Ok(None);
     }
-    if &buf[consumed + vlen..end] != b"\r\n" {
+    if &buf[consumed + len..end] != b"\r\n" {
         let mut e = ProtoError::new(ErrorKind::Client(msg::BAD_CHUNK), end);
         e.noreply = noreply;
         return Err(e);
     }
-    let data = &buf[consumed..consumed + vlen];
-    Ok(Decoded::Request(Request { cmd: Command::Replay { key, flags, exptime, ts, data }, noreply }, end))
+    Ok(Some((&buf[consumed..consumed + len], end)))
+}
+
+/// `replay_batch <count> <bytes> [noreply]` + body + CRLF. Only the frame
+/// is checked here; the records are checked (all of them, before any is
+/// applied) by [`crate::replay::decode_batch`].
+fn decode_replay_batch<'a>(
+    buf: &'a [u8],
+    t: &Tokens<'a>,
+    ntok: usize,
+    consumed: usize,
+    limits: &Limits,
+) -> Result<Decoded<'a>, ProtoError<'a>> {
+    if ntok != 3 && ntok != 4 {
+        return Err(ProtoError::new(ErrorKind::UnknownCommand, consumed));
+    }
+    let noreply = ntok == 4 && t.toks[3] == b"noreply";
+    let (Some(count), Some(len), true) = (parse_u64(t.toks[1]), parse_u64(t.toks[2]), ntok == 3 || noreply) else {
+        let mut e = ProtoError::new(ErrorKind::Client(msg::BAD_FORMAT), consumed);
+        e.noreply = noreply;
+        return Err(e);
+    };
+    if len > limits.replay_batch_max() as u64 {
+        // Refused before it arrives; the body is swallowed, not parsed.
+        return Err(refuse_block(ErrorKind::Client(msg::BATCH_TOO_LARGE), buf, consumed, len, noreply));
+    }
+    let count = usize::try_from(count).unwrap_or(usize::MAX);
+    Ok(match data_block(buf, consumed, len as usize, noreply)? {
+        Some((body, end)) => Decoded::Request(Request { cmd: Command::ReplayBatch { count, body }, noreply }, end),
+        None => Decoded::Incomplete,
+    })
 }
 
 fn meta_key<'a>(raw: &'a [u8], flags: &MetaFlags<'a>) -> Result<Cow<'a, [u8]>, &'static str> {
