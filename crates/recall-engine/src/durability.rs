@@ -25,6 +25,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
+use recall_proto::replay::Record;
 use recall_store::{ApplyOutcome, Delete, DeleteOutcome, UnixSecs};
 
 /// At most this many tombstones are kept between snapshots. Past it, a
@@ -59,9 +60,55 @@ pub struct Durability {
     /// The last immediate `flush_all`'s timestamp (0: none).
     pub flushed_at: AtomicU64,
     pub tombstones_dropped: AtomicU64,
-    tombstones: Mutex<HashMap<Vec<u8>, u64>>,
+    tombstones: Tombstones,
     clients: Mutex<Clients>,
     recovery_end: Mutex<Option<RecoveryEnd>>,
+}
+
+/// The tombstone table, in stripes chosen by key hash. A replay checks a
+/// key's tombstone and applies its write with the key's stripe held, and a
+/// delete removes the item and records its tombstone with the stripe held,
+/// so a replayed older write can never slip in between a delete and its
+/// tombstone (or between the check and the apply), while replays of
+/// different keys on other connections go on in parallel. Lock order:
+/// stripe, then store shard; nothing takes a stripe under a shard lock.
+#[derive(Debug)]
+struct Tombstones {
+    hasher: std::hash::RandomState,
+    stripes: Box<[Mutex<Stripe>]>,
+    len: std::sync::atomic::AtomicUsize,
+}
+
+const TOMBSTONE_STRIPES: usize = 64;
+
+/// key → timestamp of its newest delete.
+type Stripe = HashMap<Vec<u8>, u64>;
+
+impl Default for Tombstones {
+    fn default() -> Self {
+        Tombstones {
+            hasher: Default::default(),
+            stripes: (0..TOMBSTONE_STRIPES).map(|_| Mutex::new(HashMap::new())).collect(),
+            len: Default::default(),
+        }
+    }
+}
+
+impl Tombstones {
+    fn stripe(&self, key: &[u8]) -> parking_lot::MutexGuard<'_, Stripe> {
+        use std::hash::BuildHasher as _;
+        self.stripes[self.hasher.hash_one(key) as usize % TOMBSTONE_STRIPES].lock()
+    }
+
+    /// Keep every tombstone for which `keep` holds.
+    fn retain(&self, mut keep: impl FnMut(u64) -> bool) {
+        for s in self.stripes.iter() {
+            let mut s = s.lock();
+            let before = s.len();
+            s.retain(|_, t| keep(*t));
+            self.len.fetch_sub(before - s.len(), Ordering::AcqRel);
+        }
+    }
 }
 
 /// Persists the client registry (the server installs one writing
@@ -126,15 +173,19 @@ impl Durability {
     /// loaded from the snapshot): remember it, so a replayed older write
     /// cannot bring it back.
     pub fn note_delete(&self, key: &[u8], ts: u64) {
-        if !self.enabled.load(Ordering::Acquire) {
-            return;
+        if self.enabled.load(Ordering::Acquire) {
+            self.record_tombstone(&mut self.tombstones.stripe(key), key, ts);
         }
-        let mut t = self.tombstones.lock();
+    }
+
+    /// `note_delete` with the key's stripe already held.
+    fn record_tombstone(&self, t: &mut Stripe, key: &[u8], ts: u64) {
         if let Some(e) = t.get_mut(key) {
             *e = (*e).max(ts);
-        } else if t.len() < TOMBSTONES_MAX {
+        } else if self.tombstones.len.fetch_add(1, Ordering::AcqRel) < TOMBSTONES_MAX {
             t.insert(key.to_vec(), ts);
         } else {
+            self.tombstones.len.fetch_sub(1, Ordering::AcqRel);
             self.tombstones_dropped.fetch_add(1, Ordering::Relaxed);
             self.snapshot_requested.store(true, Ordering::Release);
         }
@@ -154,7 +205,7 @@ impl Durability {
     pub fn note_flush(&self, ts: u64) {
         if self.enabled.load(Ordering::Acquire) {
             self.flushed_at.fetch_max(ts, Ordering::AcqRel);
-            self.tombstones.lock().retain(|_, t| *t > ts);
+            self.tombstones.retain(|t| t > ts);
             self.snapshot_requested.store(true, Ordering::Release);
         }
     }
@@ -170,22 +221,26 @@ impl Durability {
             && ts >> EPOCH_SHIFT < self.instance.load(Ordering::Acquire)
             && ts > self.recovery_floor.load(Ordering::Acquire)
             && ts > self.flushed_at.load(Ordering::Acquire)
-            && self.tombstones.lock().get(key).is_none_or(|&dts| dts < ts)
+            && self.tombstones.stripe(key).get(key).is_none_or(|&dts| dts < ts)
     }
 
     pub fn tombstone_count(&self) -> usize {
-        self.tombstones.lock().len()
+        self.tombstones.len.load(Ordering::Acquire)
     }
 
     /// The tombstones a snapshot must carry.
     pub fn tombstones(&self) -> Vec<(Vec<u8>, u64)> {
-        self.tombstones.lock().iter().map(|(k, t)| (k.clone(), *t)).collect()
+        let mut all = Vec::with_capacity(self.tombstone_count());
+        for s in self.tombstones.stripes.iter() {
+            all.extend(s.lock().iter().map(|(k, t)| (k.clone(), *t)));
+        }
+        all
     }
 
     /// A durable snapshot promises every write at or below `floor` to the
     /// next boot: tombstones that old are no longer needed.
     pub fn prune_tombstones(&self, floor: u64) {
-        self.tombstones.lock().retain(|_, t| *t > floor);
+        self.tombstones.retain(|t| t > floor);
     }
 
     /// The floor a snapshot taken now may promise the next boot. Read it
@@ -319,14 +374,18 @@ impl Engine {
     pub(crate) fn delete_key(&self, mut d: Delete<'_>, now: UnixSecs) -> DeleteOutcome {
         let removes = !d.invalidate && !d.clear_value;
         let durable = removes && self.durability.enabled.load(Ordering::Acquire);
-        d.stamp |= durable;
+        if !durable {
+            return self.store.delete(&d, now);
+        }
+        d.stamp = true;
+        // The item goes and its tombstone comes with the stripe held: see
+        // `Tombstones`.
+        let mut t = self.durability.tombstones.stripe(d.key);
         let r = self.store.delete(&d, now);
-        if durable {
-            match r {
-                DeleteOutcome::Stamped { ts } => self.durability.note_delete(d.key, ts),
-                DeleteOutcome::Deleted => self.durability.note_delete(d.key, self.store.current_cas()),
-                _ => {}
-            }
+        match r {
+            DeleteOutcome::Stamped { ts } => self.durability.record_tombstone(&mut t, d.key, ts),
+            DeleteOutcome::Deleted => self.durability.record_tombstone(&mut t, d.key, self.store.current_cas()),
+            _ => {}
         }
         r
     }
@@ -373,27 +432,65 @@ impl Engine {
         ts: u64,
         tombstone: bool,
     ) -> ApplyOutcome {
+        let r = self.replay_one(&Record { tombstone, key, value, flags, exptime, ts }, self.now());
         let d = &self.durability;
-        if ts <= d.recovery_floor.load(Ordering::Acquire) || ts <= d.flushed_at.load(Ordering::Acquire) {
-            d.replay_stale.fetch_add(1, Ordering::Relaxed);
-            d.replay_failpoint();
-            return ApplyOutcome::Stale;
-        }
-        if tombstone {
-            d.note_delete(key, ts);
-        } else if d.tombstones.lock().get(key).is_some_and(|&dts| dts >= ts) {
-            d.replay_stale.fetch_add(1, Ordering::Relaxed);
-            d.replay_failpoint();
-            return ApplyOutcome::Stale;
-        }
-        let r = self.store.apply(key, value, flags, exptime, ts, tombstone, self.now());
-        d.replay_failpoint();
         match r {
             ApplyOutcome::Applied => d.replayed.fetch_add(1, Ordering::Relaxed),
             _ => d.replay_stale.fetch_add(1, Ordering::Relaxed),
         };
         r
     }
+
+    /// `replay` for every record of a checked batch, in order; the store
+    /// and the tombstone table see each record exactly as if it came alone.
+    pub fn replay_records(&self, records: &[Record<'_>]) -> BatchOutcome {
+        let now = self.now();
+        let mut o = BatchOutcome::default();
+        for r in records {
+            match self.replay_one(r, now) {
+                ApplyOutcome::Applied => o.applied += 1,
+                ApplyOutcome::Stale => o.stale += 1,
+                ApplyOutcome::OutOfMemory => o.errors += 1,
+            }
+        }
+        let d = &self.durability;
+        d.replayed.fetch_add(o.applied, Ordering::Relaxed);
+        d.replay_stale.fetch_add(o.stale + o.errors, Ordering::Relaxed);
+        o
+    }
+
+    fn replay_one(&self, r: &Record<'_>, now: UnixSecs) -> ApplyOutcome {
+        let d = &self.durability;
+        if r.ts <= d.recovery_floor.load(Ordering::Acquire) || r.ts <= d.flushed_at.load(Ordering::Acquire) {
+            d.replay_failpoint();
+            return ApplyOutcome::Stale;
+        }
+        // Check (or record) the tombstone and apply under the key's stripe:
+        // see `Tombstones`.
+        let mut t = d.tombstones.stripe(r.key);
+        if r.tombstone {
+            d.record_tombstone(&mut t, r.key, r.ts);
+        } else if t.get(r.key).is_some_and(|&dts| dts >= r.ts) {
+            drop(t);
+            d.replay_failpoint();
+            return ApplyOutcome::Stale;
+        }
+        let out = self.store.apply(r.key, r.value, r.flags, r.exptime, r.ts, r.tombstone, now);
+        drop(t);
+        d.replay_failpoint();
+        out
+    }
+}
+
+/// What one `replay_batch` did: `REPLAYED <applied> <stale> <errors>`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct BatchOutcome {
+    pub applied: u64,
+    /// Older than what the server holds (or than its snapshot, a delete or
+    /// a flush): nothing to do.
+    pub stale: u64,
+    /// Not stored (out of memory).
+    pub errors: u64,
 }
 
 #[cfg(test)]
@@ -534,6 +631,84 @@ mod tombstone_tests {
         let mut out = Out::new();
         s.process(e, req, &mut out);
         String::from_utf8(out.flatten()).unwrap()
+    }
+
+    fn batch(records: &[Record<'_>]) -> Vec<u8> {
+        let mut body = Vec::new();
+        for r in records {
+            r.encode(&mut body);
+        }
+        let mut req = format!("replay_batch {} {}\r\n", records.len(), body.len()).into_bytes();
+        req.extend_from_slice(&body);
+        req.extend_from_slice(b"\r\n");
+        req
+    }
+
+    fn rec<'a>(key: &'a [u8], value: &'a [u8], ts: u64) -> Record<'a> {
+        Record { tombstone: false, key, value, flags: 3, exptime: 0, ts }
+    }
+
+    #[test]
+    fn replay_batch_applies_what_is_newer_and_counts() {
+        let e = durable_engine();
+        let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+        let cur: u64 = send(&e, &mut s, b"ms cur 1 c\r\nv\r\n").trim().strip_prefix("HD c").unwrap().parse().unwrap();
+        let del = Record { tombstone: true, key: b"gone", value: b"", flags: 0, exptime: 0, ts: 50 };
+        let req = batch(&[rec(b"a", b"one", 40), rec(b"cur", b"old", cur - 1), del, rec(b"gone", b"back", 49)]);
+        assert_eq!(
+            send(&e, &mut s, &req),
+            "REPLAYED 2 2 0\r\n",
+            "a and the delete applied; cur newer; gone's older value stays out"
+        );
+        assert_eq!(send(&e, &mut s, b"mg a v f t c\r\n"), "VA 3 f3 t-1 c40\r\none\r\n");
+        assert_eq!(send(&e, &mut s, b"get cur gone\r\n"), "VALUE cur 0 1\r\nv\r\nEND\r\n");
+        assert!(e.durability.tombstones().contains(&(b"gone".to_vec(), 50)));
+        // Replaying the same batch again leaves the same state (an equal
+        // timestamp is the same write, so it counts as applied again).
+        assert_eq!(send(&e, &mut s, &req), "REPLAYED 2 2 0\r\n");
+        assert_eq!(send(&e, &mut s, b"mg a v c\r\nmg gone v\r\n"), "VA 3 c40\r\none\r\nEN\r\n");
+        assert_eq!(e.durability.replayed.load(Ordering::Relaxed), 4);
+        assert_eq!(e.durability.replay_stale.load(Ordering::Relaxed), 4);
+        // noreply, then pipelined with a plain command.
+        let mut req = batch(&[rec(b"b", b"two", 60)]);
+        let eol = req.iter().position(|&b| b == b'\r').unwrap();
+        req.splice(eol..eol, b" noreply".iter().copied());
+        req.extend_from_slice(b"get b\r\n");
+        assert_eq!(send(&e, &mut s, &req), "VALUE b 3 3\r\ntwo\r\nEND\r\n");
+    }
+
+    #[test]
+    fn a_bad_replay_batch_applies_nothing_and_the_connection_goes_on() {
+        let e = durable_engine();
+        let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+        // The second record's kind is corrupt: the first is not applied either.
+        let mut req = batch(&[rec(b"a", b"one", 40), rec(b"b", b"two", 41)]);
+        let second = req.iter().position(|&b| b == b'\n').unwrap() + 1 + Record::encoded_len(&rec(b"a", b"one", 40));
+        req[second] = 9;
+        req.extend_from_slice(b"get a b\r\n");
+        assert_eq!(send(&e, &mut s, &req), "CLIENT_ERROR replay batch: bad record kind\r\nEND\r\n");
+        // A count that does not match the body.
+        let mut req = batch(&[rec(b"a", b"one", 40)]);
+        req[13] = b'2';
+        assert_eq!(send(&e, &mut s, &req), "CLIENT_ERROR replay batch: record count mismatch\r\n");
+        // A body whose length is over the limit is refused before it arrives
+        // and swallowed as it comes, however it is split.
+        let len = recall_proto::replay::BATCH_MAX + 1;
+        let head = format!("replay_batch 1 {len}\r\n");
+        assert_eq!(send(&e, &mut s, head.as_bytes()), "CLIENT_ERROR replay batch too large\r\n");
+        let junk = vec![b'x'; len];
+        for part in junk.chunks(100_000) {
+            assert_eq!(send(&e, &mut s, part), "");
+        }
+        assert_eq!(send(&e, &mut s, b"\r\nget a\r\n"), "END\r\n");
+        // A missing CRLF after the body.
+        let mut req = batch(&[rec(b"a", b"one", 40)]);
+        let n = req.len();
+        req[n - 2] = b'X';
+        assert_eq!(send(&e, &mut s, &req), "CLIENT_ERROR bad data chunk\r\n");
+        assert_eq!(send(&e, &mut s, b"replay_batch x 5\r\n"), "CLIENT_ERROR bad command line format\r\n");
+        assert_eq!(send(&e, &mut s, b"get a\r\n"), "END\r\n");
+        assert_eq!(e.durability.replayed.load(Ordering::Relaxed), 0);
     }
 
     #[test]

@@ -45,23 +45,24 @@ impl Engine {
                 self.meta_hit(key, &v, f, out, now);
                 true
             }
-            Read::Miss { .. } => {
-                // recall extension `w<ts>` on a miss: the write may have been
-                // acknowledged by an earlier incarnation after its last
-                // snapshot and lost in the crash, so say `OL` rather than
-                // `EN` (never quiet: the client must learn it).
-                if f.written > 0 && self.durability.may_be_lost(key, f.written) {
-                    out.extend_from_slice(b"OL");
-                    Self::echo_ok(out, key, f);
-                    out.extend_from_slice(b"\r\n");
-                } else if !f.quiet {
-                    out.extend_from_slice(b"EN");
-                    Self::echo_ok(out, key, f);
-                    out.extend_from_slice(b"\r\n");
-                }
-                false
-            }
+            Read::Miss { .. } => false,
         });
+        if !hit {
+            // recall extension `w<ts>` on a miss: the write may have been
+            // acknowledged by an earlier incarnation after its last snapshot
+            // and lost in the crash, so say `OL` rather than `EN` (never
+            // quiet: the client must learn it). Asked after the shard lock
+            // is released: the tombstone table is never locked under it.
+            if f.written > 0 && self.durability.may_be_lost(key, f.written) {
+                out.extend_from_slice(b"OL");
+                Self::echo_ok(out, key, f);
+                out.extend_from_slice(b"\r\n");
+            } else if !f.quiet {
+                out.extend_from_slice(b"EN");
+                Self::echo_ok(out, key, f);
+                out.extend_from_slice(b"\r\n");
+            }
+        }
         if hit {
             c.get_hits.incr();
         } else {

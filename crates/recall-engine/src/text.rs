@@ -187,6 +187,7 @@ impl Engine {
                 c.cmd_set.incr();
                 self.replay_reply(self.replay(key, data, *flags, *exptime, *ts, false), out)
             }
+            Command::ReplayBatch { count, body } => self.replay_batch(*count, body, c, out),
             Command::ReplayDelete { key, ts } => self.replay_reply(self.replay(key, &[], 0, 0, *ts, true), out),
             Command::Hello { id } => match self.durability.hello(id) {
                 Ok(()) => self.durable_line(out),
@@ -204,6 +205,24 @@ impl Engine {
             },
         }
         Action::Continue
+    }
+
+    /// `replay_batch`: every record is checked before any is applied; a
+    /// bad body applies nothing and says why.
+    fn replay_batch(&self, count: usize, body: &[u8], c: &Counters, out: &mut Vec<u8>) {
+        use std::io::Write as _;
+        let limits = recall_proto::Limits { item_size_max: self.config.item_size_max, ..Default::default() };
+        match recall_proto::replay::decode_batch(body, count, &limits) {
+            Ok(records) => {
+                c.cmd_set.add(records.iter().filter(|r| !r.tombstone).count() as u64);
+                let o = self.replay_records(&records);
+                let _ = write!(out, "REPLAYED {} {} {}\r\n", o.applied, o.stale, o.errors);
+            }
+            Err(e) => {
+                out.extend_from_slice(e.line().as_bytes());
+                out.extend_from_slice(b"\r\n");
+            }
+        }
     }
 
     fn replay_reply(&self, r: recall_store::ApplyOutcome, out: &mut Vec<u8>) {

@@ -327,7 +327,11 @@ async fn connection(
         // value straight into the item with one big read); everything else
         // in 16 KiB steps.
         let want = if session.streaming() { STREAM_READ } else { READ_CHUNK };
-        if buf.capacity() - buf.len() < want / 4 {
+        if buf.is_empty() && !session.streaming() && buf.capacity() > 16 * READ_CHUNK {
+            // A large request (a replay batch, a big value) is done: don't
+            // keep its buffer for the connection's life.
+            buf = BytesMut::with_capacity(READ_CHUNK);
+        } else if buf.capacity() - buf.len() < want / 4 {
             buf.reserve(want);
         }
         let read = stream.read_buf(&mut buf);
