@@ -117,7 +117,7 @@ fn wal_run(rt: &tokio::runtime::Runtime, n: usize, rounds: usize) -> f64 {
     ms
 }
 
-fn backup_run(rt: &tokio::runtime::Runtime, n: usize, rounds: usize) -> (f64, f64) {
+fn backup_run(rt: &tokio::runtime::Runtime, n: usize, rounds: usize) -> (f64, f64, f64) {
     let dir = TempDir::new("recovery-backup");
     let mut server = Recalld::start(0, &dir.0, &args("client-backup")).expect("recalld");
     let addr = server.addr.to_string();
@@ -127,6 +127,9 @@ fn backup_run(rt: &tokio::runtime::Runtime, n: usize, rounds: usize) -> (f64, f6
             .poll_interval(Duration::from_secs(3600))
             .poll_every_writes(0)
             .retry_backoff(Duration::from_millis(10), Duration::from_millis(50))
+            .replay_connections(
+                std::env::var("REPLAY_CONNECTIONS").map_or(2, |s| s.parse().expect("REPLAY_CONNECTIONS")),
+            )
             .build()
             .expect("client");
         db.poll_now().await.expect("poll");
@@ -149,8 +152,9 @@ fn backup_run(rt: &tokio::runtime::Runtime, n: usize, rounds: usize) -> (f64, f6
             assert!(tries < 100, "{:?}", db.status());
         }
         let ms = t.elapsed().as_secs_f64() * 1e3;
+        let replay = db.status()[0].last_replay.expect("replayed").as_secs_f64() * 1e3;
         verify(&addr, n).await;
-        (restarted, ms)
+        (restarted, ms, replay)
     })
 }
 
@@ -160,18 +164,24 @@ fn main() {
     println!("{reps} runs per cell, {rounds} write(s) per key\n");
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     println!(
-        "| uncommitted writes | wal: restart incl. log replay (ms) | client-backup: restart + replay (ms) | of which restart (ms) | backup / wal |"
+        "| uncommitted writes | wal: restart incl. log replay (ms) | client-backup: restart + replay (ms) | of which restart (ms) | of which replay (ms) | backup / wal |"
     );
-    println!("|---:|---:|---:|---:|---:|");
-    for n in SIZES {
-        let (mut wal, mut backup, mut restart) = (Vec::new(), Vec::new(), Vec::new());
+    println!("|---:|---:|---:|---:|---:|---:|");
+    // RECOVERY_SIZES=16000,8000 runs only those sizes.
+    let sizes: Vec<usize> = match std::env::var("RECOVERY_SIZES") {
+        Ok(v) => v.split(',').map(|s| s.trim().parse().expect("RECOVERY_SIZES")).collect(),
+        Err(_) => SIZES.to_vec(),
+    };
+    for n in sizes {
+        let (mut wal, mut backup, mut restart, mut replay) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..reps {
             wal.push(wal_run(&rt, n, rounds));
-            let (r, b) = backup_run(&rt, n, rounds);
+            let (r, b, p) = backup_run(&rt, n, rounds);
             restart.push(r);
             backup.push(b);
+            replay.push(p);
         }
         let (w, b) = (median(wal), median(backup));
-        println!("| {n} | {w:.1} | {b:.1} | {:.1} | {:.2} |", median(restart), b / w);
+        println!("| {n} | {w:.1} | {b:.1} | {:.1} | {:.1} | {:.2} |", median(restart), median(replay), b / w);
     }
 }

@@ -268,6 +268,15 @@ fn durable_line(addr: SocketAddr) -> (u64, u64, String) {
     (f[1].parse().expect("instance"), f[2].parse().expect("watermark"), f[3].to_string())
 }
 
+/// A durable client that polls (and so replays) only when told to.
+fn polled_by_hand(addr: SocketAddr) -> recall_client::backup::DurableBuilder {
+    DurableClient::builder()
+        .server(&addr.to_string())
+        .poll_interval(Duration::from_secs(3600))
+        .poll_every_writes(0)
+        .retry_backoff(Duration::from_millis(10), Duration::from_millis(50))
+}
+
 /// Poll until the client has replayed to the server's current instance.
 async fn replayed(db: &DurableClient, addr: SocketAddr) {
     let (instance, _, _) = durable_line(addr);
@@ -291,13 +300,7 @@ fn kill_9_restart_and_replay_restore_every_acknowledged_write() {
     rt().block_on(async {
         // Replay only when told (poll_now), so the test can look at the
         // server between the restart and the replay.
-        let db = DurableClient::builder()
-            .server(&addr.to_string())
-            .poll_interval(Duration::from_secs(3600))
-            .poll_every_writes(0)
-            .retry_backoff(Duration::from_millis(10), Duration::from_millis(50))
-            .build()
-            .expect("client");
+        let db = polled_by_hand(addr).build().expect("client");
         // Durable before the crash (a snapshot covers them).
         for i in 0..20 {
             db.set(format!("old{i}"), format!("old-{i}"), 0, 0).await.expect("set");
@@ -437,6 +440,59 @@ fn background_poller_replays_after_each_crash() {
         // The only registered client replayed, so the server left recovery
         // without waiting for the 60 s grace period.
         assert!(matches!(st.state, ServerState::Ok), "{st:?}");
+    });
+}
+
+/// A replay larger than one `replay_batch` goes as many batches over
+/// several connections at once; values and deletes all arrive, the server
+/// counts every one as applied, and a value too big for one batch goes
+/// alone.
+#[test]
+fn a_large_replay_goes_in_batches_over_several_connections() {
+    let dir = TempDir::new("backup-batches");
+    let mut server = Recalld::start(0, &dir.0, &args(&["--recovery-grace", "60"])).expect("recalld");
+    let addr = server.addr;
+    rt().block_on(async {
+        let db = polled_by_hand(addr).replay_connections(3).build().expect("client");
+        db.poll_now().await.expect("poll");
+        // About 600 KB of records: ten 64 KiB batches, plus one 200 KB value.
+        for i in 0..3000 {
+            db.set(format!("k{i}"), format!("{i:0>200}"), i, 0).await.expect("set");
+        }
+        for i in (0..3000).step_by(7) {
+            db.delete(format!("k{i}")).await.expect("delete");
+        }
+        let big = "b".repeat(200_000);
+        db.set("big", big.as_str(), 0, 0).await.expect("set big");
+        server.kill9();
+        server.restart().expect("restart");
+        replayed(&db, addr).await;
+        let st = db.status()[0].clone();
+        assert_eq!(st.replayed_entries, 3001, "{st:?}");
+        assert_eq!(st.replay_applied, 3001, "{st:?}");
+        assert_eq!((st.replay_stale, st.replay_errors), (0, 0), "{st:?}");
+        for i in 0..3000 {
+            let want = (i % 7 != 0).then(|| format!("{i:0>200}"));
+            assert_eq!(server_value(addr, &format!("k{i}")), want, "k{i}");
+        }
+        assert_eq!(server_value(addr, "big").map(|v| v.len()), Some(200_000));
+        let stats = String::from_utf8(raw(addr, b"stats\r\n", |b| b.ends_with(b"END\r\n"))).expect("utf8");
+        assert!(stats.contains("STAT replay_applied 3001\r\n"), "{stats}");
+        // The replay's extra connections were closed once it was done.
+        let conns = |stats: &str| -> u64 {
+            let l = stats.lines().find(|l| l.starts_with("STAT curr_connections ")).expect("curr_connections");
+            l.rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let stats = String::from_utf8(raw(addr, b"stats\r\n", |b| b.ends_with(b"END\r\n"))).expect("utf8");
+            // The client's pool, its control connection and this one.
+            if conns(&stats) <= 3 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "lanes still open: {stats}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     });
 }
 

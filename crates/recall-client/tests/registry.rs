@@ -259,6 +259,11 @@ fn hello_then_replay_done_after_a_replay_then_goodbye_on_close() {
         let last_replay = lines.iter().rposition(|l| l.starts_with("replay ")).expect("replayed");
         let fence = lines.iter().rposition(|l| l.starts_with("ms __recall_backup_fence")).expect("fenced");
         assert!(last_replay < fence && fence < done, "replay, fence, then replay_done: {lines:?}");
+        // This server does not know `replay_batch` (it answers the probe
+        // `ERROR`, twice): the entries went one `replay` command each.
+        let probe = lines.iter().position(|l| l == "replay_batch 0 0").expect("probed for batches");
+        assert!(probe < last_replay && lines[probe + 1].is_empty(), "{lines:?}");
+        assert_eq!(fake.count("replay "), 2, "{lines:?}");
         assert_eq!(fake.with(|s| s.items["k2"].0.clone()), b"v2");
         db.poll_now().await.expect("poll");
         assert_eq!(fake.count("replay_done"), 1, "once per instance");

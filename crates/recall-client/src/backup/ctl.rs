@@ -1,11 +1,11 @@
 //! The control connection to one server: `durable`, `snapshot`, `replay`,
-//! `replay_delete`, and the fence write.
+//! `replay_delete`, `replay_batch`, and the fence write.
 //!
 //! Separate from the client's pooled connections because these replies
-//! (`DURABLE ...`, `APPLIED`, `STALE`) are recall extensions that the
+//! (`DURABLE ...`, `APPLIED`, `STALE`, `REPLAYED ...`) are recall extensions that the
 //! general reply decoder does not know, and because the poller must be able
 //! to talk to a server that the data path currently has in back-off. The
-//! traffic is a few lines per poll, plus one pipelined burst per replay, so
+//! traffic is a few lines per poll, plus pipelined bursts per replay, so
 //! a plain line reader is enough.
 
 use std::time::Duration;
@@ -191,6 +191,81 @@ impl Ctl {
             .and_then(|t| t.split(' ').next())
             .and_then(|t| t.parse().ok())
             .ok_or_else(|| self.refused(&line))
+    }
+
+    /// Whether the server takes `replay_batch`. A server that does answers
+    /// an empty batch with `REPLAYED 0 0 0`; an older one answers `ERROR`
+    /// to the command line and again to the empty line after it.
+    pub(crate) async fn knows_batches(&mut self) -> Result<bool> {
+        let line = self.roundtrip(b"replay_batch 0 0\r\n\r\n").await?;
+        if line.starts_with("REPLAYED ") {
+            return Ok(true);
+        }
+        if line == "ERROR" {
+            let t = self.timeout;
+            let second = tokio::time::timeout(t, self.read_line()).await.unwrap_or_else(|_| Err(self.timed_out(t)))?;
+            if second == "ERROR" {
+                return Ok(false);
+            }
+            return Err(self.refused(&second));
+        }
+        Err(self.refused(&line))
+    }
+
+    /// Be one lane of a replay: write every `replay_batch` command that
+    /// arrives on `batches` (handing each buffer back on `back` for reuse),
+    /// then `mn`, while adding up the `REPLAYED <applied> <stale> <errors>`
+    /// replies until `MN`. A batch refused whole (`CLIENT_ERROR`) fails
+    /// the lane. Consumes the connection.
+    pub(crate) async fn replay_lane(
+        mut self,
+        mut batches: tokio::sync::mpsc::Receiver<Vec<u8>>,
+        back: tokio::sync::mpsc::Sender<Vec<u8>>,
+    ) -> Result<ReplayReplies> {
+        let Some(mut wr) = self.wr.take() else { return Err(Error::closed(&self.server)) };
+        let writer = tokio::spawn(async move {
+            while let Some(b) = batches.recv().await {
+                wr.write_all(&b).await?;
+                let _ = back.try_send(b);
+            }
+            wr.write_all(b"mn\r\n").await
+        });
+        let mut out = ReplayReplies::default();
+        // Each reply is one batch's work: the request timeout applies to
+        // each, not to the whole replay.
+        let t = self.timeout;
+        let read = async {
+            loop {
+                let line = match tokio::time::timeout(t, self.read_line()).await {
+                    Ok(l) => l?,
+                    Err(_) => return Err(self.timed_out(t)),
+                };
+                if line == "MN" {
+                    return Ok(());
+                }
+                let mut it =
+                    line.strip_prefix("REPLAYED ").into_iter().flat_map(|l| l.split(' ')).map(str::parse::<u64>);
+                match (it.next(), it.next(), it.next(), it.next()) {
+                    (Some(Ok(a)), Some(Ok(s)), Some(Ok(e)), None) => {
+                        out.applied += a;
+                        out.stale += s;
+                        out.errors += e;
+                    }
+                    _ => return Err(self.refused(&line)),
+                }
+            }
+        }
+        .await;
+        if read.is_err() {
+            // Stop the writer too (its receiver may never close otherwise).
+            writer.abort();
+        }
+        read?;
+        match writer.await {
+            Ok(Ok(())) => Ok(out),
+            Ok(Err(e)) => Err(Error::io(&self.server, e)),
+            Err(e) => Err(Error::Internal(format!("replay writer task: {e}"))),
+        }
     }
 
     /// Send a burst of `n` replay commands and count the replies. The burst

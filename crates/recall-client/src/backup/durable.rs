@@ -116,6 +116,8 @@ struct Cfg {
     max_bytes: usize,
     backpressure_timeout: Duration,
     replay: bool,
+    /// Connections a replay uses at once (`replay_batch` only).
+    replay_connections: usize,
     fence_key: Vec<u8>,
     /// Empty until `build` resolves it (given, or random).
     client_id: String,
@@ -165,6 +167,7 @@ impl Default for DurableBuilder {
                 max_bytes: 256 << 20,
                 backpressure_timeout: Duration::from_secs(10),
                 replay: true,
+                replay_connections: 2,
                 fence_key: b"__recall_backup_fence".to_vec(),
                 client_id: String::new(),
                 connect_timeout: Duration::from_secs(1),
@@ -256,6 +259,13 @@ impl DurableBuilder {
     /// show the loss without replay.
     pub fn replay(mut self, on: bool) -> Self {
         self.cfg.replay = on;
+        self
+    }
+    /// How many connections a replay sends its batches over at once
+    /// (default 2, at most 16). recalld applies each connection's batches
+    /// on its own worker thread, so more than its `-t` buys nothing.
+    pub fn replay_connections(mut self, n: usize) -> Self {
+        self.cfg.replay_connections = n.clamp(1, 16);
         self
     }
     /// The reserved key of the fence write that follows a replay (default
@@ -1657,26 +1667,39 @@ async fn poll_locked(node: &Node, cfg: &Cfg, guard: &mut Option<Ctl>) -> Result<
     Ok(())
 }
 
+/// Bytes of records per `replay_batch`: small enough that the server
+/// applies one batch while the next is encoded and sent, large enough that
+/// the command line and the reply are noise.
+const REPLAY_BATCH_BYTES: usize = 64 << 10;
+
 /// Replay every entry the instance does not hold, then fence: see the
-/// module docs.
+/// module docs. With a server that takes `replay_batch`, this task encodes
+/// batches one at a time and deals them to up to `replay_connections`
+/// connections that send them while the next is encoded (order does not
+/// matter: each write is applied only if newer). With an older server, one
+/// `replay` command per entry on the control connection.
 async fn replay(node: &Node, cfg: &Cfg, ctl: &mut Ctl, d: Durable) -> Result<()> {
     let _gate = node.admission.close().await;
-    let now = unix_now();
-    let (burst, n) = {
-        let l = node.log();
-        if !l.log.needs_replay(d.instance) {
-            return Ok(());
-        }
-        let mut burst = Vec::with_capacity(l.log.bytes() + l.log.len() * 48);
-        let n = l.log.encode_replay(d.instance, now, &mut burst);
-        (burst, n)
-    };
+    if !node.log().log.needs_replay(d.instance) {
+        return Ok(());
+    }
     if d.watermark >= instance_base(d.instance) {
         // The new instance has snapshotted already; see BackupStatus.
         node.counters.replay_after_snapshot.fetch_add(1, Ordering::Relaxed);
     }
+    let now = unix_now();
     let t0 = Instant::now();
-    let ReplayReplies { applied, stale, errors } = ctl.replay(burst, n).await?;
+    let (n, ReplayReplies { applied, stale, errors }) = if ctl.knows_batches().await? {
+        replay_batches(node, cfg, d, now).await?
+    } else {
+        let (burst, n) = {
+            let l = node.log();
+            let mut burst = Vec::with_capacity(l.log.bytes() + l.log.len() * 48);
+            let n = l.log.encode_replay(d.instance, now, &mut burst);
+            (burst, n)
+        };
+        (n, ctl.replay(burst, n).await?)
+    };
     let fence = ctl.fence(&cfg.fence_key).await?;
     if instance_of(fence) != d.instance {
         // Restarted again between `durable` and the fence: what we sent
@@ -1695,6 +1718,60 @@ async fn replay(node: &Node, cfg: &Cfg, ctl: &mut Ctl, d: Durable) -> Result<()>
     c.errors.fetch_add(errors, Ordering::Relaxed);
     lock(&node.view).last_replay = Some(t0.elapsed());
     Ok(())
+}
+
+/// The batched replay: returns the number of entries sent and what the
+/// server said of them. The writers are held out (the caller holds the
+/// gate), so the log does not change under the cursor between batches.
+async fn replay_batches(node: &Node, cfg: &Cfg, d: Durable, now: u32) -> Result<(usize, ReplayReplies)> {
+    let mut lanes = Vec::new();
+    let (back_tx, mut back_rx) = tokio::sync::mpsc::channel(4 * cfg.replay_connections);
+    for _ in 0..cfg.replay_connections {
+        match Ctl::connect(&node.addr, &node.name, cfg.connect_timeout, cfg.request_timeout).await {
+            Ok(c) => {
+                let (tx, rx) = tokio::sync::mpsc::channel(2);
+                lanes.push((tx, tokio::spawn(c.replay_lane(rx, back_tx.clone()))));
+            }
+            // Fewer lanes, as long as there is one.
+            Err(e) if lanes.is_empty() => return Err(e),
+            Err(_) => break,
+        }
+    }
+    drop(back_tx);
+    let mut cursor = node.log().log.replay_cursor(d.instance);
+    let mut body = Vec::with_capacity(REPLAY_BATCH_BYTES + 1024);
+    let (mut n, mut i) = (0, 0);
+    loop {
+        let mut buf = back_rx.try_recv().unwrap_or_else(|_| Vec::with_capacity(REPLAY_BATCH_BYTES + 1024));
+        buf.clear();
+        let k = node.log().log.encode_replay_batch(&mut cursor, now, REPLAY_BATCH_BYTES, &mut body, &mut buf);
+        if k == 0 {
+            break;
+        }
+        n += k;
+        if lanes[i % lanes.len()].0.send(buf).await.is_err() {
+            // That lane failed; its result says why.
+            break;
+        }
+        i += 1;
+    }
+    let mut sum = ReplayReplies::default();
+    let mut failed = None;
+    for (tx, lane) in lanes {
+        drop(tx);
+        match lane.await.unwrap_or_else(|e| Err(Error::Internal(format!("replay lane: {e}")))) {
+            Ok(r) => {
+                sum.applied += r.applied;
+                sum.stale += r.stale;
+                sum.errors += r.errors;
+            }
+            Err(e) => failed = failed.or(Some(e)),
+        }
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => Ok((n, sum)),
+    }
 }
 
 #[cfg(test)]

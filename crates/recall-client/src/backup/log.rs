@@ -45,6 +45,8 @@ use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::time::{Duration, Instant};
 
+use recall_proto::replay::Record;
+
 /// Low bits of a recall timestamp that count writes within one boot; the
 /// bits above are the boot epoch, which is the server's instance id.
 pub const EPOCH_SHIFT: u32 = 40;
@@ -136,6 +138,19 @@ impl<'a> Entry<'a> {
         }
     }
 
+    /// This entry as a `replay_batch` record. As with
+    /// [`Entry::encode_replay`], an entry expired by `now` goes as a delete.
+    pub fn replay_record(&self, now: u32) -> Record<'a> {
+        match *self {
+            Entry::Value { key, value, flags, exptime, ts } if exptime == 0 || exptime > now => {
+                Record { tombstone: false, key, value, flags, exptime, ts }
+            }
+            Entry::Value { key, ts, .. } | Entry::Deleted { key, ts } => {
+                Record { tombstone: true, key, value: b"", flags: 0, exptime: 0, ts }
+            }
+        }
+    }
+
     /// Append this entry as a recall `replay`/`replay_delete` command (with
     /// a reply: the caller counts `APPLIED`/`STALE`). An entry whose
     /// absolute expiry is at or before `now` (client clock) is replayed as a
@@ -158,6 +173,15 @@ impl<'a> Entry<'a> {
             }
         }
     }
+}
+
+/// A position in a replay; see [`WriteBackup::replay_cursor`].
+#[derive(Debug, Clone, Copy)]
+pub struct ReplayCursor {
+    instance: u64,
+    slot: u32,
+    /// Still in the main list (then the replayed list).
+    main: bool,
 }
 
 /// The write-backup log of one server; see the module docs.
@@ -396,6 +420,63 @@ impl WriteBackup {
             n += 1;
         }
         n
+    }
+
+    /// Where a replay to `instance` starts: a cursor over the same entries
+    /// as [`WriteBackup::replay_entries`], for
+    /// [`WriteBackup::encode_replay_batch`]. Valid while the log does not
+    /// change (the caller keeps writers and trims out for the replay).
+    pub fn replay_cursor(&self, instance: u64) -> ReplayCursor {
+        ReplayCursor { instance, slot: self.head, main: true }
+    }
+
+    /// Append one `replay_batch` command to `out` holding the entries from
+    /// `cur` on, about `batch_bytes` of records (a larger record goes
+    /// alone), and move `cur` past them. Returns how many entries it holds;
+    /// 0 when the cursor is at the end (nothing is appended). `body` is
+    /// scratch space.
+    pub fn encode_replay_batch(
+        &self,
+        cur: &mut ReplayCursor,
+        now: u32,
+        batch_bytes: usize,
+        body: &mut Vec<u8>,
+        out: &mut Vec<u8>,
+    ) -> usize {
+        use std::io::Write as _;
+        body.clear();
+        let mut count = 0;
+        loop {
+            if cur.slot == NIL {
+                if !cur.main {
+                    break;
+                }
+                // The main list is done; then the entries replayed to an
+                // instance that is not this one.
+                cur.main = false;
+                let replayed_other = self.rlen > 0 && (self.fence == 0 || instance_of(self.fence) != cur.instance);
+                cur.slot = if replayed_other { self.rhead } else { NIL };
+                continue;
+            }
+            let s = cur.slot;
+            if cur.main && instance_of(self.slots[s as usize].ts()) == cur.instance {
+                cur.slot = self.slots[s as usize].next;
+                continue;
+            }
+            let r = self.entry(s).replay_record(now);
+            if count > 0 && body.len() + r.encoded_len() > batch_bytes {
+                break;
+            }
+            r.encode(body);
+            count += 1;
+            cur.slot = self.slots[s as usize].next;
+        }
+        if count > 0 {
+            let _ = write!(out, "replay_batch {count} {}\r\n", body.len());
+            out.extend_from_slice(body);
+            out.extend_from_slice(b"\r\n");
+        }
+        count
     }
 
     /// After a complete replay to `instance`, followed by a write that
@@ -872,6 +953,61 @@ mod tests {
         assert_eq!(log.trim(2, I2 + 10), 2);
         assert!(log.is_empty());
         check(&log);
+    }
+
+    /// Batches cover exactly the entries `replay_entries` names, in its
+    /// order, however small the batch size; expired values go as deletes.
+    #[test]
+    fn replay_batches_cover_the_replay_entries() {
+        use recall_proto::replay::decode_batch;
+        let mut log = WriteBackup::new();
+        for i in 0..300u64 {
+            let k = format!("k{i}");
+            match i % 3 {
+                0 => {
+                    log.record_value(k.as_bytes(), &[b'v'; 40], 1, 0, I1 + i);
+                }
+                1 => {
+                    log.record_delete(k.as_bytes(), I1 + i);
+                }
+                _ => {
+                    log.record_value(k.as_bytes(), b"x", 0, 50, I2 + i); // expires at 50
+                }
+            }
+        }
+        // Half of instance 1's entries were replayed to instance 2 already.
+        log.mark_replayed(2, I2 + 1000);
+        log.record_value(b"late", b"y", 0, 0, I1 + 999);
+        for instance in [2, 3] {
+            let want: Vec<Entry<'_>> = log.replay_entries(instance).collect();
+            for batch_bytes in [1, 100, 1 << 20] {
+                let (mut cur, mut body, mut got) = (log.replay_cursor(instance), Vec::new(), Vec::new());
+                let mut out = Vec::new();
+                loop {
+                    out.clear();
+                    let n = log.encode_replay_batch(&mut cur, 60, batch_bytes, &mut body, &mut out);
+                    if n == 0 {
+                        assert!(out.is_empty());
+                        break;
+                    }
+                    let line_end = out.iter().position(|&b| b == b'\n').unwrap() + 1;
+                    let line = std::str::from_utf8(&out[..line_end - 2]).unwrap();
+                    let body_len = out.len() - line_end - 2;
+                    assert_eq!(line, format!("replay_batch {n} {body_len}"));
+                    let recs =
+                        decode_batch(&out[line_end..out.len() - 2], n, &recall_proto::Limits::default()).unwrap();
+                    got.extend(recs.into_iter().map(|r| (r.key.to_vec(), r.ts, r.tombstone)));
+                }
+                let want: Vec<_> = want
+                    .iter()
+                    .map(|e| {
+                        let gone = matches!(e, Entry::Deleted { .. } | Entry::Value { exptime: 50, .. });
+                        (e.key().to_vec(), e.ts(), gone)
+                    })
+                    .collect();
+                assert_eq!(got, want, "instance {instance}, batches of {batch_bytes} bytes");
+            }
+        }
     }
 
     #[test]
