@@ -258,6 +258,21 @@ def main():
     put("binary_decode", "hits", hits)
     put("engine_session", "crawler", b"\x06\x00" + b"set a 0 0 1\r\n1\r\nset b 0 100 1\r\n2\r\nlru_crawler metadump all\r\n")
 
+    # replay_batch bodies (recall_proto::replay): byte 0 of the replay_batch
+    # target is the record count.
+    def replay_record(key, value, flags, exptime, ts, tombstone):
+        return struct.pack("<BBIIQI", 2 if tombstone else 1, len(key), flags, exptime, ts, len(value)) + key + value
+    batch = [(b"a", b"one", 3, 0, 1 << 40, False), (b"gone", b"", 0, 0, (1 << 40) + 1, True),
+             (b"k" * 250, b"v" * 300, 0, 1900000000, 5, False)]
+    body = b"".join(replay_record(*r) for r in batch)
+    put("replay_batch", "three", bytes([3]) + body)
+    put("replay_batch", "empty", b"\x00")
+    put("replay_batch", "truncated", bytes([3]) + body[:-9])
+    req = b"replay_batch 3 %d\r\n" % len(body) + body + b"\r\n"
+    put("text_decode", "replay-batch", req)
+    put("text_decode", "replay-batch-noreply", req.replace(b"\r\n", b" noreply\r\n", 1))
+    put("engine_session", "replay-batch", b"\x06\x00" + req + b"get a gone\r\nmg a v c\r\n")
+
     recs = [
         (b"a", b"hello", 7, 0, 10, False),
         (b"b", b"", 0, 123, 11, False),
