@@ -15,7 +15,12 @@
 //! writes, so back-pressure and client-requested snapshots happen),
 //! `--run-ms MIN:MAX` (200:2500, time between kills: some instances live
 //! long enough to snapshot, some die before their first), `--no-replay`
-//! (negative control), `--verbose`. recalld runs with
+//! (negative control), `--no-failpoints` (by default every third restart,
+//! cycles 1, 4, 7, ..., arms a recalld failpoint, `RECALL_FAILPOINT`: snapshot before fsync,
+//! snapshot after rename, or replay-after-N with N random from 1 to 60, and
+//! the harness waits up to the snapshot interval + 2 s for the instance to
+//! crash there by itself before restarting it normally; the summary counts
+//! armed and fired ones), `--verbose`. recalld runs with
 //! `--snapshot-interval 2 --snapshot-after-writes 0 --recovery-grace 1`
 //! (see the `backup` module docs for why not `--snapshot-after-writes`).
 //! `RECALLD_BIN` overrides the server binary (otherwise it is built with
@@ -94,7 +99,16 @@ impl Recalld {
     /// Start on `port` (0: ephemeral); `Err` carries the server's stderr if
     /// it exits instead of listening (e.g. the port is taken).
     pub fn start(port: u16, dir: &Path, args: &[String]) -> Result<Recalld, String> {
-        let mut child = Command::new(recalld_bin())
+        Recalld::start_env(port, dir, args, None)
+    }
+
+    /// `start` with `RECALL_FAILPOINT` set (or not).
+    fn start_env(port: u16, dir: &Path, args: &[String], failpoint: Option<&str>) -> Result<Recalld, String> {
+        let mut cmd = Command::new(recalld_bin());
+        if let Some(f) = failpoint {
+            cmd.env("RECALL_FAILPOINT", f);
+        }
+        let mut child = cmd
             .args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0", "-t", "2"])
             .arg("--data-dir")
             .arg(dir)
@@ -135,6 +149,23 @@ impl Recalld {
         self.child.as_ref().map(Child::id)
     }
 
+    /// Wait up to `limit` for the process to exit by itself (a failpoint
+    /// fired); true if it did.
+    pub fn wait_exit(&mut self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while let Some(c) = self.child.as_mut() {
+            if let Ok(Some(_)) = c.try_wait() {
+                self.child = None;
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        false
+    }
+
     /// SIGKILL (what `Child::kill` sends on Unix) and reap.
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -147,10 +178,16 @@ impl Recalld {
     /// released by the kill, but something else may grab it meanwhile:
     /// retry a few times.
     pub fn restart(&mut self) -> Result<(), String> {
+        self.restart_with_failpoint(None)
+    }
+
+    /// `restart`, with a `RECALL_FAILPOINT` armed: the process aborts by
+    /// itself when it gets there (see [`Recalld::wait_exit`]).
+    pub fn restart_with_failpoint(&mut self, failpoint: Option<&str>) -> Result<(), String> {
         self.kill9();
         let mut last = String::new();
         for _ in 0..40 {
-            match Recalld::start(self.port(), &self.dir, &self.args) {
+            match Recalld::start_env(self.port(), &self.dir, &self.args, failpoint) {
                 Ok(mut s) => {
                     self.child = s.child.take();
                     return Ok(());
@@ -391,6 +428,10 @@ pub struct Config {
     pub max_entries: usize,
     pub run_ms: (u64, u64),
     pub replay: bool,
+    /// Every third restart (cycles 1, 4, 7, ...) arms a recalld failpoint (snapshot before
+    /// fsync, snapshot after rename, or mid-replay after N records) and
+    /// lets the server crash there by itself before the next restart.
+    pub failpoints: bool,
     pub verbose: bool,
     /// recalld `--snapshot-interval` and `--recovery-grace` (seconds).
     pub snapshot_interval: u64,
@@ -409,6 +450,7 @@ impl Config {
             max_entries: 40,
             run_ms: (200, 2500),
             replay: true,
+            failpoints: true,
             verbose: false,
             snapshot_interval: 2,
             recovery_grace: 1,
@@ -426,6 +468,8 @@ pub struct Report {
     pub checks: u64,
     pub violations: Vec<String>,
     pub imprecise_keys: u64,
+    /// Failpoint restarts: (armed, fired) per failpoint kind.
+    pub failpoints: std::collections::BTreeMap<&'static str, (u32, u32)>,
     pub statuses: Vec<BackupStatus>,
     pub elapsed: Duration,
 }
@@ -442,7 +486,7 @@ impl Report {
         format!(
             "{} cycles in {:.1?}: {} acknowledged, {} refused, {} in doubt; {} key checks, {} violations; \
              replays {} ({} entries: {} applied, {} stale, {} errors, {} too late); snapshots requested {}; \
-             back-pressure waits {}; dropped unreplayed {}; imprecise keys {}",
+             back-pressure waits {}; dropped unreplayed {}; imprecise keys {}; failpoints (armed/fired) {:?}",
             self.cycles,
             self.elapsed,
             self.acked,
@@ -460,6 +504,7 @@ impl Report {
             s.iter().map(|x| x.backpressure_waits).sum::<u64>(),
             s.iter().map(|x| x.dropped_unreplayed).sum::<u64>(),
             self.imprecise_keys,
+            self.failpoints,
         )
     }
 }
@@ -687,6 +732,28 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
         server.kill9();
         // Down for a moment: writes fail (in doubt or not sent) meanwhile.
         tokio::time::sleep(Duration::from_millis(rng.range(0, 50))).await;
+        if cfg.failpoints && cycle % 3 == 1 {
+            // This instance crashes by itself at a failpoint: at its first
+            // snapshot, or in the middle of the clients' replay to it (a
+            // double crash). Then the normal restart below.
+            let (kind, arg) = match rng.range(0, 3) {
+                0 => ("snapshot-before-fsync", "snapshot-before-fsync".to_string()),
+                1 => ("snapshot-after-rename", "snapshot-after-rename".to_string()),
+                _ => ("replay-after-N", format!("replay-after-{}", rng.range(1, 60))),
+            };
+            tokio::task::block_in_place(|| server.restart_with_failpoint(Some(&arg)))?;
+            // A snapshot comes within the interval; a replay much sooner
+            // (if the clients hold N records at all; if not, a SIGKILL).
+            let limit = Duration::from_secs(cfg.snapshot_interval + 2);
+            let fired = tokio::task::block_in_place(|| server.wait_exit(limit));
+            let e = report.failpoints.entry(kind).or_default();
+            e.0 += 1;
+            e.1 += fired as u32;
+            if cfg.verbose {
+                eprintln!("cycle {cycle}: failpoint {arg} {}", if fired { "fired" } else { "did not fire" });
+            }
+            server.kill9();
+        }
         tokio::task::block_in_place(|| server.restart())?;
         let (inst, watermark, state) = durable(server.addr).await.map_err(|e| format!("durable: {e}"))?;
         if inst <= instance {
@@ -772,6 +839,7 @@ fn main() {
                 cfg.run_ms = (num(Some(a.into()), "--run-ms"), num(Some(b.into()), "--run-ms"));
             }
             "--no-replay" => cfg.replay = false,
+            "--no-failpoints" => cfg.failpoints = false,
             "--verbose" => cfg.verbose = true,
             other => {
                 eprintln!("unknown option {other} (see the file's docs)");

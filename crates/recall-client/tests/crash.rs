@@ -1,7 +1,8 @@
 //! The crash harness, CI-sized: SIGKILL recalld at seeded random moments
 //! while client tasks write through `DurableClient`s, restart it on the
-//! same data directory and port, and check every key against the ledger
-//! after each replay. The long run is the `crash_harness` example (see
+//! same data directory and port (every third restart with a failpoint
+//! armed, where the server then crashes by itself), and check every key
+//! against the ledger after each replay. The long run is the `crash_harness` example (see
 //! `docs/benchmarks/durability.md`); `CRASH_SEED` picks another seed here.
 
 #[path = "../examples/crash_harness.rs"]
@@ -37,6 +38,8 @@ fn acknowledged_writes_survive_random_kill_9() {
     assert!(r.replays() >= cfg.cycles as u64, "every restart is replayed by every client: {summary}");
     assert!(r.statuses.iter().map(|s| s.replay_applied).sum::<u64>() > 0, "{summary}");
     assert!(r.checks >= cfg.cycles as u64 * 100, "{summary}");
+    let armed: u32 = r.failpoints.values().map(|&(armed, _)| armed).sum();
+    assert_eq!(armed, (cfg.cycles + 1) / 3, "cycles 1, 4, ... arm a failpoint: {summary}");
 }
 
 /// Negative control: the same run with replay turned off must lose
