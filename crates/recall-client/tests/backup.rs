@@ -496,6 +496,49 @@ fn a_large_replay_goes_in_batches_over_several_connections() {
     });
 }
 
+/// A server with no room for the replay's extra connections (`-c 2`: the
+/// control connection and one more): the batched replay fails and the
+/// control connection carries the whole replay instead, one `replay` per
+/// entry.
+#[test]
+fn without_room_for_replay_lanes_the_control_connection_replays() {
+    let dir = TempDir::new("backup-lanes-refused");
+    let mut server = Recalld::start(0, &dir.0, &args(&["--recovery-grace", "60", "-c", "2"])).expect("recalld");
+    let addr = server.addr;
+    let n = 500;
+    rt().block_on(async {
+        let db = polled_by_hand(addr).pool_size(1).replay_connections(2).build().expect("client");
+        db.poll_now().await.expect("poll");
+        for i in 0..n {
+            db.set(format!("k{i}"), format!("v{i}"), 0, 0).await.expect("set");
+        }
+        server.kill9();
+        server.restart().expect("restart");
+        replayed(&db, addr).await;
+        let st = db.status()[0].clone();
+        assert_eq!(st.replay_fallbacks, 1, "{st:?}");
+        assert_eq!(st.replays, 1, "{st:?}");
+        assert_eq!(st.replay_applied, n as u64, "every entry, by the fallback: {st:?}");
+    });
+    // The client is gone, so its connections are free for this check; the
+    // server may still be closing them.
+    let get = |key: String| -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let r = raw(addr, format!("get {key}\r\n").as_bytes(), |b| b.ends_with(b"\r\n"));
+            let r = String::from_utf8(r).expect("utf8");
+            if !r.starts_with("ERROR Too many open connections") {
+                return r;
+            }
+            assert!(Instant::now() < deadline, "no free connection");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    for i in (0..n).step_by(50) {
+        assert!(get(format!("k{i}")).starts_with(&format!("VALUE k{i} 0 ")), "k{i} lost");
+    }
+}
+
 #[test]
 fn backpressure_asks_for_a_snapshot_and_waits_for_room() {
     let dir = TempDir::new("backup-bp");

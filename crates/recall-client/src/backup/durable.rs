@@ -89,6 +89,10 @@ pub struct BackupStatus {
     /// snapshot, so those writes are lost. Should stay 0; see the module
     /// docs.
     pub replay_after_snapshot: u64,
+    /// Batched replays (`replay_batch` over extra connections) that failed
+    /// and were done again on the control connection, one `replay` command
+    /// per entry (e.g. no extra connection could be opened).
+    pub replay_fallbacks: u64,
     /// Entries dropped unreplayed because replay is turned off.
     pub dropped_unreplayed: u64,
     pub snapshots_requested: u64,
@@ -431,6 +435,7 @@ struct Counters {
     stale: AtomicU64,
     errors: AtomicU64,
     replay_after_snapshot: AtomicU64,
+    fallbacks: AtomicU64,
     dropped: AtomicU64,
     snapshots: AtomicU64,
     waits: AtomicU64,
@@ -1407,6 +1412,7 @@ impl DurableClient {
                     replay_errors: get(&c.errors),
                     last_replay: v.last_replay,
                     replay_after_snapshot: get(&c.replay_after_snapshot),
+                    replay_fallbacks: get(&c.fallbacks),
                     dropped_unreplayed: get(&c.dropped),
                     snapshots_requested: get(&c.snapshots),
                     backpressure_waits: get(&c.waits),
@@ -1689,16 +1695,29 @@ async fn replay(node: &Node, cfg: &Cfg, ctl: &mut Ctl, d: Durable) -> Result<()>
     }
     let now = unix_now();
     let t0 = Instant::now();
-    let (n, ReplayReplies { applied, stale, errors }) = if ctl.knows_batches().await? {
-        replay_batches(node, cfg, d, now).await?
+    // If the lanes fail (no extra connection, or one closed on us) the
+    // control connection, which works, carries the replay instead. What the
+    // lanes applied is applied again: harmless.
+    let batched = if ctl.knows_batches().await? {
+        let r = replay_batches(node, cfg, d, now).await.ok();
+        if r.is_none() {
+            node.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
+        }
+        r
     } else {
-        let (burst, n) = {
-            let l = node.log();
-            let mut burst = Vec::with_capacity(l.log.bytes() + l.log.len() * 48);
-            let n = l.log.encode_replay(d.instance, now, &mut burst);
-            (burst, n)
-        };
-        (n, ctl.replay(burst, n).await?)
+        None
+    };
+    let (n, ReplayReplies { applied, stale, errors }) = match batched {
+        Some(r) => r,
+        None => {
+            let (burst, n) = {
+                let l = node.log();
+                let mut burst = Vec::with_capacity(l.log.bytes() + l.log.len() * 48);
+                let n = l.log.encode_replay(d.instance, now, &mut burst);
+                (burst, n)
+            };
+            (n, ctl.replay(burst, n).await?)
+        }
     };
     let fence = ctl.fence(&cfg.fence_key).await?;
     if instance_of(fence) != d.instance {
@@ -1732,7 +1751,8 @@ async fn replay_batches(node: &Node, cfg: &Cfg, d: Durable, now: u32) -> Result<
                 let (tx, rx) = tokio::sync::mpsc::channel(2);
                 lanes.push((tx, tokio::spawn(c.replay_lane(rx, back_tx.clone()))));
             }
-            // Fewer lanes, as long as there is one.
+            // Fewer lanes, as long as there is one (else the caller falls
+            // back to the control connection).
             Err(e) if lanes.is_empty() => return Err(e),
             Err(_) => break,
         }
