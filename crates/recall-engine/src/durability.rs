@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 use recall_proto::replay::Record;
+use recall_proto::Limits;
 use recall_store::{ApplyOutcome, Delete, DeleteOutcome, UnixSecs};
 
 /// At most this many tombstones are kept between snapshots. Past it, a
@@ -54,7 +55,9 @@ pub struct Durability {
     pub replayed: AtomicU64,
     pub replay_stale: AtomicU64,
     /// Test-only failpoint (`RECALL_FAILPOINT=replay-after-N`): abort the
-    /// process right after the N-th replay command is applied. 0 = off.
+    /// process right after the N-th replayed record (a `replay`, a
+    /// `replay_delete`, or one record of a `replay_batch`, applied or
+    /// stale). 0 = off.
     pub abort_after_replays: AtomicU64,
     replays_seen: AtomicU64,
     /// The last immediate `flush_all`'s timestamp (0: none).
@@ -191,7 +194,7 @@ impl Durability {
         }
     }
 
-    /// `replay-after-N`: count this replay and abort after the N-th.
+    /// `replay-after-N`: count this replayed record and abort after the N-th.
     fn replay_failpoint(&self) {
         let n = self.abort_after_replays.load(Ordering::Relaxed);
         if n != 0 && self.replays_seen.fetch_add(1, Ordering::AcqRel) + 1 == n {
@@ -200,14 +203,29 @@ impl Durability {
         }
     }
 
-    /// An immediate `flush_all` at `ts`: older tombstones are now redundant.
+    /// Run `flush` (the store's `flush_all`, returning its timestamp, 0
+    /// for a delayed one) with every tombstone stripe held, then remember
+    /// an immediate flush: no replayed write older than it comes back, and
+    /// older tombstones are now redundant. A replay holds its key's stripe
+    /// from the flush check to the apply, so it happens wholly before the
+    /// flush (and is flushed) or wholly after (and is judged against it).
     /// A snapshot is requested so the flush is durable soon.
-    pub fn note_flush(&self, ts: u64) {
-        if self.enabled.load(Ordering::Acquire) {
+    pub fn flush_with(&self, flush: impl FnOnce() -> u64) -> u64 {
+        if !self.enabled.load(Ordering::Acquire) {
+            return flush();
+        }
+        let mut stripes: Vec<_> = self.tombstones.stripes.iter().map(|s| s.lock()).collect();
+        let ts = flush();
+        if ts != 0 {
             self.flushed_at.fetch_max(ts, Ordering::AcqRel);
-            self.tombstones.retain(|t| t > ts);
+            for s in stripes.iter_mut() {
+                let before = s.len();
+                s.retain(|_, t| *t > ts);
+                self.tombstones.len.fetch_sub(before - s.len(), Ordering::AcqRel);
+            }
             self.snapshot_requested.store(true, Ordering::Release);
         }
+        ts
     }
 
     /// Whether a write of `key` stamped `ts`, which the store does not have,
@@ -393,10 +411,7 @@ impl Engine {
     /// `flush_all`: an immediate one is remembered so that no older write
     /// can be replayed back.
     pub(crate) fn flush(&self, at: UnixSecs, now: UnixSecs) {
-        let ts = self.store.flush_all(at, now);
-        if ts != 0 {
-            self.durability.note_flush(ts);
-        }
+        self.durability.flush_with(|| self.store.flush_all(at, now));
     }
 
     /// `DURABLE <instance> <watermark> <ok|recovering|off>`
@@ -443,10 +458,16 @@ impl Engine {
 
     /// `replay` for every record of a checked batch, in order; the store
     /// and the tombstone table see each record exactly as if it came alone.
-    pub fn replay_records(&self, records: &[Record<'_>]) -> BatchOutcome {
+    pub fn replay_records(&self, records: &[Record<'_>], limits: &Limits) -> BatchOutcome {
         let now = self.now();
         let mut o = BatchOutcome::default();
         for r in records {
+            // As `replay` answers `SERVER_ERROR object too large for cache`
+            // for a value over `-I`, and goes on with the next.
+            if !r.tombstone && !limits.item_fits(r.key.len(), r.value.len(), r.flags) {
+                o.errors += 1;
+                continue;
+            }
             match self.replay_one(r, now) {
                 ApplyOutcome::Applied => o.applied += 1,
                 ApplyOutcome::Stale => o.stale += 1,
@@ -461,21 +482,21 @@ impl Engine {
 
     fn replay_one(&self, r: &Record<'_>, now: UnixSecs) -> ApplyOutcome {
         let d = &self.durability;
-        if r.ts <= d.recovery_floor.load(Ordering::Acquire) || r.ts <= d.flushed_at.load(Ordering::Acquire) {
-            d.replay_failpoint();
-            return ApplyOutcome::Stale;
-        }
-        // Check (or record) the tombstone and apply under the key's stripe:
-        // see `Tombstones`.
+        // Check the floor, the last flush and the key's tombstone (or record
+        // it), and apply, all under the key's stripe: see `Tombstones` and
+        // `flush_with`.
         let mut t = d.tombstones.stripe(r.key);
-        if r.tombstone {
-            d.record_tombstone(&mut t, r.key, r.ts);
-        } else if t.get(r.key).is_some_and(|&dts| dts >= r.ts) {
-            drop(t);
-            d.replay_failpoint();
-            return ApplyOutcome::Stale;
-        }
-        let out = self.store.apply(r.key, r.value, r.flags, r.exptime, r.ts, r.tombstone, now);
+        let stale = r.ts <= d.recovery_floor.load(Ordering::Acquire)
+            || r.ts <= d.flushed_at.load(Ordering::Acquire)
+            || (!r.tombstone && t.get(r.key).is_some_and(|&dts| dts >= r.ts));
+        let out = if stale {
+            ApplyOutcome::Stale
+        } else {
+            if r.tombstone && d.enabled.load(Ordering::Acquire) {
+                d.record_tombstone(&mut t, r.key, r.ts);
+            }
+            self.store.apply(r.key, r.value, r.flags, r.exptime, r.ts, r.tombstone, now)
+        };
         drop(t);
         d.replay_failpoint();
         out
@@ -489,7 +510,7 @@ pub struct BatchOutcome {
     /// Older than what the server holds (or than its snapshot, a delete or
     /// a flush): nothing to do.
     pub stale: u64,
-    /// Not stored (out of memory).
+    /// Not stored: out of memory, or a value over the item size limit.
     pub errors: u64,
 }
 
@@ -706,9 +727,72 @@ mod tombstone_tests {
         let n = req.len();
         req[n - 2] = b'X';
         assert_eq!(send(&e, &mut s, &req), "CLIENT_ERROR bad data chunk\r\n");
-        assert_eq!(send(&e, &mut s, b"replay_batch x 5\r\n"), "CLIENT_ERROR bad command line format\r\n");
+        assert_eq!(send(&e, &mut s, b"replay_batch x y\r\n"), "CLIENT_ERROR bad command line format\r\n");
+        // A bad line whose length is known drops the body with it: records
+        // are never read as commands.
+        let mut req = b"replay_batch x 11\r\nflush_all\r\n\r\n".to_vec();
+        req.extend_from_slice(b"replay_batch 1 11 extra\r\nflush_all\r\n\r\n");
+        assert_eq!(
+            send(&e, &mut s, &req),
+            "CLIENT_ERROR bad command line format\r\nCLIENT_ERROR bad command line format\r\n"
+        );
         assert_eq!(send(&e, &mut s, b"get a\r\n"), "END\r\n");
         assert_eq!(e.durability.replayed.load(Ordering::Relaxed), 0);
+    }
+
+    /// A value over the item limit is refused alone (counted as an error,
+    /// as `replay` answers `SERVER_ERROR object too large for cache`); the
+    /// rest of the batch is applied.
+    #[test]
+    fn an_oversized_record_is_refused_alone() {
+        let e = durable_engine();
+        let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+        let big = vec![b'x'; e.config.item_size_max + 1];
+        let req = batch(&[rec(b"a", b"one", 40), rec(b"big", &big, 41), rec(b"b", b"two", 42)]);
+        assert_eq!(send(&e, &mut s, &req), "REPLAYED 2 0 1\r\n");
+        assert_eq!(send(&e, &mut s, b"get a big b\r\n"), "VALUE a 3 3\r\none\r\nVALUE b 3 3\r\ntwo\r\nEND\r\n");
+    }
+
+    /// With durability off nothing prunes tombstones, so replays record
+    /// none (the table would only grow).
+    #[test]
+    fn replayed_deletes_leave_no_tombstone_with_durability_off() {
+        let e = crate::tests::engine(Arc::new(ManualClock::new(1_700_000_000)));
+        let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+        let del = Record { tombstone: true, key: b"k", value: b"", flags: 0, exptime: 0, ts: 5 };
+        assert_eq!(send(&e, &mut s, &batch(&[del])), "REPLAYED 1 0 0\r\n");
+        assert_eq!(send(&e, &mut s, b"replay_delete j 6\r\n"), "APPLIED\r\n");
+        assert_eq!(e.durability.tombstone_count(), 0);
+    }
+
+    /// A flush and replays racing on other threads: every replayed write
+    /// either happened before the flush (and is gone) or is newer than it.
+    #[test]
+    fn a_replay_racing_flush_all_never_brings_back_an_older_write() {
+        let e = durable_engine();
+        std::thread::scope(|sc| {
+            let replayer = sc.spawn(|| {
+                let mut ts = 1u64;
+                while e.durability.flushed_at.load(Ordering::Acquire) == 0 || ts < 20_000 {
+                    let k = format!("k{}", ts % 64);
+                    e.replay(k.as_bytes(), b"v", 0, 0, ts, false);
+                    ts += 1;
+                }
+            });
+            let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+            // Replays are stamped far below the store's own counter, so the
+            // flush's timestamp is above every one of them.
+            e.store.apply(b"seed", b"x", 0, 0, 1 << 40, false, e.now());
+            std::thread::yield_now();
+            assert_eq!(send(&e, &mut s, b"flush_all\r\n"), "OK\r\n");
+            replayer.join().unwrap();
+        });
+        let f = e.durability.flushed_at.load(Ordering::Acquire);
+        assert!(f > 1 << 40);
+        let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+        for i in 0..64 {
+            assert_eq!(send(&e, &mut s, format!("get k{i}\r\n").as_bytes()), "END\r\n", "k{i} came back");
+        }
     }
 
     #[test]

@@ -207,15 +207,15 @@ impl Engine {
         Action::Continue
     }
 
-    /// `replay_batch`: every record is checked before any is applied; a
-    /// bad body applies nothing and says why.
+    /// `replay_batch`: the framing of every record is checked before any is
+    /// applied; a malformed body applies nothing and says why.
     fn replay_batch(&self, count: usize, body: &[u8], c: &Counters, out: &mut Vec<u8>) {
         use std::io::Write as _;
         let limits = recall_proto::Limits { item_size_max: self.config.item_size_max, ..Default::default() };
-        match recall_proto::replay::decode_batch(body, count, &limits) {
+        match recall_proto::replay::decode_batch(body, count) {
             Ok(records) => {
                 c.cmd_set.add(records.iter().filter(|r| !r.tombstone).count() as u64);
-                let o = self.replay_records(&records);
+                let o = self.replay_records(&records, &limits);
                 let _ = write!(out, "REPLAYED {} {} {}\r\n", o.applied, o.stale, o.errors);
             }
             Err(e) => {

@@ -10,9 +10,11 @@
 //!   fsynced) but its watermark not yet announced;
 //! * `wal-before-fsync`: a WAL batch is written, not fsynced (nothing in it
 //!   was acknowledged);
-//! * `replay-after-N`: right after the N-th `replay`/`replay_delete` command
-//!   is applied (or found stale), before its reply (the engine counts; see
-//!   recall-engine's `Durability::abort_after_replays`).
+//! * `replay-after-N`: right after the N-th replayed record (a `replay`, a
+//!   `replay_delete` or one record of a `replay_batch`) is applied (or
+//!   found stale), before its reply, so possibly in the middle of a batch
+//!   (the engine counts; see recall-engine's
+//!   `Durability::abort_after_replays`).
 //!
 //! The returned-error failpoints of [`crate::fsutil::FailAt`] are for unit
 //! tests in this crate; these ones stop the real server.

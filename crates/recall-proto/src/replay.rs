@@ -26,9 +26,10 @@
 //! | 18 | 4 | value length (0 for a delete) |
 //! | 22 | klen + vlen | key, value |
 //!
-//! The whole body is checked before anything is applied: a batch with one
-//! bad record is refused whole, so a client never has to guess which of its
-//! writes got in.
+//! The whole body's framing is checked before anything is applied: a batch
+//! with one malformed record is refused whole, so a client never has to
+//! guess which of its writes got in. (A well-formed record whose value is
+//! over the item limit is refused alone, and counted in `errors`.)
 
 use crate::{Limits, KEY_MAX};
 
@@ -95,8 +96,6 @@ pub enum BatchError {
     BadKey,
     /// A delete carries a value, flags or an expiry.
     BadDelete,
-    /// A value larger than the server's item limit.
-    TooLarge,
     /// The body holds more or fewer records than the command line said.
     CountMismatch,
 }
@@ -109,16 +108,17 @@ impl BatchError {
             BatchError::BadKind => "CLIENT_ERROR replay batch: bad record kind",
             BatchError::BadKey => "CLIENT_ERROR replay batch: bad key length",
             BatchError::BadDelete => "CLIENT_ERROR replay batch: delete with a value",
-            BatchError::TooLarge => "CLIENT_ERROR replay batch: value too large",
             BatchError::CountMismatch => "CLIENT_ERROR replay batch: record count mismatch",
         }
     }
 }
 
-/// Check a whole batch body and return its records in order, or the first
-/// problem. Nothing is returned for a bad batch, so nothing of it is
-/// applied.
-pub fn decode_batch<'a>(body: &'a [u8], count: usize, limits: &Limits) -> Result<Vec<Record<'a>>, BatchError> {
+/// Check the framing of a whole batch body and return its records in
+/// order, or the first problem. Nothing is returned for a bad batch, so
+/// nothing of it is applied. A value over the server's item limit is not a
+/// framing problem: the engine refuses that record alone, as it would a
+/// `replay` of it.
+pub fn decode_batch(body: &[u8], count: usize) -> Result<Vec<Record<'_>>, BatchError> {
     // Every record takes at least RECORD_HEADER + 1 bytes, so a count that
     // could not fit is refused before allocating for it.
     if count > body.len() / (RECORD_HEADER + 1) {
@@ -148,9 +148,6 @@ pub fn decode_batch<'a>(body: &'a [u8], count: usize, limits: &Limits) -> Result
         let vlen = le32(18) as usize;
         if tombstone && (vlen != 0 || flags != 0 || exptime != 0) {
             return Err(BatchError::BadDelete);
-        }
-        if !tombstone && !limits.item_fits(klen, vlen, flags) {
-            return Err(BatchError::TooLarge);
         }
         if tail.len() < klen + vlen {
             return Err(BatchError::Truncated);
@@ -193,31 +190,34 @@ mod tests {
         let recs = [value(b"a", b"one", 5), delete(b"b", 6), value(b"c", b"", 1 << 41)];
         let b = body(&recs);
         assert_eq!(b.len(), recs.iter().map(Record::encoded_len).sum::<usize>());
-        assert_eq!(decode_batch(&b, 3, &Limits::default()).unwrap(), recs);
-        assert_eq!(decode_batch(b"", 0, &Limits::default()).unwrap(), vec![]);
+        assert_eq!(decode_batch(&b, 3).unwrap(), recs);
+        assert_eq!(decode_batch(b"", 0).unwrap(), vec![]);
     }
 
     #[test]
     fn refuses_bad_bodies_whole() {
-        let l = Limits::default();
         let good = body(&[value(b"a", b"one", 5), delete(b"b", 6)]);
-        assert_eq!(decode_batch(&good, 1, &l), Err(BatchError::CountMismatch));
-        assert_eq!(decode_batch(&good, 3, &l), Err(BatchError::CountMismatch));
-        assert_eq!(decode_batch(&good, usize::MAX, &l), Err(BatchError::CountMismatch));
-        assert_eq!(decode_batch(&good[..good.len() - 1], 2, &l), Err(BatchError::Truncated));
-        assert_eq!(decode_batch(&good[..10], 1, &l), Err(BatchError::CountMismatch), "no room for one record");
-        assert_eq!(decode_batch(&good[..24], 1, &l), Err(BatchError::Truncated));
+        assert_eq!(decode_batch(&good, 1), Err(BatchError::CountMismatch));
+        assert_eq!(decode_batch(&good, 3), Err(BatchError::CountMismatch));
+        assert_eq!(decode_batch(&good, usize::MAX), Err(BatchError::CountMismatch));
+        assert_eq!(decode_batch(&good[..good.len() - 1], 2), Err(BatchError::Truncated));
+        assert_eq!(decode_batch(&good[..10], 1), Err(BatchError::CountMismatch), "no room for one record");
+        assert_eq!(decode_batch(&good[..24], 1), Err(BatchError::Truncated));
         let mut bad = good.clone();
         bad[0] = 3;
-        assert_eq!(decode_batch(&bad, 2, &l), Err(BatchError::BadKind));
+        assert_eq!(decode_batch(&bad, 2), Err(BatchError::BadKind));
         let mut bad = good.clone();
         bad[1] = 0;
-        assert_eq!(decode_batch(&bad, 2, &l), Err(BatchError::BadKey));
+        assert_eq!(decode_batch(&bad, 2), Err(BatchError::BadKey));
         let mut bad = body(&[delete(b"b", 6)]);
         bad[2] = 1; // flags on a delete
-        assert_eq!(decode_batch(&bad, 1, &l), Err(BatchError::BadDelete));
+        assert_eq!(decode_batch(&bad, 1), Err(BatchError::BadDelete));
         let big = vec![b'x'; 2 << 20];
-        assert_eq!(decode_batch(&body(&[value(b"k", &big, 1)]), 1, &l), Err(BatchError::TooLarge));
+        assert_eq!(
+            decode_batch(&body(&[value(b"k", &big, 1)]), 1).unwrap()[0].value.len(),
+            2 << 20,
+            "the engine judges size"
+        );
     }
 
     proptest! {
@@ -231,12 +231,12 @@ mod tests {
                 Record { tombstone: false, key: k, value: v, flags: *f, exptime: *e, ts: *ts }
             }).collect();
             let b = body(&recs);
-            prop_assert_eq!(decode_batch(&b, recs.len(), &Limits::default()).unwrap(), recs);
+            prop_assert_eq!(decode_batch(&b, recs.len()).unwrap(), recs);
         }
 
         #[test]
         fn garbage_never_panics(b in proptest::collection::vec(any::<u8>(), 0..200), n in 0usize..10) {
-            let _ = decode_batch(&b, n, &Limits::default());
+            let _ = decode_batch(&b, n);
         }
     }
 }

@@ -666,7 +666,9 @@ fn data_block<'a>(
 
 /// `replay_batch <count> <bytes> [noreply]` + body + CRLF. Only the frame
 /// is checked here; the records are checked (all of them, before any is
-/// applied) by [`crate::replay::decode_batch`].
+/// applied) by [`crate::replay::decode_batch`]. Once `<bytes>` is known, a
+/// bad line drops the body too: a body of binary records read as commands
+/// could do anything its values spell.
 fn decode_replay_batch<'a>(
     buf: &'a [u8],
     t: &Tokens<'a>,
@@ -674,11 +676,11 @@ fn decode_replay_batch<'a>(
     consumed: usize,
     limits: &Limits,
 ) -> Result<Decoded<'a>, ProtoError<'a>> {
-    if ntok != 3 && ntok != 4 {
+    if ntok < 3 {
         return Err(ProtoError::new(ErrorKind::UnknownCommand, consumed));
     }
     let noreply = ntok == 4 && t.toks[3] == b"noreply";
-    let (Some(count), Some(len), true) = (parse_u64(t.toks[1]), parse_u64(t.toks[2]), ntok == 3 || noreply) else {
+    let Some(len) = parse_u64(t.toks[2]) else {
         let mut e = ProtoError::new(ErrorKind::Client(msg::BAD_FORMAT), consumed);
         e.noreply = noreply;
         return Err(e);
@@ -687,6 +689,9 @@ fn decode_replay_batch<'a>(
         // Refused before it arrives; the body is swallowed, not parsed.
         return Err(refuse_block(ErrorKind::Client(msg::BATCH_TOO_LARGE), buf, consumed, len, noreply));
     }
+    let (Some(count), true) = (parse_u64(t.toks[1]), ntok == 3 || noreply) else {
+        return Err(refuse_block(ErrorKind::Client(msg::BAD_FORMAT), buf, consumed, len, noreply));
+    };
     let count = usize::try_from(count).unwrap_or(usize::MAX);
     Ok(match data_block(buf, consumed, len as usize, noreply)? {
         Some((body, end)) => Decoded::Request(Request { cmd: Command::ReplayBatch { count, body }, noreply }, end),

@@ -61,8 +61,8 @@ fn main() {
         let limits = Limits { item_size_max: e.config.item_size_max, ..Default::default() };
         let t = Instant::now();
         for (body, count) in &batches {
-            let recs = decode_batch(body, *count, &limits).expect("valid batch");
-            let o = e.replay_records(&recs);
+            let recs = decode_batch(body, *count).expect("valid batch");
+            let o = e.replay_records(&recs, &limits);
             assert_eq!(o.applied as usize, *count);
         }
         batch_ns.push(t.elapsed().as_nanos() as f64 / n as f64);

@@ -294,6 +294,8 @@ async fn connection(
     loop {
         // Execute whatever complete requests the buffer holds.
         let (used, action) = session.process(engine, &buf, &mut out);
+        // (`advance` lowers what `capacity` reports; the allocation stays.)
+        let allocated = buf.capacity();
         bytes::Buf::advance(&mut buf, used);
         // With a write-ahead log, the batch's writes must be on disk before
         // any of its replies go out (group commit across connections). If
@@ -327,7 +329,7 @@ async fn connection(
         // value straight into the item with one big read); everything else
         // in 16 KiB steps.
         let want = if session.streaming() { STREAM_READ } else { READ_CHUNK };
-        if buf.is_empty() && !session.streaming() && buf.capacity() > 16 * READ_CHUNK {
+        if buf.is_empty() && !session.streaming() && allocated > 16 * READ_CHUNK {
             // A large request (a replay batch, a big value) is done: don't
             // keep its buffer for the connection's life.
             buf = BytesMut::with_capacity(READ_CHUNK);

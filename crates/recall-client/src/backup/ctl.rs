@@ -215,12 +215,15 @@ impl Ctl {
     /// Be one lane of a replay: write every `replay_batch` command that
     /// arrives on `batches` (handing each buffer back on `back` for reuse),
     /// then `mn`, while adding up the `REPLAYED <applied> <stale> <errors>`
-    /// replies until `MN`. A batch refused whole (`CLIENT_ERROR`) fails
-    /// the lane. Consumes the connection.
+    /// replies until `MN`, all within `budget` (the whole replay's: a lane
+    /// may wait for batches while another lane's server thread is slow). A
+    /// batch refused whole (`CLIENT_ERROR`) fails the lane. Consumes the
+    /// connection.
     pub(crate) async fn replay_lane(
         mut self,
         mut batches: tokio::sync::mpsc::Receiver<Vec<u8>>,
         back: tokio::sync::mpsc::Sender<Vec<u8>>,
+        budget: Duration,
     ) -> Result<ReplayReplies> {
         let Some(mut wr) = self.wr.take() else { return Err(Error::closed(&self.server)) };
         let writer = tokio::spawn(async move {
@@ -231,15 +234,9 @@ impl Ctl {
             wr.write_all(b"mn\r\n").await
         });
         let mut out = ReplayReplies::default();
-        // Each reply is one batch's work: the request timeout applies to
-        // each, not to the whole replay.
-        let t = self.timeout;
-        let read = async {
+        let read = tokio::time::timeout(budget, async {
             loop {
-                let line = match tokio::time::timeout(t, self.read_line()).await {
-                    Ok(l) => l?,
-                    Err(_) => return Err(self.timed_out(t)),
-                };
+                let line = self.read_line().await?;
                 if line == "MN" {
                     return Ok(());
                 }
@@ -254,8 +251,9 @@ impl Ctl {
                     _ => return Err(self.refused(&line)),
                 }
             }
-        }
-        .await;
+        })
+        .await
+        .unwrap_or_else(|_| Err(self.timed_out(budget)));
         if read.is_err() {
             // Stop the writer too (its receiver may never close otherwise).
             writer.abort();

@@ -266,8 +266,9 @@ impl DurableBuilder {
         self
     }
     /// How many connections a replay sends its batches over at once
-    /// (default 2, at most 16). recalld applies each connection's batches
-    /// on its own worker thread, so more than its `-t` buys nothing.
+    /// (default 2, at most 16). recalld applies a connection's batches on
+    /// the worker thread it handed that connection to (round-robin), so
+    /// more connections than its `-t` threads buy nothing.
     pub fn replay_connections(mut self, n: usize) -> Self {
         self.cfg.replay_connections = n.clamp(1, 16);
         self
@@ -1719,7 +1720,17 @@ async fn replay(node: &Node, cfg: &Cfg, ctl: &mut Ctl, d: Durable) -> Result<()>
             (n, ctl.replay(burst, n).await?)
         }
     };
-    let fence = ctl.fence(&cfg.fence_key).await?;
+    let fence = match ctl.fence(&cfg.fence_key).await {
+        Ok(f) => f,
+        // The control connection sat idle through a batched replay and may
+        // have been closed (`-o idle_timeout`): fence on a new one. The
+        // instance check below still holds.
+        Err(Error::Connection { .. }) if batched.is_some() => {
+            *ctl = Ctl::connect(&node.addr, &node.name, cfg.connect_timeout, cfg.request_timeout).await?;
+            ctl.fence(&cfg.fence_key).await?
+        }
+        Err(e) => return Err(e),
+    };
     if instance_of(fence) != d.instance {
         // Restarted again between `durable` and the fence: what we sent
         // went to an instance that is gone. Start over on the next poll.
@@ -1745,11 +1756,15 @@ async fn replay(node: &Node, cfg: &Cfg, ctl: &mut Ctl, d: Durable) -> Result<()>
 async fn replay_batches(node: &Node, cfg: &Cfg, d: Durable, now: u32) -> Result<(usize, ReplayReplies)> {
     let mut lanes = Vec::new();
     let (back_tx, mut back_rx) = tokio::sync::mpsc::channel(4 * cfg.replay_connections);
+    // Generous, as for the one-command-per-entry burst: a large replay is
+    // many round trips' worth of work.
+    let entries = node.log().log.len();
+    let budget = cfg.request_timeout + Duration::from_micros(50 * entries as u64);
     for _ in 0..cfg.replay_connections {
         match Ctl::connect(&node.addr, &node.name, cfg.connect_timeout, cfg.request_timeout).await {
             Ok(c) => {
                 let (tx, rx) = tokio::sync::mpsc::channel(2);
-                lanes.push((tx, tokio::spawn(c.replay_lane(rx, back_tx.clone()))));
+                lanes.push((tx, tokio::spawn(c.replay_lane(rx, back_tx.clone(), budget))));
             }
             // Fewer lanes, as long as there is one (else the caller falls
             // back to the control connection).
@@ -1775,10 +1790,13 @@ async fn replay_batches(node: &Node, cfg: &Cfg, d: Durable, now: u32) -> Result<
         }
         i += 1;
     }
+    // Close every lane before waiting for any: each sends `mn` once its
+    // channel is closed.
+    let (txs, lanes): (Vec<_>, Vec<_>) = lanes.into_iter().unzip();
+    drop(txs);
     let mut sum = ReplayReplies::default();
     let mut failed = None;
-    for (tx, lane) in lanes {
-        drop(tx);
+    for lane in lanes {
         match lane.await.unwrap_or_else(|e| Err(Error::Internal(format!("replay lane: {e}")))) {
             Ok(r) => {
                 sum.applied += r.applied;

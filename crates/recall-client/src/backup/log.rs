@@ -994,8 +994,7 @@ mod tests {
                     let line = std::str::from_utf8(&out[..line_end - 2]).unwrap();
                     let body_len = out.len() - line_end - 2;
                     assert_eq!(line, format!("replay_batch {n} {body_len}"));
-                    let recs =
-                        decode_batch(&out[line_end..out.len() - 2], n, &recall_proto::Limits::default()).unwrap();
+                    let recs = decode_batch(&out[line_end..out.len() - 2], n).unwrap();
                     got.extend(recs.into_iter().map(|r| (r.key.to_vec(), r.ts, r.tombstone)));
                 }
                 let want: Vec<_> = want

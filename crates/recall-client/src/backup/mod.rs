@@ -29,12 +29,15 @@
 //!    acknowledged it, and a watermark never trims another instance's
 //!    entries (the NFS write-verifier rule).
 //! 4. **Replay**: when the instance differs from the one holding some
-//!    entries, send all of them in one pipelined burst of `replay <key>
-//!    <flags> <abs-exptime> <ts> <bytes>` / `replay_delete <key> <ts>`. The
-//!    server applies each only if it is newer than what it holds, so the
-//!    order does not matter and a repeat is harmless. Writers to that
-//!    server wait during the burst (a delete racing the replay of an older
-//!    value of its key could otherwise be undone by it).
+//!    entries, send all of them: as `replay_batch` commands of binary
+//!    records streamed over a few connections at once, or, to a server
+//!    without `replay_batch` (or when those connections fail), one
+//!    pipelined burst of `replay <key> <flags> <abs-exptime> <ts> <bytes>`
+//!    / `replay_delete <key> <ts>` on the control connection. The server
+//!    applies each only if it is newer than what it holds, so the order
+//!    does not matter and a repeat is harmless. Writers to that server
+//!    wait during the replay (a delete racing the replay of an older value
+//!    of its key could otherwise be undone by it).
 //! 5. **Fence**: the replayed entries are now in the new instance's memory
 //!    with their *old* timestamps, which its watermarks do not order. So
 //!    after the last reply the client makes one more write (`ms
