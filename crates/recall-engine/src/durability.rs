@@ -114,6 +114,21 @@ impl Tombstones {
     }
 }
 
+thread_local! {
+    /// The timestamp of the last immediate `flush_all` this thread ran since
+    /// [`take_flush_wait`] was last called (0: none).
+    static FLUSH_WAIT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Take (and reset) the timestamp of an immediate `flush_all` the current
+/// thread's requests ran, 0 if none. A server that keeps snapshots (and no
+/// log) holds the reply until a durable snapshot covers it: until then a
+/// crash would bring the flushed items back from the older snapshot.
+/// Requests run to completion on one worker thread, as with the WAL's LSN.
+pub fn take_flush_wait() -> u64 {
+    FLUSH_WAIT.with(|c| c.replace(0))
+}
+
 /// Persists the client registry (the server installs one writing
 /// `<data-dir>/clients`). Called with the registry lock held, so saves are
 /// ordered like the changes they record.
@@ -217,6 +232,7 @@ impl Durability {
         let mut stripes: Vec<_> = self.tombstones.stripes.iter().map(|s| s.lock()).collect();
         let ts = flush();
         if ts != 0 {
+            FLUSH_WAIT.with(|c| c.set(c.get().max(ts)));
             self.flushed_at.fetch_max(ts, Ordering::AcqRel);
             for s in stripes.iter_mut() {
                 let before = s.len();

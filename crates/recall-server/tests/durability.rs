@@ -393,6 +393,28 @@ fn flush_all_survives_kill_9_and_refuses_older_replays() {
     assert!(check_snapshot(&dir).contains("flushed at "));
 }
 
+/// The reply to `flush_all` means it is durable: a `kill -9` right after it
+/// must not bring the flushed items back from the older snapshot (nor let
+/// a replay of an older write in).
+#[test]
+fn flush_all_is_durable_when_it_replies() {
+    let dir = TempDir::new("flush-durable");
+    let mut s = start(&dir);
+    let mut c = s.connect();
+    let tx = set(&mut c, "x", "1");
+    snapshot_and_wait(&mut c, tx);
+    let ty = set(&mut c, "y", "2");
+    assert_eq!(send(&mut c, "flush_all\r\n"), "OK\r\n");
+    let (_, watermark, _) = durable(&mut c);
+    assert!(watermark > ty, "the reply came after a snapshot covering the flush");
+    kill9(&mut s);
+
+    let s = start(&dir);
+    let mut c = s.connect();
+    assert_eq!(get(&mut c, "x"), None, "flushed items stay flushed");
+    assert_eq!(send(&mut c, &format!("replay y 0 0 {ty} 1\r\n2\r\n")), "STALE\r\n");
+}
+
 #[test]
 fn wal_mode_logs_flush_all() {
     let dir = TempDir::new("walflush");
