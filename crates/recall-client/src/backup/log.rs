@@ -491,22 +491,30 @@ impl WriteBackup {
             let slot = self.slots[s as usize];
             if instance_of(slot.ts()) != instance {
                 self.unlink(s);
-                let sl = &mut self.slots[s as usize];
-                sl.meta |= REPLAYED;
-                sl.prev = NIL;
-                sl.next = self.rhead;
-                if self.rhead != NIL {
-                    self.slots[self.rhead as usize].prev = s;
-                }
-                self.rhead = s;
-                self.rlen += 1;
-                self.r_oldest_ms = self.r_oldest_ms.min(slot.at_ms);
+                self.push_replayed(s);
             }
             s = slot.next;
         }
         if self.rlen > 0 {
             self.fence = fence;
         }
+    }
+
+    /// Put slot `s`, just unlinked from the main list, at the head of the
+    /// replayed list.
+    fn push_replayed(&mut self, s: u32) {
+        let rhead = self.rhead;
+        let sl = &mut self.slots[s as usize];
+        sl.meta |= REPLAYED;
+        sl.prev = NIL;
+        sl.next = rhead;
+        let at_ms = sl.at_ms;
+        if rhead != NIL {
+            self.slots[rhead as usize].prev = s;
+        }
+        self.rhead = s;
+        self.rlen += 1;
+        self.r_oldest_ms = self.r_oldest_ms.min(at_ms);
     }
 
     /// After one entry alone was replayed (a read found the server's copy
@@ -527,15 +535,7 @@ impl WriteBackup {
         }
         if !slot.is(REPLAYED) {
             self.unlink(s);
-            let sl = &mut self.slots[s as usize];
-            sl.meta |= REPLAYED;
-            sl.next = self.rhead;
-            if self.rhead != NIL {
-                self.slots[self.rhead as usize].prev = s;
-            }
-            self.rhead = s;
-            self.rlen += 1;
-            self.r_oldest_ms = self.r_oldest_ms.min(slot.at_ms);
+            self.push_replayed(s);
         }
         self.fence = self.fence.max(fence);
         true
