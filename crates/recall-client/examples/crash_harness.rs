@@ -208,6 +208,31 @@ impl Drop for Recalld {
     }
 }
 
+/// Send `req` on a fresh connection and read until `done` holds.
+pub fn raw(addr: SocketAddr, req: &[u8], done: impl Fn(&[u8]) -> bool) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    s.write_all(req).expect("write");
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !done(&buf) {
+        let n = s.read(&mut chunk).expect("read");
+        assert!(n > 0, "closed");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    buf
+}
+
+/// The value of `key` as the server holds it, read directly.
+pub fn server_value(addr: SocketAddr, key: &str) -> Option<String> {
+    let r = raw(addr, format!("get {key}\r\n").as_bytes(), |b| b.ends_with(b"END\r\n"));
+    let text = String::from_utf8(r).expect("utf8");
+    let mut lines = text.split("\r\n");
+    let head = lines.next()?;
+    head.starts_with("VALUE ").then(|| lines.next().unwrap_or("").to_string())
+}
+
 /// A temporary directory, removed on drop.
 pub struct TempDir(pub PathBuf);
 

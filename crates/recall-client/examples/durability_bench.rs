@@ -263,6 +263,18 @@ where
     Tput { ops, client_us: per(c1 - c0), server_us: per(s1 - s0) }
 }
 
+/// One line on stderr: the backup's state at the end of a run.
+fn report_backup(st: &recall_client::backup::BackupStatus) {
+    eprintln!(
+        "  backup at the end: {} entries, {:.2} MB, oldest {:?}, {} snapshots requested, {} waits",
+        st.entries,
+        st.memory as f64 / 1e6,
+        st.oldest_age,
+        st.snapshots_requested,
+        st.backpressure_waits
+    );
+}
+
 fn throughput(secs: f64, tasks: usize, reps: usize, only: Option<usize>) {
     const KEYS: u64 = 10_000;
     println!("## Write throughput ({tasks} tasks, 64-byte keys and values over {KEYS} keys, {secs} s each)\n");
@@ -314,15 +326,7 @@ fn throughput(secs: f64, tasks: usize, reps: usize, only: Option<usize>) {
                         }
                     })
                     .await;
-                    let st = &probe.status()[0];
-                    eprintln!(
-                        "  backup at the end: {} entries, {:.2} MB, oldest {:?}, {} snapshots requested, {} waits",
-                        st.entries,
-                        st.memory as f64 / 1e6,
-                        st.oldest_age,
-                        st.snapshots_requested,
-                        st.backpressure_waits
-                    );
+                    report_backup(&probe.status()[0]);
                     ops
                 }
             });
@@ -411,15 +415,7 @@ fn interleaved(secs: f64, slice: f64, tasks: usize) {
                 let _ = h.await;
             }
         }
-        let st = &db.status()[0];
-        eprintln!(
-            "  backup at the end: {} entries, {:.2} MB, oldest {:?}, {} snapshots requested, {} waits",
-            st.entries,
-            st.memory as f64 / 1e6,
-            st.oldest_age,
-            st.snapshots_requested,
-            st.backpressure_waits
-        );
+        report_backup(&db.status()[0]);
         (
             [ops[0] as f64 / time[0], ops[1] as f64 / time[1]],
             [cpu[0] * 1e6 / ops[0] as f64, cpu[1] * 1e6 / ops[1] as f64],

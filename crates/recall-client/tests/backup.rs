@@ -7,11 +7,10 @@
 mod harness;
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use harness::{Recalld, Rng, TempDir};
+use harness::{raw, server_value, Recalld, Rng, TempDir};
 use recall_client::backup::{instance_base, DurableClient, Entry, ServerState, WriteBackup, EPOCH_SHIFT};
 use recall_client::{Error, StoreStatus};
 
@@ -239,29 +238,6 @@ fn args(extra: &[&str]) -> Vec<String> {
 
 /// One request over a fresh connection; reads until `done` says the reply
 /// is complete.
-fn raw(addr: SocketAddr, req: &[u8], done: impl Fn(&[u8]) -> bool) -> Vec<u8> {
-    let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
-    s.write_all(req).expect("write");
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    while !done(&buf) {
-        let n = s.read(&mut chunk).expect("read");
-        assert!(n > 0, "closed");
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    buf
-}
-
-/// The value of `key` as the server holds it, read directly.
-fn server_value(addr: SocketAddr, key: &str) -> Option<String> {
-    let r = raw(addr, format!("get {key}\r\n").as_bytes(), |b| b.ends_with(b"END\r\n"));
-    let text = String::from_utf8(r).expect("utf8");
-    let mut lines = text.split("\r\n");
-    let head = lines.next()?;
-    head.starts_with("VALUE ").then(|| lines.next().unwrap_or("").to_string())
-}
-
 fn durable_line(addr: SocketAddr) -> (u64, u64, String) {
     let r = String::from_utf8(raw(addr, b"durable\r\n", |b| b.ends_with(b"\r\n"))).expect("utf8");
     let f: Vec<&str> = r.split_whitespace().collect();

@@ -7,12 +7,11 @@
 #[allow(dead_code)]
 mod harness;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use harness::{Recalld, TempDir};
+use harness::{server_value, Recalld, TempDir};
 use recall_client::backup::{DurableClient, SpillSync};
 use recall_client::Error;
 
@@ -34,23 +33,6 @@ fn client(addr: SocketAddr, spill: &Path, sync: SpillSync) -> recall_client::bac
         .poll_every_writes(0)
         .retry_backoff(Duration::from_millis(10), Duration::from_millis(50))
         .spill_file(spill, sync)
-}
-
-fn server_value(addr: SocketAddr, key: &str) -> Option<String> {
-    let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
-    s.write_all(format!("get {key}\r\n").as_bytes()).expect("write");
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    while !buf.ends_with(b"END\r\n") {
-        let n = s.read(&mut chunk).expect("read");
-        assert!(n > 0, "closed");
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    let text = String::from_utf8(buf).expect("utf8");
-    let mut lines = text.split("\r\n");
-    let head = lines.next()?;
-    head.starts_with("VALUE ").then(|| lines.next().unwrap_or("").to_string())
 }
 
 /// Write, then "kill" the client (drop it without `close`: its memory is

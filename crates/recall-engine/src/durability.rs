@@ -106,11 +106,15 @@ impl Tombstones {
     /// Keep every tombstone for which `keep` holds.
     fn retain(&self, mut keep: impl FnMut(u64) -> bool) {
         for s in self.stripes.iter() {
-            let mut s = s.lock();
-            let before = s.len();
-            s.retain(|_, t| keep(*t));
-            self.len.fetch_sub(before - s.len(), Ordering::AcqRel);
+            self.retain_in(&mut s.lock(), &mut keep);
         }
+    }
+
+    /// `retain` on one stripe, already held.
+    fn retain_in(&self, s: &mut Stripe, mut keep: impl FnMut(u64) -> bool) {
+        let before = s.len();
+        s.retain(|_, t| keep(*t));
+        self.len.fetch_sub(before - s.len(), Ordering::AcqRel);
     }
 }
 
@@ -235,9 +239,7 @@ impl Durability {
             FLUSH_WAIT.with(|c| c.set(c.get().max(ts)));
             self.flushed_at.fetch_max(ts, Ordering::AcqRel);
             for s in stripes.iter_mut() {
-                let before = s.len();
-                s.retain(|_, t| *t > ts);
-                self.tombstones.len.fetch_sub(before - s.len(), Ordering::AcqRel);
+                self.tombstones.retain_in(s, |t| t > ts);
             }
             self.snapshot_requested.store(true, Ordering::Release);
         }
