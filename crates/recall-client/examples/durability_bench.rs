@@ -131,6 +131,39 @@ fn table1(reps: usize) {
     println!();
 }
 
+/// The log in steady state, as under the throughput benchmark: `keys`
+/// keys rewritten round-robin with same-sized values, and a trim of
+/// everything acknowledged every `trim_every` writes (a snapshot). Reports
+/// ns per recorded write.
+fn overwrite(reps: usize) {
+    const KEYS: usize = 10_000;
+    const WRITES: usize = 2_000_000;
+    const TRIM_EVERY: usize = 100_000;
+    println!("## The log in steady state: {KEYS} keys of 64/64 bytes rewritten round-robin, a trim every {TRIM_EVERY} writes\n");
+    let data: Vec<(Vec<u8>, Vec<u8>)> = (0..KEYS).map(kv).collect();
+    let mut per = Vec::new();
+    for _ in 0..reps {
+        let mut log = WriteBackup::new();
+        let base = 1u64 << EPOCH_SHIFT;
+        let t = Instant::now();
+        for i in 0..WRITES {
+            let (k, v) = &data[i % KEYS];
+            log.record_value(k, v, 0, 0, base + i as u64 + 1);
+            if (i + 1) % TRIM_EVERY == 0 {
+                // The snapshot covers all but the last tenth of the writes.
+                log.trim(1, base + (i - TRIM_EVERY / 10) as u64);
+            }
+        }
+        per.push(t.elapsed().as_secs_f64() * 1e9 / WRITES as f64);
+        assert!(log.len() <= KEYS);
+    }
+    println!(
+        "median {:.0} ns per write (runs: {:?})\n",
+        median(per.clone()),
+        per.iter().map(|p| p.round()).collect::<Vec<_>>()
+    );
+}
+
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
 }
@@ -348,16 +381,60 @@ fn throughput(secs: f64, tasks: usize, reps: usize, only: Option<usize>) {
     );
 }
 
+/// One configuration of `throughput --interleave`: which client and which
+/// server a slice of writes goes to.
+#[derive(Clone, Copy, PartialEq)]
+enum Config {
+    /// Plain `ms` (no `c`) to recalld `--durability none`.
+    None,
+    /// `ms ... c` (the timestamp returned, nothing recorded) to the same
+    /// server: the cost of the flag alone.
+    Cas,
+    /// Plain `ms` to recalld with a data directory and snapshots every
+    /// second: the server's share of durability.
+    ServerOnly,
+    /// `ms ... c` to the durable server, nothing recorded.
+    ServerCas,
+    /// `DurableClient::set` to the durable server.
+    Backup,
+}
+
+impl Config {
+    fn parse(s: &str) -> Option<Config> {
+        Some(match s {
+            "none" => Config::None,
+            "cas" => Config::Cas,
+            "server" => Config::ServerOnly,
+            "server-cas" => Config::ServerCas,
+            "backup" => Config::Backup,
+            _ => return None,
+        })
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Config::None => "none",
+            Config::Cas => "cas",
+            Config::ServerOnly => "server",
+            Config::ServerCas => "server-cas",
+            Config::Backup => "backup",
+        }
+    }
+    fn durable_server(self) -> bool {
+        matches!(self, Config::ServerOnly | Config::ServerCas | Config::Backup)
+    }
+}
+
 /// `throughput --interleave`: both servers run at once (one `--durability
-/// none`, one with `--data-dir` and snapshots every second), each with its
-/// own client, and the same 16 writer tasks alternate between them in short
-/// slices (none, backup, backup, none, ...), for `secs` in total per
-/// configuration. On a machine shared with other jobs the load drifts over
-/// seconds; alternating every `slice` seconds exposes both configurations to
-/// the same drift, which separate 3-second runs do not (their ratio swings
-/// by ±30 %). The first slice of each pair is not counted (warm-up after
-/// the switch is short, but the connections' batching needs a moment).
-fn interleaved(secs: f64, slice: f64, tasks: usize) {
+/// none`, one with `--data-dir` and snapshots every second), and the same
+/// writer tasks move between the configurations in short slices, for
+/// `secs` in total per configuration. The order of each round is rotated
+/// (none, backup / backup, none for the default pair). On a machine shared
+/// with other jobs the load drifts over seconds; alternating every `slice`
+/// seconds exposes every configuration to the same drift, which separate
+/// 3-second runs do not (their ratio swings by ±30 %). The first 50 ms of
+/// each slice are not counted (the connections' batching needs a moment
+/// after the switch).
+fn interleaved(secs: f64, slice: f64, tasks: usize, configs: &[Config]) {
     const KEYS: u64 = 10_000;
     let rt = rt();
     let dir_none = TempDir::new("bench-il-none");
@@ -369,30 +446,37 @@ fn interleaved(secs: f64, slice: f64, tasks: usize) {
     let s_dur = Recalld::start(0, &dir_dur.0, &dur_args).expect("recalld");
     let (a_none, a_dur) = (s_none.addr.to_string(), s_dur.addr.to_string());
     let slices = ((secs / slice).ceil() as usize).max(1);
+    let n = configs.len();
     let (ops, cpu) = rt.block_on(async {
-        let plain = Client::builder().server(&a_none).build().expect("client");
+        let plain_none = Client::builder().server(&a_none).build().expect("client");
+        let plain_dur = Client::builder().server(&a_dur).build().expect("client");
         let db = DurableClient::builder().server(&a_dur).build().expect("client");
-        let mut ops = [0u64; 2];
-        let mut cpu = [0f64; 2];
-        let mut time = [0f64; 2];
-        for round in 0..slices * 2 {
-            // none, backup, backup, none, none, backup, ...
-            let which = (round + round / 2) % 2;
+        let mut ops = vec![0u64; n];
+        let mut cpu = vec![0f64; n];
+        let mut time = vec![0f64; n];
+        for round in 0..slices * n {
+            // Rotate the order every round: with two, none, backup, backup,
+            // none, none, backup, ...
+            let which = (round % n + round / n) % n;
+            let config = configs[which];
             let stop = Arc::new(AtomicBool::new(false));
             let count = Arc::new(AtomicU64::new(0));
             let counting = Arc::new(AtomicBool::new(false));
             let mut hs = Vec::new();
             for t in 0..tasks {
                 let (stop, count, counting) = (stop.clone(), count.clone(), counting.clone());
-                let (plain, db) = (plain.clone(), db.clone());
+                let plain = if config.durable_server() { plain_dur.clone() } else { plain_none.clone() };
+                let db = db.clone();
                 hs.push(tokio::spawn(async move {
                     let mut i = (round * 7919 + t) as u64;
+                    let with_cas = MetaSet::new().return_cas();
+                    let without = MetaSet::new();
                     while !stop.load(Ordering::Relaxed) {
                         let (k, v) = kv((i % KEYS) as usize);
-                        let ok = if which == 0 {
-                            plain.meta_set(k, v, &MetaSet::new()).await.is_ok()
-                        } else {
-                            db.set(k, v, 0, 0).await.is_ok()
+                        let ok = match config {
+                            Config::None | Config::ServerOnly => plain.meta_set(k, v, &without).await.is_ok(),
+                            Config::Cas | Config::ServerCas => plain.meta_set(k, v, &with_cas).await.is_ok(),
+                            Config::Backup => db.set(k, v, 0, 0).await.is_ok(),
                         };
                         if ok && counting.load(Ordering::Relaxed) {
                             count.fetch_add(1, Ordering::Relaxed);
@@ -415,20 +499,21 @@ fn interleaved(secs: f64, slice: f64, tasks: usize) {
                 let _ = h.await;
             }
         }
-        report_backup(&db.status()[0]);
-        (
-            [ops[0] as f64 / time[0], ops[1] as f64 / time[1]],
-            [cpu[0] * 1e6 / ops[0] as f64, cpu[1] * 1e6 / ops[1] as f64],
-        )
+        if configs.contains(&Config::Backup) {
+            report_backup(&db.status()[0]);
+        }
+        let ops: Vec<f64> = (0..n).map(|i| ops[i] as f64 / time[i]).collect();
+        let cpu: Vec<f64> = (0..n).map(|i| cpu[i] * 1e6 / (ops[i] * time[i]).max(1.0)).collect();
+        (ops, cpu)
     });
-    println!(
-        "| interleaved {slices}×{slice} s | none {:.0} ops/s ({:.1} µs client CPU) | backup {:.0} ops/s ({:.1} µs) | backup / none {:.3} |",
-        ops[0],
-        cpu[0],
-        ops[1],
-        cpu[1],
-        ops[1] / ops[0]
-    );
+    let mut line = format!("| interleaved {slices}×{slice} s |");
+    for (i, c) in configs.iter().enumerate() {
+        line += &format!(" {} {:.0} ops/s ({:.1} µs client CPU) |", c.name(), ops[i], cpu[i]);
+    }
+    for (i, c) in configs.iter().enumerate().skip(1) {
+        line += &format!(" {} / {} {:.3} |", c.name(), configs[0].name(), ops[i] / ops[0]);
+    }
+    println!("{line}");
     drop((s_none, s_dur));
 }
 
@@ -439,6 +524,7 @@ fn main() {
     let mut tasks = 16;
     let mut only = None;
     let mut interleave = None;
+    let mut configs = vec![Config::None, Config::Backup];
     let mut a = std::env::args().skip(1);
     while let Some(arg) = a.next() {
         let mut num = |name: &str| -> f64 {
@@ -455,10 +541,19 @@ fn main() {
             "--only" => only = Some(num("--only") as usize),
             // Alternate none and backup in slices of this many seconds.
             "--interleave" => interleave = Some(num("--interleave")),
-            "table1" | "recovery" | "throughput" | "all" => what = arg,
+            // With --interleave: the configurations to alternate, the first
+            // being the one the others are compared with.
+            "--configs" => {
+                let list = a.next().unwrap_or_default();
+                configs = list.split(',').map(Config::parse).collect::<Option<Vec<_>>>().unwrap_or_else(|| {
+                    eprintln!("--configs takes a comma list of none, cas, server, server-cas, backup");
+                    std::process::exit(2)
+                });
+            }
+            "table1" | "overwrite" | "recovery" | "throughput" | "all" => what = arg,
             other => {
                 eprintln!(
-                    "unknown argument {other}: table1 | recovery | throughput | all, --reps N, --secs S, --tasks N, --interleave SLICE"
+                    "unknown argument {other}: table1 | overwrite | recovery | throughput | all, --reps N, --secs S, --tasks N, --interleave SLICE, --configs LIST"
                 );
                 std::process::exit(2);
             }
@@ -470,12 +565,15 @@ fn main() {
     if what == "table1" || what == "all" {
         table1(reps.unwrap_or(11));
     }
+    if what == "overwrite" || what == "all" {
+        overwrite(reps.unwrap_or(5));
+    }
     if what == "recovery" || what == "all" {
         recovery(reps.unwrap_or(5));
     }
     if let Some(slice) = interleave {
         for _ in 0..reps.unwrap_or(1) {
-            interleaved(secs, slice, tasks.max(1));
+            interleaved(secs, slice, tasks.max(1), &configs);
         }
     } else if what == "throughput" || what == "all" {
         throughput(secs, tasks.max(1), reps.unwrap_or(3), only);

@@ -272,6 +272,19 @@ impl Server {
     async fn conn(&self, opts: &Options) -> Result<Conn> {
         self.alive()?;
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
+        // The common case without an await: the slot holds a working
+        // connection. Every request's future holds this one, so the
+        // connect path below is boxed: a smaller future is cheaper to
+        // create and to move (each level of `.await` copies it).
+        if let Ok(slot) = self.slots[i].try_lock() {
+            if let Some(c) = slot.as_ref().filter(|c| !c.is_broken()) {
+                return Ok(c.clone());
+            }
+        }
+        Box::pin(self.conn_slow(i, opts)).await
+    }
+
+    async fn conn_slow(&self, i: usize, opts: &Options) -> Result<Conn> {
         // Holding the slot's lock while connecting makes concurrent callers
         // wait for one connect instead of each opening their own.
         let mut slot = self.slots[i].lock().await;

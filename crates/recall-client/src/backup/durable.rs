@@ -969,9 +969,22 @@ impl DurableClient {
     /// returned guard drops, after the write is recorded or failed.
     async fn enter<'a>(&'a self, key: &[u8], bytes: usize) -> Result<Entered<'a>> {
         let node = self.node_for(key)?;
-        self.wait_ready(node).await;
         // The common case, without registering as a waiter (which costs a
-        // lock inside `Notify`).
+        // lock inside `Notify`), and without the waiting's futures in this
+        // one: every write's future holds this one, and a smaller future
+        // is cheaper to create and to move.
+        if !node.suspect.load(Ordering::Acquire) {
+            if let Ok(e) = self.try_enter(node, bytes) {
+                return Ok(e);
+            }
+        }
+        Box::pin(self.enter_slow(node, bytes)).await
+    }
+
+    /// [`DurableClient::enter`] when a restart is suspected or there is no
+    /// room: wait for the poller, then for room.
+    async fn enter_slow<'a>(&'a self, node: &'a Node, bytes: usize) -> Result<Entered<'a>> {
+        self.wait_ready(node).await;
         if let Ok(e) = self.try_enter(node, bytes) {
             return Ok(e);
         }
@@ -1086,8 +1099,10 @@ impl DurableClient {
             (r, l.writes)
         };
         self.after_record(node, ts, n);
-        if recorded {
-            self.spill(node, Entry::Value { key, value, flags, exptime, ts }).await?;
+        if recorded && self.inner.spill.is_some() {
+            // Boxed: without a spill file (the default) this costs nothing,
+            // and with one its commit would enlarge every write's future.
+            Box::pin(self.spill(node, Entry::Value { key, value, flags, exptime, ts })).await?;
         }
         Ok(())
     }
@@ -1100,8 +1115,8 @@ impl DurableClient {
             (r, l.writes)
         };
         self.after_record(node, ts, n);
-        if recorded {
-            self.spill(node, Entry::Deleted { key, ts }).await?;
+        if recorded && self.inner.spill.is_some() {
+            Box::pin(self.spill(node, Entry::Deleted { key, ts })).await?;
         }
         Ok(())
     }
@@ -1167,7 +1182,9 @@ impl DurableClient {
         }
         let ts = r.ret.cas.ok_or_else(|| Self::no_ts(node))?;
         if matches!(mode, MetaSetMode::Append | MetaSetMode::Prepend) {
-            self.record_full_value(&entered, key, ts).await?;
+            // Boxed: appends are rare, and their read-back would make
+            // every write's future larger.
+            Box::pin(self.record_full_value(&entered, key, ts)).await?;
         } else {
             self.record_value(node, key, value, flags, absolute_exptime(exptime, now), ts).await?;
         }
