@@ -1,19 +1,21 @@
 //! The hook every acknowledged write passes through.
 //!
-//! **Shape only for now.** The durability issue will implement a
-//! [`WriteObserver`] that keeps the latest unflushed write per key and
-//! replays it when a server restarts (`ms ... E<cas>` puts the value back
-//! with its original CAS, so replay cannot overwrite something newer). What
-//! exists today: the trait, the [`WriteAck`] record, and the call sites —
-//! every write the client sends calls [`WriteObserver::on_ack`] after the
-//! server acknowledged it (`STORED`, `DELETED`, `TOUCHED`, an incr/decr
-//! result, `OK` for flush_all, `HD`/`VA` for meta writes), and never for a
-//! write that failed or was refused (`NOT_STORED`, `EXISTS`, `NOT_FOUND`).
+//! For code outside the client that wants to see every acknowledged write
+//! (auditing, invalidation fan-out, a backup of its own). Every write the
+//! client sends calls [`WriteObserver::on_ack`] after the server
+//! acknowledged it (`STORED`, `DELETED`, `TOUCHED`, an incr/decr result,
+//! `OK` for flush_all, `HD`/`VA` for meta writes), and never for a write
+//! that failed or was refused (`NOT_STORED`, `EXISTS`, `NOT_FOUND`).
+//!
+//! recall's own write backup, [`crate::backup::DurableClient`], does not go
+//! through this hook: it must admit a write before sending it
+//! (back-pressure, and no write during a replay) and needs every write's
+//! timestamp, so it wraps the client instead.
 //!
 //! The CAS is known when the server returned one: meta writes with
 //! [`crate::MetaSet::return_cas`] (`c`) and [`crate::MetaArith::cas`].
 //! Classic commands (`set`, `add`, ...) carry none, so `cas` is `None`
-//! there; a durable client will send its writes as `ms ... c` instead.
+//! there (`DurableClient` sends its writes as `ms ... c` for that reason).
 //!
 //! `on_ack` runs on the task that awaited the reply, synchronously: keep it
 //! short (push to a queue) and never block. Two concurrent writes to one
