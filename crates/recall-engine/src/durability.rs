@@ -29,10 +29,14 @@ use recall_proto::replay::Record;
 use recall_proto::Limits;
 use recall_store::{ApplyOutcome, Delete, DeleteOutcome, UnixSecs};
 
-/// At most this many tombstones are kept between snapshots. Past it, a
-/// snapshot is requested and further deletes are not remembered (counted in
-/// `tombstones_dropped`) until a snapshot prunes the table.
+/// At most this many tombstones are kept between snapshots. Past it,
+/// further deletes are not remembered (counted in `tombstones_dropped`)
+/// until a snapshot prunes the table.
 pub const TOMBSTONES_MAX: usize = 1 << 20;
+
+/// When the tombstone table reaches this size a snapshot is requested, so
+/// that it can prune the table before it is full.
+pub const TOMBSTONES_SNAPSHOT_AT: usize = TOMBSTONES_MAX / 2;
 
 /// Instance (boot epoch) E stamps its writes from `E << EPOCH_SHIFT` on
 /// (recall-persist's epoch module; the server asserts the two agree).
@@ -204,8 +208,11 @@ impl Durability {
     fn record_tombstone(&self, t: &mut Stripe, key: &[u8], ts: u64) {
         if let Some(e) = t.get_mut(key) {
             *e = (*e).max(ts);
-        } else if self.tombstones.len.fetch_add(1, Ordering::AcqRel) < TOMBSTONES_MAX {
+        } else if let n @ 0..TOMBSTONES_MAX = self.tombstones.len.fetch_add(1, Ordering::AcqRel) {
             t.insert(key.to_vec(), ts);
+            if n + 1 == TOMBSTONES_SNAPSHOT_AT {
+                self.snapshot_requested.store(true, Ordering::Release);
+            }
         } else {
             self.tombstones.len.fetch_sub(1, Ordering::AcqRel);
             self.tombstones_dropped.fetch_add(1, Ordering::Relaxed);
@@ -888,7 +895,13 @@ mod tombstone_tests {
     fn the_table_is_bounded() {
         let e = durable_engine();
         let d = &e.durability;
-        for i in 0..TOMBSTONES_MAX + 3 {
+        for i in 0..TOMBSTONES_SNAPSHOT_AT - 1 {
+            d.note_delete(format!("k{i}").as_bytes(), 5);
+        }
+        assert!(!d.snapshot_requested.load(Ordering::Acquire));
+        d.note_delete(b"one more", 5);
+        assert!(d.snapshot_requested.swap(false, Ordering::AcqRel), "a snapshot is asked for at half the cap");
+        for i in TOMBSTONES_SNAPSHOT_AT..TOMBSTONES_MAX + 3 {
             d.note_delete(format!("k{i}").as_bytes(), 5);
         }
         assert_eq!(d.tombstone_count(), TOMBSTONES_MAX);
