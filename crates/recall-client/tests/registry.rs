@@ -10,11 +10,8 @@
 //!   can play a server with or without the registry and the `w` flag, so
 //!   both the new protocol and the fallback to an older server are checked
 //!   exactly, whatever the real recalld of this checkout supports.
-//! * Against the real recalld: the fallback must work with today's server,
-//!   and the registry and `OL` tests run their assertions when the server
-//!   supports them (they probe with a raw command first and report a skip
-//!   on stderr otherwise, so they start checking as soon as the server
-//!   side lands).
+//! * Against the real recalld of this checkout, which has both: the
+//!   registry and `OL` end to end (the fallbacks are the fake's to check).
 
 #[path = "../examples/crash_harness.rs"]
 #[allow(dead_code)]
@@ -402,23 +399,23 @@ fn durable_state(addr: SocketAddr) -> String {
 }
 
 /// With today's recalld (no registry) the client falls back; with a
-/// recalld that has it, it registers. Either way the replay after a
-/// `kill -9` works and `close` succeeds.
+/// recalld that has it, it registers; the replay after a `kill -9` works,
+/// recovery ends as soon as the only registered client has replayed, and
+/// `close` succeeds.
 #[test]
-fn real_server_replay_and_close_with_or_without_the_registry() {
+fn real_server_replay_and_close_with_the_registry() {
     let dir = TempDir::new("registry-real");
     let mut server = Recalld::start(0, &dir.0, &args(&["--recovery-grace", "60"])).expect("recalld");
     let addr = server.addr;
     // Probe, then take the probe's id out of the registry again: a
     // registered client that never replays would hold recovery open.
-    let supported = raw_line(addr, "hello probe\r\n").starts_with("DURABLE");
-    if supported {
-        assert_eq!(raw_line(addr, "goodbye probe\r\n"), "OK");
-    }
+    let hello = raw_line(addr, "hello probe\r\n");
+    assert!(hello.starts_with("DURABLE"), "recalld answers hello: {hello:?}");
+    assert_eq!(raw_line(addr, "goodbye probe\r\n"), "OK");
     rt().block_on(async {
         let db = client(&addr.to_string()).build().expect("client");
         db.poll_now().await.expect("poll");
-        assert_eq!(db.status()[0].registered, Some(supported));
+        assert_eq!(db.status()[0].registered, Some(true));
         for i in 0..20 {
             db.set(format!("k{i}"), format!("v{i}"), 0, 0).await.expect("set");
         }
@@ -432,19 +429,10 @@ fn real_server_replay_and_close_with_or_without_the_registry() {
         for i in 0..20 {
             assert_eq!(c.get(format!("k{i}")).await.expect("get").expect("replayed").value, format!("v{i}").as_bytes());
         }
-        if supported {
-            // The only registered client has replayed: recovery is over
-            // before the 60 s grace period, and a clean close is possible.
-            assert_eq!(durable_state(addr), "ok");
-            db.close(Duration::from_secs(10)).await.expect("close");
-        } else {
-            // Today's behaviour: recovering until the grace period ends;
-            // the client does not ask a recovering server for a snapshot,
-            // so close cannot empty the backup before then.
-            eprintln!("note: this recalld has no client registry; checked the fallback only");
-            assert_eq!(durable_state(addr), "recovering");
-            assert!(matches!(db.close(Duration::from_millis(200)).await, Err(Error::Timeout { .. })));
-        }
+        // The only registered client has replayed: recovery is over
+        // before the 60 s grace period, and a clean close is possible.
+        assert_eq!(durable_state(addr), "ok");
+        db.close(Duration::from_secs(10)).await.expect("close");
     });
 }
 
@@ -456,7 +444,8 @@ fn real_server_lost_update_detected_on_read() {
     let dir = TempDir::new("registry-ol");
     let mut server = Recalld::start(0, &dir.0, &args(&["--recovery-grace", "60"])).expect("recalld");
     let addr = server.addr;
-    let supported = !raw_line(addr, "mg nothing v w1\r\n").contains("ERROR");
+    let probe = raw_line(addr, "mg nothing v w1\r\n");
+    assert!(!probe.contains("ERROR"), "recalld knows the w flag: {probe:?}");
     rt().block_on(async {
         let db = client(&addr.to_string()).build().expect("client");
         db.poll_now().await.expect("poll");
@@ -464,16 +453,9 @@ fn real_server_lost_update_detected_on_read() {
         server.kill9();
         server.restart().expect("restart");
         let got = db.get("lost").await;
-        if supported {
-            assert_eq!(got.expect("get").expect("the backup's value").value, b"mine");
-            assert_eq!(db.status()[0].lost_reads, 1);
-            let c = recall_client::Client::builder().server(&addr.to_string()).build().expect("plain");
-            assert_eq!(c.get("lost").await.expect("get").expect("replayed").value, b"mine");
-        } else {
-            // The fallback: a plain read of what the server has (nothing,
-            // until the poller replays).
-            eprintln!("note: this recalld has no `w` flag; checked the fallback only");
-            assert_eq!(got.expect("plain get"), None);
-        }
+        assert_eq!(got.expect("get").expect("the backup's value").value, b"mine");
+        assert_eq!(db.status()[0].lost_reads, 1);
+        let c = recall_client::Client::builder().server(&addr.to_string()).build().expect("plain");
+        assert_eq!(c.get("lost").await.expect("get").expect("replayed").value, b"mine");
     });
 }

@@ -154,10 +154,35 @@ fn close_empties_the_file_and_keeps_the_id() {
     rt().block_on(async {
         let db = client(server.addr, &spill, SpillSync::Os).build().expect("client");
         assert_eq!((db.client_id(), db.status()[0].entries), ("spiller", 0));
-        assert!(matches!(
-            client(server.addr, &spill, SpillSync::Os).client_id("someone-else").build(),
-            Err(Error::InvalidArgument(_))
-        ));
+        drop(db);
+        match client(server.addr, &spill, SpillSync::Os).client_id("someone-else").build() {
+            Err(Error::InvalidArgument(m)) => assert!(m.contains("belongs to \"spiller\""), "{m}"),
+            other => panic!("expected the id mismatch, got {other:?}"),
+        }
+    });
+}
+
+/// Two clients on one spill file would drop each other's entries: the
+/// second is refused while the first holds the file, and the file is free
+/// again as soon as the first is dropped (as when its process dies).
+#[test]
+fn a_spill_file_has_one_client_at_a_time() {
+    let dir = TempDir::new("spill-lock");
+    let spill = dir.0.join("client.spill");
+    let server = Recalld::start(0, &dir.0.join("data"), &args()).expect("recalld");
+    rt().block_on(async {
+        let first = client(server.addr, &spill, SpillSync::Os).build().expect("first client");
+        first.set("k", "v", 0, 0).await.expect("set");
+        match client(server.addr, &spill, SpillSync::Os).build() {
+            Err(Error::InvalidArgument(m)) => {
+                assert!(m.contains("client.spill") && m.contains("in use by another client"), "{m}")
+            }
+            other => panic!("expected the file to be refused as in use, got {other:?}"),
+        }
+        assert_eq!(first.status()[0].entries, 1, "the refused client touched nothing");
+        drop(first);
+        let second = client(server.addr, &spill, SpillSync::Os).build().expect("free once the first is gone");
+        assert_eq!(second.status()[0].entries, 1, "and it has the first one's entry");
     });
 }
 

@@ -317,6 +317,10 @@ impl DurableBuilder {
             .map_err(|_| Error::InvalidArgument("DurableClient::build must run inside a tokio runtime".into()))?;
         request::check_key(&self.cfg.fence_key)?;
         let mut cfg = self.cfg;
+        let lock = match &self.spill {
+            Some((path, _)) => Some(Spill::lock_file(path)?),
+            None => None,
+        };
         let loaded = match &self.spill {
             Some((path, _)) => Spill::load(path)?,
             None => None,
@@ -363,8 +367,8 @@ impl DurableBuilder {
         for (i, n) in nodes.iter().enumerate() {
             by_name.entry(n.name.clone()).or_insert(i);
         }
-        let spill = match self.spill {
-            Some((path, sync)) => {
+        let spill = match (self.spill, lock) {
+            (Some((path, sync)), Some(lock)) => {
                 let mut dropped = 0;
                 for r in loaded.map(|l| l.1).unwrap_or_default() {
                     let Some(n) = nodes.iter().find(|n| n.addr == r.server) else {
@@ -383,17 +387,19 @@ impl DurableBuilder {
                         path.display()
                     );
                 }
-                let spill = Spill::create(&path, sync, &cfg.client_id, std::iter::empty())?;
+                let spill = Spill::create(&path, lock, sync, &cfg.client_id, std::iter::empty())?;
                 let ctx = Arc::new(SpillCtx { spill, nodes: nodes.iter().map(Arc::downgrade).collect() });
                 ctx.rewrite()?;
                 Some(ctx)
             }
-            None => None,
+            _ => None,
         };
         let cfg = Arc::new(cfg);
         let pollers = nodes
             .iter()
-            .map(|n| rt.spawn(poller(Arc::downgrade(n), cfg.clone(), spill.clone())).abort_handle())
+            .map(|n| {
+                rt.spawn(poller(Arc::downgrade(n), cfg.clone(), spill.as_ref().map(Arc::downgrade))).abort_handle()
+            })
             .collect();
         Ok(DurableClient { inner: Arc::new(Shared { client, cfg, nodes, by_name, pollers, spill }) })
     }
@@ -1554,14 +1560,16 @@ async fn repair_locked(
     Ok(Some(answer))
 }
 
-async fn poller(node: Weak<Node>, cfg: Arc<Cfg>, spill: Option<Arc<SpillCtx>>) {
+/// Weak references: a dropped client lets go of its spill file (and its
+/// lock) at once, not when the runtime gets round to the aborted poller.
+async fn poller(node: Weak<Node>, cfg: Arc<Cfg>, spill: Option<Weak<SpillCtx>>) {
     loop {
         let Some(n) = node.upgrade() else { return };
         let _ = poll(&n, &cfg).await;
-        if let Some(sp) = &spill {
+        if let Some(sp) = spill.as_ref().map(Weak::upgrade) {
+            let Some(sp) = sp else { return };
             // File I/O and an fsync: on a blocking thread, not this
             // runtime's worker (appends wait for a rewrite all the same).
-            let sp = sp.clone();
             let r = match tokio::task::spawn_blocking(move || sp.maybe_rewrite()).await {
                 Ok(r) => r,
                 Err(e) => Err(Error::Internal(format!("spill rewrite task: {e}"))),

@@ -30,6 +30,13 @@
 //! naming the file and the offset: silently dropping backed-up writes is
 //! worse than refusing to start; move the file aside to start without it.
 //!
+//! One client at a time: while a client runs it holds an exclusive lock
+//! (`flock`) on `<file>.lock`, next to the spill file, and a second client
+//! given the same file fails to build with an error saying so. Two clients
+//! appending to and rewriting one file would drop each other's entries.
+//! The lock goes with the process, so a client restarted after a crash
+//! takes it at once; the lock file itself stays, empty.
+//!
 //! [`DurableClient`]: super::DurableClient
 //! [`DurableClient::close`]: super::DurableClient::close
 
@@ -81,6 +88,8 @@ struct Open {
 
 pub(crate) struct Spill {
     path: PathBuf,
+    /// `<path>.lock`, locked for this client's life.
+    _lock: File,
     mode: SpillSync,
     id: String,
     open: std::sync::Mutex<Open>,
@@ -229,6 +238,32 @@ pub(crate) fn parse(path: &Path, bytes: &[u8]) -> Result<(String, Vec<Record>, u
 }
 
 impl Spill {
+    /// Take the spill file's lock (see the module docs), before anything
+    /// reads or writes the file.
+    pub(crate) fn lock_file(path: &Path) -> Result<File> {
+        let mut name = path.as_os_str().to_owned();
+        name.push(".lock");
+        let lock = PathBuf::from(name);
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lock)
+            .map_err(|e| io(&lock, e))?;
+        match f.try_lock() {
+            Ok(()) => Ok(f),
+            Err(std::fs::TryLockError::WouldBlock) => Err(bad(
+                path,
+                format!(
+                    "in use by another client ({} is locked); two clients on one spill file would lose each other's backups",
+                    lock.display()
+                ),
+            )),
+            Err(std::fs::TryLockError::Error(e)) => Err(io(&lock, e)),
+        }
+    }
+
     /// Read an existing spill file, if there is one: its client id and
     /// records. A torn tail is reported on stderr and left out.
     pub(crate) fn load(path: &Path) -> Result<Option<(String, Vec<Record>)>> {
@@ -249,6 +284,7 @@ impl Spill {
     /// one), open for appends.
     pub(crate) fn create<'a>(
         path: &Path,
+        lock: File,
         mode: SpillSync,
         id: &str,
         live: impl Iterator<Item = (&'a str, Entry<'a>)>,
@@ -256,6 +292,7 @@ impl Spill {
         let (file, records) = write_atomically(path, id, live)?;
         Ok(Arc::new(Spill {
             path: path.to_path_buf(),
+            _lock: lock,
             mode,
             id: id.to_string(),
             open: std::sync::Mutex::new(Open { file, records, buf: Vec::new() }),
