@@ -175,7 +175,7 @@ fn serve(s: TcpStream, st: Arc<Mutex<FakeState>>) {
             "replay" => {
                 let data = block(f[5].parse().expect("replay length"));
                 let ts: u64 = f[4].parse().expect("ts");
-                let newer = st.items.get(f[1]).map_or(true, |i| i.2 < ts);
+                let newer = st.items.get(f[1]).is_none_or(|i| i.2 < ts);
                 if newer {
                     st.items.insert(f[1].to_string(), (data, f[2].parse().unwrap(), ts));
                     "APPLIED\r\n".into()

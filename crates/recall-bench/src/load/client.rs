@@ -384,7 +384,7 @@ impl Worker<'_> {
         let done = conn.inflight.pop_front().expect("front exists");
         self.completed_total += 1;
         // Replies past the quota (already in the same read) are not counted.
-        if now >= self.measure_from && !self.quota.is_some_and(|q| self.measured >= q) {
+        if now >= self.measure_from && self.quota.is_none_or(|q| self.measured < q) {
             let c = &mut self.stats.counts;
             c.requests += 1;
             c.keys += u64::from(done.keys);

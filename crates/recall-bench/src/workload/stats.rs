@@ -157,7 +157,7 @@ mod tests {
     #[test]
     fn shares_of_a_known_sequence() {
         // 100 keys: key 0 requested 901 times, keys 1..100 once each.
-        let ids = std::iter::repeat(0).take(901).chain(1..100u64).collect::<Vec<_>>();
+        let ids = std::iter::repeat_n(0, 901).chain(1..100u64).collect::<Vec<_>>();
         let s = popularity_shares(ids);
         assert_eq!(s.requests, 1000);
         assert_eq!(s.distinct_keys, 100);

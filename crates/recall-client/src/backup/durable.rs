@@ -1076,7 +1076,7 @@ impl DurableClient {
         let every = self.inner.cfg.poll_every_writes;
         if known != 0 && instance_of(ts) != known {
             node.set_suspect();
-        } else if every > 0 && n % every == 0 {
+        } else if every > 0 && n.is_multiple_of(every) {
             node.poke.notify_one();
         }
     }

@@ -927,13 +927,13 @@ mod tests {
             let t = if r % 7 == 0 { ts.saturating_sub(next() % 20) } else { ts };
             if r < 60 {
                 let v = vec![b'a' + (step % 26) as u8; value_len(next())];
-                let newer = model.get(&key).map_or(true, |e| e.0 < t);
+                let newer = model.get(&key).is_none_or(|e| e.0 < t);
                 assert_eq!(log.record_value(&key, &v, 0, 0, t), newer);
                 if newer {
                     model.insert(key, (t, Some(v)));
                 }
             } else if r < 80 {
-                let newer = model.get(&key).map_or(true, |e| e.0 < t);
+                let newer = model.get(&key).is_none_or(|e| e.0 < t);
                 assert_eq!(log.record_delete(&key, t), newer);
                 if newer {
                     model.insert(key, (t, None));
