@@ -20,7 +20,13 @@
 //! snapshot after rename, or replay-after-N with N random from 1 to 60, and
 //! the harness waits up to the snapshot interval + 2 s for the instance to
 //! crash there by itself before restarting it normally; the summary counts
-//! armed and fired ones), `--verbose`. recalld runs with
+//! armed and fired ones), `--kill-clients` (every other kill, cycles 0, 2,
+//! 4, ..., also kills one client at random at the same moment: its tasks
+//! are aborted mid-operation and its memory dropped, as when its process
+//! dies; each client keeps a spill file, and a new client is started on
+//! the dead one's file after the server restarts), `--no-spill` (with
+//! `--kill-clients`: no spill files, the negative control: the killed
+//! clients' writes must be reported lost), `--verbose`. recalld runs with
 //! `--snapshot-interval 2 --snapshot-after-writes 0 --recovery-grace 1`
 //! (see the `backup` module docs for why not `--snapshot-after-writes`).
 //! `RECALLD_BIN` overrides the server binary (otherwise it is built with
@@ -52,7 +58,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use recall_client::backup::{BackupStatus, DurableClient};
+use recall_client::backup::{BackupStatus, DurableClient, SpillSync};
 use recall_client::{Client, Error, MetaGet, MetaStatus, StoreStatus};
 
 // ---- recalld processes --------------------------------------------------
@@ -457,6 +463,10 @@ pub struct Config {
     /// fsync, snapshot after rename, or mid-replay after N records) and
     /// lets the server crash there by itself before the next restart.
     pub failpoints: bool,
+    /// Every other kill (cycles 0, 2, 4, ...) also kills one client.
+    pub kill_clients: bool,
+    /// Each client keeps a spill file (`SpillSync::Os`).
+    pub spill: bool,
     pub verbose: bool,
     /// recalld `--snapshot-interval` and `--recovery-grace` (seconds).
     pub snapshot_interval: u64,
@@ -476,6 +486,8 @@ impl Config {
             run_ms: (200, 2500),
             replay: true,
             failpoints: true,
+            kill_clients: false,
+            spill: false,
             verbose: false,
             snapshot_interval: 2,
             recovery_grace: 1,
@@ -495,6 +507,12 @@ pub struct Report {
     pub imprecise_keys: u64,
     /// Failpoint restarts: (armed, fired) per failpoint kind.
     pub failpoints: std::collections::BTreeMap<&'static str, (u32, u32)>,
+    /// Clients killed with the server (and started again on their spill
+    /// files).
+    pub client_kills: u32,
+    /// Operations in flight in a killed client (counted as in doubt).
+    pub killed_in_flight: u64,
+    /// The clients alive at the end (a killed client's counters die with it).
     pub statuses: Vec<BackupStatus>,
     pub elapsed: Duration,
 }
@@ -511,7 +529,8 @@ impl Report {
         format!(
             "{} cycles in {:.1?}: {} acknowledged, {} refused, {} in doubt; {} key checks, {} violations; \
              replays {} ({} entries: {} applied, {} stale, {} errors, {} too late); snapshots requested {}; \
-             back-pressure waits {}; dropped unreplayed {}; imprecise keys {}; failpoints (armed/fired) {:?}",
+             back-pressure waits {}; dropped unreplayed {}; imprecise keys {}; failpoints (armed/fired) {:?}; \
+             clients killed {} ({} operations in flight)",
             self.cycles,
             self.elapsed,
             self.acked,
@@ -530,6 +549,8 @@ impl Report {
             s.iter().map(|x| x.dropped_unreplayed).sum::<u64>(),
             self.imprecise_keys,
             self.failpoints,
+            self.client_kills,
+            self.killed_in_flight,
         )
     }
 }
@@ -544,6 +565,9 @@ struct Shared {
     stop: AtomicBool,
     violations: Mutex<Vec<String>>,
     refused: AtomicU64,
+    /// Per task, the operation it has started and not yet entered in the
+    /// ledger: if its client is killed meanwhile, the operation is in doubt.
+    inflight: Mutex<HashMap<usize, (Vec<u8>, Op)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -561,8 +585,11 @@ fn not_sent(e: &Error) -> bool {
 
 /// A task: owns `keys` (value keys and counter keys) and runs one operation
 /// at a time until told to stop.
-async fn worker(sh: Arc<Shared>, db: DurableClient, task: usize, keys: usize, seed: u64) {
-    let mut rng = Rng::new(seed ^ (task as u64).wrapping_mul(0x1234_5678_9abc));
+/// `life` counts the task's incarnations (a killed client's tasks start
+/// again with the next one), so that its values stay unique.
+async fn worker(sh: Arc<Shared>, db: DurableClient, task: usize, keys: usize, seed: u64, life: u32) {
+    let mut rng =
+        Rng::new(seed ^ (task as u64).wrapping_mul(0x1234_5678_9abc) ^ (life as u64).wrapping_mul(0x9e37_79b9));
     let mut seq = 0u64;
     while !sh.stop.load(Ordering::Acquire) {
         let _op_guard = sh.pause.read().await;
@@ -570,7 +597,7 @@ async fn worker(sh: Arc<Shared>, db: DurableClient, task: usize, keys: usize, se
         let counter = k % 4 == 3; // a quarter of the keys are counters
         let key = format!("t{task}{}{k}", if counter { "n" } else { "v" }).into_bytes();
         seq += 1;
-        let value = format!("t{task}.k{k}.s{seq}.{:016x}", rng.next_u64()).into_bytes();
+        let value = format!("t{task}.l{life}.k{k}.s{seq}.{:016x}", rng.next_u64()).into_bytes();
         let r = rng.below(100);
         let op = if counter {
             match r {
@@ -585,11 +612,12 @@ async fn worker(sh: Arc<Shared>, db: DurableClient, task: usize, keys: usize, se
                 0..=34 => Op::Set(value),
                 35..=44 => Op::Add(value),
                 45..=54 => Op::Replace(value),
-                55..=64 => Op::Append(format!("+a{seq}").into_bytes()),
-                65..=69 => Op::Prepend(format!("p{seq}+").into_bytes()),
+                55..=64 => Op::Append(format!("+a{life}.{seq}").into_bytes()),
+                65..=69 => Op::Prepend(format!("p{life}.{seq}+").into_bytes()),
                 _ => Op::Delete,
             }
         };
+        lock(&sh.inflight).insert(task, (key.clone(), op.clone()));
         let stored = |w: Result<recall_client::backup::Written, Error>| match w {
             Ok(w) if w.status == StoreStatus::Stored => Ok(w.ts.map(|ts| Outcome::Acked { ts, counter: None })),
             Ok(_) => Ok(Some(Outcome::Refused)),
@@ -621,6 +649,7 @@ async fn worker(sh: Arc<Shared>, db: DurableClient, task: usize, keys: usize, se
             Ok(Some(o)) => o,
             Ok(None) => Outcome::Unknown, // stored without a timestamp: cannot happen with recalld
             Err(e) if not_sent(&e) => {
+                lock(&sh.inflight).remove(&task);
                 drop(_op_guard);
                 tokio::time::sleep(Duration::from_millis(5)).await;
                 continue;
@@ -633,7 +662,11 @@ async fn worker(sh: Arc<Shared>, db: DurableClient, task: usize, keys: usize, se
         let violation = {
             let mut l = lock(&sh.ledger);
             let e = l.entry(key.clone()).or_insert_with(KeyLedger::new);
-            e.complete(&op, &outcome).map(|m| format!("{}: {m} (recent: {:?})", show(&Some(key.clone())), e.recent))
+            let v = e
+                .complete(&op, &outcome)
+                .map(|m| format!("{}: {m} (recent: {:?})", show(&Some(key.clone())), e.recent));
+            lock(&sh.inflight).remove(&task);
+            v
         };
         if let Some(v) = violation {
             lock(&sh.violations).push(v);
@@ -715,9 +748,9 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
     .into();
     let mut server = Recalld::start(0, &dir.0, &args)?;
     let spec = server.addr.to_string();
-    let mut clients = Vec::new();
-    for _ in 0..cfg.clients {
-        let c = DurableClient::builder()
+    let spills = TempDir::new("crash-spill");
+    let build_client = |i: usize| {
+        let mut b = DurableClient::builder()
             .server(&spec)
             .poll_interval(Duration::from_millis(20))
             .connect_timeout(Duration::from_millis(500))
@@ -725,10 +758,16 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
             .retry_backoff(Duration::from_millis(10), Duration::from_millis(100))
             .max_entries(cfg.max_entries)
             .backpressure_timeout(Duration::from_secs(5))
-            .replay(cfg.replay)
-            .build()
-            .map_err(|e| format!("client: {e}"))?;
-        clients.push(c);
+            .replay(cfg.replay);
+        if cfg.spill {
+            b = b.spill_file(spills.0.join(format!("client{i}.spill")), SpillSync::Os);
+        }
+        b.build().map_err(|e| format!("client {i}: {e}"))
+    };
+    // `None` while a killed client is down.
+    let mut clients: Vec<Option<DurableClient>> = Vec::new();
+    for i in 0..cfg.clients {
+        clients.push(Some(build_client(i)?));
     }
     let reader = Client::builder()
         .server(&spec)
@@ -742,11 +781,15 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
         stop: AtomicBool::new(false),
         violations: Mutex::new(Vec::new()),
         refused: AtomicU64::new(0),
+        inflight: Mutex::new(HashMap::new()),
     });
+    // Task t writes through client t % clients; `lives[t]` counts its
+    // incarnations.
+    let mut lives = vec![0u32; cfg.tasks];
     let mut workers = Vec::new();
     for t in 0..cfg.tasks {
-        let db = clients[t % clients.len()].clone();
-        workers.push(tokio::spawn(worker(sh.clone(), db, t, cfg.keys_per_task, cfg.seed)));
+        let db = clients[t % clients.len()].clone().expect("client");
+        workers.push(tokio::spawn(worker(sh.clone(), db, t, cfg.keys_per_task, cfg.seed, 0)));
     }
     let mut rng = Rng::new(cfg.seed);
     let mut report = Report::default();
@@ -754,6 +797,29 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
     for cycle in 0..cfg.cycles {
         tokio::time::sleep(Duration::from_millis(rng.range(cfg.run_ms.0, cfg.run_ms.1))).await;
         let killed_at = t0.elapsed();
+        // A client dies with the server: its tasks stop wherever they are,
+        // and its memory (the backup) is gone; only its spill file stays.
+        let victim = (cfg.kill_clients && cycle % 2 == 0).then(|| rng.below(clients.len() as u64) as usize);
+        if let Some(c) = victim {
+            let tasks: Vec<usize> = (0..cfg.tasks).filter(|t| t % clients.len() == c).collect();
+            for &t in &tasks {
+                workers[t].abort();
+            }
+            for &t in &tasks {
+                let _ = (&mut workers[t]).await;
+            }
+            let in_doubt: Vec<(Vec<u8>, Op)> = tasks.iter().filter_map(|t| lock(&sh.inflight).remove(t)).collect();
+            report.killed_in_flight += in_doubt.len() as u64;
+            let mut l = lock(&sh.ledger);
+            for (key, op) in in_doubt {
+                l.entry(key).or_insert_with(KeyLedger::new).complete(&op, &Outcome::Unknown);
+            }
+            drop(l);
+            // The last handle: the client, its pollers and its spill file's
+            // lock go with it.
+            clients[c] = None;
+            report.client_kills += 1;
+        }
         server.kill9();
         // Down for a moment: writes fail (in doubt or not sent) meanwhile.
         tokio::time::sleep(Duration::from_millis(rng.range(0, 50))).await;
@@ -780,6 +846,16 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
             server.kill9();
         }
         tokio::task::block_in_place(|| server.restart())?;
+        if let Some(c) = victim {
+            // A new client process on the dead one's spill file (or, with
+            // `--no-spill`, a new client with an empty backup).
+            clients[c] = Some(build_client(c)?);
+            for t in (0..cfg.tasks).filter(|t| t % clients.len() == c) {
+                lives[t] += 1;
+                let db = clients[c].clone().expect("client");
+                workers[t] = tokio::spawn(worker(sh.clone(), db, t, cfg.keys_per_task, cfg.seed, lives[t]));
+            }
+        }
         let (inst, watermark, state) = durable(server.addr).await.map_err(|e| format!("durable: {e}"))?;
         if inst <= instance {
             return Err(format!("instance did not change across a restart: {instance} -> {inst}"));
@@ -788,7 +864,7 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
         // Wait for every client to notice the new instance and replay.
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            let done = clients.iter().all(|c| {
+            let done = clients.iter().flatten().all(|c| {
                 c.status().iter().all(|s| s.instance == Some(instance) && !s.pending_replay && s.last_error.is_none())
             });
             if done {
@@ -833,8 +909,8 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
     Ok(report)
 }
 
-fn status_all(clients: &[DurableClient]) -> Vec<BackupStatus> {
-    clients.iter().flat_map(|c| c.status()).collect()
+fn status_all(clients: &[Option<DurableClient>]) -> Vec<BackupStatus> {
+    clients.iter().flatten().flat_map(|c| c.status()).collect()
 }
 
 // ---- command line -------------------------------------------------------------
@@ -844,6 +920,7 @@ fn main() {
     let mut cfg = Config::quick(1);
     cfg.cycles = 20;
     let mut args = std::env::args().skip(1);
+    let mut no_spill = false;
     let num = |v: Option<String>, name: &str| -> u64 {
         v.and_then(|s| s.parse().ok()).unwrap_or_else(|| {
             eprintln!("{name} needs a number");
@@ -865,6 +942,8 @@ fn main() {
             }
             "--no-replay" => cfg.replay = false,
             "--no-failpoints" => cfg.failpoints = false,
+            "--kill-clients" => cfg.kill_clients = true,
+            "--no-spill" => no_spill = true,
             "--verbose" => cfg.verbose = true,
             other => {
                 eprintln!("unknown option {other} (see the file's docs)");
@@ -872,6 +951,7 @@ fn main() {
             }
         }
     }
+    cfg.spill = cfg.kill_clients && !no_spill;
     match run(&cfg) {
         Ok(r) => {
             println!("{}", r.summary());

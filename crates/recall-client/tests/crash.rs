@@ -2,7 +2,9 @@
 //! while client tasks write through `DurableClient`s, restart it on the
 //! same data directory and port (every third restart with a failpoint
 //! armed, where the server then crashes by itself), and check every key
-//! against the ledger after each replay. The long run is the `crash_harness` example (see
+//! against the ledger after each replay; then the same with a client killed
+//! along with the server at every other kill (with and without spill
+//! files). The long run is the `crash_harness` example (see
 //! `docs/benchmarks/durability.md`); `CRASH_SEED` picks another seed here.
 
 #[path = "../examples/crash_harness.rs"]
@@ -19,13 +21,21 @@ fn seed() -> u64 {
     std::env::var("CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(1)
 }
 
-#[test]
-fn acknowledged_writes_survive_random_kill_9() {
+/// The quick setting changed by `tweak`, run alone; the report and its
+/// summary (printed).
+fn run(tweak: impl FnOnce(&mut harness::Config)) -> (harness::Config, harness::Report, String) {
     let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let cfg = harness::Config::quick(seed());
+    let mut cfg = harness::Config::quick(seed());
+    tweak(&mut cfg);
     let r = harness::run(&cfg).expect("harness setup");
     let summary = r.summary();
     eprintln!("{summary}");
+    (cfg, r, summary)
+}
+
+#[test]
+fn acknowledged_writes_survive_random_kill_9() {
+    let (cfg, r, summary) = run(|_| {});
     assert!(r.violations.is_empty(), "{summary}\n{}", r.violations.join("\n"));
     assert_eq!(r.cycles, cfg.cycles);
     assert_eq!(
@@ -47,14 +57,38 @@ fn acknowledged_writes_survive_random_kill_9() {
 /// can fail.
 #[test]
 fn without_replay_the_checker_reports_lost_writes() {
-    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let mut cfg = harness::Config::quick(seed());
-    cfg.cycles = 3;
-    cfg.replay = false;
-    let r = harness::run(&cfg).expect("harness setup");
-    let summary = r.summary();
-    eprintln!("{summary}");
+    let (_, r, summary) = run(|c| {
+        c.cycles = 3;
+        c.replay = false;
+    });
     assert!(!r.violations.is_empty(), "without replay some acknowledged write must be lost: {summary}");
     assert!(r.violations.iter().any(|v| v.contains("lost")), "{}", r.violations.join("\n"));
     assert_eq!(r.replays(), 0);
+}
+
+/// A client dies with the server at every other kill (its tasks stop
+/// mid-operation, its memory is gone) and a new client starts on its spill
+/// file: its acknowledged writes survive too.
+#[test]
+fn clients_killed_with_the_server_lose_nothing_with_a_spill_file() {
+    let (cfg, r, summary) = run(|c| {
+        c.kill_clients = true;
+        c.spill = true;
+    });
+    assert!(r.violations.is_empty(), "{summary}\n{}", r.violations.join("\n"));
+    assert_eq!(r.client_kills, cfg.cycles.div_ceil(2), "cycles 0, 2, 4, ... kill a client: {summary}");
+    assert!(r.acked > 1000, "{summary}");
+}
+
+/// Its negative control: the same kills without spill files must lose the
+/// killed clients' writes, and the checker must say so.
+#[test]
+fn clients_killed_without_a_spill_file_lose_writes() {
+    let (_, r, summary) = run(|c| {
+        c.cycles = 3;
+        c.kill_clients = true;
+        c.spill = false;
+    });
+    assert_eq!(r.client_kills, 2, "{summary}");
+    assert!(r.violations.iter().any(|v| v.contains("lost")), "{summary}\n{}", r.violations.join("\n"));
 }
