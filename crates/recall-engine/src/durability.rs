@@ -24,7 +24,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use recall_proto::replay::Record;
 use recall_proto::Limits;
 use recall_store::{ApplyOutcome, Delete, DeleteOutcome, UnixSecs};
@@ -69,6 +69,8 @@ pub struct Durability {
     pub tombstones_dropped: AtomicU64,
     tombstones: Tombstones,
     clients: Mutex<Clients>,
+    /// Signalled when a registry save ends.
+    registry_saved: Condvar,
     recovery_end: Mutex<Option<RecoveryEnd>>,
 }
 
@@ -138,8 +140,9 @@ pub fn take_flush_wait() -> u64 {
 }
 
 /// Persists the client registry (the server installs one writing
-/// `<data-dir>/clients`). Called with the registry lock held, so saves are
-/// ordered like the changes they record.
+/// `<data-dir>/clients`). Called by one thread at a time, outside the
+/// registry's lock; each call saves every change made before it, so
+/// concurrent `hello`s share one save.
 pub struct SaveClients(pub Box<SaveFn>);
 
 /// `save(ids)`: replace the persisted registry with `ids`.
@@ -151,16 +154,47 @@ impl std::fmt::Debug for SaveClients {
     }
 }
 
+/// A registry change waiting to be saved.
+#[derive(Debug)]
+enum Change {
+    Add(Vec<u8>),
+    Remove(Vec<u8>),
+}
+
 #[derive(Debug, Default)]
 struct Clients {
     /// The registry as persisted.
     registered: BTreeSet<Vec<u8>>,
+    /// Changes not saved yet, in order, each with its number.
+    pending: Vec<(u64, Change)>,
+    next_change: u64,
+    /// A save is running; whoever runs it saves every change pending when
+    /// it started, and the others wait for it.
+    saving: bool,
+    /// How the save of each change went (an error's kind and text), until
+    /// the caller that made the change collects it.
+    outcomes: HashMap<u64, Result<(), (std::io::ErrorKind, String)>>,
     /// The registry loaded at boot: the clients recovery waits for. `None`:
     /// there was no registry, so only the grace period ends recovery.
     awaited: Option<BTreeSet<Vec<u8>>>,
     /// Awaited clients that said `replay_done` (or `goodbye`).
     replayed: BTreeSet<Vec<u8>>,
-    save: Option<SaveClients>,
+    save: Option<std::sync::Arc<SaveClients>>,
+}
+
+impl Clients {
+    /// Whether `id` is in the registry once the pending changes are saved.
+    fn will_hold(&self, id: &[u8]) -> bool {
+        let mut held = self.registered.contains(id);
+        for (_, ch) in &self.pending {
+            match ch {
+                Change::Add(x) if x == id => held = true,
+                Change::Remove(x) if x == id => held = false,
+                _ => {}
+            }
+        }
+        held
+    }
 }
 
 /// Why recovery ended, for the server's log.
@@ -336,7 +370,7 @@ impl Durability {
         c.registered = loaded.clone().unwrap_or_default();
         c.awaited = loaded;
         c.replayed.clear();
-        c.save = Some(save);
+        c.save = Some(std::sync::Arc::new(save));
         self.check_all_replayed(&c);
     }
 
@@ -348,26 +382,54 @@ impl Durability {
         }
     }
 
-    fn save_clients(c: &mut Clients, next: BTreeSet<Vec<u8>>) -> Result<(), RegistryError> {
-        if let Some(save) = &c.save {
-            (save.0)(&next).map_err(RegistryError)?;
+    /// Make `change` durable: wait for a running save, then save every
+    /// change pending (this one included), unless another caller's save
+    /// took this one along. Concurrent `hello`s at a fleet's start share
+    /// saves (one fsynced file replacement each) instead of queueing one
+    /// each behind the registry's lock. The caller's worker thread waits
+    /// meanwhile; `hello` and `goodbye` come once per client start and stop.
+    fn save_change(&self, c: &mut parking_lot::MutexGuard<'_, Clients>, change: Change) -> Result<(), RegistryError> {
+        let mine = c.next_change;
+        c.next_change += 1;
+        c.pending.push((mine, change));
+        loop {
+            if let Some(r) = c.outcomes.remove(&mine) {
+                return r.map_err(|(kind, text)| RegistryError(std::io::Error::new(kind, text)));
+            }
+            if c.saving {
+                self.registry_saved.wait(c);
+                continue;
+            }
+            let taken = std::mem::take(&mut c.pending);
+            let mut next = c.registered.clone();
+            for (_, ch) in &taken {
+                match ch {
+                    Change::Add(id) => next.insert(id.clone()),
+                    Change::Remove(id) => next.remove(id),
+                };
+            }
+            let save = c.save.clone();
+            c.saving = true;
+            let r = parking_lot::MutexGuard::unlocked(c, || save.map_or(Ok(()), |s| (s.0)(&next)));
+            c.saving = false;
+            if r.is_ok() {
+                c.registered = next;
+            }
+            for (n, _) in taken {
+                c.outcomes.insert(n, r.as_ref().map(|_| ()).map_err(|e| (e.kind(), e.to_string())));
+            }
+            self.registry_saved.notify_all();
         }
-        c.registered = next;
-        Ok(())
     }
 
     /// `hello <id>`: register the client, persisted before this returns
-    /// (only when the set changes). The save (an fsynced file replacement)
-    /// runs on the calling worker thread: `hello` comes once per client
-    /// start, so the simplicity is worth the short stall.
+    /// (only when the set changes; see [`Durability::save_change`]).
     pub fn hello(&self, id: &[u8]) -> Result<(), RegistryError> {
         let mut c = self.clients.lock();
-        if !self.enabled.load(Ordering::Acquire) || c.registered.contains(id) {
+        if !self.enabled.load(Ordering::Acquire) || (c.registered.contains(id) && c.will_hold(id)) {
             return Ok(());
         }
-        let mut next = c.registered.clone();
-        next.insert(id.to_vec());
-        Self::save_clients(&mut c, next)
+        self.save_change(&mut c, Change::Add(id.to_vec()))
     }
 
     /// `goodbye <id>`: the client left with nothing to replay. It leaves the
@@ -377,10 +439,8 @@ impl Durability {
         if !self.enabled.load(Ordering::Acquire) {
             return Ok(());
         }
-        if c.registered.contains(id) {
-            let mut next = c.registered.clone();
-            next.remove(id);
-            Self::save_clients(&mut c, next)?;
+        if c.registered.contains(id) || c.will_hold(id) {
+            self.save_change(&mut c, Change::Remove(id.to_vec()))?;
         }
         self.mark_replayed(&mut c, id);
         Ok(())
@@ -655,6 +715,102 @@ mod tests {
         d.install_clients(None, SaveClients(Box::new(|_| Err(std::io::Error::other("disk full")))));
         assert_eq!(send(&e, &mut s, b"hello a\r\n"), "SERVER_ERROR cannot save the client registry\r\n");
         assert_eq!(d.client_counts().0, 0);
+    }
+}
+
+#[cfg(test)]
+mod registry_tests {
+    use std::collections::BTreeSet;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Barrier, Mutex};
+    use std::time::Duration;
+
+    use super::{Durability, SaveClients};
+
+    /// Every set a registry saved, in order.
+    type Saved = Arc<Mutex<Vec<BTreeSet<Vec<u8>>>>>;
+
+    /// A registry whose saves take `delay`, recording every saved set; the
+    /// first `fail_first` saves fail.
+    fn registry(delay: Duration, fail_first: usize) -> (Arc<Durability>, Saved) {
+        let d = Arc::new(Durability::default());
+        d.enabled.store(true, Ordering::Release);
+        let saved = Arc::new(Mutex::new(Vec::new()));
+        let (log, calls) = (saved.clone(), AtomicUsize::new(0));
+        d.install_clients(
+            Some(BTreeSet::new()),
+            SaveClients(Box::new(move |ids| {
+                std::thread::sleep(delay);
+                if calls.fetch_add(1, Ordering::AcqRel) < fail_first {
+                    return Err(std::io::Error::other("disk full"));
+                }
+                log.lock().unwrap().push(ids.clone());
+                Ok(())
+            })),
+        );
+        (d, saved)
+    }
+
+    fn hello_all(d: &Arc<Durability>, n: usize) -> Vec<bool> {
+        let start = Arc::new(Barrier::new(n));
+        let hs: Vec<_> = (0..n)
+            .map(|i| {
+                let (d, start) = (d.clone(), start.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    d.hello(format!("c{i}").as_bytes()).is_ok()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    }
+
+    #[test]
+    fn concurrent_hellos_share_saves_and_all_are_persisted() {
+        let (d, saved) = registry(Duration::from_millis(30), 0);
+        let n = 8;
+        assert!(hello_all(&d, n).into_iter().all(|ok| ok));
+        let saves = {
+            let saved = saved.lock().unwrap();
+            eprintln!("{} saves for {n} hellos", saved.len());
+            assert!(saved.len() < n, "{} saves for {n} hellos: they should share", saved.len());
+            let last = saved.last().expect("saved");
+            assert_eq!(last.len(), n, "the last save holds every client: {last:?}");
+            // Saves only grow here, one after another.
+            assert!(saved.windows(2).all(|w| w[0].is_subset(&w[1])));
+            saved.len()
+        };
+        assert_eq!(d.client_counts().0, n);
+        // Already registered: no save at all.
+        d.hello(b"c0").unwrap();
+        assert_eq!(saved.lock().unwrap().len(), saves);
+    }
+
+    #[test]
+    fn a_failed_save_fails_the_hellos_it_carried_and_no_others() {
+        let (d, saved) = registry(Duration::from_millis(30), 1);
+        let n = 6;
+        let oks = hello_all(&d, n);
+        let failed = oks.iter().filter(|ok| !**ok).count();
+        assert!(failed >= 1, "the first save failed: {oks:?}");
+        let registered = d.client_counts().0;
+        assert_eq!(registered, n - failed, "exactly the callers told OK are registered: {oks:?}");
+        let last = saved.lock().unwrap().last().cloned().unwrap_or_default();
+        for (i, ok) in oks.iter().enumerate() {
+            assert_eq!(last.contains(format!("c{i}").as_bytes()), *ok, "c{i}: {oks:?} {last:?}");
+        }
+    }
+
+    #[test]
+    fn goodbye_after_hello_removes_the_client() {
+        let (d, saved) = registry(Duration::ZERO, 0);
+        d.hello(b"a").unwrap();
+        d.hello(b"b").unwrap();
+        d.goodbye(b"a").unwrap();
+        d.goodbye(b"never-registered").unwrap();
+        let saved = saved.lock().unwrap();
+        assert_eq!(saved.len(), 3, "two hellos and one goodbye changed the set");
+        assert_eq!(saved.last().unwrap().iter().collect::<Vec<_>>(), vec![&b"b".to_vec()]);
     }
 }
 
