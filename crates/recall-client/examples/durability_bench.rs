@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use harness::{Recalld, TempDir};
-use recall_client::backup::{DurableClient, WriteBackup, EPOCH_SHIFT};
+use recall_client::backup::{DurableClient, SpillSync, WriteBackup, EPOCH_SHIFT};
 use recall_client::{Client, MetaSet};
 
 struct Counting;
@@ -397,6 +397,10 @@ enum Config {
     ServerCas,
     /// `DurableClient::set` to the durable server.
     Backup,
+    /// The same with a spill file written to the OS (`SpillSync::Os`).
+    BackupSpill,
+    /// The same with a group-committed, fsynced spill file.
+    BackupFsync,
 }
 
 impl Config {
@@ -407,6 +411,8 @@ impl Config {
             "server" => Config::ServerOnly,
             "server-cas" => Config::ServerCas,
             "backup" => Config::Backup,
+            "backup-spill" => Config::BackupSpill,
+            "backup-fsync" => Config::BackupFsync,
             _ => return None,
         })
     }
@@ -417,10 +423,15 @@ impl Config {
             Config::ServerOnly => "server",
             Config::ServerCas => "server-cas",
             Config::Backup => "backup",
+            Config::BackupSpill => "backup-spill",
+            Config::BackupFsync => "backup-fsync",
         }
     }
     fn durable_server(self) -> bool {
-        matches!(self, Config::ServerOnly | Config::ServerCas | Config::Backup)
+        matches!(
+            self,
+            Config::ServerOnly | Config::ServerCas | Config::Backup | Config::BackupSpill | Config::BackupFsync
+        )
     }
 }
 
@@ -451,6 +462,17 @@ fn interleaved(secs: f64, slice: f64, tasks: usize, configs: &[Config]) {
         let plain_none = Client::builder().server(&a_none).build().expect("client");
         let plain_dur = Client::builder().server(&a_dur).build().expect("client");
         let db = DurableClient::builder().server(&a_dur).build().expect("client");
+        // One client per spill mode, each with its own file (built only if
+        // asked for).
+        let spilling = |sync: SpillSync, name: &str| {
+            DurableClient::builder()
+                .server(&a_dur)
+                .spill_file(dir_dur.0.join(name), sync)
+                .build()
+                .expect("client with a spill file")
+        };
+        let db_spill = configs.contains(&Config::BackupSpill).then(|| spilling(SpillSync::Os, "os.spill"));
+        let db_fsync = configs.contains(&Config::BackupFsync).then(|| spilling(SpillSync::Fsync, "fsync.spill"));
         let mut ops = vec![0u64; n];
         let mut cpu = vec![0f64; n];
         let mut time = vec![0f64; n];
@@ -466,7 +488,11 @@ fn interleaved(secs: f64, slice: f64, tasks: usize, configs: &[Config]) {
             for t in 0..tasks {
                 let (stop, count, counting) = (stop.clone(), count.clone(), counting.clone());
                 let plain = if config.durable_server() { plain_dur.clone() } else { plain_none.clone() };
-                let db = db.clone();
+                let db = match config {
+                    Config::BackupSpill => db_spill.clone().expect("built"),
+                    Config::BackupFsync => db_fsync.clone().expect("built"),
+                    _ => db.clone(),
+                };
                 hs.push(tokio::spawn(async move {
                     let mut i = (round * 7919 + t) as u64;
                     let with_cas = MetaSet::new().return_cas();
@@ -476,7 +502,9 @@ fn interleaved(secs: f64, slice: f64, tasks: usize, configs: &[Config]) {
                         let ok = match config {
                             Config::None | Config::ServerOnly => plain.meta_set(k, v, &without).await.is_ok(),
                             Config::Cas | Config::ServerCas => plain.meta_set(k, v, &with_cas).await.is_ok(),
-                            Config::Backup => db.set(k, v, 0, 0).await.is_ok(),
+                            Config::Backup | Config::BackupSpill | Config::BackupFsync => {
+                                db.set(k, v, 0, 0).await.is_ok()
+                            }
                         };
                         if ok && counting.load(Ordering::Relaxed) {
                             count.fetch_add(1, Ordering::Relaxed);
@@ -546,7 +574,9 @@ fn main() {
             "--configs" => {
                 let list = a.next().unwrap_or_default();
                 configs = list.split(',').map(Config::parse).collect::<Option<Vec<_>>>().unwrap_or_else(|| {
-                    eprintln!("--configs takes a comma list of none, cas, server, server-cas, backup");
+                    eprintln!(
+                        "--configs takes a comma list of none, cas, server, server-cas, backup, backup-spill, backup-fsync"
+                    );
                     std::process::exit(2)
                 });
             }
