@@ -24,7 +24,11 @@
 //! 4, ..., also kills one client at random at the same moment: its tasks
 //! are aborted mid-operation and its memory dropped, as when its process
 //! dies; each client keeps a spill file, and a new client is started on
-//! the dead one's file after the server restarts), `--no-spill` (with
+//! the dead one's file as soon as the server is back, well inside the
+//! recovery grace period as the guarantee requires; a first version that
+//! brought it back only after a failpoint instance had crashed lost
+//! writes: that instance's grace period ran out, it snapshotted without
+//! them and crashed), `--no-spill` (with
 //! `--kill-clients`: no spill files, the negative control: the killed
 //! clients' writes must be reported lost), `--verbose`. recalld runs with
 //! `--snapshot-interval 2 --snapshot-after-writes 0 --recovery-grace 1`
@@ -512,7 +516,8 @@ pub struct Report {
     pub client_kills: u32,
     /// Operations in flight in a killed client (counted as in doubt).
     pub killed_in_flight: u64,
-    /// The clients alive at the end (a killed client's counters die with it).
+    /// Every client's status: those alive at the end, then the killed
+    /// incarnations' as they were when killed.
     pub statuses: Vec<BackupStatus>,
     pub elapsed: Duration,
 }
@@ -791,8 +796,26 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
         let db = clients[t % clients.len()].clone().expect("client");
         workers.push(tokio::spawn(worker(sh.clone(), db, t, cfg.keys_per_task, cfg.seed, 0)));
     }
+    // A new client process on a killed one's spill file (or, with
+    // `--no-spill`, a new client with an empty backup), and its tasks.
+    let revive = |clients: &mut Vec<Option<DurableClient>>,
+                  workers: &mut Vec<tokio::task::JoinHandle<()>>,
+                  lives: &mut Vec<u32>|
+     -> Result<(), String> {
+        let n = clients.len();
+        for (c, slot) in clients.iter_mut().enumerate().filter(|(_, s)| s.is_none()) {
+            let db = build_client(c)?;
+            for t in (0..cfg.tasks).filter(|t| t % n == c) {
+                lives[t] += 1;
+                workers[t] = tokio::spawn(worker(sh.clone(), db.clone(), t, cfg.keys_per_task, cfg.seed, lives[t]));
+            }
+            *slot = Some(db);
+        }
+        Ok(())
+    };
     let mut rng = Rng::new(cfg.seed);
     let mut report = Report::default();
+    let mut dead_statuses = Vec::new();
     let (mut instance, _, _) = durable(server.addr).await.map_err(|e| format!("durable: {e}"))?;
     for cycle in 0..cfg.cycles {
         tokio::time::sleep(Duration::from_millis(rng.range(cfg.run_ms.0, cfg.run_ms.1))).await;
@@ -816,8 +839,10 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
             }
             drop(l);
             // The last handle: the client, its pollers and its spill file's
-            // lock go with it.
-            clients[c] = None;
+            // lock go with it (its counters are kept for the report).
+            if let Some(dead) = clients[c].take() {
+                dead_statuses.extend(dead.status());
+            }
             report.client_kills += 1;
         }
         server.kill9();
@@ -833,6 +858,11 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
                 _ => ("replay-after-N", format!("replay-after-{}", rng.range(1, 60))),
             };
             tokio::task::block_in_place(|| server.restart_with_failpoint(Some(&arg)))?;
+            // A killed client comes back now, as its process would, well
+            // inside the recovery grace period (the guarantee needs that).
+            if clients.iter().any(Option::is_none) {
+                revive(&mut clients, &mut workers, &mut lives)?;
+            }
             // A snapshot comes within the interval; a replay much sooner
             // (if the clients hold N records at all; if not, a SIGKILL).
             let limit = Duration::from_secs(cfg.snapshot_interval + 2);
@@ -846,15 +876,8 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
             server.kill9();
         }
         tokio::task::block_in_place(|| server.restart())?;
-        if let Some(c) = victim {
-            // A new client process on the dead one's spill file (or, with
-            // `--no-spill`, a new client with an empty backup).
-            clients[c] = Some(build_client(c)?);
-            for t in (0..cfg.tasks).filter(|t| t % clients.len() == c) {
-                lives[t] += 1;
-                let db = clients[c].clone().expect("client");
-                workers[t] = tokio::spawn(worker(sh.clone(), db, t, cfg.keys_per_task, cfg.seed, lives[t]));
-            }
+        if clients.iter().any(Option::is_none) {
+            revive(&mut clients, &mut workers, &mut lives)?;
         }
         let (inst, watermark, state) = durable(server.addr).await.map_err(|e| format!("durable: {e}"))?;
         if inst <= instance {
@@ -904,6 +927,7 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
     report.refused = sh.refused.load(Ordering::Relaxed);
     report.violations = std::mem::take(&mut *lock(&sh.violations));
     report.statuses = status_all(&clients);
+    report.statuses.extend(dead_statuses);
     report.elapsed = t0.elapsed();
     drop(server);
     Ok(report)

@@ -78,6 +78,7 @@ fn clients_killed_with_the_server_lose_nothing_with_a_spill_file() {
     assert!(r.violations.is_empty(), "{summary}\n{}", r.violations.join("\n"));
     assert_eq!(r.client_kills, cfg.cycles.div_ceil(2), "cycles 0, 2, 4, ... kill a client: {summary}");
     assert!(r.acked > 1000, "{summary}");
+    assert_eq!(r.replay_after_snapshot(), 0, "{summary}");
 }
 
 /// Its negative control: the same kills without spill files must lose the
