@@ -804,7 +804,18 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
      -> Result<(), String> {
         let n = clients.len();
         for (c, slot) in clients.iter_mut().enumerate().filter(|(_, s)| s.is_none()) {
-            let db = build_client(c)?;
+            // The dead client's spill lock is free at once, unless a rewrite
+            // of its file was running when it died: then when that ends.
+            let mut tries = 0;
+            let db = loop {
+                match build_client(c) {
+                    Err(e) if e.contains("in use") && tries < 250 => {
+                        tries += 1;
+                        tokio::task::block_in_place(|| std::thread::sleep(Duration::from_millis(20)));
+                    }
+                    r => break r?,
+                }
+            };
             for t in (0..cfg.tasks).filter(|t| t % n == c) {
                 lives[t] += 1;
                 workers[t] = tokio::spawn(worker(sh.clone(), db.clone(), t, cfg.keys_per_task, cfg.seed, lives[t]));
@@ -820,8 +831,11 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
     for cycle in 0..cfg.cycles {
         tokio::time::sleep(Duration::from_millis(rng.range(cfg.run_ms.0, cfg.run_ms.1))).await;
         let killed_at = t0.elapsed();
-        // A client dies with the server: its tasks stop wherever they are,
-        // and its memory (the backup) is gone; only its spill file stays.
+        server.kill9();
+        // A client dies with the server (just after it, so that nothing the
+        // client still had queued reaches a live server): its tasks stop
+        // wherever they are, and its memory (the backup) is gone; only its
+        // spill file stays.
         let victim = (cfg.kill_clients && cycle % 2 == 0).then(|| rng.below(clients.len() as u64) as usize);
         if let Some(c) = victim {
             let tasks: Vec<usize> = (0..cfg.tasks).filter(|t| t % clients.len() == c).collect();
@@ -845,7 +859,6 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
             }
             report.client_kills += 1;
         }
-        server.kill9();
         // Down for a moment: writes fail (in doubt or not sent) meanwhile.
         tokio::time::sleep(Duration::from_millis(rng.range(0, 50))).await;
         if cfg.failpoints && cycle % 3 == 1 {

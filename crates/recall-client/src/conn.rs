@@ -194,7 +194,10 @@ impl Conn {
 
     /// Send one request (already encoded) and wait for its reply frames.
     pub(crate) async fn request(&self, bytes: Vec<u8>, expect: Expect, timeout: Duration) -> Result<Vec<Reply>> {
-        let deadline = tokio::time::Instant::now() + timeout;
+        // As `tokio::time::timeout` does: a timeout too long to add (say
+        // `Duration::MAX`) means no deadline to speak of.
+        let now = tokio::time::Instant::now();
+        let deadline = now.checked_add(timeout).unwrap_or_else(|| now + Duration::from_secs(86_400 * 365 * 30));
         let (tx, rx) = oneshot::channel();
         let job = Job { bytes, pending: Pending { expect, frames: Vec::new(), tx } };
         // The queue to the writer is rarely full; waiting for room is

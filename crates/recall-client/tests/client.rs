@@ -240,6 +240,18 @@ fn multiget_across_three_servers() {
     }
 }
 
+/// A timeout too long to add to the clock (no timeout, in effect) works
+/// as it did with `tokio::time::timeout`: no panic.
+#[test]
+fn an_unbounded_request_timeout_is_accepted() {
+    let srv = recalld(&[]);
+    let c = Client::builder().server(&srv.spec()).request_timeout(Duration::MAX).build().unwrap();
+    rt().block_on(async {
+        assert_eq!(c.set("k", "v", 0, 0).await.unwrap(), StoreStatus::Stored);
+        assert_eq!(c.get("k").await.unwrap().expect("hit").value, b"v");
+    });
+}
+
 /// Server B of three is killed: its keys fail fast (connection error, then
 /// dead-server error without touching the network) while A's and C's keep
 /// working; after B restarts on the same port and the back-off expires, it

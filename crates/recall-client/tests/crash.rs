@@ -89,7 +89,13 @@ fn clients_killed_without_a_spill_file_lose_writes() {
         c.cycles = 3;
         c.kill_clients = true;
         c.spill = false;
+        // A backup that never fills asks for no snapshots: only the 2 s
+        // interval covers writes, so every kill leaves some uncovered.
+        c.max_entries = 100_000;
     });
     assert_eq!(r.client_kills, 2, "{summary}");
-    assert!(r.violations.iter().any(|v| v.contains("lost")), "{summary}\n{}", r.violations.join("\n"));
+    // A loss shows as a key found older than its newest acknowledged write
+    // ("lost"), or as a later conditional write acknowledged against a
+    // state the key should not have been in ("impossible ...").
+    assert!(!r.violations.is_empty(), "without spill files the killed clients' writes must be lost: {summary}");
 }

@@ -183,17 +183,10 @@ struct Clients {
 }
 
 impl Clients {
-    /// Whether `id` is in the registry once the pending changes are saved.
-    fn will_hold(&self, id: &[u8]) -> bool {
-        let mut held = self.registered.contains(id);
-        for (_, ch) in &self.pending {
-            match ch {
-                Change::Add(x) if x == id => held = true,
-                Change::Remove(x) if x == id => held = false,
-                _ => {}
-            }
-        }
-        held
+    /// Nothing is being saved or waiting to be: `registered` is the whole
+    /// truth, and a call that would not change it can answer at once.
+    fn settled(&self) -> bool {
+        !self.saving && self.pending.is_empty()
     }
 }
 
@@ -244,7 +237,9 @@ impl Durability {
             *e = (*e).max(ts);
         } else if let n @ 0..TOMBSTONES_MAX = self.tombstones.len.fetch_add(1, Ordering::AcqRel) {
             t.insert(key.to_vec(), ts);
-            if n + 1 == TOMBSTONES_SNAPSHOT_AT {
+            if n + 1 >= TOMBSTONES_SNAPSHOT_AT {
+                // Asked again on every insert past half: a snapshot during
+                // recovery, or one that prunes little, does not settle it.
                 self.snapshot_requested.store(true, Ordering::Release);
             }
         } else {
@@ -410,7 +405,12 @@ impl Durability {
             }
             let save = c.save.clone();
             c.saving = true;
-            let r = parking_lot::MutexGuard::unlocked(c, || save.map_or(Ok(()), |s| (s.0)(&next)));
+            // A panicking save must not leave `saving` set: every later
+            // hello would wait for it forever.
+            let r = parking_lot::MutexGuard::unlocked(c, || {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| save.map_or(Ok(()), |s| (s.0)(&next))))
+                    .unwrap_or_else(|_| Err(std::io::Error::other("the registry save panicked")))
+            });
             c.saving = false;
             if r.is_ok() {
                 c.registered = next;
@@ -426,9 +426,12 @@ impl Durability {
     /// (only when the set changes; see [`Durability::save_change`]).
     pub fn hello(&self, id: &[u8]) -> Result<(), RegistryError> {
         let mut c = self.clients.lock();
-        if !self.enabled.load(Ordering::Acquire) || (c.registered.contains(id) && c.will_hold(id)) {
+        if !self.enabled.load(Ordering::Acquire) || (c.settled() && c.registered.contains(id)) {
             return Ok(());
         }
+        // While a save runs or changes wait, the outcome for this id is
+        // not known yet (a goodbye of it may be on its way to the disk):
+        // queue the change, harmless if it changes nothing.
         self.save_change(&mut c, Change::Add(id.to_vec()))
     }
 
@@ -439,7 +442,7 @@ impl Durability {
         if !self.enabled.load(Ordering::Acquire) {
             return Ok(());
         }
-        if c.registered.contains(id) || c.will_hold(id) {
+        if !c.settled() || c.registered.contains(id) {
             self.save_change(&mut c, Change::Remove(id.to_vec()))?;
         }
         self.mark_replayed(&mut c, id);
@@ -799,6 +802,110 @@ mod registry_tests {
         for (i, ok) in oks.iter().enumerate() {
             assert_eq!(last.contains(format!("c{i}").as_bytes()), *ok, "c{i}: {oks:?} {last:?}");
         }
+    }
+
+    /// (a save has started, the save may finish), and its signal.
+    type Gate = (Mutex<(bool, bool)>, std::sync::Condvar);
+
+    /// A registry whose saves wait until `release` is called, and say
+    /// when one has started.
+    fn gated_registry() -> (Arc<Durability>, Arc<Gate>) {
+        let d = Arc::new(Durability::default());
+        d.enabled.store(true, Ordering::Release);
+        let gate = Arc::new((Mutex::new((false, false)), std::sync::Condvar::new()));
+        let g = gate.clone();
+        d.install_clients(
+            Some(BTreeSet::new()),
+            SaveClients(Box::new(move |_| {
+                let (m, cv) = &*g;
+                let mut st = m.lock().unwrap();
+                st.0 = true; // started
+                cv.notify_all();
+                while !st.1 {
+                    st = cv.wait(st).unwrap();
+                }
+                st.1 = false; // one release per save
+                st.0 = false;
+                Ok(())
+            })),
+        );
+        (d, gate)
+    }
+
+    /// Wait for a save to start; panics after 10 s (the call expected to
+    /// save answered without saving).
+    fn wait_started(gate: &Gate) {
+        let st = gate.0.lock().unwrap();
+        let (st, t) = gate.1.wait_timeout_while(st, Duration::from_secs(10), |st| !st.0).unwrap();
+        assert!(st.0 && !t.timed_out(), "no save started");
+    }
+
+    fn release(gate: &Gate) {
+        gate.0.lock().unwrap().1 = true;
+        gate.1.notify_all();
+    }
+
+    /// A goodbye that arrives while its client's hello is being saved must
+    /// wait for that save and then remove the client, not answer at once
+    /// and leave it registered for good.
+    #[test]
+    fn goodbye_during_the_save_of_its_hello() {
+        let (d, gate) = gated_registry();
+        let d2 = d.clone();
+        let hello = std::thread::spawn(move || d2.hello(b"x"));
+        wait_started(&gate);
+        let d3 = d.clone();
+        let bye = std::thread::spawn(move || d3.goodbye(b"x"));
+        std::thread::sleep(Duration::from_millis(50)); // let it queue, if it does
+        release(&gate);
+        hello.join().unwrap().unwrap();
+        wait_started(&gate);
+        release(&gate);
+        bye.join().unwrap().unwrap();
+        assert_eq!(d.client_counts().0, 0, "the goodbye was saved after the hello");
+    }
+
+    /// A hello that arrives while its client's goodbye is being saved must
+    /// end with the client registered.
+    #[test]
+    fn hello_during_the_save_of_a_goodbye() {
+        let (d, gate) = gated_registry();
+        let d1 = d.clone();
+        let first = std::thread::spawn(move || d1.hello(b"x"));
+        wait_started(&gate);
+        release(&gate);
+        first.join().unwrap().unwrap();
+        let d2 = d.clone();
+        let bye = std::thread::spawn(move || d2.goodbye(b"x"));
+        wait_started(&gate);
+        let d3 = d.clone();
+        let hello = std::thread::spawn(move || d3.hello(b"x"));
+        std::thread::sleep(Duration::from_millis(50));
+        release(&gate);
+        bye.join().unwrap().unwrap();
+        wait_started(&gate);
+        release(&gate);
+        hello.join().unwrap().unwrap();
+        assert_eq!(d.client_counts().0, 1, "the hello was saved after the goodbye");
+    }
+
+    #[test]
+    fn a_panicking_save_fails_the_hello_and_the_next_one_proceeds() {
+        let d = Arc::new(Durability::default());
+        d.enabled.store(true, Ordering::Release);
+        let calls = AtomicUsize::new(0);
+        d.install_clients(
+            Some(BTreeSet::new()),
+            SaveClients(Box::new(move |_| {
+                if calls.fetch_add(1, Ordering::AcqRel) == 0 {
+                    panic!("a bug in the save");
+                }
+                Ok(())
+            })),
+        );
+        assert!(d.hello(b"a").is_err());
+        d.hello(b"b").expect("not stuck behind the panicked save");
+        assert_eq!(d.client_counts().0, 1);
     }
 
     #[test]

@@ -1561,7 +1561,8 @@ async fn repair_locked(
 }
 
 /// Weak references: a dropped client lets go of its spill file (and its
-/// lock) at once, not when the runtime gets round to the aborted poller.
+/// lock) at once, not when the runtime gets round to the aborted poller
+/// (or, if a rewrite of the file is running, when that rewrite ends).
 async fn poller(node: Weak<Node>, cfg: Arc<Cfg>, spill: Option<Weak<SpillCtx>>) {
     loop {
         let Some(n) = node.upgrade() else { return };

@@ -41,6 +41,9 @@
 //!   that the struct needs no 8-byte alignment padding); an index entry is
 //!   4 bytes, whose hash tag spares most probes a look at the arena.
 
+// foldhash, seeded at random per log: fast on short keys. Its resistance
+// to crafted collisions is weaker than SipHash's; the keys come from the
+// application that owns the client, and a collision costs only probes.
 use foldhash::fast::RandomState;
 use std::hash::BuildHasher;
 use std::time::{Duration, Instant};

@@ -35,7 +35,10 @@
 //! given the same file fails to build with an error saying so. Two clients
 //! appending to and rewriting one file would drop each other's entries.
 //! The lock goes with the process, so a client restarted after a crash
-//! takes it at once; the lock file itself stays, empty.
+//! takes it at once; the lock file itself stays, empty. A client dropped
+//! while a rewrite of its file runs keeps the lock until the rewrite ends.
+//! On a file system that cannot lock, the client warns on stderr and goes
+//! on without the lock.
 //!
 //! [`DurableClient`]: super::DurableClient
 //! [`DurableClient::close`]: super::DurableClient::close
@@ -260,6 +263,16 @@ impl Spill {
                     lock.display()
                 ),
             )),
+            // A file system without locks (some NFS set-ups): go on
+            // without, as before the lock existed, and say so.
+            Err(std::fs::TryLockError::Error(e)) if e.kind() == std::io::ErrorKind::Unsupported => {
+                eprintln!(
+                    "recall-client: spill file {}: this file system cannot lock {} ({e}); make sure no other client uses the file",
+                    path.display(),
+                    lock.display()
+                );
+                Ok(f)
+            }
             Err(std::fs::TryLockError::Error(e)) => Err(io(&lock, e)),
         }
     }
