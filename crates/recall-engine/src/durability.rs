@@ -845,23 +845,31 @@ mod registry_tests {
         gate.1.notify_all();
     }
 
+    type Call = fn(&Durability, &[u8]) -> Result<(), super::RegistryError>;
+
+    /// `first(x)` starts saving; `second(x)` arrives during that save (and
+    /// may queue); then both saves are let through, in order.
+    fn during_the_save_of(d: &Arc<Durability>, gate: &Gate, first: Call, second: Call) {
+        let d1 = d.clone();
+        let a = std::thread::spawn(move || first(&d1, b"x"));
+        wait_started(gate);
+        let d2 = d.clone();
+        let b = std::thread::spawn(move || second(&d2, b"x"));
+        std::thread::sleep(Duration::from_millis(50)); // let it queue, if it does
+        release(gate);
+        a.join().unwrap().unwrap();
+        wait_started(gate);
+        release(gate);
+        b.join().unwrap().unwrap();
+    }
+
     /// A goodbye that arrives while its client's hello is being saved must
     /// wait for that save and then remove the client, not answer at once
     /// and leave it registered for good.
     #[test]
     fn goodbye_during_the_save_of_its_hello() {
         let (d, gate) = gated_registry();
-        let d2 = d.clone();
-        let hello = std::thread::spawn(move || d2.hello(b"x"));
-        wait_started(&gate);
-        let d3 = d.clone();
-        let bye = std::thread::spawn(move || d3.goodbye(b"x"));
-        std::thread::sleep(Duration::from_millis(50)); // let it queue, if it does
-        release(&gate);
-        hello.join().unwrap().unwrap();
-        wait_started(&gate);
-        release(&gate);
-        bye.join().unwrap().unwrap();
+        during_the_save_of(&d, &gate, Durability::hello, Durability::goodbye);
         assert_eq!(d.client_counts().0, 0, "the goodbye was saved after the hello");
     }
 
@@ -875,17 +883,7 @@ mod registry_tests {
         wait_started(&gate);
         release(&gate);
         first.join().unwrap().unwrap();
-        let d2 = d.clone();
-        let bye = std::thread::spawn(move || d2.goodbye(b"x"));
-        wait_started(&gate);
-        let d3 = d.clone();
-        let hello = std::thread::spawn(move || d3.hello(b"x"));
-        std::thread::sleep(Duration::from_millis(50));
-        release(&gate);
-        bye.join().unwrap().unwrap();
-        wait_started(&gate);
-        release(&gate);
-        hello.join().unwrap().unwrap();
+        during_the_save_of(&d, &gate, Durability::goodbye, Durability::hello);
         assert_eq!(d.client_counts().0, 1, "the hello was saved after the goodbye");
     }
 
