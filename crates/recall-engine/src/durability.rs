@@ -855,7 +855,13 @@ mod registry_tests {
         wait_started(gate);
         let d2 = d.clone();
         let b = std::thread::spawn(move || second(&d2, b"x"));
-        std::thread::sleep(Duration::from_millis(50)); // let it queue, if it does
+        // Until it has queued its change behind the running save (or, as
+        // the old rule did, answered without one).
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while d.clients.lock().pending.is_empty() && !b.is_finished() {
+            assert!(std::time::Instant::now() < deadline, "the second call neither queued nor returned");
+            std::thread::yield_now();
+        }
         release(gate);
         a.join().unwrap().unwrap();
         wait_started(gate);
