@@ -54,9 +54,13 @@ pub struct Mutation<'a> {
 /// while the key's shard lock is held (so keep it short: append to a
 /// buffer). Evictions and expiry are not mutations. An immediate
 /// `flush_all` is reported as a tombstone with an *empty* key (real keys are
-/// never empty): everything older than its `ts` is gone. Used for the
-/// write-ahead-log baseline; the store never sees the log itself.
-pub trait MutationSink: Send + Sync {
+/// never empty): everything older than its `ts` is gone.
+///
+/// A sink is passed per call (the `*_with` methods), not installed in the
+/// store: the engine's write path passes one that runs its observers and
+/// collects what the caller's reply must wait for, so nothing travels back
+/// through shared state. The store never sees a log or a replica itself.
+pub trait MutationSink {
     fn record(&self, m: &Mutation<'_>);
 }
 
@@ -287,8 +291,10 @@ pub struct Store {
     policy_overhead: usize,
     /// Rotating start for cross-shard eviction.
     evict_cursor: AtomicUsize,
-    sink: std::sync::OnceLock<std::sync::Arc<dyn MutationSink>>,
 }
+
+/// The sink a `*_with` call reports to (`None`: nobody listens).
+pub type Sink<'a> = Option<&'a dyn MutationSink>;
 
 impl Store {
     pub fn new(cfg: StoreConfig) -> Store {
@@ -314,13 +320,7 @@ impl Store {
             cas_enabled: cfg.cas_enabled,
             policy_overhead,
             evict_cursor: AtomicUsize::new(0),
-            sink: std::sync::OnceLock::new(),
         }
-    }
-
-    /// Install the mutation sink (once, before serving).
-    pub fn set_sink(&self, sink: std::sync::Arc<dyn MutationSink>) -> bool {
-        self.sink.set(sink).is_ok()
     }
 
     #[inline]
@@ -366,7 +366,7 @@ impl Store {
         footprint(klen, vlen, self.policy_overhead)
     }
 
-    fn ctx(&self, now: UnixSecs) -> shard::Ctx<'_> {
+    fn ctx<'a>(&'a self, now: UnixSecs, sink: Sink<'a>) -> shard::Ctx<'a> {
         shard::Ctx {
             now,
             oldest_live: self.oldest_live.load(Ordering::Relaxed),
@@ -375,23 +375,40 @@ impl Store {
             evict: self.evict,
             next_cas: &self.next_cas,
             cas_enabled: self.cas_enabled,
-            sink: self.sink.get().map(|s| &**s),
+            sink,
         }
     }
 
     /// Read `key` and pass the outcome to `f` while the shard lock is held,
     /// so the value can be copied straight into an output buffer.
     pub fn read<R>(&self, key: &[u8], now: UnixSecs, opts: ReadOpts, f: impl FnOnce(Read<'_>) -> R) -> R {
+        self.read_with(key, now, opts, None, f)
+    }
+
+    /// [`Store::read`], reporting a touch or a vivified item to `sink`.
+    pub fn read_with<R>(
+        &self,
+        key: &[u8],
+        now: UnixSecs,
+        opts: ReadOpts,
+        sink: Sink<'_>,
+        f: impl FnOnce(Read<'_>) -> R,
+    ) -> R {
         let h = self.hash(key);
-        let ctx = self.ctx(now);
+        let ctx = self.ctx(now, sink);
         let mut shard = self.shard_of(h).lock();
         shard.read(&ctx, h, key, opts, f)
     }
 
     /// Store an item, evicting as needed.
     pub fn write(&self, w: &Write<'_>, now: UnixSecs) -> WriteOutcome {
+        self.write_with(w, now, None)
+    }
+
+    /// [`Store::write`], reporting the stored item to `sink`.
+    pub fn write_with(&self, w: &Write<'_>, now: UnixSecs, sink: Sink<'_>) -> WriteOutcome {
         let h = self.hash(w.key);
-        let ctx = self.ctx(now);
+        let ctx = self.ctx(now, sink);
         // Two attempts: the second after freeing memory in other shards.
         for attempt in 0..2 {
             let res = self.shard_of(h).lock().write(&ctx, h, w);
@@ -413,21 +430,37 @@ impl Store {
     }
 
     pub fn arith(&self, a: &Arith<'_>, now: UnixSecs) -> ArithOutcome {
+        self.arith_with(a, now, None)
+    }
+
+    /// [`Store::arith`], reporting the new value to `sink`.
+    pub fn arith_with(&self, a: &Arith<'_>, now: UnixSecs, sink: Sink<'_>) -> ArithOutcome {
         let h = self.hash(a.key);
-        let ctx = self.ctx(now);
+        let ctx = self.ctx(now, sink);
         self.shard_of(h).lock().arith(&ctx, h, a)
     }
 
     pub fn delete(&self, d: &Delete<'_>, now: UnixSecs) -> DeleteOutcome {
+        self.delete_with(d, now, None)
+    }
+
+    /// [`Store::delete`], reporting the removal (or the changed item) to `sink`.
+    pub fn delete_with(&self, d: &Delete<'_>, now: UnixSecs, sink: Sink<'_>) -> DeleteOutcome {
         let h = self.hash(d.key);
-        let ctx = self.ctx(now);
+        let ctx = self.ctx(now, sink);
         self.shard_of(h).lock().delete(&ctx, h, d)
     }
 
     /// Set a new absolute expiry on an existing item. Returns whether it was
     /// found. The CAS does not change.
     pub fn touch(&self, key: &[u8], exptime: UnixSecs, now: UnixSecs) -> bool {
-        self.read(key, now, ReadOpts { touch: Some(exptime), ..Default::default() }, |r| matches!(r, Read::Hit(_)))
+        self.touch_with(key, exptime, now, None)
+    }
+
+    /// [`Store::touch`], reporting the new expiry to `sink`.
+    pub fn touch_with(&self, key: &[u8], exptime: UnixSecs, now: UnixSecs, sink: Sink<'_>) -> bool {
+        let opts = ReadOpts { touch: Some(exptime), ..Default::default() };
+        self.read_with(key, now, opts, sink, |r| matches!(r, Read::Hit(_)))
     }
 
     /// flush_all: with `at <= now`, drop everything now; otherwise, items
@@ -437,9 +470,14 @@ impl Store {
     /// clearing, so the log never misses it) and returns it: every write
     /// older than it is gone. A delayed flush returns 0.
     pub fn flush_all(&self, at: UnixSecs, now: UnixSecs) -> u64 {
+        self.flush_all_with(at, now, None)
+    }
+
+    /// [`Store::flush_all`], reporting an immediate flush to `sink`.
+    pub fn flush_all_with(&self, at: UnixSecs, now: UnixSecs, sink: Sink<'_>) -> u64 {
         if at <= now {
             let ts = self.next_cas();
-            if let Some(sink) = self.sink.get() {
+            if let Some(sink) = sink {
                 sink.record(&Mutation {
                     key: &[],
                     value: Value::Inline(&[]),
@@ -476,7 +514,7 @@ impl Store {
     /// Background reclaim: scan up to `budget` slots per shard for expired
     /// or flushed items and free them. Returns how many were freed.
     pub fn reclaim_expired(&self, now: UnixSecs, budget: usize) -> u64 {
-        let ctx = self.ctx(now);
+        let ctx = self.ctx(now, None);
         let mut freed = 0;
         for s in self.shards.iter() {
             freed += s.lock().crawl(&ctx, budget);
@@ -501,9 +539,25 @@ impl Store {
         tombstone: bool,
         now: UnixSecs,
     ) -> ApplyOutcome {
+        self.apply_with(key, value, flags, exptime, ts, tombstone, now, None)
+    }
+
+    /// [`Store::apply`], reporting an applied write to `sink`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn apply_with(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        exptime: UnixSecs,
+        ts: u64,
+        tombstone: bool,
+        now: UnixSecs,
+        sink: Sink<'_>,
+    ) -> ApplyOutcome {
         self.raise_cas_floor(ts);
         let h = self.hash(key);
-        let ctx = self.ctx(now);
+        let ctx = self.ctx(now, sink);
         for attempt in 0..2 {
             let res = self.shard_of(h).lock().apply(&ctx, h, key, value, flags, exptime, ts, tombstone);
             match res {
@@ -520,7 +574,7 @@ impl Store {
     /// evicts down to the new limit.
     pub fn set_mem_limit(&self, bytes: usize, now: UnixSecs) {
         self.mem_limit.store(bytes, Ordering::Relaxed);
-        let ctx = self.ctx(now);
+        let ctx = self.ctx(now, None);
         if self.evict {
             self.evict_elsewhere(&ctx, 0);
         }
@@ -558,7 +612,7 @@ impl Store {
     /// Visit every live item, one shard at a time (metadump, snapshots).
     /// `f` runs with that shard's lock held; keep it short.
     pub fn for_each(&self, now: UnixSecs, mut f: impl FnMut(&ItemView<'_>)) {
-        let ctx = self.ctx(now);
+        let ctx = self.ctx(now, None);
         for s in self.shards.iter() {
             s.lock().for_each(&ctx, &mut f);
         }

@@ -436,18 +436,18 @@ proptest! {
     #[test]
     fn sink_log_replays_to_the_same_state(ops in proptest::collection::vec((0..7u8, 0..8u8, any::<u8>()), 1..120)) {
         let s = store(1 << 24);
-        let rec = std::sync::Arc::new(Recorder::default());
-        s.set_sink(rec.clone());
+        let rec = Recorder::default();
+        let sink: Sink<'_> = Some(&rec);
         for (op, k, v) in ops {
             let key = format!("k{k}").into_bytes();
             match op {
-                0 => { s.write(&Write::new(Mode::Set, &key, &[v], v as u32, 0), 1); }
-                1 => { s.write(&Write::new(Mode::Append, &key, &[v], 0, 0), 1); }
-                2 => { s.delete(&Delete { key: &key, ..Default::default() }, 1); }
-                3 => { s.arith(&Arith { key: &key, incr: true, delta: v as u64, initial: Some((5, 0)), compare_cas: 0, explicit_cas: 0, touch: None }, 1); }
-                4 => { s.touch(&key, 1000 + v as u32, 1); }
-                5 if v % 8 == 0 => { s.flush_all(1, 1); }
-                _ => { s.write(&Write::new(Mode::Set, &key, &vec![v; BIG_THRESHOLD + 1], 0, 0), 1); }
+                0 => { s.write_with(&Write::new(Mode::Set, &key, &[v], v as u32, 0), 1, sink); }
+                1 => { s.write_with(&Write::new(Mode::Append, &key, &[v], 0, 0), 1, sink); }
+                2 => { s.delete_with(&Delete { key: &key, ..Default::default() }, 1, sink); }
+                3 => { s.arith_with(&Arith { key: &key, incr: true, delta: v as u64, initial: Some((5, 0)), compare_cas: 0, explicit_cas: 0, touch: None }, 1, sink); }
+                4 => { s.touch_with(&key, 1000 + v as u32, 1, sink); }
+                5 if v % 8 == 0 => { s.flush_all_with(1, 1, sink); }
+                _ => { s.write_with(&Write::new(Mode::Set, &key, &vec![v; BIG_THRESHOLD + 1], 0, 0), 1, sink); }
             }
         }
         let log = rec.0.lock().clone();
