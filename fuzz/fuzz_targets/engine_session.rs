@@ -58,7 +58,8 @@ fn run(s: &Setup, input: &[u8], chunk: usize, tick: u32) -> (Vec<u8>, Action) {
     for piece in input.chunks(chunk.max(1)) {
         clock.advance(tick);
         pending.extend_from_slice(piece);
-        let (used, action) = session.process(&e, &pending, &mut out);
+        let p = session.process(&e, &pending, &mut out);
+        let (used, action) = (p.used, p.action);
         assert!(used <= pending.len(), "process used {used} of {} bytes", pending.len());
         pending.drain(..used);
         if action != Action::Continue {
@@ -66,7 +67,8 @@ fn run(s: &Setup, input: &[u8], chunk: usize, tick: u32) -> (Vec<u8>, Action) {
         }
         // Quiescent: nothing more can be done without more bytes.
         let before = out.wire_len();
-        let (again, action) = session.process(&e, &pending, &mut out);
+        let p = session.process(&e, &pending, &mut out);
+        let (again, action) = (p.used, p.action);
         assert_eq!(again, 0, "a second call used {again} more bytes of {} left over", pending.len());
         assert_eq!(action, Action::Continue, "a second call with no new bytes changed the action");
         assert_eq!(out.wire_len(), before, "a second call with no new bytes wrote replies");

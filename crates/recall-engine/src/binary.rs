@@ -33,16 +33,13 @@
 //!   memory", counts `store_no_memory`, and a SET/SETQ drops the old value.
 
 use recall_proto::binary::{self, opcode, status, BinCommand, BinDecoded, BinErrorKind, StoreMode};
+use recall_proto::reply::Status;
 use recall_proto::Limits;
-use recall_store::{
-    Arith, ArithOutcome, Delete, DeleteOutcome, Mode, Read, ReadOpts, UnixSecs, Value, Write, WriteOutcome,
-};
+use recall_store::{ArithOutcome, Mode, Read, Value, WriteOutcome};
 
-use crate::{Action, Counters, Engine, MEMCACHED_COMPAT_VERSION};
-
-/// memcached's `PROTOCOL_BINARY_RESPONSE_AUTH_ERROR`, which it sends for a
-/// FLUSH when flush_all is disabled.
-const STATUS_AUTH_ERROR: u16 = 0x20;
+use crate::execute::{arith_status, delete_status, write_status};
+use crate::op::{ArithOp, Data, DeleteOp, Op, Outcome, ReadOp, WriteOp};
+use crate::{Action, Cx, Engine, MEMCACHED_COMPAT_VERSION};
 
 /// The INCR/DECR exptime that means "do not create on a miss".
 const ARITH_NO_CREATE: u32 = 0xffff_ffff;
@@ -56,21 +53,20 @@ impl Engine {
         &self,
         buf: &[u8],
         limits: &Limits,
-        c: &Counters,
+        cx: &mut Cx<'_>,
         out: &mut Vec<u8>,
         swallow: &mut usize,
     ) -> (usize, Action) {
         match binary::decode(buf, limits) {
             Ok(BinDecoded::Incomplete) => (0, Action::Continue),
-            Ok(BinDecoded::Request(req, used)) => (used, self.binary_exec(req.opcode, req.opaque, &req.cmd, c, out)),
+            Ok(BinDecoded::Request(req, used)) => (used, self.binary_exec(req.opcode, req.opaque, &req.cmd, cx, out)),
             Err(e) => {
                 e.write_reply(out);
                 *swallow = e.swallow;
                 if e.kind == BinErrorKind::TooLarge {
-                    c.store_too_large.incr();
+                    cx.counters.store_too_large.incr();
                     if let Some(key) = e.drop_key {
-                        // A refused SET must not leave the old value readable.
-                        self.store.delete(&Delete { key, ..Default::default() }, self.now());
+                        self.drop_refused(key, cx.barrier);
                     }
                 }
                 if e.kind.closes() {
@@ -82,49 +78,26 @@ impl Engine {
         }
     }
 
-    fn binary_exec(&self, op: u8, opaque: u32, cmd: &BinCommand<'_>, c: &Counters, out: &mut Vec<u8>) -> Action {
-        let now = self.now();
+    fn binary_exec(&self, op: u8, opaque: u32, cmd: &BinCommand<'_>, cx: &mut Cx<'_>, out: &mut Vec<u8>) -> Action {
+        // With CAS disabled (-C) items carry no CAS and memcached ignores
+        // the request's.
+        let cas_of = |cas: u64| if self.config.cas_enabled { cas } else { 0 };
         match *cmd {
             BinCommand::Get { key, quiet, with_key } => {
-                c.cmd_get.incr();
-                let hit = self.bin_read(op, opaque, key, None, with_key, true, now, out);
-                if hit {
-                    c.get_hits.incr();
-                } else {
-                    c.get_misses.incr();
-                    if !quiet {
-                        binary::write_get_miss(out, op, opaque, key, with_key);
-                    }
-                }
+                let read = ReadOp { key, count_get: true, ..Default::default() };
+                self.bin_read(op, opaque, read, with_key, true, quiet, cx, out);
             }
             BinCommand::Gat { key, exptime, quiet, with_key } => {
-                c.cmd_touch.incr();
-                let touch = Some(self.resolve_exptime(exptime as i64, now));
-                let hit = self.bin_read(op, opaque, key, touch, with_key, true, now, out);
-                if hit {
-                    c.touch_hits.incr();
-                } else {
-                    c.touch_misses.incr();
-                    if !quiet {
-                        binary::write_get_miss(out, op, opaque, key, with_key);
-                    }
-                }
+                // memcached's binary GAT counts as a touch only.
+                let read = ReadOp { key, touch: Some(exptime as i64), ..Default::default() };
+                self.bin_read(op, opaque, read, with_key, true, quiet, cx, out);
             }
             BinCommand::Touch { key, exptime } => {
-                c.cmd_touch.incr();
-                let touch = Some(self.resolve_exptime(exptime as i64, now));
-                if self.bin_read(op, opaque, key, touch, false, false, now, out) {
-                    c.touch_hits.incr();
-                } else {
-                    c.touch_misses.incr();
-                    binary::write_get_miss(out, op, opaque, key, false);
-                }
+                let read = ReadOp { key, touch: Some(exptime as i64), ..Default::default() };
+                self.bin_read(op, opaque, read, false, false, false, cx, out);
             }
             BinCommand::Store { mode, key, flags, exptime, value, cas, quiet } => {
-                c.cmd_set.incr();
-                // With CAS disabled (-C) items carry no CAS and memcached
-                // ignores the request's.
-                let cas = if self.config.cas_enabled { cas } else { 0 };
+                let cas = cas_of(cas);
                 // memcached turns SET, ADD and REPLACE alike into a
                 // compare-and-swap when a CAS is given.
                 let store_mode = match mode {
@@ -133,111 +106,34 @@ impl Engine {
                     StoreMode::Add => Mode::Add,
                     StoreMode::Replace => Mode::Replace,
                 };
-                let mut w = Write::new(store_mode, key, value, flags, self.resolve_exptime(exptime as i64, now));
+                let mut w = WriteOp::new(store_mode, key, Data::Bytes(value), flags, exptime as i64);
                 w.compare_cas = cas;
-                let res = self.store.write(&w, now);
-                if cas != 0 {
-                    match res {
-                        WriteOutcome::Stored { .. } => c.cas_hits.incr(),
-                        WriteOutcome::Exists => c.cas_badval.incr(),
-                        WriteOutcome::NotFound => c.cas_misses.incr(),
-                        _ => {}
-                    }
-                }
-                let err = match res {
-                    WriteOutcome::Stored { cas } => {
-                        if !quiet {
-                            binary::write_ok(out, op, opaque, cas);
-                        }
-                        return Action::Continue;
-                    }
-                    WriteOutcome::Exists => status::KEY_EEXISTS,
-                    WriteOutcome::NotFound => status::KEY_ENOENT,
-                    // memcached's complete_update_bin: a failed ADD "exists",
-                    // a failed REPLACE is "not found".
-                    WriteOutcome::NotStored => match mode {
-                        StoreMode::Add => status::KEY_EEXISTS,
-                        StoreMode::Replace => status::KEY_ENOENT,
-                        StoreMode::Set => status::NOT_STORED,
-                    },
-                    WriteOutcome::OutOfMemory => {
-                        c.store_no_memory.incr();
-                        if mode == StoreMode::Set {
-                            self.store.delete(&Delete { key, ..Default::default() }, now);
-                        }
-                        status::ENOMEM
-                    }
-                };
-                binary::write_error(out, op, opaque, err);
+                w.cas_command = cas != 0;
+                w.drop_on_refusal = mode == StoreMode::Set;
+                self.execute(&Op::Write(w), cx, |o| render(out, op, opaque, quiet, o));
             }
             BinCommand::Concat { append, key, value, cas, quiet } => {
-                c.cmd_set.incr();
-                let cas = if self.config.cas_enabled { cas } else { 0 };
                 let mode = if append { Mode::Append } else { Mode::Prepend };
-                let mut w = Write::new(mode, key, value, 0, 0);
-                w.compare_cas = cas;
-                let err = match self.store.write(&w, now) {
-                    WriteOutcome::Stored { cas } => {
-                        if !quiet {
-                            binary::write_ok(out, op, opaque, cas);
-                        }
-                        return Action::Continue;
-                    }
-                    WriteOutcome::NotStored => status::NOT_STORED,
-                    WriteOutcome::Exists => status::KEY_EEXISTS,
-                    WriteOutcome::NotFound => status::KEY_ENOENT,
-                    WriteOutcome::OutOfMemory => {
-                        c.store_no_memory.incr();
-                        status::ENOMEM
-                    }
-                };
-                binary::write_error(out, op, opaque, err);
+                let mut w = WriteOp::new(mode, key, Data::Bytes(value), 0, 0);
+                // A CAS on append must match, but memcached does not count
+                // it as a CAS command.
+                w.compare_cas = cas_of(cas);
+                self.execute(&Op::Write(w), cx, |o| render(out, op, opaque, quiet, o));
             }
             BinCommand::Delete { key, cas, quiet } => {
-                match self.delete_key(Delete { key, compare_cas: cas, ..Default::default() }, now) {
-                    DeleteOutcome::Deleted | DeleteOutcome::Stamped { .. } => {
-                        c.delete_hits.incr();
-                        if !quiet {
-                            binary::write_ok(out, op, opaque, 0);
-                        }
-                    }
-                    DeleteOutcome::NotFound => {
-                        c.delete_misses.incr();
-                        binary::write_error(out, op, opaque, status::KEY_ENOENT);
-                    }
-                    DeleteOutcome::Exists => binary::write_error(out, op, opaque, status::KEY_EEXISTS),
-                }
+                let d = Op::Delete(DeleteOp { key, compare_cas: cas, ..Default::default() });
+                self.execute(&d, cx, |o| render(out, op, opaque, quiet, o));
             }
             BinCommand::Arith { incr, key, delta, initial, exptime, cas, quiet } => {
-                let a = Arith {
+                let a = Op::Arith(ArithOp {
                     key,
                     incr,
                     delta,
-                    initial: (exptime != ARITH_NO_CREATE).then(|| (initial, self.resolve_exptime(exptime as i64, now))),
+                    initial: (exptime != ARITH_NO_CREATE).then_some((initial, exptime as i64)),
                     compare_cas: cas,
-                    explicit_cas: 0,
-                    touch: None,
-                };
-                let (hits, misses) = if incr { (&c.incr_hits, &c.incr_misses) } else { (&c.decr_hits, &c.decr_misses) };
-                let err = match self.store.arith(&a, now) {
-                    ArithOutcome::Done { value, cas, created, .. } => {
-                        if !created {
-                            hits.incr();
-                        }
-                        if !quiet {
-                            binary::write_arith(out, op, opaque, cas, value);
-                        }
-                        return Action::Continue;
-                    }
-                    ArithOutcome::NotFound => {
-                        misses.incr();
-                        status::KEY_ENOENT
-                    }
-                    ArithOutcome::NonNumeric => status::DELTA_BADVAL,
-                    ArithOutcome::Exists => status::KEY_EEXISTS,
-                    ArithOutcome::OutOfMemory => status::ENOMEM,
-                };
-                binary::write_error(out, op, opaque, err);
+                    ..Default::default()
+                });
+                self.execute(&a, cx, |o| render(out, op, opaque, quiet, o));
             }
             BinCommand::Quit { quiet } => {
                 if !quiet {
@@ -246,16 +142,7 @@ impl Engine {
                 return Action::Close;
             }
             BinCommand::Flush { delay, quiet } => {
-                if !self.config.flush_enabled {
-                    binary::write_response(out, op, STATUS_AUTH_ERROR, opaque, 0, &[], &[], b"Auth failure.");
-                    return Action::Continue;
-                }
-                c.cmd_flush.incr();
-                let at = if delay > 0 { self.resolve_exptime(delay as i64, now) } else { now };
-                self.flush(at, now);
-                if !quiet {
-                    binary::write_ok(out, op, opaque, 0);
-                }
+                self.execute(&Op::Flush { delay: delay as i64 }, cx, |o| render(out, op, opaque, quiet, o));
             }
             BinCommand::Noop => binary::write_ok(out, op, opaque, 0),
             BinCommand::Version => binary::write_version(out, opaque, MEMCACHED_COMPAT_VERSION.as_bytes()),
@@ -265,24 +152,24 @@ impl Engine {
         Action::Continue
     }
 
-    /// GET/GAT/TOUCH lookup (touching when `touch` is set). On a hit, writes
-    /// the reply (flags extras, the key when `with_key`, the value when
-    /// `with_value`) and returns true; a miss writes nothing.
+    /// GET/GAT/TOUCH. A hit writes the flags extras, the key when
+    /// `with_key`, the value when `with_value`; a miss writes the miss
+    /// reply unless `quiet`.
     #[allow(clippy::too_many_arguments)]
     fn bin_read(
         &self,
         op: u8,
         opaque: u32,
-        key: &[u8],
-        touch: Option<UnixSecs>,
+        read: ReadOp<'_>,
         with_key: bool,
         with_value: bool,
-        now: UnixSecs,
+        quiet: bool,
+        cx: &mut Cx<'_>,
         out: &mut Vec<u8>,
-    ) -> bool {
-        let opts = ReadOpts { touch, ..Default::default() };
-        self.store.read(key, now, opts, |r| match r {
-            Read::Hit(v) => {
+    ) {
+        let key = read.key;
+        self.execute(&Op::Read(read), cx, |o| match o {
+            Outcome::Read(Read::Hit(v)) => {
                 let k: &[u8] = if with_key { key } else { &[] };
                 // Binary replies carry the value contiguously; a chunked
                 // value is copied here (binary clients rarely store values
@@ -297,10 +184,10 @@ impl Engine {
                     }
                 };
                 binary::write_get_hit(out, op, opaque, v.cas, v.flags, k, val);
-                true
             }
-            Read::Miss { .. } => false,
-        })
+            _ if quiet => {}
+            _ => binary::write_get_miss(out, op, opaque, key, with_key),
+        });
     }
 
     /// STAT: one packet per stat, then the empty terminator; an unknown
@@ -348,3 +235,37 @@ impl Engine {
 #[cfg(test)]
 #[path = "binary_tests.rs"]
 mod tests;
+
+/// The binary reply to a write, delete, incr/decr or flush: quiet opcodes
+/// send nothing on success; errors are always sent.
+fn render(out: &mut Vec<u8>, op: u8, opaque: u32, quiet: bool, o: Outcome<'_>) {
+    let err = match o {
+        Outcome::Write(WriteOutcome::Stored { cas }) => {
+            if !quiet {
+                binary::write_ok(out, op, opaque, cas);
+            }
+            return;
+        }
+        Outcome::Arith(ArithOutcome::Done { value, cas, .. }) => {
+            if !quiet {
+                binary::write_arith(out, op, opaque, cas, value);
+            }
+            return;
+        }
+        Outcome::Delete(d) if delete_status(d) == Status::Deleted => Status::Deleted,
+        Outcome::Flushed => Status::Ok,
+        Outcome::Write(w) => write_status(w),
+        Outcome::Delete(d) => delete_status(d),
+        Outcome::Arith(a) => arith_status(a),
+        Outcome::FlushDisabled => Status::FlushDisabled,
+        Outcome::Refused(_) | Outcome::Replayed(_) | Outcome::Read(_) | Outcome::ReadLost => {
+            binary::write_error(out, op, opaque, status::EINVAL);
+            return;
+        }
+    };
+    match binary::error_status(err, op) {
+        status::NO_ERROR if quiet => {}
+        status::NO_ERROR => binary::write_ok(out, op, opaque, 0),
+        st => binary::write_error(out, op, opaque, st),
+    }
+}

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use parking_lot::{Condvar, Mutex};
 use recall_proto::replay::Record;
 use recall_proto::Limits;
-use recall_store::{ApplyOutcome, Delete, DeleteOutcome, UnixSecs};
+use recall_store::{ApplyOutcome, Delete, DeleteOutcome, Sink, UnixSecs};
 
 /// At most this many tombstones are kept between snapshots. Past it,
 /// further deletes are not remembered (counted in `tombstones_dropped`)
@@ -55,7 +55,12 @@ pub struct Durability {
     /// writes, not the old-instance writes clients still have to replay.
     pub recovery_floor: AtomicU64,
     pub recovering: AtomicBool,
+    /// Something asked for a snapshot (a client's `snapshot`, a flush, the
+    /// tombstone table filling up); the snapshot thread takes it.
     pub snapshot_requested: AtomicBool,
+    /// Wakes the snapshot thread (a request, recovery's end) and the
+    /// connections waiting for a snapshot to cover a flush.
+    events: Events,
     pub replayed: AtomicU64,
     pub replay_stale: AtomicU64,
     /// Test-only failpoint (`RECALL_FAILPOINT=replay-after-N`): abort the
@@ -124,19 +129,44 @@ impl Tombstones {
     }
 }
 
-thread_local! {
-    /// The timestamp of the last immediate `flush_all` this thread ran since
-    /// [`take_flush_wait`] was last called (0: none).
-    static FLUSH_WAIT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+/// A generation counter behind a condition variable: `signal` bumps it and
+/// wakes every waiter; a waiter sleeps until the generation moves (or its
+/// deadline passes). No event is lost between a check and the wait.
+#[derive(Debug, Default)]
+struct Events {
+    generation: Mutex<u64>,
+    cv: Condvar,
 }
 
-/// Take (and reset) the timestamp of an immediate `flush_all` the current
-/// thread's requests ran, 0 if none. A server that keeps snapshots (and no
-/// log) holds the reply until a durable snapshot covers it: until then a
-/// crash would bring the flushed items back from the older snapshot.
-/// Requests run to completion on one worker thread, as with the WAL's LSN.
-pub fn take_flush_wait() -> u64 {
-    FLUSH_WAIT.with(|c| c.replace(0))
+impl Events {
+    fn signal(&self) {
+        *self.generation.lock() += 1;
+        self.cv.notify_all();
+    }
+
+    fn generation(&self) -> u64 {
+        *self.generation.lock()
+    }
+
+    /// Sleep until a `signal` after generation `seen` (or `deadline`).
+    fn wait_for_signal(&self, seen: u64, deadline: std::time::Instant) {
+        let mut g = self.generation.lock();
+        while *g == seen {
+            if self.cv.wait_until(&mut g, deadline).timed_out() {
+                return;
+            }
+        }
+    }
+
+    /// Sleep while `pending()` holds, re-checking it at each signal.
+    fn wait_while(&self, deadline: std::time::Instant, pending: impl Fn() -> bool) {
+        let mut g = self.generation.lock();
+        while pending() {
+            if self.cv.wait_until(&mut g, deadline).timed_out() {
+                return;
+            }
+        }
+    }
 }
 
 /// Persists the client registry (the server installs one writing
@@ -222,6 +252,58 @@ impl std::fmt::Display for RecoveryEnd {
 pub struct RegistryError(pub std::io::Error);
 
 impl Durability {
+    pub fn is_enabled(&self) -> bool {
+        self.enabled.load(Ordering::Acquire)
+    }
+
+    /// Ask the snapshot thread for a snapshot now.
+    pub fn request_snapshot(&self) {
+        self.snapshot_requested.store(true, Ordering::Release);
+        self.events.signal();
+    }
+
+    /// A snapshot covering every write up to `watermark` is durable:
+    /// announce it and wake whoever waits for it.
+    pub fn announce_watermark(&self, watermark: u64) {
+        self.watermark.fetch_max(watermark, Ordering::AcqRel);
+        self.events.signal();
+    }
+
+    /// Block until a durable snapshot covers `ts`, or `timeout` passes.
+    /// Returns whether it is covered. Woken by [`Durability::announce_watermark`].
+    pub fn wait_watermark(&self, ts: u64, timeout: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        self.events.wait_while(deadline, || self.watermark.load(Ordering::Acquire) < ts);
+        self.watermark.load(Ordering::Acquire) >= ts
+    }
+
+    /// The current event generation: read it before looking at the state,
+    /// then [`Durability::wait_for_event`] with it, so that an event between
+    /// the look and the wait is not missed.
+    pub fn event_generation(&self) -> u64 {
+        self.events.generation()
+    }
+
+    /// Block the snapshot thread until something happens after generation
+    /// `seen` (a snapshot request, writes, recovery's end) or `deadline`.
+    pub fn wait_for_event(&self, seen: u64, deadline: std::time::Instant) {
+        self.events.wait_for_signal(seen, deadline);
+    }
+
+    /// Wake the snapshot thread (for example: writes crossed its threshold).
+    pub fn nudge(&self) {
+        self.events.signal();
+    }
+
+    /// Count one replayed record.
+    pub(crate) fn count_replayed(&self, applied: bool) {
+        if applied {
+            self.replayed.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.replay_stale.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// `key` was deleted at `ts` (by a client, a replay, or a tombstone
     /// loaded from the snapshot): remember it, so a replayed older write
     /// cannot bring it back.
@@ -240,12 +322,12 @@ impl Durability {
             if n + 1 >= TOMBSTONES_SNAPSHOT_AT {
                 // Asked again on every insert past half: a snapshot during
                 // recovery, or one that prunes little, does not settle it.
-                self.snapshot_requested.store(true, Ordering::Release);
+                self.request_snapshot();
             }
         } else {
             self.tombstones.len.fetch_sub(1, Ordering::AcqRel);
             self.tombstones_dropped.fetch_add(1, Ordering::Relaxed);
-            self.snapshot_requested.store(true, Ordering::Release);
+            self.request_snapshot();
         }
     }
 
@@ -272,12 +354,11 @@ impl Durability {
         let mut stripes: Vec<_> = self.tombstones.stripes.iter().map(|s| s.lock()).collect();
         let ts = flush();
         if ts != 0 {
-            FLUSH_WAIT.with(|c| c.set(c.get().max(ts)));
             self.flushed_at.fetch_max(ts, Ordering::AcqRel);
             for s in stripes.iter_mut() {
                 self.tombstones.retain_in(s, |t| t > ts);
             }
-            self.snapshot_requested.store(true, Ordering::Release);
+            self.request_snapshot();
         }
         ts
     }
@@ -333,6 +414,7 @@ impl Durability {
     pub fn end_recovery(&self, why: RecoveryEnd) {
         if self.recovering.swap(false, Ordering::AcqRel) {
             *self.recovery_end.lock() = Some(why);
+            self.events.signal();
         }
     }
 
@@ -477,17 +559,17 @@ impl Engine {
     /// A client-visible delete. With durability on it is stamped with its
     /// own timestamp and remembered as a tombstone (unless it only
     /// invalidates or clears the value, which keeps the item).
-    pub(crate) fn delete_key(&self, mut d: Delete<'_>, now: UnixSecs) -> DeleteOutcome {
+    pub(crate) fn delete_key(&self, mut d: Delete<'_>, now: UnixSecs, sink: Sink<'_>) -> DeleteOutcome {
         let removes = !d.invalidate && !d.clear_value;
-        let durable = removes && self.durability.enabled.load(Ordering::Acquire);
+        let durable = removes && self.durability.is_enabled();
         if !durable {
-            return self.store.delete(&d, now);
+            return self.store.delete_with(&d, now, sink);
         }
         d.stamp = true;
         // The item goes and its tombstone comes with the stripe held: see
         // `Tombstones`.
         let mut t = self.durability.tombstones.stripe(d.key);
-        let r = self.store.delete(&d, now);
+        let r = self.store.delete_with(&d, now, sink);
         match r {
             DeleteOutcome::Stamped { ts } => self.durability.record_tombstone(&mut t, d.key, ts),
             DeleteOutcome::Deleted => self.durability.record_tombstone(&mut t, d.key, self.store.current_cas()),
@@ -497,16 +579,16 @@ impl Engine {
     }
 
     /// `flush_all`: an immediate one is remembered so that no older write
-    /// can be replayed back.
-    pub(crate) fn flush(&self, at: UnixSecs, now: UnixSecs) {
-        self.durability.flush_with(|| self.store.flush_all(at, now));
+    /// can be replayed back. Returns its timestamp (0 for a delayed one).
+    pub(crate) fn flush(&self, at: UnixSecs, now: UnixSecs, sink: Sink<'_>) -> u64 {
+        self.durability.flush_with(|| self.store.flush_all_with(at, now, sink))
     }
 
     /// `DURABLE <instance> <watermark> <ok|recovering|off>`
     pub(crate) fn durable_line(&self, out: &mut Vec<u8>) {
         use std::io::Write as _;
         let d = &self.durability;
-        let state = if !d.enabled.load(Ordering::Acquire) {
+        let state = if !d.is_enabled() {
             "off"
         } else if d.recovering.load(Ordering::Acquire) {
             "recovering"
@@ -522,10 +604,8 @@ impl Engine {
         );
     }
 
-    /// Re-apply a backed-up write (or delete) if it is newer than what the
-    /// store holds. Writes at or below the loaded snapshot's watermark are
-    /// already reflected (or superseded) there, so they are stale by
-    /// definition.
+    /// Re-apply one backed-up write (or delete) through the write path, as
+    /// `replay` does; for tools and tests. Counters go nowhere.
     pub fn replay(
         &self,
         key: &[u8],
@@ -535,40 +615,46 @@ impl Engine {
         ts: u64,
         tombstone: bool,
     ) -> ApplyOutcome {
-        let r = self.replay_one(&Record { tombstone, key, value, flags, exptime, ts }, self.now());
-        let d = &self.durability;
-        match r {
-            ApplyOutcome::Applied => d.replayed.fetch_add(1, Ordering::Relaxed),
-            _ => d.replay_stale.fetch_add(1, Ordering::Relaxed),
-        };
-        r
+        let counters = crate::Counters::default();
+        let mut barrier = crate::Barrier::default();
+        let mut cx = crate::Cx { counters: &counters, barrier: &mut barrier };
+        let r = Record { tombstone, key, value, flags, exptime, ts };
+        self.execute(&crate::Op::Replay(r), &mut cx, |o| match o {
+            crate::Outcome::Replayed(a) => a,
+            _ => ApplyOutcome::OutOfMemory,
+        })
     }
 
-    /// `replay` for every record of a checked batch, in order; the store
-    /// and the tombstone table see each record exactly as if it came alone.
-    pub fn replay_records(&self, records: &[Record<'_>], limits: &Limits) -> BatchOutcome {
-        let now = self.now();
+    /// Every record of a checked `replay_batch`, in order, through the
+    /// write path; the store and the tombstone table see each record
+    /// exactly as if it came alone.
+    pub fn replay_records(&self, records: &[Record<'_>], limits: &Limits, cx: &mut crate::Cx<'_>) -> BatchOutcome {
         let mut o = BatchOutcome::default();
         for r in records {
             // As `replay` answers `SERVER_ERROR object too large for cache`
             // for a value over `-I`, and goes on with the next.
             if !r.tombstone && !limits.item_fits(r.key.len(), r.value.len(), r.flags) {
                 o.errors += 1;
+                self.durability.count_replayed(false);
                 continue;
             }
-            match self.replay_one(r, now) {
+            let res = self.execute(&crate::Op::Replay(*r), cx, |out| match out {
+                crate::Outcome::Replayed(a) => a,
+                _ => ApplyOutcome::OutOfMemory,
+            });
+            match res {
                 ApplyOutcome::Applied => o.applied += 1,
                 ApplyOutcome::Stale => o.stale += 1,
                 ApplyOutcome::OutOfMemory => o.errors += 1,
             }
         }
-        let d = &self.durability;
-        d.replayed.fetch_add(o.applied, Ordering::Relaxed);
-        d.replay_stale.fetch_add(o.stale + o.errors, Ordering::Relaxed);
         o
     }
 
-    fn replay_one(&self, r: &Record<'_>, now: UnixSecs) -> ApplyOutcome {
+    /// Apply one replayed record if it is newer than what the store holds.
+    /// Writes at or below the loaded snapshot's watermark are already
+    /// reflected (or superseded) there, so they are stale by definition.
+    pub(crate) fn replay_one(&self, r: &Record<'_>, now: UnixSecs, sink: Sink<'_>) -> ApplyOutcome {
         let d = &self.durability;
         // Check the floor, the last flush and the key's tombstone (or record
         // it), and apply, all under the key's stripe: see `Tombstones` and
@@ -580,10 +666,10 @@ impl Engine {
         let out = if stale {
             ApplyOutcome::Stale
         } else {
-            if r.tombstone && d.enabled.load(Ordering::Acquire) {
+            if r.tombstone && d.is_enabled() {
                 d.record_tombstone(&mut t, r.key, r.ts);
             }
-            self.store.apply(r.key, r.value, r.flags, r.exptime, r.ts, r.tombstone, now)
+            self.store.apply_with(r.key, r.value, r.flags, r.exptime, r.ts, r.tombstone, now, sink)
         };
         drop(t);
         d.replay_failpoint();
@@ -613,7 +699,7 @@ mod tests {
 
     fn send(e: &Engine, s: &mut Session, req: &[u8]) -> String {
         let mut out = Out::new();
-        let (used, _) = s.process(e, req, &mut out);
+        let used = s.process(e, req, &mut out).used;
         assert_eq!(used, req.len());
         String::from_utf8(out.flatten()).unwrap()
     }
@@ -942,7 +1028,7 @@ mod tombstone_tests {
 
     fn send(e: &Engine, s: &mut Session, req: &[u8]) -> String {
         let mut out = Out::new();
-        s.process(e, req, &mut out);
+        let _ = s.process(e, req, &mut out);
         String::from_utf8(out.flatten()).unwrap()
     }
 

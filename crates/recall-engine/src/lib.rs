@@ -1,31 +1,39 @@
 //! # recall-engine
 //!
 //! memcached semantics in one place. The codecs in `recall-proto` turn bytes
-//! into requests; this crate resolves expiry times against the injected
-//! [`Clock`], runs store operations, keeps the counters behind `stats`, and
-//! writes replies straight into the connection's output buffer.
+//! into requests; each protocol's module here lowers a request onto the one
+//! request model ([`Op`], `op.rs`); [`Engine::execute`] (`execute.rs`) runs
+//! it through the one write path (`write_path.rs`) against the store and
+//! hands the [`Outcome`] to the protocol's reply writer.
 //!
-//! The engine is synchronous and owns no sockets: the server calls
-//! [`Engine::text`] (text and meta commands) or the binary entry point for
-//! each decoded request and acts on the returned [`Action`].
+//! The engine is synchronous and owns no sockets: the server feeds bytes to
+//! a [`Session`] per connection and acts on what it returns (the action,
+//! and the [`Barrier`] the replies must wait for).
 
+mod admin;
 mod binary;
 pub mod durability;
+mod execute;
 mod meta;
+pub mod op;
 pub mod out;
 mod session;
 pub mod stats;
 mod text;
 pub mod transcript;
+pub mod write_path;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use recall_store::{Clock, Store, UnixSecs};
 
+pub use execute::Cx;
+pub use op::{Op, Outcome};
 pub use out::{Out, Segment};
-pub use session::{ProtocolChoice, Session};
+pub use session::{Processed, ProtocolChoice, Session};
 pub use stats::{Counters, Registry};
+pub use write_path::{Barrier, Observer, Observers};
 
 /// The version string `version` reports. recall speaks the protocol of
 /// this memcached release; `stats` also reports recall's own version.
@@ -89,6 +97,9 @@ pub struct Engine {
     pub registry: Registry,
     pub gauges: ServerGauges,
     pub durability: durability::Durability,
+    /// The write path's observers (the log, later the front cache): see
+    /// `write_path.rs`.
+    pub observers: Observers,
     started: UnixSecs,
     verbosity: AtomicU64,
 }
@@ -103,6 +114,7 @@ impl Engine {
             registry: Registry::default(),
             gauges: ServerGauges::default(),
             durability: durability::Durability::default(),
+            observers: Observers::default(),
             started,
             verbosity: AtomicU64::new(0),
         }

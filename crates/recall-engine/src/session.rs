@@ -26,7 +26,19 @@ use recall_proto::text::{self, Command, Decoded, StoreCmd, StreamBody};
 use recall_proto::Limits;
 use recall_store::{BigBuilder, BIG_THRESHOLD};
 
-use crate::{Action, Counters, Engine, Out};
+use crate::{Action, Barrier, Counters, Cx, Engine, Out};
+
+/// What one call of [`Session::process`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "the barrier must be waited for before the replies are sent"]
+pub struct Processed {
+    /// Input bytes used.
+    pub used: usize,
+    pub action: Action,
+    /// What the connection must wait for before it sends any of the
+    /// replies this call wrote (a log position, a snapshot).
+    pub barrier: Barrier,
+}
 
 /// The first byte of every binary-protocol request.
 const BINARY_MAGIC: u8 = recall_proto::binary::MAGIC_REQUEST;
@@ -118,7 +130,15 @@ impl Session {
     }
 
     /// Execute every complete request at the front of `input`.
-    pub fn process(&mut self, engine: &Engine, input: &[u8], out: &mut Out) -> (usize, Action) {
+    pub fn process(&mut self, engine: &Engine, input: &[u8], out: &mut Out) -> Processed {
+        let mut barrier = Barrier::default();
+        let (used, action) = self.run(engine, input, out, &mut barrier);
+        Processed { used, action, barrier }
+    }
+
+    fn run(&mut self, engine: &Engine, input: &[u8], out: &mut Out, barrier: &mut Barrier) -> (usize, Action) {
+        let counters = self.counters.clone();
+        let mut cx = Cx { counters: &counters, barrier };
         let mut pos = 0;
         loop {
             if self.swallow > 0 {
@@ -135,8 +155,9 @@ impl Session {
                 match end {
                     None => return (pos, Action::Continue),
                     Some(end) => {
-                        let st = self.stream.take().expect("stream in progress");
-                        engine.store_streamed(st, end, &self.counters, out);
+                        if let Some(st) = self.stream.take() {
+                            engine.store_streamed(st, end, &mut cx, out);
+                        }
                         continue;
                     }
                 }
@@ -163,8 +184,8 @@ impl Session {
                 }
             };
             let (used, action) = match proto {
-                Proto::Text => self.step_text(engine, buf, out),
-                Proto::Binary => self.step_binary(engine, buf, out),
+                Proto::Text => self.step_text(engine, buf, &mut cx, out),
+                Proto::Binary => engine.binary_step(buf, &self.limits, &mut cx, out, &mut self.swallow),
             };
             pos += used;
             match action {
@@ -176,7 +197,7 @@ impl Session {
     }
 
     /// One text request. Returns bytes used (0 = need more input).
-    fn step_text(&mut self, engine: &Engine, buf: &[u8], out: &mut Out) -> (usize, Action) {
+    fn step_text(&mut self, engine: &Engine, buf: &[u8], cx: &mut Cx<'_>, out: &mut Out) -> (usize, Action) {
         match text::decode(buf, &self.limits) {
             Ok(Decoded::Request(req, n)) => {
                 if let Command::StoreStream { cmd, key, flags, exptime, cas, body } = req.cmd {
@@ -200,12 +221,12 @@ impl Session {
                 if let Command::Timestamps { on } = req.cmd {
                     self.timestamps = on;
                 }
-                (n, engine.text(&req, self.timestamps, &self.counters, out))
+                (n, engine.text(&req, self.timestamps, cx, out))
             }
             Ok(Decoded::Incomplete) => (0, Action::Continue),
             Err(e) => {
                 self.swallow = e.swallow;
-                let action = engine.text_error(&e, &self.counters, out);
+                let action = engine.text_error(&e, cx, out);
                 (e.consumed, action)
             }
         }
@@ -251,10 +272,6 @@ impl Session {
             }
         }
         (used, None)
-    }
-
-    fn step_binary(&mut self, engine: &Engine, buf: &[u8], out: &mut Out) -> (usize, Action) {
-        engine.binary_step(buf, &self.limits, &self.counters, out, &mut self.swallow)
     }
 }
 

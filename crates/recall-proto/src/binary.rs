@@ -207,6 +207,32 @@ pub mod status {
     pub const ENOMEM: u16 = 0x82;
 }
 
+/// The binary status for a command that did not succeed, as memcached's
+/// `complete_update_bin` and friends choose it: a failed ADD "exists", a
+/// failed REPLACE is "not found", other refused stores are "not stored".
+pub fn error_status(s: crate::reply::Status, op: u8) -> u16 {
+    use crate::reply::Status;
+    match s {
+        Status::Exists => status::KEY_EEXISTS,
+        Status::NotFound => status::KEY_ENOENT,
+        Status::NotStored => match op {
+            opcode::ADD | opcode::ADDQ => status::KEY_EEXISTS,
+            opcode::REPLACE | opcode::REPLACEQ => status::KEY_ENOENT,
+            _ => status::NOT_STORED,
+        },
+        Status::StoreNoMemory | Status::NoMemory => status::ENOMEM,
+        Status::NonNumeric => status::DELTA_BADVAL,
+        Status::FlushDisabled => STATUS_AUTH_ERROR,
+        Status::TooLarge => status::E2BIG,
+        Status::BadChunk => status::EINVAL,
+        Status::Stored | Status::Deleted | Status::Touched | Status::Ok => status::NO_ERROR,
+    }
+}
+
+/// memcached's `PROTOCOL_BINARY_RESPONSE_AUTH_ERROR`, which it sends for a
+/// FLUSH when flush_all is disabled (with the body "Auth failure.").
+pub const STATUS_AUTH_ERROR: u16 = 0x20;
+
 /// The body memcached's `write_bin_error` sends for a status (empty for
 /// success and for codes it has no text for).
 pub fn status_text(st: u16) -> &'static [u8] {
@@ -219,6 +245,7 @@ pub fn status_text(st: u16) -> &'static [u8] {
         status::DELTA_BADVAL => b"Non-numeric server-side value for incr or decr",
         status::UNKNOWN_COMMAND => b"Unknown command",
         status::ENOMEM => b"Out of memory",
+        STATUS_AUTH_ERROR => b"Auth failure.",
         _ => b"",
     }
 }

@@ -113,3 +113,115 @@ pub fn base64_encode(key: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(key)
 }
+
+/// How a command ended, in the terms every protocol's reply writer needs.
+/// The engine maps the store's outcomes onto it once; each protocol then
+/// renders it in its own words (`STORED`, `HD`, status `0x0000`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Stored,
+    /// add on a present key; replace, append or prepend on a missing one.
+    NotStored,
+    /// A CAS mismatch.
+    Exists,
+    NotFound,
+    Deleted,
+    Touched,
+    Ok,
+    /// A write that found no memory (memcached's wording for storage).
+    StoreNoMemory,
+    /// incr/decr that found no memory.
+    NoMemory,
+    /// incr/decr on a value that is not a number.
+    NonNumeric,
+    /// flush_all refused (`-F`).
+    FlushDisabled,
+    /// A value over the item size limit.
+    TooLarge,
+    /// A streamed value whose framing broke.
+    BadChunk,
+}
+
+impl Status {
+    /// The classic text protocol's reply line, without CRLF.
+    pub fn text(self) -> &'static [u8] {
+        match self {
+            Status::Stored => b"STORED",
+            Status::NotStored => b"NOT_STORED",
+            Status::Exists => b"EXISTS",
+            Status::NotFound => b"NOT_FOUND",
+            Status::Deleted => b"DELETED",
+            Status::Touched => b"TOUCHED",
+            Status::Ok => b"OK",
+            Status::StoreNoMemory => b"SERVER_ERROR out of memory storing object",
+            Status::NoMemory => b"SERVER_ERROR out of memory",
+            Status::NonNumeric => crate::msg::NON_NUMERIC.as_bytes(),
+            Status::FlushDisabled => b"CLIENT_ERROR flush_all not allowed",
+            Status::TooLarge => b"SERVER_ERROR object too large for cache",
+            Status::BadChunk => crate::msg::BAD_CHUNK.as_bytes(),
+        }
+    }
+
+    /// The meta protocol's two-letter code, or `None` where meta answers
+    /// with the classic error line ([`Status::text`]).
+    pub fn meta(self) -> Option<&'static [u8]> {
+        match self {
+            Status::Stored | Status::Deleted | Status::Touched | Status::Ok => Some(b"HD"),
+            Status::NotStored => Some(b"NS"),
+            Status::Exists => Some(b"EX"),
+            Status::NotFound => Some(b"NF"),
+            Status::StoreNoMemory
+            | Status::NoMemory
+            | Status::NonNumeric
+            | Status::FlushDisabled
+            | Status::TooLarge
+            | Status::BadChunk => None,
+        }
+    }
+}
+
+/// A text reply: the status line, with the write's timestamp after it when
+/// the connection asked for `timestamps on` (`STORED <ts>`).
+pub fn text_status(out: &mut Vec<u8>, s: Status, ts: Option<u64>) {
+    out.extend_from_slice(s.text());
+    if let Some(ts) = ts {
+        out.push(b' ');
+        number(out, ts);
+    } else {
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// `VALUE`-less terminator of a get.
+pub fn end(out: &mut Vec<u8>) {
+    out.extend_from_slice(b"END\r\n");
+}
+
+/// An incr/decr result, with the write's timestamp after it when asked.
+pub fn arith_value(out: &mut Vec<u8>, value: u64, ts: Option<u64>) {
+    if let Some(ts) = ts {
+        let mut b = itoa::Buffer::new();
+        out.extend_from_slice(b.format(value).as_bytes());
+        out.push(b' ');
+        number(out, ts);
+    } else {
+        number(out, value);
+    }
+}
+
+/// The start of a meta reply: the code (`HD`, `VA <len>`, `EN`, ...).
+pub fn meta_code(out: &mut Vec<u8>, code: &[u8]) {
+    out.extend_from_slice(code);
+}
+
+/// `VA <len>`: a meta reply that carries a value.
+pub fn meta_value_code(out: &mut Vec<u8>, len: usize) {
+    let mut b = itoa::Buffer::new();
+    out.extend_from_slice(b"VA ");
+    out.extend_from_slice(b.format(len).as_bytes());
+}
+
+/// Ends a meta reply line.
+pub fn crlf(out: &mut Vec<u8>) {
+    out.extend_from_slice(b"\r\n");
+}

@@ -62,7 +62,10 @@ fn main() {
         let t = Instant::now();
         for (body, count) in &batches {
             let recs = decode_batch(body, *count).expect("valid batch");
-            let o = e.replay_records(&recs, &limits);
+            let counters = recall_engine::Counters::default();
+            let mut barrier = recall_engine::Barrier::default();
+            let mut cx = recall_engine::Cx { counters: &counters, barrier: &mut barrier };
+            let o = e.replay_records(&recs, &limits, &mut cx);
             assert_eq!(o.applied as usize, *count);
         }
         batch_ns.push(t.elapsed().as_nanos() as f64 / n as f64);

@@ -6,5 +6,6 @@
 
 pub mod config;
 pub mod persist;
+pub mod schedule;
 pub mod server;
 pub mod udp;

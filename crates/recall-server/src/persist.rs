@@ -25,7 +25,7 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -37,34 +37,47 @@ use recall_persist::snapshot::{self, Header};
 use recall_persist::wal::{self, Wal};
 use recall_persist::{clients, epoch, Record};
 
+use crate::schedule::{self, Schedule, Seen};
+
 const _: () = assert!(recall_engine::durability::EPOCH_SHIFT == epoch::EPOCH_SHIFT);
-use recall_store::{Mutation, MutationSink, Value};
+use recall_engine::{Barrier, Observer};
+use recall_store::{Mutation, Value};
 
-thread_local! {
-    /// The highest WAL sequence number this thread's requests produced since
-    /// [`take_lsn`] was last called. Requests run to completion on one worker
-    /// thread, so the connection that just ran `Session::process` reads
-    /// exactly its own batch's writes here.
-    static LAST_LSN: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-}
+/// The write-ahead log as an observer of the write path: every mutation
+/// is appended (under its key's shard lock, so each key's records are in
+/// timestamp order) and the reply waits for its position to be durable.
+struct WalObserver(Arc<Wal>);
 
-/// Take (and reset) the LSN the current thread's requests must wait for.
-pub fn take_lsn() -> u64 {
-    LAST_LSN.with(|c| c.replace(0))
-}
-
-/// Feeds every mutation into the WAL.
-struct WalSink(Arc<Wal>);
-
-impl MutationSink for WalSink {
-    fn record(&self, m: &Mutation<'_>) {
+impl Observer for WalObserver {
+    fn observe(&self, m: &Mutation<'_>) -> Barrier {
         let lsn = match m.value {
             Value::Inline(v) => self.0.append_parts(m.key, std::iter::once(v), m.flags, m.exptime, m.ts, m.tombstone),
             Value::Big(b) => {
                 self.0.append_parts(m.key, b.chunks().iter().map(|c| &c[..]), m.flags, m.exptime, m.ts, m.tombstone)
             }
         };
-        LAST_LSN.with(|c| c.set(c.get().max(lsn)));
+        Barrier { log: lsn, snapshot: 0 }
+    }
+}
+
+/// Wakes the snapshot thread once the writes since the last snapshot
+/// reach `--snapshot-after-writes`: one atomic load per write, one signal
+/// per threshold.
+struct WriteCount {
+    engine: std::sync::Weak<Engine>,
+    /// The timestamp at which to wake the thread; `u64::MAX` once it has
+    /// been woken, until the next snapshot re-arms it.
+    at: AtomicU64,
+}
+
+impl Observer for WriteCount {
+    fn observe(&self, m: &Mutation<'_>) -> Barrier {
+        if m.ts >= self.at.load(Ordering::Relaxed) && self.at.swap(u64::MAX, Ordering::AcqRel) != u64::MAX {
+            if let Some(e) = self.engine.upgrade() {
+                e.durability.nudge();
+            }
+        }
+        Barrier::default()
     }
 }
 
@@ -87,6 +100,7 @@ pub struct Persist {
     cfg: PersistConfig,
     engine: Arc<Engine>,
     wal: Option<Arc<Wal>>,
+    write_count: Arc<WriteCount>,
     /// Held for the process lifetime: the advisory lock on the directory.
     _lock: File,
 }
@@ -176,9 +190,7 @@ impl Persist {
                 }
             })?;
             tracing::info!(records = n, "write-ahead log replayed");
-            let log = Wal::open(&cfg.dir)?;
-            engine.store.set_sink(Arc::new(WalSink(log.clone())));
-            Some(log)
+            Some(Wal::open(&cfg.dir)?)
         } else {
             None
         };
@@ -201,7 +213,17 @@ impl Persist {
         if let Some(Crash::ReplayAfter(n)) = cfg.failpoint {
             d.abort_after_replays.store(n, Ordering::Release);
         }
-        Ok((Arc::new(Persist { cfg, engine, wal, _lock: lock }), loaded))
+        // The write path's observers: the log (when there is one) and the
+        // write count that wakes the snapshot thread.
+        let write_count = Arc::new(WriteCount { engine: Arc::downgrade(&engine), at: AtomicU64::new(u64::MAX) });
+        let mut observers: Vec<Arc<dyn Observer>> = vec![write_count.clone()];
+        if let Some(w) = &wal {
+            observers.insert(0, Arc::new(WalObserver(w.clone())));
+        }
+        if !engine.observers.install(observers) {
+            return Err(io::Error::other("the engine's write path already has observers"));
+        }
+        Ok((Arc::new(Persist { cfg, engine, wal, write_count, _lock: lock }), loaded))
     }
 
     /// The write-ahead log, when `--durability wal`.
@@ -273,7 +295,7 @@ impl Persist {
         })?;
         failpoint::hit(Crash::SnapshotAfterRename);
         // Durable: announce, then retire the log segments it covers.
-        d.watermark.fetch_max(watermark, Ordering::AcqRel);
+        d.announce_watermark(watermark);
         d.prune_tombstones(replay_floor);
         for seg in covered_segments {
             let _ = std::fs::remove_file(seg);
@@ -281,27 +303,42 @@ impl Persist {
         Ok(watermark)
     }
 
-    /// The snapshot loop; runs until the process exits.
-    pub fn run(self: Arc<Self>) {
-        let started = Instant::now();
-        let mut last = Instant::now();
+    /// The snapshot thread; runs until the process exits. It sleeps until
+    /// the engine signals an event or the plan's deadline passes, then does
+    /// what `schedule::plan` says (see `schedule.rs` for the rules).
+    pub fn run(self: Arc<Self>, clock: &dyn Monotonic) {
+        let sched = Schedule {
+            interval: self.cfg.interval,
+            after_writes: self.cfg.after_writes,
+            grace: self.cfg.recovery_grace,
+        };
         let d = &self.engine.durability;
+        let started = clock.now();
+        let mut last = started;
         // Count writes from this boot's first timestamp, not from the loaded
         // watermark: the epoch jump would otherwise look like a flood of
         // writes and trigger a snapshot at once.
         let mut last_cas = self.engine.store.current_cas().max(d.watermark.load(Ordering::Acquire));
+        self.arm_write_count(last_cas);
         loop {
-            std::thread::sleep(Duration::from_millis(20));
-            if d.recovering.load(Ordering::Acquire) && started.elapsed() >= self.cfg.recovery_grace {
+            // Read before looking, so an event during the look wakes the wait.
+            let generation = d.event_generation();
+            let now = clock.now();
+            let seen = Seen {
+                since_boot: now.saturating_duration_since(started),
+                since_snapshot: now.saturating_duration_since(last),
+                written: self.engine.store.current_cas().saturating_sub(last_cas),
+                requested: d.snapshot_requested.swap(false, Ordering::AcqRel),
+                recovering: d.recovering.load(Ordering::Acquire),
+            };
+            let p = schedule::plan(&sched, &seen);
+            if p.end_recovery {
                 d.end_recovery_by_grace();
             }
             if let Some(why) = d.take_recovery_end() {
                 tracing::info!("recovery over: {why}");
             }
-            let written = self.engine.store.current_cas().saturating_sub(last_cas);
-            let requested = d.snapshot_requested.swap(false, Ordering::AcqRel);
-            let due = written > 0 && last.elapsed() >= self.cfg.interval;
-            if requested || due || (self.cfg.after_writes > 0 && written >= self.cfg.after_writes) {
+            if p.snapshot {
                 match self.snapshot_now(FailAt::None) {
                     Ok(w) => {
                         last_cas = w;
@@ -309,9 +346,34 @@ impl Persist {
                     }
                     Err(e) => tracing::error!(error = %e, "snapshot failed; the previous one is still in place"),
                 }
-                last = Instant::now();
+                self.arm_write_count(last_cas);
+                last = clock.now();
             }
+            d.wait_for_event(generation, clock.now() + p.sleep);
         }
+    }
+
+    /// Wake the snapshot thread when writes pass `from + after_writes`.
+    fn arm_write_count(&self, from: u64) {
+        let at = match self.cfg.after_writes {
+            0 => u64::MAX,
+            n => from.saturating_add(n),
+        };
+        self.write_count.at.store(at, Ordering::Release);
+    }
+}
+
+/// The monotonic clock the snapshot thread reads (injected, so a test can
+/// drive the loop; the server uses [`SystemMonotonic`]).
+pub trait Monotonic: Send + Sync {
+    fn now(&self) -> Instant;
+}
+
+pub struct SystemMonotonic;
+
+impl Monotonic for SystemMonotonic {
+    fn now(&self) -> Instant {
+        Instant::now()
     }
 }
 

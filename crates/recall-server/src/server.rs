@@ -114,7 +114,9 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
             "data directory loaded"
         );
         let runner = p.clone();
-        std::thread::Builder::new().name("recall-snapshot".into()).spawn(move || runner.run())?;
+        std::thread::Builder::new()
+            .name("recall-snapshot".into())
+            .spawn(move || runner.run(&crate::persist::SystemMonotonic))?;
         Some(p)
     } else {
         None
@@ -293,25 +295,25 @@ async fn connection(
     let mut out = Out::with_capacity(READ_CHUNK);
     loop {
         // Execute whatever complete requests the buffer holds.
-        let (used, action) = session.process(engine, &buf, &mut out);
+        let done = session.process(engine, &buf, &mut out);
+        let (used, action) = (done.used, done.action);
         // (`advance` lowers what `capacity` reports; the allocation stays.)
         let allocated = buf.capacity();
         bytes::Buf::advance(&mut buf, used);
-        // With a write-ahead log, the batch's writes must be on disk before
-        // any of its replies go out (group commit across connections). If
-        // the log failed, close instead of acknowledging.
-        let lsn = crate::persist::take_lsn();
-        if let (Some(w), true) = (&wal, lsn > 0) {
-            if let Err(e) = w.wait(lsn).await {
+        // The batch's writes must be durable before any of its replies go
+        // out: with a write-ahead log, its position (group commit across
+        // connections; if the log failed, close instead of acknowledging);
+        // without one, an immediate flush_all is durable once a snapshot
+        // covers it (one was requested).
+        let b = done.barrier;
+        if let (Some(w), true) = (&wal, b.log > 0) {
+            if let Err(e) = w.wait(b.log).await {
                 tracing::error!(error = %e, "write-ahead log failed; closing without acknowledging");
                 return Action::Close;
             }
         }
-        // Without a log, an immediate flush_all is durable once a snapshot
-        // covers it (one was requested): hold the batch's replies until then.
-        let flush = recall_engine::durability::take_flush_wait();
-        if flush > 0 && wal.is_none() {
-            wait_for_snapshot(engine, flush).await;
+        if b.snapshot > 0 && wal.is_none() {
+            wait_for_snapshot(engine, b.snapshot).await;
         }
         if !out.is_empty() {
             counters.bytes_written.add(out.wire_len() as u64);
@@ -360,25 +362,16 @@ async fn connection(
     }
 }
 
-/// Wait until a durable snapshot covers timestamp `ts` (the snapshot
-/// thread looks for requests every 20 ms; a snapshot after a flush is of a
-/// nearly empty store). If snapshots are failing, give up after 10 s with
-/// an error in the log rather than never answering.
+/// Wait until a durable snapshot covers timestamp `ts` (the flush asked
+/// for one; the snapshot thread announces it). If snapshots are failing,
+/// give up after 10 s with an error in the log rather than never answering.
 async fn wait_for_snapshot(engine: &Arc<Engine>, ts: u64) {
-    // On the blocking pool: the workers run without a timer driver.
+    // On the blocking pool: the wait blocks on the engine's condition
+    // variable, and the workers run one connection task per thread.
     let e = engine.clone();
-    let covered = tokio::task::spawn_blocking(move || {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while e.durability.watermark.load(Ordering::Acquire) < ts {
-            if std::time::Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        true
-    })
-    .await
-    .unwrap_or(false);
+    let covered = tokio::task::spawn_blocking(move || e.durability.wait_watermark(ts, Duration::from_secs(10)))
+        .await
+        .unwrap_or(false);
     if !covered {
         tracing::error!(ts, "flush_all: no snapshot covers it after 10 s; replying anyway (a crash now would undo it)");
     }

@@ -8,6 +8,7 @@
 
 use std::net::UdpSocket;
 use std::sync::Arc;
+use std::time::Duration;
 
 use recall_engine::{Engine, Out, ProtocolChoice, Session};
 
@@ -53,13 +54,15 @@ pub fn serve(engine: Arc<Engine>, sock: UdpSocket, wal: Option<Arc<recall_persis
         counters.bytes_read.add(n as u64);
         out.clear();
         let mut session = Session::new(&engine, counters.clone(), ProtocolChoice::Ascii);
-        let _ = session.process(&engine, &buf[HEADER..n], &mut out);
-        // As on TCP: writes are on disk before their replies go out.
-        let lsn = crate::persist::take_lsn();
-        if let (Some(w), true) = (&wal, lsn > 0) {
-            if w.wait_blocking(lsn).is_err() {
+        let b = session.process(&engine, &buf[HEADER..n], &mut out).barrier;
+        // As on TCP: writes are durable before their replies go out.
+        if let (Some(w), true) = (&wal, b.log > 0) {
+            if w.wait_blocking(b.log).is_err() {
                 continue;
             }
+        }
+        if b.snapshot > 0 && wal.is_none() && !engine.durability.wait_watermark(b.snapshot, Duration::from_secs(10)) {
+            tracing::error!(ts = b.snapshot, "flush_all over UDP: no snapshot covers it after 10 s; replying anyway");
         }
         for d in frame(id, &out.flatten()) {
             counters.bytes_written.add(d.len() as u64);

@@ -1,0 +1,107 @@
+//! Commands that manage the server rather than items: version, stats,
+//! shutdown, cache_memlimit, lru_crawler, and recall's durability
+//! registry (`durable`, `snapshot`, `hello`, `replay_done`, `goodbye`).
+//! They mutate no item, so they do not pass the write path.
+
+use recall_proto::reply;
+use recall_proto::text::{keys, Command};
+
+use crate::{Action, Engine, MEMCACHED_COMPAT_VERSION};
+
+impl Engine {
+    /// Execute an admin command (any command that is not an item operation).
+    pub(crate) fn admin(&self, cmd: &Command<'_>, out: &mut Vec<u8>) -> Action {
+        match cmd {
+            Command::Version => {
+                out.extend_from_slice(b"VERSION ");
+                reply::line(out, MEMCACHED_COMPAT_VERSION.as_bytes());
+            }
+            Command::Verbosity | Command::AdminNoop => reply::line(out, b"OK"),
+            Command::Shutdown { .. } => {
+                if !self.config.shutdown_enabled {
+                    reply::line(out, b"ERROR: shutdown not enabled");
+                } else {
+                    return Action::Shutdown;
+                }
+            }
+            Command::Stats { args } => self.stats(args, out),
+            Command::CacheMemlimit { mb } => {
+                if *mb < 8 {
+                    reply::line(out, b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m");
+                } else {
+                    self.store.set_mem_limit((*mb as usize).saturating_mul(1 << 20), self.now());
+                    reply::line(out, b"OK");
+                }
+            }
+            Command::LruCrawler { args } => self.lru_crawler(args, out),
+            Command::Durable => self.durable_line(out),
+            Command::Snapshot => {
+                if self.durability.is_enabled() {
+                    self.durability.request_snapshot();
+                    reply::line(out, b"OK");
+                } else {
+                    reply::line(out, b"SERVER_ERROR durability is off (start recalld with --data-dir)");
+                }
+            }
+            Command::Hello { id } => match self.durability.hello(id) {
+                Ok(()) => self.durable_line(out),
+                Err(_) => reply::line(out, b"SERVER_ERROR cannot save the client registry"),
+            },
+            // The session keeps the switch (it is per connection).
+            Command::Timestamps { .. } => reply::line(out, b"OK"),
+            Command::ReplayDone { id } => {
+                self.durability.replay_done(id);
+                reply::line(out, b"OK");
+            }
+            Command::Goodbye { id } => match self.durability.goodbye(id) {
+                Ok(()) => reply::line(out, b"OK"),
+                Err(_) => reply::line(out, b"SERVER_ERROR cannot save the client registry"),
+            },
+            // Item operations are lowered in `text.rs` and `meta.rs`.
+            _ => reply::line(out, b"SERVER_ERROR internal: an item command reached the admin path"),
+        }
+        Action::Continue
+    }
+
+    fn lru_crawler(&self, args: &[u8], out: &mut Vec<u8>) {
+        let mut it = keys(args);
+        match (it.next(), it.next()) {
+            (Some(b"metadump"), Some(_)) => {
+                let now = self.now();
+                self.store.for_each(now, |v| {
+                    use std::io::Write as _;
+                    out.extend_from_slice(b"key=");
+                    uri_encode(out, v.key);
+                    let exp = if v.exptime == 0 { -1 } else { v.exptime as i64 };
+                    let _ = write!(
+                        out,
+                        " exp={} la={} cas={} fetch={} cls=1 size={}\r\n",
+                        exp,
+                        v.atime,
+                        v.cas,
+                        if v.fetched { "yes" } else { "no" },
+                        self.store.footprint(v.key.len(), v.value.len())
+                    );
+                });
+                out.extend_from_slice(b"END\r\n");
+            }
+            (Some(b"crawl"), Some(_)) => {
+                self.store.reclaim_expired(self.now(), usize::MAX);
+                reply::line(out, b"OK");
+            }
+            (Some(b"enable" | b"disable"), None) | (Some(b"sleep" | b"tocrawl"), Some(_)) => reply::line(out, b"OK"),
+            _ => reply::line(out, b"ERROR"),
+        }
+    }
+}
+
+/// memcached's metadump URI-encodes keys.
+fn uri_encode(out: &mut Vec<u8>, key: &[u8]) {
+    for &b in key {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b);
+        } else {
+            out.extend_from_slice(format!("%{b:02X}").as_bytes());
+        }
+    }
+}
