@@ -38,9 +38,9 @@ pub const TOMBSTONES_MAX: usize = 1 << 20;
 /// that it can prune the table before it is full.
 pub const TOMBSTONES_SNAPSHOT_AT: usize = TOMBSTONES_MAX / 2;
 
-/// Instance (boot epoch) E stamps its writes from `E << EPOCH_SHIFT` on
-/// (recall-persist's epoch module; the server asserts the two agree).
-pub const EPOCH_SHIFT: u32 = 40;
+/// Instance (boot epoch) E stamps its writes from `E << EPOCH_SHIFT` on:
+/// the one definition is `recall_record::ts`.
+pub use recall_record::ts::EPOCH_SHIFT;
 
 use crate::Engine;
 
@@ -371,7 +371,7 @@ impl Durability {
     /// harmless.)
     pub fn may_be_lost(&self, key: &[u8], ts: u64) -> bool {
         self.enabled.load(Ordering::Acquire)
-            && ts >> EPOCH_SHIFT < self.instance.load(Ordering::Acquire)
+            && recall_record::ts::epoch_of(ts) < self.instance.load(Ordering::Acquire)
             && ts > self.recovery_floor.load(Ordering::Acquire)
             && ts > self.flushed_at.load(Ordering::Acquire)
             && self.tombstones.stripe(key).get(key).is_none_or(|&dts| dts < ts)

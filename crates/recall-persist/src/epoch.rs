@@ -14,7 +14,7 @@ use std::path::Path;
 use crate::fsutil::{write_atomically, FailAt};
 
 /// Low bits of a timestamp that count writes within one boot.
-pub const EPOCH_SHIFT: u32 = 40;
+pub use recall_record::ts::EPOCH_SHIFT;
 
 /// Read the epoch in `dir/epoch`, add one, persist it durably, and return
 /// the new epoch. Must complete before the server accepts a write.
@@ -29,7 +29,7 @@ pub fn bump(dir: &Path) -> io::Result<u64> {
         Err(e) => return Err(e),
     };
     let next = prev + 1;
-    if next >= 1 << (64 - EPOCH_SHIFT) {
+    if next > recall_record::ts::EPOCH_MAX {
         return Err(io::Error::other("epoch space exhausted"));
     }
     write_atomically(&path, FailAt::None, |w| w.write_all(format!("{next}\n").as_bytes()))?;
@@ -38,7 +38,7 @@ pub fn bump(dir: &Path) -> io::Result<u64> {
 
 /// The first timestamp of an epoch.
 pub fn base(epoch: u64) -> u64 {
-    epoch << EPOCH_SHIFT
+    recall_record::ts::epoch_base(epoch)
 }
 
 #[cfg(test)]

@@ -24,19 +24,9 @@ pub mod fsutil;
 pub mod snapshot;
 pub mod wal;
 
-/// One item (or tombstone) as persisted.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
-    pub key: Vec<u8>,
-    pub value: Vec<u8>,
-    pub flags: u32,
-    /// Absolute Unix expiry, 0 = never.
-    pub exptime: u32,
-    /// The write timestamp (the item's CAS).
-    pub ts: u64,
-    /// A delete: the key is gone as of `ts`.
-    pub tombstone: bool,
-}
+/// One item (or tombstone) as persisted: recall's one mutation record,
+/// owned (`recall-record` defines it and its encoding).
+pub use recall_record::OwnedRecord as Record;
 
 /// Errors reading persisted state, with the byte offset where it went wrong
 /// so an operator can inspect the file.

@@ -32,7 +32,9 @@ pub const MAGIC: &[u8; 8] = b"RECALLSN";
 /// a reader for the previous version until no supported release writes it.
 pub const VERSION: u32 = 2;
 
-const TAG_ITEM: u8 = 1;
+/// An item: the shared mutation record (`recall_record`), whose kind byte
+/// is this tag.
+const TAG_ITEM: u8 = recall_record::KIND_VALUE;
 const TAG_TOMBSTONE: u8 = 2;
 const TAG_END: u8 = 0xFF;
 pub const HEADER_LEN: usize = 56;
@@ -91,21 +93,17 @@ impl<W: Write> Writer<W> {
         let klen = u8::try_from(key.len()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "key too long"))?;
         let vlen =
             u32::try_from(value.len()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "value too long"))?;
-        let mut head = [0u8; 22];
         if tombstone {
+            // A snapshot's tombstone is short (tag, key length, timestamp):
+            // format v1 predates the shared record; see `TAG_TOMBSTONE`.
+            let mut head = [0u8; 10];
             head[0] = TAG_TOMBSTONE;
             head[1] = klen;
             head[2..10].copy_from_slice(&ts.to_le_bytes());
             self.put(&head[..10])?;
             self.put(key)?;
         } else {
-            head[0] = TAG_ITEM;
-            head[1] = klen;
-            head[2..6].copy_from_slice(&flags.to_le_bytes());
-            head[6..10].copy_from_slice(&exptime.to_le_bytes());
-            head[10..18].copy_from_slice(&ts.to_le_bytes());
-            head[18..22].copy_from_slice(&vlen.to_le_bytes());
-            self.put(&head)?;
+            self.put(&recall_record::header(false, klen, flags, exptime, ts, vlen))?;
             self.put(key)?;
             self.put(value)?;
         }
@@ -126,14 +124,7 @@ impl<W: Write> Writer<W> {
         let klen = u8::try_from(key.len()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "key too long"))?;
         let total: usize = parts.clone().map(|p| p.len()).sum();
         let vlen = u32::try_from(total).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "value too long"))?;
-        let mut head = [0u8; 22];
-        head[0] = TAG_ITEM;
-        head[1] = klen;
-        head[2..6].copy_from_slice(&flags.to_le_bytes());
-        head[6..10].copy_from_slice(&exptime.to_le_bytes());
-        head[10..18].copy_from_slice(&ts.to_le_bytes());
-        head[18..22].copy_from_slice(&vlen.to_le_bytes());
-        self.put(&head)?;
+        self.put(&recall_record::header(false, klen, flags, exptime, ts, vlen))?;
         self.put(key)?;
         for p in parts {
             self.put(p)?;
@@ -210,16 +201,13 @@ pub fn read<R: Read>(r: R, mut f: impl FnMut(Record)) -> Result<Summary, Error> 
         s.take(&mut tag, "missing trailer")?;
         match tag[0] {
             TAG_ITEM => {
-                let mut h = [0u8; 21];
-                s.take(&mut h, "truncated item header")?;
-                let klen = h[0] as usize;
-                let flags = u32::from_le_bytes(h[1..5].try_into().expect("4"));
-                let exptime = u32::from_le_bytes(h[5..9].try_into().expect("4"));
-                let ts = u64::from_le_bytes(h[9..17].try_into().expect("8"));
-                let vlen = u32::from_le_bytes(h[17..21].try_into().expect("4")) as usize;
-                if klen == 0 {
-                    return Err(Error::Corrupt { offset: s.offset, what: "empty key" });
-                }
+                let mut h = [0u8; recall_record::HEADER];
+                h[0] = TAG_ITEM;
+                s.take(&mut h[1..], "truncated item header")?;
+                let (klen, vlen, flags, exptime, ts) = match recall_record::Header::decode(&h) {
+                    Ok(h) => (h.key_len, h.value_len, h.flags, h.exptime, h.ts),
+                    Err(_) => return Err(Error::Corrupt { offset: s.offset, what: "bad item header" }),
+                };
                 let mut key = vec![0u8; klen];
                 s.take(&mut key, "truncated key")?;
                 // Read the value in pieces so a corrupt length can't make us

@@ -12,9 +12,10 @@
 //!
 //! answered by one line, `REPLAYED <applied> <stale> <errors>`.
 //!
-//! A record is a 22-byte little-endian header and then the key and the
-//! value (the layout of a write-ahead log record body, so that a replayed
-//! write costs the server what a logged one does):
+//! A record is recall's one mutation record (`recall_record::Record`): a
+//! 22-byte little-endian header and then the key and the value (the layout
+//! of a write-ahead log record body and of a snapshot item, so that a
+//! replayed write costs the server what a logged one does):
 //!
 //! | offset | size | field |
 //! |---:|---:|---|
@@ -34,10 +35,7 @@
 use crate::{Limits, KEY_MAX};
 
 /// Bytes of a record before its key.
-pub const RECORD_HEADER: usize = 22;
-
-const KIND_VALUE: u8 = 1;
-const KIND_DELETE: u8 = 2;
+pub const RECORD_HEADER: usize = recall_record::HEADER;
 
 /// Largest body a server accepts whatever its item limit: big enough for
 /// thousands of small writes, small enough to buffer.
@@ -51,39 +49,9 @@ impl Limits {
     }
 }
 
-/// One replayed write, borrowing from the batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Record<'a> {
-    /// A delete: `value` is empty and `flags`/`exptime` are 0.
-    pub tombstone: bool,
-    pub key: &'a [u8],
-    pub value: &'a [u8],
-    pub flags: u32,
-    pub exptime: u32,
-    pub ts: u64,
-}
-
-impl Record<'_> {
-    /// Bytes this record takes in a batch.
-    pub fn encoded_len(&self) -> usize {
-        RECORD_HEADER + self.key.len() + self.value.len()
-    }
-
-    /// Append the record to a batch body. The caller keeps keys within
-    /// 1..=250 bytes (the client checks every key it records).
-    pub fn encode(&self, out: &mut Vec<u8>) {
-        debug_assert!(!self.key.is_empty() && self.key.len() <= KEY_MAX);
-        debug_assert!(!self.tombstone || self.value.is_empty());
-        out.push(if self.tombstone { KIND_DELETE } else { KIND_VALUE });
-        out.push(self.key.len() as u8);
-        out.extend_from_slice(&self.flags.to_le_bytes());
-        out.extend_from_slice(&self.exptime.to_le_bytes());
-        out.extend_from_slice(&self.ts.to_le_bytes());
-        out.extend_from_slice(&(self.value.len() as u32).to_le_bytes());
-        out.extend_from_slice(self.key);
-        out.extend_from_slice(self.value);
-    }
-}
+/// One replayed write, borrowing from the batch: recall's one mutation
+/// record (`recall-record`), whose encoding this body carries.
+pub use recall_record::Record;
 
 /// Why a batch body was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,32 +98,14 @@ pub fn decode_batch(body: &[u8], count: usize) -> Result<Vec<Record<'_>>, BatchE
         if out.len() == count {
             return Err(BatchError::CountMismatch);
         }
-        let Some((h, tail)) = rest.split_first_chunk::<RECORD_HEADER>() else {
-            return Err(BatchError::Truncated);
-        };
-        let le32 = |at: usize| u32::from_le_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
-        let tombstone = match h[0] {
-            KIND_VALUE => false,
-            KIND_DELETE => true,
-            _ => return Err(BatchError::BadKind),
-        };
-        let klen = h[1] as usize;
-        if klen == 0 || klen > KEY_MAX {
-            return Err(BatchError::BadKey);
-        }
-        let (flags, exptime) = (le32(2), le32(6));
-        let ts = u64::from_le_bytes(h[10..18].try_into().expect("8 bytes"));
-        let vlen = le32(18) as usize;
-        if tombstone && (vlen != 0 || flags != 0 || exptime != 0) {
-            return Err(BatchError::BadDelete);
-        }
-        if tail.len() < klen + vlen {
-            return Err(BatchError::Truncated);
-        }
-        let (key, tail) = tail.split_at(klen);
-        let (value, tail) = tail.split_at(vlen);
-        out.push(Record { tombstone, key, value, flags, exptime, ts });
-        rest = tail;
+        let (r, used) = Record::decode(rest).map_err(|e| match e {
+            recall_record::RecordError::Truncated => BatchError::Truncated,
+            recall_record::RecordError::BadKind => BatchError::BadKind,
+            recall_record::RecordError::BadKey => BatchError::BadKey,
+            recall_record::RecordError::BadDelete => BatchError::BadDelete,
+        })?;
+        out.push(r);
+        rest = &rest[used..];
     }
     if out.len() != count {
         return Err(BatchError::CountMismatch);

@@ -39,7 +39,6 @@ use recall_persist::{clients, epoch, Record};
 
 use crate::schedule::{self, Schedule, Seen};
 
-const _: () = assert!(recall_engine::durability::EPOCH_SHIFT == epoch::EPOCH_SHIFT);
 use recall_engine::{Barrier, Observer};
 use recall_store::{Mutation, Value};
 
