@@ -63,25 +63,26 @@ impl Engine {
         Action::Continue
     }
 
+    /// The fields memcached's metadump and `me` print after the key:
+    /// ` exp=.. la=.. cas=.. fetch=.. cls=1 size=..` and CRLF (`exp` and
+    /// `la` differ between the two: absolute in metadump, relative in me).
+    pub(crate) fn item_fields(&self, out: &mut Vec<u8>, v: &recall_store::ItemView<'_>, exp: i64, la: u64) {
+        use std::io::Write as _;
+        let fetched = if v.fetched { "yes" } else { "no" };
+        let size = self.store.footprint(v.key.len(), v.value.len());
+        let _ = write!(out, " exp={exp} la={la} cas={} fetch={fetched} cls=1 size={size}\r\n", v.cas);
+    }
+
     fn lru_crawler(&self, args: &[u8], out: &mut Vec<u8>) {
         let mut it = keys(args);
         match (it.next(), it.next()) {
             (Some(b"metadump"), Some(_)) => {
                 let now = self.now();
                 self.store.for_each(now, |v| {
-                    use std::io::Write as _;
                     out.extend_from_slice(b"key=");
                     uri_encode(out, v.key);
                     let exp = if v.exptime == 0 { -1 } else { v.exptime as i64 };
-                    let _ = write!(
-                        out,
-                        " exp={} la={} cas={} fetch={} cls=1 size={}\r\n",
-                        exp,
-                        v.atime,
-                        v.cas,
-                        if v.fetched { "yes" } else { "no" },
-                        self.store.footprint(v.key.len(), v.value.len())
-                    );
+                    self.item_fields(out, v, exp, v.atime as u64);
                 });
                 out.extend_from_slice(b"END\r\n");
             }

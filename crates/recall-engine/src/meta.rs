@@ -169,22 +169,13 @@ impl Engine {
         let now = self.now();
         self.execute(&op, cx, |o| match o {
             Outcome::Read(Read::Hit(v)) => {
-                use std::io::Write as _;
                 out.extend_from_slice(b"ME ");
                 if f.base64 {
                     out.extend_from_slice(reply::base64_encode(key).as_bytes());
                 } else {
                     out.extend_from_slice(key);
                 }
-                let _ = write!(
-                    out,
-                    " exp={} la={} cas={} fetch={} cls=1 size={}\r\n",
-                    Engine::ttl_left(v.exptime, now),
-                    now.saturating_sub(v.atime),
-                    v.cas,
-                    if v.fetched { "yes" } else { "no" },
-                    self.store.footprint(v.key.len(), v.value.len())
-                );
+                self.item_fields(out, &v, Engine::ttl_left(v.exptime, now), now.saturating_sub(v.atime) as u64);
             }
             _ => reply::line(out, b"EN"),
         });
