@@ -101,3 +101,15 @@
 < DELETED
 > timestamps maybe
 < CLIENT_ERROR bad command line format
+# A refused replay line takes its value with it (issue 16): the 12 bytes
+# "delete victim" must not run as a command.
+> set victim 0 0 1
+> v
+< STORED
+> replay k 0 -1 7000 13
+> delete victim
+< CLIENT_ERROR bad command line format
+> get victim
+< VALUE victim 0 1
+< v
+< END

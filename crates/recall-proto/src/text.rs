@@ -611,15 +611,18 @@ fn decode_replay<'a>(
         Err(e)
     };
     let key = t.toks[1];
-    let (Some(flags), Some(exptime), Some(ts), Some(vlen)) =
-        (parse_u32(t.toks[2]), parse_u32(t.toks[3]), parse_u64(t.toks[4]), parse_i32(t.toks[5]))
-    else {
+    // Without a length there is no knowing where the value ends: refuse
+    // the line alone.
+    let Some(vlen) = parse_i32(t.toks[5]).and_then(|v| usize::try_from(v).ok()) else {
         return fail(ErrorKind::Client(msg::BAD_FORMAT));
     };
-    if key.len() > KEY_MAX || vlen < 0 {
-        return fail(ErrorKind::Client(msg::BAD_FORMAT));
-    }
-    let vlen = vlen as usize;
+    // With one, a refused line takes its value with it: the value's bytes
+    // must never be read as commands.
+    let (Some(flags), Some(exptime), Some(ts), true) =
+        (parse_u32(t.toks[2]), parse_u32(t.toks[3]), parse_u64(t.toks[4]), key.len() <= KEY_MAX)
+    else {
+        return Err(refuse_block(ErrorKind::Client(msg::BAD_FORMAT), buf, consumed, vlen as u64, noreply));
+    };
     if !limits.item_fits(key.len(), vlen, flags) {
         return Err(refuse_block(ErrorKind::TooLarge, buf, consumed, vlen as u64, noreply));
     }
