@@ -32,9 +32,8 @@
 //! * Allocation failure (store out of memory) answers `0x82` "Out of
 //!   memory", counts `store_no_memory`, and a SET/SETQ drops the old value.
 
-use recall_proto::binary::{self, opcode, status, BinCommand, BinDecoded, BinErrorKind, StoreMode};
+use recall_proto::binary::{self, opcode, status, BinCommand, BinErrorKind, StoreMode};
 use recall_proto::reply::Status;
-use recall_proto::Limits;
 use recall_store::{ArithOutcome, Mode, Read, Value, WriteOutcome};
 
 use crate::execute::{arith_status, delete_status, write_status};
@@ -45,40 +44,37 @@ use crate::{Action, Cx, Engine, MEMCACHED_COMPAT_VERSION};
 const ARITH_NO_CREATE: u32 = 0xffff_ffff;
 
 impl Engine {
-    /// Decode and execute one binary request, appending its reply (if any)
-    /// to `out`. Returns the bytes used (0 with `Continue` = need more
-    /// input) and what the connection should do next. `swallow` is set when
-    /// the rest of a refused body must be dropped as it arrives.
-    pub(crate) fn binary_step(
+    /// Reply to a binary decoding error (dropping the old value of a
+    /// refused SET). Returns whether to close.
+    pub(crate) fn binary_error(
         &self,
-        buf: &[u8],
-        limits: &Limits,
+        e: &recall_proto::binary::BinError<'_>,
         cx: &mut Cx<'_>,
         out: &mut Vec<u8>,
-        swallow: &mut usize,
-    ) -> (usize, Action) {
-        match binary::decode(buf, limits) {
-            Ok(BinDecoded::Incomplete) => (0, Action::Continue),
-            Ok(BinDecoded::Request(req, used)) => (used, self.binary_exec(req.opcode, req.opaque, &req.cmd, cx, out)),
-            Err(e) => {
-                e.write_reply(out);
-                *swallow = e.swallow;
-                if e.kind == BinErrorKind::TooLarge {
-                    cx.counters.store_too_large.incr();
-                    if let Some(key) = e.drop_key {
-                        self.drop_refused(key, cx.barrier);
-                    }
-                }
-                if e.kind.closes() {
-                    (e.consumed, Action::Close)
-                } else {
-                    (e.consumed, Action::Continue)
-                }
+    ) -> Action {
+        e.write_reply(out);
+        if e.kind == BinErrorKind::TooLarge {
+            cx.counters.store_too_large.incr();
+            if let Some(key) = e.drop_key {
+                self.drop_refused(key, cx.barrier);
             }
+        }
+        if e.kind.closes() {
+            Action::Close
+        } else {
+            Action::Continue
         }
     }
 
-    fn binary_exec(&self, op: u8, opaque: u32, cmd: &BinCommand<'_>, cx: &mut Cx<'_>, out: &mut Vec<u8>) -> Action {
+    /// Execute one decoded binary request, appending its reply (if any).
+    pub(crate) fn binary_exec(
+        &self,
+        op: u8,
+        opaque: u32,
+        cmd: &BinCommand<'_>,
+        cx: &mut Cx<'_>,
+        out: &mut Vec<u8>,
+    ) -> Action {
         // With CAS disabled (-C) items carry no CAS and memcached ignores
         // the request's.
         let cas_of = |cas: u64| if self.config.cas_enabled { cas } else { 0 };

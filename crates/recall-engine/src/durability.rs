@@ -63,6 +63,11 @@ pub struct Durability {
     events: Events,
     pub replayed: AtomicU64,
     pub replay_stale: AtomicU64,
+    /// Writes that waited for the end of recovery (see the session's
+    /// `hold`), counted once per wait.
+    pub held_writes: AtomicU64,
+    /// The registry loaded at boot names at least one client.
+    awaiting_clients: AtomicBool,
     /// Test-only failpoint (`RECALL_FAILPOINT=replay-after-N`): abort the
     /// process right after the N-th replayed record (a `replay`, a
     /// `replay_delete`, or one record of a `replay_batch`, applied or
@@ -256,6 +261,27 @@ impl Durability {
         self.enabled.load(Ordering::Acquire)
     }
 
+    pub fn is_recovering(&self) -> bool {
+        self.recovering.load(Ordering::Acquire)
+    }
+
+    /// Whether writes from other connections must wait: recovering, and
+    /// the registry loaded at boot names clients that may replay. Without
+    /// one (no durable client ever said `hello`) nobody is expected to
+    /// replay, and holding every write for the grace period would only
+    /// make the server unavailable.
+    pub fn holds_writes(&self) -> bool {
+        self.awaiting_clients.load(Ordering::Acquire) && self.is_recovering()
+    }
+
+    /// Block until recovery is over, or `timeout` passes. Returns whether
+    /// it is over. Woken when recovery ends.
+    pub fn wait_recovery_end(&self, timeout: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        self.events.wait_while(deadline, || self.is_recovering());
+        !self.is_recovering()
+    }
+
     /// Ask the snapshot thread for a snapshot now.
     pub fn request_snapshot(&self) {
         self.snapshot_requested.store(true, Ordering::Release);
@@ -444,6 +470,7 @@ impl Durability {
     /// client is already accounted for (an empty one), recovery ends here.
     pub fn install_clients(&self, loaded: Option<BTreeSet<Vec<u8>>>, save: SaveClients) {
         let mut c = self.clients.lock();
+        self.awaiting_clients.store(loaded.as_ref().is_some_and(|l| !l.is_empty()), Ordering::Release);
         c.registered = loaded.clone().unwrap_or_default();
         c.awaited = loaded;
         c.replayed.clear();

@@ -156,7 +156,7 @@ impl Engine {
                 let at = if delay > 0 { self.resolve_exptime(delay, now) } else { now };
                 let ts = self.flush(at, now, sink);
                 if ts > 0 && self.durability.is_enabled() {
-                    cx.barrier.join(Barrier { log: 0, snapshot: ts });
+                    cx.barrier.join(Barrier { snapshot: ts, ..Default::default() });
                 }
                 Outcome::Flushed
             }

@@ -21,6 +21,7 @@
 
 use std::sync::Arc;
 
+use recall_proto::binary::BinDecoded;
 use recall_proto::stream::{FrameEvent, FrameReader};
 use recall_proto::text::{self, Command, Decoded, StoreCmd, StreamBody};
 use recall_proto::Limits;
@@ -100,6 +101,12 @@ pub struct Session {
     counters: Arc<Counters>,
     /// `timestamps on|off` (recall extension), per connection.
     timestamps: bool,
+    /// This connection said `hello` or replayed: a durable client's,
+    /// whose writes (the fence after a replay) are not held during
+    /// recovery.
+    durable_client: bool,
+    /// The last `process` stopped before a write held for recovery.
+    held: bool,
 }
 
 impl Session {
@@ -112,6 +119,8 @@ impl Session {
             limits: Limits { item_size_max: engine.config.item_size_max, stream_threshold: BIG_THRESHOLD },
             counters,
             timestamps: false,
+            durable_client: false,
+            held: false,
         }
     }
 
@@ -133,6 +142,7 @@ impl Session {
     pub fn process(&mut self, engine: &Engine, input: &[u8], out: &mut Out) -> Processed {
         let mut barrier = Barrier::default();
         let (used, action) = self.run(engine, input, out, &mut barrier);
+        barrier.recovery = std::mem::take(&mut self.held);
         Processed { used, action, barrier }
     }
 
@@ -185,7 +195,7 @@ impl Session {
             };
             let (used, action) = match proto {
                 Proto::Text => self.step_text(engine, buf, &mut cx, out),
-                Proto::Binary => engine.binary_step(buf, &self.limits, &mut cx, out, &mut self.swallow),
+                Proto::Binary => self.step_binary(engine, buf, &mut cx, out),
             };
             pos += used;
             match action {
@@ -199,6 +209,7 @@ impl Session {
     /// One text request. Returns bytes used (0 = need more input).
     fn step_text(&mut self, engine: &Engine, buf: &[u8], cx: &mut Cx<'_>, out: &mut Out) -> (usize, Action) {
         match text::decode(buf, &self.limits) {
+            Ok(Decoded::Request(req, _)) if self.hold(engine, req.cmd.mutates()) => (0, Action::Continue),
             Ok(Decoded::Request(req, n)) => {
                 if let Command::StoreStream { cmd, key, flags, exptime, cas, body } = req.cmd {
                     self.stream = Some(StreamIn {
@@ -218,8 +229,17 @@ impl Session {
                     });
                     return (n, Action::Continue);
                 }
-                if let Command::Timestamps { on } = req.cmd {
-                    self.timestamps = on;
+                match req.cmd {
+                    Command::Timestamps { on } => self.timestamps = on,
+                    // A connection that registers or replays belongs to a
+                    // durable client: its writes (the fence after a replay)
+                    // are part of the recovery, not held behind it.
+                    Command::Hello { .. }
+                    | Command::Replay { .. }
+                    | Command::ReplayDelete { .. }
+                    | Command::ReplayBatch { .. }
+                    | Command::ReplayDone { .. } => self.durable_client = true,
+                    _ => {}
                 }
                 (n, engine.text(&req, self.timestamps, cx, out))
             }
@@ -230,6 +250,37 @@ impl Session {
                 (e.consumed, action)
             }
         }
+    }
+
+    /// One binary request. Returns bytes used (0 = need more input).
+    fn step_binary(&mut self, engine: &Engine, buf: &[u8], cx: &mut Cx<'_>, out: &mut Out) -> (usize, Action) {
+        match recall_proto::binary::decode(buf, &self.limits) {
+            Ok(BinDecoded::Incomplete) => (0, Action::Continue),
+            Ok(BinDecoded::Request(req, _)) if self.hold(engine, req.cmd.mutates()) => (0, Action::Continue),
+            Ok(BinDecoded::Request(req, used)) => (used, engine.binary_exec(req.opcode, req.opaque, &req.cmd, cx, out)),
+            Err(e) => {
+                self.swallow = e.swallow;
+                (e.consumed, engine.binary_error(&e, cx, out))
+            }
+        }
+    }
+
+    /// Seed 000's promise to a client that replays after a crash: while
+    /// the server is recovering, a write from anyone else must not land on
+    /// a key whose newer value is still to be replayed (an `append` to the
+    /// snapshot's older value would make the replay stale, and the
+    /// acknowledged write lost). The server cannot know those keys, so
+    /// every write from a connection that is not a durable client's
+    /// control connection waits until recovery ends (every registered
+    /// client replayed, or the grace period passed). Reads and replays go
+    /// on. Only while clients registered at boot may still replay (see
+    /// `Durability::holds_writes`). Returns whether to hold this request.
+    fn hold(&mut self, engine: &Engine, mutates: bool) -> bool {
+        if mutates && !self.held && !self.durable_client && engine.durability.holds_writes() {
+            self.held = true;
+            engine.durability.held_writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.held
     }
 
     /// Feed value bytes into the stream in progress.

@@ -253,6 +253,7 @@ impl Engine {
             stat(out, "recovering", u64::from(d.recovering.load(Relaxed)));
             stat(out, "replay_applied", d.replayed.load(Relaxed));
             stat(out, "replay_stale", d.replay_stale.load(Relaxed));
+            stat(out, "recovery_held_writes", d.held_writes.load(Relaxed));
             stat(out, "clients_registered", registered);
             stat(out, "recovery_clients_known", known);
             stat(out, "recovery_clients_replayed", replayed);

@@ -38,6 +38,10 @@ pub struct Barrier {
     /// `flush_all` without a log: until then a crash would bring the
     /// flushed items back from the older snapshot).
     pub snapshot: u64,
+    /// The session stopped before a write that must wait for the end of
+    /// recovery: send the replies so far, wait until the server is no
+    /// longer recovering, then process the rest of the input.
+    pub recovery: bool,
 }
 
 impl Barrier {
@@ -48,6 +52,7 @@ impl Barrier {
     pub fn join(&mut self, other: Barrier) {
         self.log = self.log.max(other.log);
         self.snapshot = self.snapshot.max(other.snapshot);
+        self.recovery |= other.recovery;
     }
 }
 

@@ -21,7 +21,7 @@ struct Seen {
 impl Observer for Seen {
     fn observe(&self, m: &Mutation<'_>) -> Barrier {
         self.keys.lock().unwrap().push((m.key.to_vec(), m.tombstone));
-        Barrier { log: self.n.fetch_add(1, Ordering::AcqRel) + 1, snapshot: 0 }
+        Barrier { log: self.n.fetch_add(1, Ordering::AcqRel) + 1, ..Default::default() }
     }
 }
 
@@ -79,7 +79,7 @@ fn every_protocol_s_mutations_reach_the_observers_and_the_barrier() {
         let (reply, b) = send(&e, &bytes);
         let after = seen.n.load(Ordering::Acquire);
         assert_eq!(after - before, n as u64, "{what}: mutations observed ({reply:?})");
-        let want = if n == 0 { Barrier::default() } else { Barrier { log: after, snapshot: 0 } };
+        let want = if n == 0 { Barrier::default() } else { Barrier { log: after, ..Default::default() } };
         assert_eq!(b, want, "{what}: the barrier is the batch's last ticket");
     }
     let keys = seen.keys.lock().unwrap();
@@ -128,6 +128,48 @@ fn an_immediate_flush_waits_for_a_snapshot_only_with_durability() {
     e.durability.enabled.store(true, Ordering::Release);
     let (r, b) = send(&e, b"flush_all\r\n");
     assert_eq!(r, "OK\r\n");
-    assert_eq!(b, Barrier { log: 0, snapshot: e.store.current_cas() }, "the flush's own timestamp");
+    assert_eq!(b, Barrier { snapshot: e.store.current_cas(), ..Default::default() }, "the flush's own timestamp");
     assert_eq!(send(&e, b"flush_all 60\r\n").1, Barrier::default(), "a delayed flush draws no timestamp");
+}
+
+#[test]
+fn writes_wait_for_recovery_only_while_registered_clients_may_replay() {
+    use crate::durability::SaveClients;
+    let e = engine(Arc::new(ManualClock::new(1_700_000_000)));
+    let d = &e.durability;
+    d.enabled.store(true, Ordering::Release);
+    d.recovering.store(true, Ordering::Release);
+    d.install_clients(None, SaveClients(Box::new(|_| Ok(()))));
+    assert_eq!(send(&e, b"set k 0 0 1\r\nx\r\n").0, "STORED\r\n", "no registry: nobody to wait for");
+
+    let awaited = [b"app".to_vec()].into_iter().collect();
+    d.install_clients(Some(awaited), SaveClients(Box::new(|_| Ok(()))));
+    let mut plain = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+    let mut out = Out::new();
+    let req = b"get k\r\nappend k 0 0 1\r\ny\r\nget k\r\n";
+    let p = plain.process(&e, req, &mut out);
+    assert_eq!(p.used, 7, "stops before the append");
+    assert!(p.barrier.recovery);
+    assert_eq!(out.flatten(), b"VALUE k 0 1\r\nx\r\nEND\r\n", "the read before it is answered");
+    assert_eq!(d.held_writes.load(Ordering::Acquire), 1);
+    let mut bin = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+    let p = bin.process(&e, &bin_set(b"k", b"z"), &mut Out::new());
+    assert_eq!((p.used, p.barrier.recovery), (0, true), "binary writes wait too");
+    assert_eq!(d.held_writes.load(Ordering::Acquire), 2);
+
+    // A durable client's connection (hello, or a replay) is not held.
+    let (r, b) = send(&e, b"hello app\r\nms fence 0 c\r\n\r\n");
+    assert!(r.starts_with("DURABLE ") && r.contains(" recovering\r\nHD c"), "{r}");
+    assert!(!b.recovery);
+    assert!(send(&e, format!("replay r 0 0 {} 1\r\nq\r\nms f2 0\r\n\r\n", 1u64 << 41).as_bytes())
+        .0
+        .ends_with("HD\r\n"));
+
+    // Once recovery ends the held connection goes on where it stopped.
+    d.replay_done(b"app");
+    assert!(!d.is_recovering());
+    let mut out = Out::new();
+    let p = plain.process(&e, &req[7..], &mut out);
+    assert_eq!((p.used, p.barrier.recovery), (req.len() - 7, false));
+    assert_eq!(out.flatten(), b"STORED\r\nVALUE k 0 2\r\nxy\r\nEND\r\n");
 }

@@ -388,6 +388,20 @@ pub enum BinCommand<'a> {
 }
 
 impl BinCommand<'_> {
+    /// Whether the command writes an item (store, append, delete, incr,
+    /// flush): what a recovering server holds back (see recall-engine's
+    /// session).
+    pub fn mutates(&self) -> bool {
+        matches!(
+            self,
+            BinCommand::Store { .. }
+                | BinCommand::Concat { .. }
+                | BinCommand::Delete { .. }
+                | BinCommand::Arith { .. }
+                | BinCommand::Flush { .. }
+        )
+    }
+
     /// Whether success replies are suppressed (and, for gets, misses).
     pub fn quiet(&self) -> bool {
         match *self {

@@ -202,6 +202,26 @@ pub enum Command<'a> {
     },
 }
 
+impl Command<'_> {
+    /// Whether the command writes an item (storage, delete, incr/decr,
+    /// flush, and their meta and streamed forms; not a replay, which
+    /// carries its own timestamp): what a recovering server holds back
+    /// (see recall-engine's session).
+    pub fn mutates(&self) -> bool {
+        matches!(
+            self,
+            Command::Store { .. }
+                | Command::StoreStream { .. }
+                | Command::Delete { .. }
+                | Command::Arith { .. }
+                | Command::FlushAll { .. }
+                | Command::MetaSet { .. }
+                | Command::MetaDelete { .. }
+                | Command::MetaArith { .. }
+        )
+    }
+}
+
 /// A durable client's id: 1..=250 bytes, no spaces or control characters
 /// (the key rule).
 pub fn client_id_ok(id: &[u8]) -> bool {

@@ -55,7 +55,7 @@ impl Observer for WalObserver {
                 self.0.append_parts(m.key, b.chunks().iter().map(|c| &c[..]), m.flags, m.exptime, m.ts, m.tombstone)
             }
         };
-        Barrier { log: lsn, snapshot: 0 }
+        Barrier { log: lsn, ..Default::default() }
     }
 }
 

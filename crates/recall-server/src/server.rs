@@ -329,6 +329,12 @@ async fn connection(
         if action != Action::Continue {
             return action;
         }
+        if b.recovery {
+            // A write waits for the end of recovery (see the engine's
+            // session); the replies before it have gone out.
+            wait_for_recovery(engine).await;
+            continue;
+        }
         if used > 0 && !buf.is_empty() {
             // Replies were capped; more complete requests may be waiting.
             continue;
@@ -374,6 +380,18 @@ async fn wait_for_snapshot(engine: &Arc<Engine>, ts: u64) {
         .unwrap_or(false);
     if !covered {
         tracing::error!(ts, "flush_all: no snapshot covers it after 10 s; replying anyway (a crash now would undo it)");
+    }
+}
+
+/// Wait until the server is no longer recovering (every registered client
+/// replayed, or the grace period ended: the snapshot thread ends it).
+async fn wait_for_recovery(engine: &Arc<Engine>) {
+    let e = engine.clone();
+    // Bounded waits on the blocking pool, so a task never pins a blocking
+    // thread for the whole grace period in one call.
+    while e.durability.is_recovering() {
+        let e2 = e.clone();
+        let _ = tokio::task::spawn_blocking(move || e2.durability.wait_recovery_end(Duration::from_secs(1))).await;
     }
 }
 

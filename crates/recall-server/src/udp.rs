@@ -54,7 +54,15 @@ pub fn serve(engine: Arc<Engine>, sock: UdpSocket, wal: Option<Arc<recall_persis
         counters.bytes_read.add(n as u64);
         out.clear();
         let mut session = Session::new(&engine, counters.clone(), ProtocolChoice::Ascii);
-        let b = session.process(&engine, &buf[HEADER..n], &mut out).barrier;
+        let first = session.process(&engine, &buf[HEADER..n], &mut out);
+        let mut b = first.barrier;
+        if b.recovery {
+            // A write during recovery waits (see the engine's session);
+            // UDP requests are single datagrams, so the wait holds this
+            // listener; the rest of the datagram runs after it.
+            while !engine.durability.wait_recovery_end(Duration::from_secs(1)) {}
+            b.join(session.process(&engine, &buf[HEADER + first.used..n], &mut out).barrier);
+        }
         // As on TCP: writes are durable before their replies go out.
         if let (Some(w), true) = (&wal, b.log > 0) {
             if w.wait_blocking(b.log).is_err() {

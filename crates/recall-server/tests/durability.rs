@@ -556,3 +556,44 @@ fn failpoint_replay_after_n_double_crash() {
         std::io::Write::write_all(c, req.as_bytes()).unwrap();
     });
 }
+
+/// Issue 16: while the server recovers, a plain client's write to a key
+/// whose newer value a durable client still has to replay must not land
+/// first (an append on the snapshot's older value would make the replay
+/// stale and lose the acknowledged write). It waits until recovery ends;
+/// reads are served meanwhile.
+#[test]
+fn a_plain_clients_write_during_recovery_waits_for_the_replay() {
+    let dir = TempDir::new("hold");
+    let args = ["--data-dir", dir.s(), "--snapshot-interval", "3600", "--snapshot-after-writes", "0"];
+    let args = [&args[..], &["--recovery-grace", "3600"]].concat();
+    let mut s = recalld(&args);
+    let mut a = s.connect();
+    roundtrip(&mut a, b"hello app-a\r\n", b"\r\n");
+    let old = set(&mut a, "k", "old");
+    snapshot_and_wait(&mut a, old);
+    // Acknowledged after the snapshot: only app-a's backup has it now.
+    let new = set(&mut a, "k", "new");
+    kill9(&mut s);
+
+    let s = recalld(&args);
+    let mut plain = s.connect();
+    let mut a = s.connect();
+    assert_eq!(durable(&mut a).2, "recovering");
+    use std::io::Write as _;
+    plain.write_all(b"append k 0 0 1\r\n+\r\nget k\r\n").unwrap();
+    // Wait (bounded) until the server holds the append.
+    let end = Instant::now() + Duration::from_secs(30);
+    while stat(&mut a, "recovery_held_writes") != "1" {
+        assert!(Instant::now() < end, "the plain client's append was never held");
+        std::thread::yield_now();
+    }
+    assert_eq!(get(&mut a, "k").unwrap().0, "old", "reads are served while the write waits");
+    // app-a replays: its write is newer than anything the server holds.
+    roundtrip(&mut a, b"hello app-a\r\n", b"\r\n");
+    assert_eq!(send(&mut a, &format!("replay k 7 0 {new} 3\r\nnew\r\n")), "APPLIED\r\n");
+    assert_eq!(send(&mut a, "replay_done app-a\r\n"), "OK\r\n");
+    // Recovery is over: the held append runs, on the replayed value.
+    let (reply, _) = common::read_until(&mut plain, Duration::from_secs(30), |b| b.ends_with(b"END\r\n"));
+    assert_eq!(String::from_utf8(reply).unwrap(), "STORED\r\nVALUE k 7 4\r\nnew+\r\nEND\r\n");
+}
