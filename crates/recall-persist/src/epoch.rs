@@ -20,17 +20,25 @@ pub use recall_record::ts::EPOCH_SHIFT;
 /// the new epoch. Must complete before the server accepts a write.
 pub fn bump(dir: &Path) -> io::Result<u64> {
     let path = dir.join("epoch");
-    let prev = match std::fs::read_to_string(&path) {
-        Ok(s) => s
-            .trim()
-            .parse::<u64>()
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("{}: not a number", path.display())))?,
+    let prev = match std::fs::read(&path) {
+        Ok(s) => std::str::from_utf8(&s).ok().and_then(|s| s.trim().parse::<u64>().ok()).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{}: {:?} is not an epoch number. Timestamps must stay above every earlier instance's: \
+                     write a number above the snapshot's instance (recalld --check-snapshot shows it) into \
+                     the file, or empty the data directory to start over",
+                    path.display(),
+                    String::from_utf8_lossy(&s[..s.len().min(64)])
+                ),
+            )
+        })?,
         Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
-        Err(e) => return Err(e),
+        Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
     };
     let next = prev + 1;
     if next > recall_record::ts::EPOCH_MAX {
-        return Err(io::Error::other("epoch space exhausted"));
+        return Err(io::Error::other(format!("{}: epoch space exhausted", path.display())));
     }
     write_atomically(&path, FailAt::None, |w| w.write_all(format!("{next}\n").as_bytes()))?;
     Ok(next)
@@ -55,6 +63,29 @@ mod tests {
         assert!(base(b) > base(a) + (1 << 39));
         std::fs::write(dir.join("epoch"), "garbage").unwrap();
         assert!(bump(&dir).is_err(), "a corrupt epoch must stop the boot, not reset time");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// Issue 16, item 9: every error on the epoch file names it.
+    #[test]
+    fn errors_name_the_file() {
+        let dir = std::env::temp_dir().join(format!("recall-epoch-err-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let epoch = dir.join("epoch");
+        std::fs::write(&epoch, "garbage").unwrap();
+        let e = bump(&dir).unwrap_err().to_string();
+        assert!(e.contains(epoch.to_str().unwrap()) && e.contains("garbage"), "{e}");
+        // Unreadable (here: a directory where the file should be).
+        std::fs::remove_file(&epoch).unwrap();
+        std::fs::create_dir(&epoch).unwrap();
+        let e = bump(&dir).unwrap_err().to_string();
+        assert!(e.contains(epoch.to_str().unwrap()), "{e}");
+        // The temp file cannot be written (as on a full disk).
+        std::fs::remove_dir(&epoch).unwrap();
+        std::fs::create_dir(dir.join("epoch.tmp")).unwrap();
+        let e = bump(&dir).unwrap_err().to_string();
+        assert!(e.contains(dir.join("epoch.tmp").to_str().unwrap()), "{e}");
         std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -35,22 +35,34 @@ where
 /// [`write_atomically`], calling `at(step)` before each step (`BeforeFsync`,
 /// `BeforeRename`, `BeforeDirFsync`); an error from it stops the write there.
 /// The server uses it to place crash failpoints on the snapshot path only.
+///
+/// Errors name the file they are about. A write that fails before the
+/// rename removes its temp file: on a full disk a retry (the snapshot
+/// thread's, every interval) must not keep the space the last attempt took.
 pub fn write_atomically_at<F>(path: &Path, mut at: impl FnMut(FailAt) -> io::Result<()>, write: F) -> io::Result<()>
 where
     F: FnOnce(&mut dyn Write) -> io::Result<()>,
 {
     let tmp = path.with_extension("tmp");
-    let file = File::create(&tmp)?;
-    let mut w = BufWriter::with_capacity(1 << 20, file);
-    write(&mut w)?;
-    let file = w.into_inner().map_err(|e| e.into_error())?;
-    at(FailAt::BeforeFsync)?;
-    file.sync_all()?;
-    drop(file);
-    at(FailAt::BeforeRename)?;
-    fs::rename(&tmp, path)?;
+    let named = |p: &Path, e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", p.display()));
+    let mut fill = || -> io::Result<()> {
+        let file = File::create(&tmp)?;
+        let mut w = BufWriter::with_capacity(1 << 20, file);
+        write(&mut w)?;
+        let file = w.into_inner().map_err(|e| e.into_error())?;
+        at(FailAt::BeforeFsync)?;
+        file.sync_all()?;
+        drop(file);
+        at(FailAt::BeforeRename)?;
+        fs::rename(&tmp, path)
+    };
+    if let Err(e) = fill() {
+        let _ = fs::remove_file(&tmp);
+        return Err(named(&tmp, e));
+    }
     at(FailAt::BeforeDirFsync)?;
-    sync_dir(path.parent().unwrap_or(Path::new(".")))
+    let dir = path.parent().unwrap_or(Path::new("."));
+    sync_dir(dir).map_err(|e| named(dir, e))
 }
 
 /// fsync a directory, making renames and creations in it durable.
@@ -79,6 +91,30 @@ mod tests {
         // A writer error leaves the old file too.
         assert!(write_atomically(&p, FailAt::None, |_| Err(io::Error::other("disk full"))).is_err());
         assert_eq!(fs::read(&p).unwrap(), b"three");
+        fs::remove_dir_all(&dir).ok();
+    }
+
+    /// Issue 16, item 9: a failed write must not leave its temp file behind
+    /// (a snapshot retried every interval on a full disk would otherwise
+    /// keep the space it freed), and its error names the file.
+    #[test]
+    fn a_failed_write_removes_its_temp_file_and_names_it() {
+        let dir = std::env::temp_dir().join(format!("recall-fsutil-tmp-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("f");
+        let tmp = dir.join("f.tmp");
+        for fail in [FailAt::BeforeFsync, FailAt::BeforeRename] {
+            assert!(write_atomically(&p, fail, |w| w.write_all(b"two")).is_err());
+            assert!(!tmp.exists(), "{fail:?} left {}", tmp.display());
+        }
+        let e = write_atomically(&p, FailAt::None, |w| {
+            w.write_all(&[0; 4096])?;
+            Err(io::Error::new(io::ErrorKind::StorageFull, "No space left on device"))
+        })
+        .unwrap_err();
+        assert!(!tmp.exists(), "a writer error left {}", tmp.display());
+        assert_eq!(e.kind(), io::ErrorKind::StorageFull);
+        assert!(e.to_string().contains(tmp.to_str().unwrap()), "{e}");
         fs::remove_dir_all(&dir).ok();
     }
 }

@@ -2,31 +2,45 @@
 //!
 //! Every write is appended to a buffer and gets a log sequence number (LSN).
 //! One flusher thread repeatedly takes everything buffered, writes it and
-//! calls `fdatasync`, then publishes the highest LSN it made durable. A
+//! calls `fdatasync`, then publishes the outcome for those LSNs. A
 //! connection replies only after its writes' LSNs are durable, so many
 //! concurrent writes share one fsync (group commit, like Redis'
 //! `appendfsync always` with its batching).
 //!
 //! Record framing: `len u32 | crc32c u32 | payload`, payload = `tag u8 |
 //! klen u8 | flags u32 | exptime u32 | ts u64 | vlen u32 | key | value`.
-//! Replay stops at the first short or corrupt record: a torn tail is what a
-//! crash leaves, and nothing after it was acknowledged.
 //! A tombstone with an empty key (tag 2, klen 0) is an immediate
-//! `flush_all` at its `ts`: replay drops everything before it.
+//! `flush_all` at its `ts`: replay drops everything before it. Reading the
+//! log back (and what happens to a torn or damaged record) is
+//! [`crate::wal_read`].
+//!
+//! **Disk errors.** A batch whose write or fsync fails is cut off again:
+//! the segment is truncated back to the end of the last batch that was
+//! durable (and that truncation fsynced), so the next batch starts right
+//! after the last good record and replay reaches it. The failed batch's
+//! LSNs are answered with the error, forever (a later success does not
+//! make them durable); later batches are tried as they come, so writes
+//! resume by themselves once space is back. If even the truncation fails,
+//! every batch fails until a retry of it succeeds: nothing is ever written
+//! after a partial record.
 //!
 //! Segments: `wal-<n>.log`. A snapshot first rotates to a new segment and
 //! then reads its watermark, so every record in older segments is covered by
-//! the snapshot and the older segments are deleted once it is durable.
+//! the snapshot and the older segments are deleted once it is durable. A
+//! rotation that fails is reported to the snapshot (which then fails), and
+//! appends stay in the current segment.
 
+use std::collections::VecDeque;
 use std::fs::{self, File, OpenOptions};
 use std::future::Future;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
+use crate::wal_read::named;
 use crate::Record;
 
 struct Pending {
@@ -34,31 +48,71 @@ struct Pending {
     last_lsn: u64,
     /// Set when the active segment must change before the next write.
     rotate_to: Option<u64>,
+    /// The flusher's answer to the last rotation asked for.
+    rotated: Option<Result<(), String>>,
     shutdown: bool,
 }
+
+/// Failed batches kept for waiters that have not looked yet. Failures come
+/// in episodes (a full disk fails batch after batch, and those merge into
+/// one range), so this stays short; past its bound the oldest ranges are
+/// forgotten and every LSN up to them counts as failed: a waiter that slow
+/// gets an error for a write that may be durable, never the reverse.
+struct Failures {
+    /// Inclusive LSN ranges, oldest first, with the error that failed them.
+    ranges: VecDeque<(u64, u64, Arc<str>)>,
+    forgotten_upto: u64,
+}
+
+const MAX_FAILURE_RANGES: usize = 4096;
 
 /// The log.
 pub struct Wal {
     dir: PathBuf,
     pending: Mutex<Pending>,
     wake_flusher: Condvar,
-    durable: AtomicU64,
+    /// Signalled (with `pending` held) when a rotation is done or the
+    /// flusher stops.
+    rotated: Condvar,
+    /// Every LSN up to this one has a known outcome: durable, or failed (in
+    /// `failures`).
+    settled: AtomicU64,
+    /// The flusher has stopped: LSNs above `settled` never will be settled.
+    stopped: AtomicBool,
+    failures: Mutex<Failures>,
     waiters: Mutex<Vec<(u64, Waker)>>,
     segment: AtomicU64,
-    error: Mutex<Option<String>>,
 }
 
-fn encode(out: &mut Vec<u8>, r: &Record) {
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Append one record, its value given by parts (no intermediate copy). The
+/// one definition of the record layout on the writing side (the reader's
+/// is `wal_read::decode_at`).
+fn encode_into<'p>(
+    out: &mut Vec<u8>,
+    key: &[u8],
+    parts: impl Iterator<Item = &'p [u8]> + Clone,
+    flags: u32,
+    exptime: u32,
+    ts: u64,
+    tombstone: bool,
+) {
+    let vlen: usize = parts.clone().map(|p| p.len()).sum();
     let start = out.len();
     out.extend_from_slice(&[0u8; 8]);
-    out.push(if r.tombstone { 2 } else { 1 });
-    out.push(r.key.len() as u8);
-    out.extend_from_slice(&r.flags.to_le_bytes());
-    out.extend_from_slice(&r.exptime.to_le_bytes());
-    out.extend_from_slice(&r.ts.to_le_bytes());
-    out.extend_from_slice(&(r.value.len() as u32).to_le_bytes());
-    out.extend_from_slice(&r.key);
-    out.extend_from_slice(&r.value);
+    out.push(if tombstone { 2 } else { 1 });
+    out.push(key.len() as u8);
+    out.extend_from_slice(&flags.to_le_bytes());
+    out.extend_from_slice(&exptime.to_le_bytes());
+    out.extend_from_slice(&ts.to_le_bytes());
+    out.extend_from_slice(&(vlen as u32).to_le_bytes());
+    out.extend_from_slice(key);
+    for part in parts {
+        out.extend_from_slice(part);
+    }
     let len = (out.len() - start - 8) as u32;
     let crc = crc32c::crc32c(&out[start + 8..]);
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());
@@ -85,61 +139,95 @@ pub fn segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
     Ok(v)
 }
 
-/// Replay every segment in order, stopping each at its first damaged
-/// record. Returns the number of records read.
-pub fn replay(dir: &Path, mut f: impl FnMut(Record)) -> io::Result<u64> {
-    let mut n = 0;
-    for (_, p) in segments(dir)? {
-        let mut data = Vec::new();
-        File::open(&p)?.read_to_end(&mut data)?;
-        let mut i = 0;
-        while i + 8 <= data.len() {
-            let len = u32::from_le_bytes(data[i..i + 4].try_into().expect("4")) as usize;
-            let crc = u32::from_le_bytes(data[i + 4..i + 8].try_into().expect("4"));
-            let Some(body) = data.get(i + 8..i + 8 + len) else { break };
-            if len < 22 || crc32c::crc32c(body) != crc {
-                break;
+pub use crate::wal_read::{check, repair, replay, ReplayError, Replayed};
+
+/// The segment being appended to.
+struct Active {
+    file: File,
+    path: PathBuf,
+    /// Length of the durable prefix: every byte before it was fsynced as
+    /// part of a batch that succeeded.
+    good: u64,
+    /// A failed batch may have left bytes after `good` that could not be
+    /// cut off yet.
+    dirty: bool,
+}
+
+impl Active {
+    /// Write and fsync one batch; on failure, cut the segment back to its
+    /// durable prefix so that nothing is ever appended after a partial
+    /// record.
+    fn write_batch(&mut self, out: &[u8]) -> io::Result<()> {
+        if self.dirty {
+            self.cut_back().map_err(|e| {
+                io::Error::new(e.kind(), format!("cannot cut off an earlier failed write, so refusing more: {e}"))
+            })?;
+        }
+        let res = self.file.write_all(out).and_then(|()| {
+            crate::failpoint::hit(crate::failpoint::Crash::WalBeforeFsync);
+            self.file.sync_data()
+        });
+        match res {
+            Ok(()) => {
+                self.good += out.len() as u64;
+                Ok(())
             }
-            let klen = body[1] as usize;
-            let vlen = u32::from_le_bytes(body[18..22].try_into().expect("4")) as usize;
-            if 22 + klen + vlen != len {
-                break;
+            Err(e) => {
+                let e = named(&self.path, e);
+                // After a failed fsync the kernel may already have dropped
+                // the dirty pages; cutting the batch off (and fsyncing the
+                // cut) is what makes the file's end trustworthy again.
+                self.dirty = true;
+                if self.cut_back().is_ok() {
+                    self.dirty = false;
+                }
+                Err(e)
             }
-            f(Record {
-                tombstone: body[0] == 2,
-                flags: u32::from_le_bytes(body[2..6].try_into().expect("4")),
-                exptime: u32::from_le_bytes(body[6..10].try_into().expect("4")),
-                ts: u64::from_le_bytes(body[10..18].try_into().expect("8")),
-                key: body[22..22 + klen].to_vec(),
-                value: body[22 + klen..].to_vec(),
-            });
-            n += 1;
-            i += 8 + len;
         }
     }
-    Ok(n)
+
+    fn cut_back(&mut self) -> io::Result<()> {
+        self.file.set_len(self.good).and_then(|()| self.file.sync_data()).map_err(|e| named(&self.path, e))?;
+        self.dirty = false;
+        Ok(())
+    }
 }
 
 impl Wal {
     /// Open a log in `dir`, appending to a new segment after the existing
     /// ones, and start the flusher thread.
     pub fn open(dir: &Path) -> io::Result<Arc<Wal>> {
-        fs::create_dir_all(dir)?;
-        let next = segments(dir)?.last().map_or(1, |(n, _)| n + 1);
+        fs::create_dir_all(dir).map_err(|e| named(dir, e))?;
+        let next = segments(dir).map_err(|e| named(dir, e))?.last().map_or(1, |(n, _)| n + 1);
         let wal = Arc::new(Wal {
             dir: dir.to_path_buf(),
-            pending: Mutex::new(Pending { buf: Vec::new(), last_lsn: 0, rotate_to: None, shutdown: false }),
+            pending: Mutex::new(Pending {
+                buf: Vec::new(),
+                last_lsn: 0,
+                rotate_to: None,
+                rotated: None,
+                shutdown: false,
+            }),
             wake_flusher: Condvar::new(),
-            durable: AtomicU64::new(0),
+            rotated: Condvar::new(),
+            settled: AtomicU64::new(0),
+            stopped: AtomicBool::new(false),
+            failures: Mutex::new(Failures { ranges: VecDeque::new(), forgotten_upto: 0 }),
             waiters: Mutex::new(Vec::new()),
             segment: AtomicU64::new(next),
-            error: Mutex::new(None),
         });
-        let file = OpenOptions::new().create(true).append(true).open(segment_path(dir, next))?;
-        crate::fsutil::sync_dir(dir)?;
+        let active = wal.open_segment(next)?;
         let w = wal.clone();
-        std::thread::Builder::new().name("recall-wal".into()).spawn(move || w.flusher(file))?;
+        std::thread::Builder::new().name("recall-wal".into()).spawn(move || w.flusher(active))?;
         Ok(wal)
+    }
+
+    fn open_segment(&self, n: u64) -> io::Result<Active> {
+        let path = segment_path(&self.dir, n);
+        let file = OpenOptions::new().create(true).append(true).open(&path).map_err(|e| named(&path, e))?;
+        let good = file.metadata().map_err(|e| named(&path, e))?.len();
+        crate::fsutil::sync_dir(&self.dir).map_err(|e| named(&self.dir, e))?;
+        Ok(Active { file, path, good, dirty: false })
     }
 
     /// Buffer a record given by parts (no intermediate copy of the value);
@@ -153,25 +241,8 @@ impl Wal {
         ts: u64,
         tombstone: bool,
     ) -> u64 {
-        let vlen: usize = parts.clone().map(|p| p.len()).sum();
-        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        let out = &mut p.buf;
-        let start = out.len();
-        out.extend_from_slice(&[0u8; 8]);
-        out.push(if tombstone { 2 } else { 1 });
-        out.push(key.len() as u8);
-        out.extend_from_slice(&flags.to_le_bytes());
-        out.extend_from_slice(&exptime.to_le_bytes());
-        out.extend_from_slice(&ts.to_le_bytes());
-        out.extend_from_slice(&(vlen as u32).to_le_bytes());
-        out.extend_from_slice(key);
-        for part in parts {
-            out.extend_from_slice(part);
-        }
-        let len = (out.len() - start - 8) as u32;
-        let crc = crc32c::crc32c(&out[start + 8..]);
-        out[start..start + 4].copy_from_slice(&len.to_le_bytes());
-        out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+        let mut p = lock(&self.pending);
+        encode_into(&mut p.buf, key, parts, flags, exptime, ts, tombstone);
         p.last_lsn += 1;
         let lsn = p.last_lsn;
         drop(p);
@@ -179,65 +250,97 @@ impl Wal {
         lsn
     }
 
-    /// Buffer a record; returns its LSN. Durable once [`Wal::durable_lsn`]
-    /// reaches it.
+    /// Buffer a record; returns its LSN. See [`Wal::wait`].
     pub fn append(&self, r: &Record) -> u64 {
-        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        encode(&mut p.buf, r);
-        p.last_lsn += 1;
-        let lsn = p.last_lsn;
-        drop(p);
-        self.wake_flusher.notify_one();
-        lsn
+        self.append_parts(&r.key, std::iter::once(&r.value[..]), r.flags, r.exptime, r.ts, r.tombstone)
     }
 
-    pub fn durable_lsn(&self) -> u64 {
-        self.durable.load(Ordering::Acquire)
+    /// The outcome for `lsn`, once known: `Ok` when it is durable, `Err`
+    /// with the reason when its batch failed (then it never will be).
+    fn outcome(&self, lsn: u64) -> Option<Result<(), String>> {
+        let mut settled = self.settled.load(Ordering::Acquire);
+        if lsn > settled {
+            if !self.stopped.load(Ordering::Acquire) {
+                return None;
+            }
+            settled = self.settled.load(Ordering::Acquire);
+            if lsn > settled {
+                return Some(Err("the write-ahead log has shut down".into()));
+            }
+        }
+        // Failures are recorded before `settled` moves past them.
+        let f = lock(&self.failures);
+        if lsn <= f.forgotten_upto {
+            return Some(Err("write-ahead log: a write failed and its outcome was forgotten".into()));
+        }
+        for (from, to, e) in f.ranges.iter().rev() {
+            if *to < lsn {
+                break;
+            }
+            if *from <= lsn {
+                return Some(Err(e.to_string()));
+            }
+        }
+        Some(Ok(()))
     }
 
-    /// A future that resolves when `lsn` is durable (or the log failed: then
-    /// it resolves with the error, and the caller must not acknowledge).
+    fn record_failure(&self, from: u64, to: u64, e: &io::Error) {
+        let mut f = lock(&self.failures);
+        let msg: Arc<str> = e.to_string().into();
+        match f.ranges.back_mut() {
+            Some((_, end, m)) if *end + 1 == from && **m == *msg => *end = to,
+            _ => f.ranges.push_back((from, to, msg)),
+        }
+        while f.ranges.len() > MAX_FAILURE_RANGES {
+            let (_, end, _) = f.ranges.pop_front().expect("non-empty");
+            f.forgotten_upto = end;
+        }
+    }
+
+    /// A future that resolves when `lsn` is durable (`Ok`), or when its
+    /// batch failed (`Err`: the caller must not acknowledge the write).
     pub fn wait(self: &Arc<Self>, lsn: u64) -> WaitDurable {
         WaitDurable { wal: self.clone(), lsn }
     }
 
     /// Switch appends to a new segment; returns the segments that existed
-    /// before, which a snapshot taken after this call covers.
+    /// before, which a snapshot taken after this call covers. If the new
+    /// segment cannot be created, appends stay in the current one and the
+    /// error (naming the file) is returned: the caller must then delete
+    /// nothing.
     pub fn rotate(&self) -> io::Result<Vec<PathBuf>> {
-        let old: Vec<PathBuf> = segments(&self.dir)?.into_iter().map(|(_, p)| p).collect();
+        let old: Vec<PathBuf> =
+            segments(&self.dir).map_err(|e| named(&self.dir, e))?.into_iter().map(|(_, p)| p).collect();
         let next = self.segment.fetch_add(1, Ordering::AcqRel) + 1;
-        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = lock(&self.pending);
         p.rotate_to = Some(next);
-        drop(p);
+        p.rotated = None;
         self.wake_flusher.notify_one();
         // Wait until the flusher has switched, so no later append can land
         // in an old segment.
         loop {
-            let p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-            if p.rotate_to.is_none() {
-                break;
+            if let Some(r) = p.rotated.take() {
+                return r.map(|()| old).map_err(io::Error::other);
             }
-            drop(p);
-            std::thread::yield_now();
+            if self.stopped.load(Ordering::Acquire) {
+                return Err(io::Error::other("the write-ahead log has shut down"));
+            }
+            p = self.rotated.wait(p).unwrap_or_else(|e| e.into_inner());
         }
-        Ok(old)
     }
 
     /// Stop the flusher after it has written what is buffered.
     pub fn shutdown(&self) {
-        self.pending.lock().unwrap_or_else(|e| e.into_inner()).shutdown = true;
+        lock(&self.pending).shutdown = true;
         self.wake_flusher.notify_one();
     }
 
-    fn failed(&self) -> Option<String> {
-        self.error.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    fn flusher(self: Arc<Self>, mut file: File) {
+    fn flusher(self: Arc<Self>, mut active: Active) {
         let mut out = Vec::new();
+        let mut settled = 0;
         loop {
             let (lsn, rotate, stop) = {
-                let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+                let mut p = lock(&self.pending);
                 while p.buf.is_empty() && p.rotate_to.is_none() && !p.shutdown {
                     p = self.wake_flusher.wait(p).unwrap_or_else(|e| e.into_inner());
                 }
@@ -245,31 +348,48 @@ impl Wal {
                 (p.last_lsn, p.rotate_to, p.shutdown)
             };
             if !out.is_empty() {
-                let res = file.write_all(&out).and_then(|()| {
-                    crate::failpoint::hit(crate::failpoint::Crash::WalBeforeFsync);
-                    file.sync_data()
-                });
-                if let Err(e) = res {
-                    // Never acknowledge what isn't durable: record the error;
-                    // waiters see it and the server reports the write failed.
-                    *self.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
-                } else {
-                    self.durable.store(lsn, Ordering::Release);
+                if let Err(e) = active.write_batch(&out) {
+                    // Never acknowledge what isn't durable: this batch's
+                    // LSNs fail; the next batch tries again.
+                    self.record_failure(settled + 1, lsn, &e);
                 }
+                self.settled.store(lsn, Ordering::Release);
+                settled = lsn;
                 out.clear();
                 self.wake_waiters();
             }
             if let Some(n) = rotate {
-                match OpenOptions::new().create(true).append(true).open(segment_path(&self.dir, n)) {
-                    Ok(f) => {
-                        let _ = crate::fsutil::sync_dir(&self.dir);
-                        file = f;
+                let r = match self.open_segment(n) {
+                    Ok(a) if active.dirty => {
+                        // Leave no partial batch behind in the old segment:
+                        // it would be damage before the log's end.
+                        match active.cut_back() {
+                            Ok(()) => {
+                                active = a;
+                                Ok(())
+                            }
+                            Err(e) => {
+                                let _ = fs::remove_file(&a.path);
+                                Err(e.to_string())
+                            }
+                        }
                     }
-                    Err(e) => *self.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string()),
-                }
-                self.pending.lock().unwrap_or_else(|e| e.into_inner()).rotate_to = None;
+                    Ok(a) => {
+                        active = a;
+                        Ok(())
+                    }
+                    Err(e) => Err(e.to_string()),
+                };
+                let mut p = lock(&self.pending);
+                p.rotate_to = None;
+                p.rotated = Some(r);
+                self.rotated.notify_all();
             }
             if stop {
+                let _p = lock(&self.pending);
+                self.stopped.store(true, Ordering::Release);
+                self.rotated.notify_all();
+                drop(_p);
                 self.wake_waiters();
                 return;
             }
@@ -277,11 +397,11 @@ impl Wal {
     }
 
     fn wake_waiters(&self) {
-        let durable = self.durable_lsn();
-        let failed = self.failed().is_some();
-        let mut w = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        let settled = self.settled.load(Ordering::Acquire);
+        let stopped = self.stopped.load(Ordering::Acquire);
+        let mut w = lock(&self.waiters);
         w.retain(|(lsn, waker)| {
-            if *lsn <= durable || failed {
+            if *lsn <= settled || stopped {
                 waker.wake_by_ref();
                 false
             } else {
@@ -300,67 +420,30 @@ pub struct WaitDurable {
 impl Future for WaitDurable {
     type Output = Result<(), String>;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        if self.wal.durable_lsn() >= self.lsn {
-            return Poll::Ready(Ok(()));
+        if let Some(r) = self.wal.outcome(self.lsn) {
+            return Poll::Ready(r);
         }
-        if let Some(e) = self.wal.failed() {
-            return Poll::Ready(Err(e));
-        }
-        self.wal.waiters.lock().unwrap_or_else(|e| e.into_inner()).push((self.lsn, cx.waker().clone()));
+        lock(&self.wal.waiters).push((self.lsn, cx.waker().clone()));
         // Re-check: the flusher may have finished between the test and the push.
-        if self.wal.durable_lsn() >= self.lsn {
-            return Poll::Ready(Ok(()));
+        match self.wal.outcome(self.lsn) {
+            Some(r) => Poll::Ready(r),
+            None => Poll::Pending,
         }
-        Poll::Pending
     }
 }
 
 impl Wal {
-    /// Block until `lsn` is durable (for threads that are not async).
+    /// Block until the outcome of `lsn` is known (for threads that are not
+    /// async).
     pub fn wait_blocking(&self, lsn: u64) -> Result<(), String> {
-        while self.durable_lsn() < lsn {
-            if let Some(e) = self.failed() {
-                return Err(e);
+        loop {
+            if let Some(r) = self.outcome(lsn) {
+                return r;
             }
             std::thread::yield_now();
         }
-        Ok(())
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rec(k: &str, ts: u64) -> Record {
-        Record { key: k.as_bytes().to_vec(), value: b"v".to_vec(), flags: 1, exptime: 0, ts, tombstone: false }
-    }
-
-    #[test]
-    fn append_sync_replay_and_torn_tail() {
-        let dir = std::env::temp_dir().join(format!("recall-wal-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        let wal = Wal::open(&dir).unwrap();
-        let mut last = 0;
-        for i in 0..100 {
-            last = wal.append(&rec(&format!("k{i}"), i));
-        }
-        wal.wait_blocking(last).unwrap();
-        let old = wal.rotate().unwrap();
-        assert_eq!(old.len(), 1);
-        let l = wal.append(&rec("after", 1000));
-        wal.wait_blocking(l).unwrap();
-        wal.shutdown();
-        let mut seen = Vec::new();
-        assert_eq!(replay(&dir, |r| seen.push(r.ts)).unwrap(), 101);
-        assert_eq!(seen.last(), Some(&1000));
-        // Tear the last segment mid-record: replay keeps everything before it.
-        let segs = segments(&dir).unwrap();
-        let last_seg = &segs.last().unwrap().1;
-        let len = fs::metadata(last_seg).unwrap().len();
-        let f = OpenOptions::new().write(true).open(last_seg).unwrap();
-        f.set_len(len - 3).unwrap();
-        assert_eq!(replay(&dir, |_| {}).unwrap(), 100);
-        fs::remove_dir_all(&dir).ok();
-    }
-}
+mod tests;

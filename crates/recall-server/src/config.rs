@@ -138,6 +138,14 @@ pub struct Cli {
     /// Verify a snapshot file, print a summary and exit.
     #[arg(long = "check-snapshot")]
     pub check_snapshot: Option<PathBuf>,
+    /// Verify the write-ahead log in a data directory, report every segment
+    /// and exit (non-zero if it is damaged).
+    #[arg(long = "check-wal", value_name = "DIR")]
+    pub check_wal: Option<PathBuf>,
+    /// Cut the write-ahead log in a data directory at its first damage
+    /// (saving the bytes cut aside), say what was dropped, and exit.
+    #[arg(long = "repair-wal", value_name = "DIR")]
+    pub repair_wal: Option<PathBuf>,
 
     // memcached flags that recalld accepts and ignores, with a warning.
     /// (ignored) Unix socket path.

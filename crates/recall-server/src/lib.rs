@@ -9,3 +9,4 @@ pub mod persist;
 pub mod schedule;
 pub mod server;
 pub mod udp;
+pub mod walcheck;

@@ -36,15 +36,24 @@ fn main() {
     if cli.large_pages {
         reexec_with_large_pages();
     }
-    if let Some(p) = &cli.check_snapshot {
-        match recall_server::persist::check_file(p) {
-            Ok(s) => {
-                println!("{s}");
-                return;
-            }
-            Err(e) => {
-                eprintln!("recalld: {e}");
-                std::process::exit(65);
+    // The offline tools: run one, print its report, exit (65 on a finding).
+    type Tool = fn(&std::path::Path) -> Result<String, String>;
+    let tools: [(&Option<std::path::PathBuf>, Tool); 3] = [
+        (&cli.check_snapshot, recall_server::persist::check_file),
+        (&cli.check_wal, recall_server::walcheck::check),
+        (&cli.repair_wal, recall_server::walcheck::repair),
+    ];
+    for (arg, tool) in tools {
+        if let Some(dir) = arg {
+            match tool(dir) {
+                Ok(s) => {
+                    println!("{s}");
+                    return;
+                }
+                Err(e) => {
+                    eprintln!("recalld: {e}");
+                    std::process::exit(65);
+                }
             }
         }
     }

@@ -115,7 +115,7 @@ pub struct Loaded {
     pub flushed_at: u64,
 }
 
-fn lock_dir(dir: &Path) -> io::Result<File> {
+pub(crate) fn lock_dir(dir: &Path) -> io::Result<File> {
     let f = OpenOptions::new().create(true).truncate(false).write(true).open(dir.join("lock"))?;
     use std::os::fd::AsRawFd;
     // SAFETY: flock on a file descriptor we own.
@@ -167,12 +167,23 @@ impl Persist {
             loaded.watermark = sum.header.watermark;
             loaded.replay_floor = sum.header.replay_floor;
             loaded.flushed_at = sum.header.flushed_at;
+        } else if ep > 1 {
+            // Not a refusal: an instance killed before its first snapshot
+            // leaves none, and deleting the file is how an operator empties
+            // the cache while keeping the epoch (docs/durability.md).
+            tracing::warn!(
+                "{}: no snapshot, but the epoch file says {} instance(s) ran here before: starting without their \
+                 data. If one of them wrote a snapshot, it is gone, and so are the writes it covered \
+                 (clients only keep writes above its watermark; a write-ahead log only since it)",
+                path.display(),
+                ep - 1
+            );
         }
         let wal = if cfg.wal {
             // Everything logged after the snapshot's watermark, in order.
             let now = engine.now();
             let w = loaded.watermark;
-            let n = wal::replay(&cfg.dir, |r: Record| {
+            let replayed = wal::replay(&cfg.dir, |r: Record| {
                 if r.ts <= w {
                     return;
                 }
@@ -187,8 +198,12 @@ impl Persist {
                 if r.tombstone {
                     tombstones.push((r.key, r.ts));
                 }
-            })?;
-            tracing::info!(records = n, "write-ahead log replayed");
+            })
+            .map_err(|e| crate::walcheck::refuse_start(&cfg.dir, e))?;
+            if let Some(t) = &replayed.torn_tail {
+                tracing::warn!("write-ahead log: cut off a torn write, not acknowledged (a crash mid-write): {t}");
+            }
+            tracing::info!(records = replayed.records, segments = replayed.segments, "write-ahead log replayed");
             Some(Wal::open(&cfg.dir)?)
         } else {
             None
