@@ -2,10 +2,9 @@
 //!
 //! The log is `len u32 | crc32c u32 | payload` records (payload = `tag u8 |
 //! klen u8 | flags u32 | exptime u32 | ts u64 | vlen u32 | key | value`,
-//! little-endian) in `wal-<n>.log` segments; replay stops a segment at its
-//! first short or corrupt record. The writer is private and threaded, so
-//! this target encodes records itself, following the format documented in
-//! crates/recall-persist/src/wal.rs.
+//! little-endian) in `wal-<n>.log` segments. The writer is private and
+//! threaded, so this target encodes records itself, following the format
+//! documented in crates/recall-persist/src/wal.rs.
 //!
 //! Each input describes up to 4 segments: arbitrary records, then an
 //! optional damage (flip one byte, or truncate) or a torn last record
@@ -14,10 +13,12 @@
 //!   written as a segment of their own;
 //! * from raw bytes, every record returned is the record at that offset,
 //!   field for field, with a CRC that matches;
-//! * replay returns, segment by segment in numeric order, exactly the
-//!   records that lie wholly before the first damaged byte (a flip or the
-//!   truncation point) of that segment, and nothing of a torn tail; the
-//!   returned count matches.
+//! * damage is never silent: replay returns every record of every segment,
+//!   except that a torn tail of the newest segment (a cut, an appended
+//!   partial record, or a flip inside its last record, none of which leave
+//!   a valid record after them) is cut off; any other damage (a flip before
+//!   the last record, or any bad record in an older segment) is refused,
+//!   naming the first such segment and the offset of the bad record.
 //!
 //! Files go to a per-process directory under the system temp dir.
 #![no_main]
@@ -103,10 +104,20 @@ fn clear() {
     }
 }
 
-fn replay_all() -> (Vec<Record>, u64) {
+fn replay_all() -> Result<(Vec<Record>, u64), wal::ReplayError> {
     let mut got = Vec::new();
-    let n = wal::replay(dir(), |r| got.push(r)).expect("replay i/o");
-    (got, n)
+    let r = wal::replay(dir(), |r| got.push(r))?;
+    Ok((got, r.records))
+}
+
+/// What one segment should replay as.
+struct Expect {
+    path: PathBuf,
+    /// Records before its first bad one (all of them if none).
+    kept: Vec<Record>,
+    /// The bad record's offset, and whether nothing valid follows it (a
+    /// torn tail, if the segment is the newest).
+    bad: Option<(usize, bool)>,
 }
 
 fuzz_target!(|inp: Input| {
@@ -115,7 +126,11 @@ fuzz_target!(|inp: Input| {
     // produce matching CRCs from its comparison tables, so this is reached.)
     clear();
     std::fs::write(dir().join("wal-00000001.log"), &inp.raw).unwrap();
-    let (got, n) = replay_all();
+    let (got, n) = match replay_all() {
+        Ok(r) => r,
+        Err(wal::ReplayError::Damaged(_)) => (Vec::new(), 0),
+        Err(e) => panic!("replay i/o: {e}"),
+    };
     assert_eq!(n, got.len() as u64);
     let mut off = 0;
     for r in &got {
@@ -135,7 +150,7 @@ fuzz_target!(|inp: Input| {
 
     // Structured segments.
     clear();
-    let mut expect: Vec<(u8, Vec<Record>)> = Vec::new();
+    let mut expect: Vec<(u8, Expect)> = Vec::new();
     let mut numbers = std::collections::BTreeSet::new();
     for seg in inp.segs.iter().take(4) {
         if !numbers.insert(seg.number) {
@@ -158,26 +173,25 @@ fuzz_target!(|inp: Input| {
             ends.push((bytes.len(), rec));
         }
         let valid_len = bytes.len();
-        // First damaged offset: records ending at or before it survive.
-        let mut first_bad = usize::MAX;
+        let start_of = |i: usize| ends.iter().rev().map(|(e, _)| *e).find(|e| *e <= i).unwrap_or(0);
+        let mut bad = None;
         match seg.damage {
-            Damage::None => {}
             Damage::Flip { at, xor } if !bytes.is_empty() => {
                 let i = at as usize % bytes.len();
                 bytes[i] ^= xor.max(1);
-                first_bad = i;
+                // Nothing valid follows a damaged last record.
+                bad = Some((start_of(i), start_of(i) == start_of(valid_len - 1)));
             }
             Damage::Truncate { to } if !bytes.is_empty() => {
                 let t = to as usize % bytes.len();
                 bytes.truncate(t);
-                first_bad = t;
+                if start_of(t) != t {
+                    bad = Some((start_of(t), true));
+                }
             }
             _ => {}
         }
-        let untouched = bytes.len() == valid_len && first_bad == usize::MAX;
-        if let (true, Some((r, cut))) = (untouched, &seg.torn) {
-            // A torn tail only after intact records; a damaged segment
-            // already ends at its damage.
+        if let (None, Some((r, cut))) = (bad, &seg.torn) {
             let mut key = r.key.clone();
             key.truncate(255);
             let rec =
@@ -185,21 +199,34 @@ fuzz_target!(|inp: Input| {
             let mut t = Vec::new();
             encode(&mut t, &rec);
             t.truncate(*cut as usize % t.len());
-            bytes.extend_from_slice(&t);
+            if !t.is_empty() {
+                bad = Some((bytes.len(), true));
+                bytes.extend_from_slice(&t);
+            }
         }
-        let kept: Vec<Record> = ends
-            .into_iter()
-            .filter(|(end, _)| if first_bad == usize::MAX { true } else { *end <= first_bad })
-            .map(|(_, r)| r)
-            .collect();
-        let name = format!("wal-{:08}.log", seg.number);
-        std::fs::write(dir().join(name), &bytes).unwrap();
-        expect.push((seg.number, kept));
+        let limit = bad.map_or(usize::MAX, |(at, _)| at).min(bytes.len());
+        let kept: Vec<Record> = ends.into_iter().filter(|(end, _)| *end <= limit).map(|(_, r)| r).collect();
+        let path = dir().join(format!("wal-{:08}.log", seg.number));
+        std::fs::write(&path, &bytes).unwrap();
+        expect.push((seg.number, Expect { path, kept, bad }));
     }
     expect.sort_by_key(|(n, _)| *n);
-    let want: Vec<Record> = expect.into_iter().flat_map(|(_, v)| v).collect();
-    let (got, n) = replay_all();
-    assert_eq!(n, got.len() as u64);
-    assert_eq!(got.len(), want.len(), "replay returned {} records, expected {}", got.len(), want.len());
-    assert_eq!(got, want);
+    let last = expect.len().saturating_sub(1);
+    let refused = expect.iter().enumerate().find_map(|(i, (_, e))| match e.bad {
+        Some((at, torn)) if !(torn && i == last) => Some((e.path.clone(), at)),
+        _ => None,
+    });
+    match (replay_all(), refused) {
+        (Ok((got, n)), None) => {
+            let want: Vec<Record> = expect.into_iter().flat_map(|(_, e)| e.kept).collect();
+            assert_eq!(n, got.len() as u64);
+            assert_eq!(got, want);
+        }
+        (Err(wal::ReplayError::Damaged(s)), Some((path, at))) => {
+            assert_eq!(s.path, path, "refused the wrong segment");
+            assert_eq!(s.problem.map(|p| p.offset), Some(at as u64), "refused at the wrong offset");
+        }
+        (Ok(_), Some((path, at))) => panic!("replayed past damage in {} at {at}", path.display()),
+        (Err(e), _) => panic!("refused: {e}"),
+    }
 });

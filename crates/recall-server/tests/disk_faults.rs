@@ -280,9 +280,8 @@ fn a_deleted_snapshot_is_warned_about() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let started = BufReader::new(child.stdout.take().unwrap())
-        .lines()
-        .any(|l| l.is_ok_and(|l| l.starts_with("listening on ")));
+    let started =
+        BufReader::new(child.stdout.take().unwrap()).lines().any(|l| l.is_ok_and(|l| l.starts_with("listening on ")));
     let _ = child.kill();
     let _ = child.wait();
     let mut err = String::new();
