@@ -45,7 +45,7 @@ where
 {
     let tmp = path.with_extension("tmp");
     let named = |p: &Path, e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", p.display()));
-    let mut fill = || -> io::Result<()> {
+    let fill = || -> io::Result<()> {
         let file = File::create(&tmp)?;
         let mut w = BufWriter::with_capacity(1 << 20, file);
         write(&mut w)?;

@@ -23,15 +23,21 @@ fn all(dir: &Path) -> Result<(Vec<Record>, Replayed), ReplayError> {
     Ok((seen, r))
 }
 
-#[test]
-fn append_sync_replay_and_torn_tail() {
-    let dir = temp("basic");
-    let wal = Wal::open(&dir).unwrap();
+/// A log in `dir` with records `k0..k{n}`, all durable.
+fn log_of(dir: &Path, n: u64) -> Arc<Wal> {
+    let wal = Wal::open(dir).unwrap();
     let mut last = 0;
-    for i in 0..100 {
+    for i in 0..n {
         last = wal.append(&rec(&format!("k{i}"), i));
     }
     wal.wait_blocking(last).unwrap();
+    wal
+}
+
+#[test]
+fn append_sync_replay_and_torn_tail() {
+    let dir = temp("basic");
+    let wal = log_of(&dir, 100);
     let old = wal.rotate().unwrap();
     assert_eq!(old.len(), 1);
     let l = wal.append(&rec("after", 1000));
@@ -62,13 +68,7 @@ fn append_sync_replay_and_torn_tail() {
 #[test]
 fn a_bit_flip_mid_segment_is_an_error_not_a_shorter_log() {
     let dir = temp("flip");
-    let wal = Wal::open(&dir).unwrap();
-    let mut last = 0;
-    for i in 0..100 {
-        last = wal.append(&rec(&format!("k{i}"), i));
-    }
-    wal.wait_blocking(last).unwrap();
-    wal.shutdown();
+    log_of(&dir, 100).shutdown();
     let seg = segments(&dir).unwrap().pop().unwrap().1;
     let mut data = fs::read(&seg).unwrap();
     let mid = data.len() / 2 + 3;
@@ -247,5 +247,31 @@ fn random_torn_writes_are_cut_at_the_newest_segment_and_refused_elsewhere() {
             Err(e) => panic!("{ctx}: {e}"),
         }
     }
+    fs::remove_dir_all(&dir).ok();
+}
+
+/// A failed batch's LSNs stay failed after later batches succeed (a waiter
+/// that looks late must not be told its write is durable), and forgetting
+/// old failures errs on the side of "failed".
+#[test]
+fn failed_lsns_stay_failed_and_forgetting_is_conservative() {
+    let dir = temp("outcome");
+    let wal = Wal::open(&dir).unwrap();
+    let e = io::Error::new(io::ErrorKind::StorageFull, "No space left on device");
+    wal.record_failure(3, 5, &e);
+    wal.record_failure(6, 8, &e); // the same episode: merged
+    wal.settled.store(20, Ordering::Release);
+    assert!(wal.outcome(2).unwrap().is_ok());
+    for lsn in 3..=8 {
+        assert!(wal.outcome(lsn).unwrap().unwrap_err().contains("No space"), "{lsn}");
+    }
+    assert!(wal.outcome(9).unwrap().is_ok());
+    assert!(wal.outcome(21).is_none(), "not settled yet");
+    assert_eq!(lock(&wal.failures).ranges.len(), 1);
+    for i in 0..MAX_FAILURE_RANGES as u64 {
+        wal.record_failure(100 + 2 * i, 100 + 2 * i, &e);
+    }
+    assert!(wal.outcome(2).unwrap().is_err(), "forgotten: reported failed, never durable");
+    wal.shutdown();
     fs::remove_dir_all(&dir).ok();
 }
