@@ -8,7 +8,8 @@
 //! `appendfsync always` with its batching).
 //!
 //! Record framing: `len u32 | crc32c u32 | payload`, payload = `tag u8 |
-//! klen u8 | flags u32 | exptime u32 | ts u64 | vlen u32 | key | value`.
+//! klen u8 | flags u32 | exptime u32 | ts u64 | vlen u32 | key | value`
+//! (`recall_record`'s mutation record).
 //! A tombstone with an empty key (tag 2, klen 0) is an immediate
 //! `flush_all` at its `ts`: replay drops everything before it. Reading the
 //! log back (and what happens to a torn or damaged record) is
@@ -88,9 +89,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Append one record, its value given by parts (no intermediate copy). The
-/// one definition of the record layout on the writing side (the reader's
-/// is `wal_read::decode_at`).
+/// Append one record, its value given by parts (no intermediate copy): the
+/// frame, then `recall_record`'s header, key and value.
 fn encode_into<'p>(
     out: &mut Vec<u8>,
     key: &[u8],
@@ -103,12 +103,7 @@ fn encode_into<'p>(
     let vlen: usize = parts.clone().map(|p| p.len()).sum();
     let start = out.len();
     out.extend_from_slice(&[0u8; 8]);
-    out.push(if tombstone { 2 } else { 1 });
-    out.push(key.len() as u8);
-    out.extend_from_slice(&flags.to_le_bytes());
-    out.extend_from_slice(&exptime.to_le_bytes());
-    out.extend_from_slice(&ts.to_le_bytes());
-    out.extend_from_slice(&(vlen as u32).to_le_bytes());
+    out.extend_from_slice(&recall_record::header(tombstone, key.len() as u8, flags, exptime, ts, vlen as u32));
     out.extend_from_slice(key);
     for part in parts {
         out.extend_from_slice(part);

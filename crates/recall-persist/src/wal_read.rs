@@ -31,7 +31,7 @@ use crate::Record;
 /// `len u32 | crc32c u32` before each payload.
 const FRAME: usize = 8;
 /// The fixed part of a payload: `tag | klen | flags | exptime | ts | vlen`.
-const FIXED: usize = 22;
+const FIXED: usize = recall_record::HEADER;
 
 /// What reading one record at an offset found.
 enum Next {
@@ -43,8 +43,10 @@ enum Next {
     Bad(&'static str),
 }
 
-/// Decode the record at `i`. The one definition of the record layout on
-/// the reading side (the writer's is `wal::encode_into`).
+/// Decode the record at `i`. The payload is `recall_record`'s layout, but
+/// read here rather than with `recall_record::Record::decode`, because the
+/// log also holds what that refuses: a logged `flush_all` is a delete with
+/// an empty key, and a delete keeps whatever flags the store reported.
 fn decode_at(data: &[u8], i: usize) -> Next {
     if i == data.len() {
         return Next::End;
@@ -66,7 +68,7 @@ fn decode_at(data: &[u8], i: usize) -> Next {
     }
     Next::Record(
         Record {
-            tombstone: body[0] == 2,
+            tombstone: body[0] == recall_record::KIND_DELETE,
             flags: u32::from_le_bytes(body[2..6].try_into().expect("4")),
             exptime: u32::from_le_bytes(body[6..10].try_into().expect("4")),
             ts: u64::from_le_bytes(body[10..18].try_into().expect("8")),
