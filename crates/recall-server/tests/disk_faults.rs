@@ -111,6 +111,21 @@ fn a_bit_flip_mid_log_refuses_start_until_the_operator_repairs() {
     let mut s = start_wal(&dir.0).unwrap();
     let mut c = s.connect();
     assert_eq!(set(&mut c, "first", b"old"), Some(true));
+    // The reproduction: a snapshot first, so the damage is in the
+    // segment the snapshot's rotation started.
+    c.write_all(b"snapshot\r\n").unwrap();
+    assert_eq!(read_until(&mut c, Duration::from_secs(10), |b| b.ends_with(b"\r\n")).0, b"OK\r\n");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        c.write_all(b"durable\r\n").unwrap();
+        let r = read_until(&mut c, Duration::from_secs(10), |b| b.ends_with(b"\r\n")).0;
+        let r = String::from_utf8(r).unwrap();
+        if r.split_whitespace().nth(2).is_some_and(|w| w != "0") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no snapshot: {r}");
+        std::thread::yield_now();
+    }
     for i in 0..100 {
         assert_eq!(set(&mut c, &format!("a{i}"), format!("value-{i}").as_bytes()), Some(true));
     }
