@@ -165,30 +165,50 @@ fn a_bit_flip_mid_log_refuses_start_until_the_operator_repairs() {
     assert_eq!(get(&mut c, "a0").as_deref(), Some(&b"value-0"[..]));
 }
 
-/// A small tmpfs mounted by the test (unmounted on drop).
-struct Tmpfs(PathBuf);
-impl Tmpfs {
-    fn mount(tag: &str, size: &str) -> Option<Tmpfs> {
-        let p = std::env::temp_dir().join(format!("recall-walf-{tag}-{}", std::process::id()));
-        let _ = Command::new("umount").arg(&p).output();
-        std::fs::create_dir_all(&p).unwrap();
-        let out = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"]).arg(&p).output();
-        match out {
-            Ok(o) if o.status.success() => Some(Tmpfs(p)),
+/// A small file system mounted by the test (unmounted on drop): a tmpfs,
+/// or an ext4 image on a loop device.
+struct Mount {
+    dir: PathBuf,
+    image: Option<PathBuf>,
+}
+
+impl Mount {
+    fn new(tag: &str, ext4: bool) -> Option<Mount> {
+        let dir = std::env::temp_dir().join(format!("recall-walf-{tag}-{}", std::process::id()));
+        let _ = Command::new("umount").arg(&dir).output();
+        std::fs::create_dir_all(&dir).unwrap();
+        let image = ext4.then(|| dir.with_extension("img"));
+        let mounted = match &image {
+            None => Command::new("mount").args(["-t", "tmpfs", "-o", "size=512k", "tmpfs"]).arg(&dir).output(),
+            Some(img) => {
+                std::fs::File::create(img).unwrap().set_len(4 << 20).unwrap();
+                Command::new("mkfs.ext4")
+                    .args(["-q", "-F"])
+                    .arg(img)
+                    .output()
+                    .and_then(|_| Command::new("mount").args(["-o", "loop"]).arg(img).arg(&dir).output())
+            }
+        };
+        let m = Mount { dir, image };
+        match mounted {
+            Ok(o) if o.status.success() => Some(m),
             // SAFETY: geteuid has no preconditions.
             _ if unsafe { libc::geteuid() } != 0 => {
-                eprintln!("SKIPPED: mounting a tmpfs needs root (run this test as root to check ENOSPC handling)");
-                let _ = std::fs::remove_dir(&p);
+                eprintln!("SKIPPED: mounting a small file system needs root (run as root to check ENOSPC handling)");
                 None
             }
-            o => panic!("mount -t tmpfs failed as root: {o:?}"),
+            o => panic!("mounting a {} as root failed: {o:?}", if ext4 { "loop ext4" } else { "tmpfs" }),
         }
     }
 }
-impl Drop for Tmpfs {
+
+impl Drop for Mount {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).output();
-        let _ = std::fs::remove_dir(&self.0);
+        let _ = Command::new("umount").arg(&self.dir).output();
+        let _ = std::fs::remove_dir(&self.dir);
+        if let Some(img) = &self.image {
+            let _ = std::fs::remove_file(img);
+        }
     }
 }
 
@@ -221,14 +241,25 @@ impl Rng {
 /// runs more.
 #[test]
 fn a_full_disk_never_acknowledges_what_replay_cannot_reach() {
-    let Some(fs) = Tmpfs::mount("enospc", "512k") else { return };
-    let rounds: u64 = std::env::var("RECALL_ENOSPC_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+    let Some(fs) = Mount::new("tmpfs", false) else { return };
+    full_disk_rounds(&fs.dir, 20);
+}
+
+/// The same on ext4 (a loop device), where the log's fsync is real.
+#[test]
+fn a_full_ext4_never_acknowledges_what_replay_cannot_reach() {
+    let Some(fs) = Mount::new("ext4", true) else { return };
+    full_disk_rounds(&fs.dir, 5);
+}
+
+fn full_disk_rounds(fs: &Path, default_rounds: u64) {
+    let rounds = std::env::var("RECALL_ENOSPC_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(default_rounds);
     for seed in 0..rounds {
         let mut rng = Rng(seed);
-        let dir = fs.0.join(format!("d{seed}"));
+        let dir = fs.join(format!("d{seed}"));
         std::fs::create_dir_all(&dir).unwrap();
         let mut s = start_wal(&dir).unwrap();
-        let filler = fill(&fs.0, 4096 + rng.next() % (48 << 10));
+        let filler = fill(fs, 4096 + rng.next() % (48 << 10));
         let value = |rng: &mut Rng, i: u64| {
             let n = 1 + rng.next() % 3000;
             (0..n).map(|j| b'a' + ((i + j) % 26) as u8).collect::<Vec<u8>>()
