@@ -81,6 +81,9 @@ pub struct Wal {
     /// The flusher has stopped: LSNs above `settled` never will be settled.
     stopped: AtomicBool,
     failures: Mutex<Failures>,
+    /// The highest LSN that ever failed: above it, a settled LSN is durable
+    /// without a look at `failures` (the common case takes no lock).
+    failed_max: AtomicU64,
     waiters: Mutex<Vec<(u64, Waker)>>,
     segment: AtomicU64,
 }
@@ -208,6 +211,7 @@ impl Wal {
             settled: AtomicU64::new(0),
             stopped: AtomicBool::new(false),
             failures: Mutex::new(Failures { ranges: VecDeque::new(), forgotten_upto: 0 }),
+            failed_max: AtomicU64::new(0),
             waiters: Mutex::new(Vec::new()),
             segment: AtomicU64::new(next),
         });
@@ -264,6 +268,9 @@ impl Wal {
             }
         }
         // Failures are recorded before `settled` moves past them.
+        if lsn > self.failed_max.load(Ordering::Acquire) {
+            return Some(Ok(()));
+        }
         let f = lock(&self.failures);
         if lsn <= f.forgotten_upto {
             return Some(Err("write-ahead log: a write failed and its outcome was forgotten".into()));
@@ -281,6 +288,7 @@ impl Wal {
 
     fn record_failure(&self, from: u64, to: u64, e: &io::Error) {
         let mut f = lock(&self.failures);
+        self.failed_max.fetch_max(to, Ordering::AcqRel);
         let msg: Arc<str> = e.to_string().into();
         match f.ranges.back_mut() {
             Some((_, end, m)) if *end + 1 == from && **m == *msg => *end = to,
