@@ -175,10 +175,10 @@ impl Active {
                 // After a failed fsync the kernel may already have dropped
                 // the dirty pages; cutting the batch off (and fsyncing the
                 // cut) is what makes the file's end trustworthy again.
+                // (If the cut fails too, `dirty` stays set and the next
+                // batch retries it before writing anything.)
                 self.dirty = true;
-                if self.cut_back().is_ok() {
-                    self.dirty = false;
-                }
+                let _ = self.cut_back();
                 Err(e)
             }
         }
