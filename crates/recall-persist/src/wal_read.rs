@@ -17,8 +17,10 @@
 //!   only when an operator asks (Redis' `aof-load-truncated`, for damage).
 //!
 //! A bit flip inside the very last record of the newest segment looks
-//! exactly like a torn write of that record and is repaired as one: that
-//! record is the only one the log can lose without refusing to start.
+//! exactly like a torn write of that record and is repaired as one (that
+//! record is lost), and a segment other than the newest that something
+//! else cut exactly between two records shows no damage: a checksum per
+//! record cannot see either.
 
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
