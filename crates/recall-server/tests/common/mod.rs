@@ -131,7 +131,13 @@ pub fn read_until(s: &mut TcpStream, deadline: Duration, done: impl Fn(&[u8]) ->
         match s.read(&mut chunk) {
             Ok(0) => return (buf, true),
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            // (A signal to the test process, e.g. while another test runs
+            // mount, interrupts the read: retry, the peer has not closed.)
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted
+                ) => {}
             Err(_) => return (buf, true),
         }
     }
