@@ -334,18 +334,30 @@ impl Persist {
         // writes and trigger a snapshot at once.
         let mut last_cas = self.engine.store.current_cas().max(d.watermark.load(Ordering::Acquire));
         self.arm_write_count(last_cas);
+        // Failed snapshots in a row, and when the last one failed.
+        let mut failures = 0u32;
+        let mut failed_at = started;
         loop {
             // Read before looking, so an event during the look wakes the wait.
             let generation = d.event_generation();
             let now = clock.now();
+            let backoff_left = match failures {
+                0 => Duration::ZERO,
+                n => schedule::backoff(n, sched.interval).saturating_sub(now.saturating_duration_since(failed_at)),
+            };
             let seen = Seen {
                 since_boot: now.saturating_duration_since(started),
                 since_snapshot: now.saturating_duration_since(last),
                 written: self.engine.store.current_cas().saturating_sub(last_cas),
                 requested: d.snapshot_requested.swap(false, Ordering::AcqRel),
                 recovering: d.recovering.load(Ordering::Acquire),
+                backoff_left,
             };
             let p = schedule::plan(&sched, &seen);
+            if seen.requested && !p.snapshot {
+                // Backing off: the request waits for the next try.
+                d.snapshot_requested.store(true, Ordering::Release);
+            }
             if p.end_recovery {
                 d.end_recovery_by_grace();
             }
@@ -356,9 +368,15 @@ impl Persist {
                 match self.snapshot_now(FailAt::None) {
                     Ok(w) => {
                         last_cas = w;
+                        failures = 0;
                         tracing::info!(watermark = w, "snapshot written")
                     }
-                    Err(e) => tracing::error!(error = %e, "snapshot failed; the previous one is still in place"),
+                    Err(e) => {
+                        failures += 1;
+                        failed_at = clock.now();
+                        let retry = schedule::backoff(failures, sched.interval);
+                        tracing::error!(error = %e, ?retry, "snapshot failed; the previous one is still in place")
+                    }
                 }
                 self.arm_write_count(last_cas);
                 last = clock.now();

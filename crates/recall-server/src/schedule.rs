@@ -32,6 +32,17 @@ pub struct Seen {
     pub requested: bool,
     /// The server is still accepting replays as recovering.
     pub recovering: bool,
+    /// Snapshots failed lately: wait this much longer before the next try
+    /// (see [`backoff`]).
+    pub backoff_left: Duration,
+}
+
+/// How long to wait after `failures` snapshots failed in a row: 1 s,
+/// doubling, at most the interval (and at most a minute). A full disk is
+/// then not hit with a whole snapshot on every write.
+pub fn backoff(failures: u32, interval: Duration) -> Duration {
+    let cap = interval.clamp(Duration::from_secs(1), Duration::from_secs(60));
+    Duration::from_secs(1u64 << failures.saturating_sub(1).min(6)).min(cap)
 }
 
 /// What to do now, and when to look again at the latest.
@@ -47,7 +58,7 @@ pub fn plan(s: &Schedule, seen: &Seen) -> Plan {
     let end_recovery = seen.recovering && seen.since_boot >= s.grace;
     let due = seen.written > 0 && seen.since_snapshot >= s.interval;
     let many = s.after_writes > 0 && seen.written >= s.after_writes;
-    let snapshot = seen.requested || due || many;
+    let snapshot = (seen.requested || due || many) && seen.backoff_left.is_zero();
     // The interval counts from the last snapshot, which is now if one is
     // taken. Writes do not wake the thread one by one: the next look finds
     // them. Idle past the interval, look again one interval from now.
@@ -55,6 +66,9 @@ pub fn plan(s: &Schedule, seen: &Seen) -> Plan {
     let mut sleep = if snapshot || left.is_zero() { s.interval } else { left };
     if seen.recovering && !end_recovery {
         sleep = sleep.min(s.grace - seen.since_boot);
+    }
+    if !seen.backoff_left.is_zero() {
+        sleep = sleep.min(seen.backoff_left);
     }
     // A zero interval would spin; never sleep less than a millisecond.
     Plan { end_recovery, snapshot, sleep: sleep.max(Duration::from_millis(1)) }
@@ -99,6 +113,19 @@ mod tests {
         let p = plan(&S, &Seen { since_boot: secs(30), since_snapshot: secs(10), ..seen });
         assert!(p.end_recovery);
         assert_eq!(p.sleep, secs(50), "then only the rest of the interval is left");
+    }
+
+    #[test]
+    fn failed_snapshots_back_off_and_keep_the_request() {
+        let seen = Seen { written: 5000, requested: true, backoff_left: secs(2), ..Default::default() };
+        let p = plan(&S, &seen);
+        assert!(!p.snapshot, "no retry before the back-off has passed");
+        assert_eq!(p.sleep, secs(2), "the thread looks again when it has");
+        assert!(plan(&S, &Seen { backoff_left: Duration::ZERO, ..seen }).snapshot);
+        assert_eq!(backoff(1, S.interval), secs(1));
+        assert_eq!(backoff(3, S.interval), secs(4));
+        assert_eq!(backoff(30, S.interval), secs(60), "capped at a minute");
+        assert_eq!(backoff(30, secs(5)), secs(5), "and at the interval");
     }
 
     #[test]
