@@ -124,6 +124,7 @@
 mod admission;
 mod builder;
 mod ctl;
+pub mod ctl_reply;
 mod durable;
 mod exptime;
 mod log;

@@ -11,7 +11,8 @@ use tokio::sync::Notify;
 
 use super::admission::{Admission, Sizes};
 use super::builder::Cfg;
-use super::ctl::{Ctl, Durable, ReplayReplies};
+use super::ctl::{Ctl, ReplayReplies};
+use super::ctl_reply::Durable;
 use super::log::WriteBackup;
 use super::spill::Spill;
 use crate::conn::{Conn, Health, HealthConfig};

@@ -8,7 +8,8 @@ use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use super::builder::Cfg;
-use super::ctl::{Ctl, DurableState};
+use super::ctl::Ctl;
+use super::ctl_reply::DurableState;
 use super::node::{lock, Node, SpillCtx};
 use super::recovery::{plan_poll, snapshot_due, Observed, SnapshotView, Step};
 use super::replay::replay;

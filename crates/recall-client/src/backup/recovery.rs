@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::ctl::{Durable, DurableState};
+use super::ctl_reply::{Durable, DurableState};
 use super::log::{instance_base, instance_of};
 
 /// What the poller knows when a `durable` (or `hello`) answer arrives.

@@ -8,7 +8,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::builder::Cfg;
-use super::ctl::{Ctl, Durable, ReplayReplies};
+use super::ctl::{Ctl, ReplayReplies};
+use super::ctl_reply::Durable;
 use super::exptime::unix_now;
 use super::node::{lock, Node};
 use super::recovery::{check_fence, snapshotted_before_replay};

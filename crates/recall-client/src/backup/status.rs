@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::ctl::DurableState;
+use super::ctl_reply::DurableState;
 use super::durable::DurableClient;
 use super::node::lock;
 use crate::error::ServerName;
