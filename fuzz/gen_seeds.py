@@ -273,6 +273,24 @@ def main():
     put("text_decode", "replay-batch-noreply", req.replace(b"\r\n", b" noreply\r\n", 1))
     put("engine_session", "replay-batch", b"\x06\x00" + req + b"get a gone\r\nmg a v c\r\n")
 
+    # The client's reply decoders: byte 0 of reply_decode is the mode (bit
+    # 7: metadump lines) and piece size; of ctl_reply, the piece size.
+    replies = [b"STORED\r\n", b"VALUE k 5 3 99\r\nabc\r\nEND\r\n", b"VALUE k 0 5\r\nEND\r\n\r\nEND\r\n",
+               b"VA 2 c7 t-1 f3 kfoo\r\nhi\r\n", b"HD kZm9v b W\r\n", b"OL c12 f3\r\n", b"EN\r\nMN\r\n",
+               b"42\r\n", b"STAT pid 12\r\nSTAT version 1.6\r\nEND\r\n", b"VERSION 1.6.18\r\n",
+               b"CLIENT_ERROR bad data chunk\r\nERROR\r\n", b"SERVER_ERROR out of memory\r\n", b"VALUE k 0 3\r\nabcd\r\n"]
+    for i, r in enumerate(replies):
+        put("reply_decode", f"reply{i}", b"\x03" + r)
+        put("reply_decode", f"reply{i}-whole", b"\x7f" + r)
+    put("reply_decode", "metadump", b"\x81" + b"key=a exp=-1 la=1 cas=2 fetch=no cls=1 size=60\r\nBUSY crawling\r\nEND\r\n")
+    put("reply_decode", "long", b"\x7f" + b"STAT x " + b"y" * 8190 + b"\r\n")
+    ctl = [b"DURABLE 3 3298534883330 recovering\r\n", b"DURABLE 0 0 off\n", b"OK\r\nAPPLIED\r\nSTALE\r\n",
+           b"REPLAYED 10 2 0\r\nREPLAYED 0 0 0\r\nMN\r\n", b"HD c1099511627781\r\n", b"ERROR\r\nERROR\r\n",
+           b"SERVER_ERROR out of memory\r\nCLIENT_ERROR bad id\r\n", b"DURABLE 2 77 maybe\r\n", b"REPLAYED 1 x 3\r\n"]
+    for i, r in enumerate(ctl):
+        put("ctl_reply", f"ctl{i}", b"\x02" + r)
+        put("ctl_reply", f"ctl{i}-whole", b"\xff" + r)
+
     recs = [
         (b"a", b"hello", 7, 0, 10, False),
         (b"b", b"", 0, 123, 11, False),

@@ -53,13 +53,12 @@
 //! This file is also compiled into `tests/crash.rs` (the quick CI run and
 //! the negative control), so it exposes [`run`] and [`Config`].
 
-use std::collections::{BTreeSet, HashMap};
-use std::io::{BufRead, BufReader, Read};
+use std::collections::HashMap;
+use std::io::Read;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use recall_client::backup::{BackupStatus, DurableClient, SpillSync};
@@ -67,155 +66,17 @@ use recall_client::{Client, Error, MetaGet, MetaStatus, StoreStatus};
 
 // ---- recalld processes --------------------------------------------------
 
-/// The directory holding this binary's profile outputs: `<target>/<profile>`
-/// from `<target>/<profile>/deps/<test>` or `<target>/<profile>/examples/<ex>`.
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent().and_then(|d| d.parent()).expect("target/<profile>/<kind>/<exe> layout").to_path_buf()
-}
+pub use recall_testkit::Recalld;
 
-/// recalld (`$RECALLD_BIN`, or built by cargo into the same target
-/// directory and profile once per process).
-pub fn recalld_bin() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        if let Some(p) = std::env::var_os("RECALLD_BIN") {
-            return PathBuf::from(p);
-        }
-        let dir = profile_dir();
-        let target = dir.parent().expect("target dir").to_path_buf();
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.args(["build", "--quiet", "-p", "recall-server", "--bin", "recalld"]).env("CARGO_TARGET_DIR", &target);
-        if dir.file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        let status = cmd.status().expect("run cargo to build recalld");
-        assert!(status.success(), "building recalld failed");
-        dir.join("recalld")
-    })
-    .clone()
-}
-
-/// A recalld child process on a data directory.
-pub struct Recalld {
-    child: Option<Child>,
-    pub addr: SocketAddr,
-    dir: PathBuf,
-    args: Vec<String>,
-}
-
-impl Recalld {
-    /// Start on `port` (0: ephemeral); `Err` carries the server's stderr if
-    /// it exits instead of listening (e.g. the port is taken).
-    pub fn start(port: u16, dir: &Path, args: &[String]) -> Result<Recalld, String> {
-        Recalld::start_env(port, dir, args, None)
-    }
-
-    /// `start` with `RECALL_FAILPOINT` set (or not).
-    fn start_env(port: u16, dir: &Path, args: &[String], failpoint: Option<&str>) -> Result<Recalld, String> {
-        let mut cmd = Command::new(recalld_bin());
-        if let Some(f) = failpoint {
-            cmd.env("RECALL_FAILPOINT", f);
-        }
-        let mut child = cmd
-            .args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0", "-t", "2"])
-            .arg("--data-dir")
-            .arg(dir)
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("spawn recalld: {e}"))?;
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let mut stderr = child.stderr.take().ok_or("no stderr")?;
-        let mut lines = BufReader::new(stdout).lines();
-        let addr = loop {
-            match lines.next() {
-                Some(Ok(line)) => {
-                    if let Some(a) = line.strip_prefix("listening on ") {
-                        break a.parse().map_err(|e| format!("bad address {a:?}: {e}"))?;
-                    }
-                }
-                _ => {
-                    let mut err = String::new();
-                    let _ = stderr.read_to_string(&mut err);
-                    let _ = child.wait();
-                    return Err(err);
-                }
-            }
-        };
-        // Keep draining both pipes so the server never blocks on them.
-        std::thread::spawn(move || for _ in lines {});
-        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-        Ok(Recalld { child: Some(child), addr, dir: dir.to_path_buf(), args: args.to_vec() })
-    }
-
-    pub fn port(&self) -> u16 {
-        self.addr.port()
-    }
-
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
-    /// Wait up to `limit` for the process to exit by itself (a failpoint
-    /// fired); true if it did.
-    pub fn wait_exit(&mut self, limit: Duration) -> bool {
-        let deadline = Instant::now() + limit;
-        while let Some(c) = self.child.as_mut() {
-            if let Ok(Some(_)) = c.try_wait() {
-                self.child = None;
-                return true;
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        false
-    }
-
-    /// SIGKILL (what `Child::kill` sends on Unix) and reap.
-    pub fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// Start again on the same port and data directory. The port was
-    /// released by the kill, but something else may grab it meanwhile:
-    /// retry a few times.
-    pub fn restart(&mut self) -> Result<(), String> {
-        self.restart_with_failpoint(None)
-    }
-
-    /// `restart`, with a `RECALL_FAILPOINT` armed: the process aborts by
-    /// itself when it gets there (see [`Recalld::wait_exit`]).
-    pub fn restart_with_failpoint(&mut self, failpoint: Option<&str>) -> Result<(), String> {
-        self.kill9();
-        let mut last = String::new();
-        for _ in 0..40 {
-            match Recalld::start_env(self.port(), &self.dir, &self.args, failpoint) {
-                Ok(mut s) => {
-                    self.child = s.child.take();
-                    return Ok(());
-                }
-                Err(e) => {
-                    last = e;
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-            }
-        }
-        Err(format!("could not restart recalld on port {}: {last}", self.port()))
-    }
-}
-
-impl Drop for Recalld {
-    fn drop(&mut self) {
-        self.kill9();
-    }
+/// recalld on the data directory `dir` with `args`, on an ephemeral port
+/// (`RECALLD_BIN` overrides the binary, else cargo builds it: see
+/// `recall_testkit::recalld_bin`).
+pub fn recalld(dir: &Path, args: &[String]) -> Result<Recalld, String> {
+    Recalld::builder()
+        .args(["-U", "0", "-t", "2"])
+        .args([std::ffi::OsStr::new("--data-dir"), dir.as_os_str()])
+        .args(args)
+        .start()
 }
 
 /// Send `req` on a fresh connection and read until `done` holds.
@@ -304,152 +165,12 @@ impl Rng {
     }
 }
 
-// ---- the ledger -----------------------------------------------------------
+// ---- the ledger: crash_harness/ledger.rs ------------------------------------
 
-type State = Option<Vec<u8>>;
+#[path = "crash_harness/ledger.rs"]
+mod ledger;
 
-#[derive(Debug, Clone)]
-enum Op {
-    Set(Vec<u8>),
-    Add(Vec<u8>),
-    Replace(Vec<u8>),
-    Append(Vec<u8>),
-    Prepend(Vec<u8>),
-    Delete,
-    Incr(u64),
-    Decr(u64),
-}
-
-#[derive(Debug, Clone)]
-enum Outcome {
-    /// The server acknowledged the write (it changed the key).
-    Acked { ts: u64, counter: Option<u64> },
-    /// The server answered that nothing was changed.
-    Refused,
-    /// Failed in a way that leaves it in doubt.
-    Unknown,
-}
-
-fn numeric(s: &[u8]) -> Option<u64> {
-    std::str::from_utf8(s).ok()?.trim_end_matches(' ').parse().ok()
-}
-
-fn trim_padding(mut v: Vec<u8>) -> Vec<u8> {
-    while v.last() == Some(&b' ') {
-        v.pop();
-    }
-    v
-}
-
-impl Op {
-    /// The state after this operation applies to `s`, or `None` if it
-    /// would not apply (the condition fails).
-    fn apply(&self, s: &State) -> Option<State> {
-        match (self, s) {
-            (Op::Set(v), _) => Some(Some(v.clone())),
-            (Op::Add(v), None) => Some(Some(v.clone())),
-            (Op::Replace(v), Some(_)) => Some(Some(v.clone())),
-            (Op::Append(x), Some(cur)) => Some(Some([&cur[..], x].concat())),
-            (Op::Prepend(x), Some(cur)) => Some(Some([&x[..], cur].concat())),
-            (Op::Delete, Some(_)) => Some(None),
-            (Op::Incr(d), Some(cur)) => numeric(cur).map(|n| Some(n.wrapping_add(*d).to_string().into_bytes())),
-            (Op::Decr(d), Some(cur)) => numeric(cur).map(|n| Some(n.saturating_sub(*d).to_string().into_bytes())),
-            _ => None,
-        }
-    }
-}
-
-/// One key's possible states, updated as its operations complete.
-#[derive(Debug)]
-struct KeyLedger {
-    possible: BTreeSet<State>,
-    /// The last few operations, for failure reports.
-    recent: Vec<String>,
-    acked: u64,
-    unknown: u64,
-    /// Timestamp of the newest acknowledged write: the next one must be
-    /// higher (timestamps never go backwards, crashes included).
-    last_ts: u64,
-}
-
-/// Past this many possible states a key stops being checked precisely
-/// (a long run of in-doubt operations on one key); counted in the report.
-const MAX_STATES: usize = 64;
-
-impl KeyLedger {
-    fn new() -> KeyLedger {
-        // A fresh key: absent on the server.
-        KeyLedger { possible: [None].into_iter().collect(), recent: Vec::new(), acked: 0, unknown: 0, last_ts: 0 }
-    }
-
-    /// Returns a violation message if the outcome contradicts the ledger.
-    fn complete(&mut self, op: &Op, out: &Outcome) -> Option<String> {
-        let desc = format!("{op:?} -> {out:?}");
-        self.recent.push(desc.clone());
-        if self.recent.len() > 8 {
-            self.recent.remove(0);
-        }
-        match out {
-            Outcome::Acked { counter, ts } => {
-                self.acked += 1;
-                if *ts <= self.last_ts {
-                    return Some(format!("{desc}: timestamp {ts} not above the previous {}", self.last_ts));
-                }
-                self.last_ts = *ts;
-                let mut next: BTreeSet<State> = self.possible.iter().filter_map(|s| op.apply(s)).collect();
-                if let Some(n) = counter {
-                    let want = Some(n.to_string().into_bytes());
-                    let ok = next.contains(&want);
-                    next = [want].into_iter().collect();
-                    if !ok {
-                        self.possible = next;
-                        return Some(format!("{desc}: no possible state gives {n}"));
-                    }
-                }
-                if next.is_empty() {
-                    let msg = format!("{desc}: impossible in every possible state {:?}", show_set(&self.possible));
-                    // Resynchronise on what the acknowledgement implies.
-                    self.possible = match op {
-                        Op::Set(v) | Op::Add(v) | Op::Replace(v) => [Some(v.clone())].into_iter().collect(),
-                        Op::Delete => [None].into_iter().collect(),
-                        _ => self.possible.clone(),
-                    };
-                    return Some(msg);
-                }
-                self.possible = next;
-                None
-            }
-            Outcome::Refused => {
-                let keep: BTreeSet<State> = self.possible.iter().filter(|s| op.apply(s).is_none()).cloned().collect();
-                if keep.is_empty() {
-                    return Some(format!(
-                        "{desc}: refused, but it applies to every state {:?}",
-                        show_set(&self.possible)
-                    ));
-                }
-                self.possible = keep;
-                None
-            }
-            Outcome::Unknown => {
-                self.unknown += 1;
-                let more: Vec<State> = self.possible.iter().filter_map(|s| op.apply(s)).collect();
-                self.possible.extend(more);
-                None
-            }
-        }
-    }
-}
-
-fn show(s: &State) -> String {
-    match s {
-        None => "<absent>".into(),
-        Some(v) => String::from_utf8_lossy(v).into_owned(),
-    }
-}
-
-fn show_set(s: &BTreeSet<State>) -> Vec<String> {
-    s.iter().map(show).collect()
-}
+use ledger::{show, show_set, trim_padding, KeyLedger, Op, Outcome, State, MAX_STATES};
 
 // ---- the harness ------------------------------------------------------------
 
@@ -751,8 +472,8 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
         cfg.recovery_grace.to_string(),
     ]
     .into();
-    let mut server = Recalld::start(0, &dir.0, &args)?;
-    let spec = server.addr.to_string();
+    let mut server = recalld(&dir.0, &args)?;
+    let spec = server.addr().to_string();
     let spills = TempDir::new("crash-spill");
     let build_client = |i: usize| {
         let mut b = DurableClient::builder()
@@ -827,7 +548,7 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
     let mut rng = Rng::new(cfg.seed);
     let mut report = Report::default();
     let mut dead_statuses = Vec::new();
-    let (mut instance, _, _) = durable(server.addr).await.map_err(|e| format!("durable: {e}"))?;
+    let (mut instance, _, _) = durable(server.addr()).await.map_err(|e| format!("durable: {e}"))?;
     for cycle in 0..cfg.cycles {
         tokio::time::sleep(Duration::from_millis(rng.range(cfg.run_ms.0, cfg.run_ms.1))).await;
         let killed_at = t0.elapsed();
@@ -870,7 +591,7 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
                 1 => ("snapshot-after-rename", "snapshot-after-rename".to_string()),
                 _ => ("replay-after-N", format!("replay-after-{}", rng.range(1, 60))),
             };
-            tokio::task::block_in_place(|| server.restart_with_failpoint(Some(&arg)))?;
+            tokio::task::block_in_place(|| server.restart_env(&[("RECALL_FAILPOINT", &arg)]))?;
             // A killed client comes back now, as its process would, well
             // inside the recovery grace period (the guarantee needs that).
             if clients.iter().any(Option::is_none) {
@@ -892,7 +613,7 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
         if clients.iter().any(Option::is_none) {
             revive(&mut clients, &mut workers, &mut lives)?;
         }
-        let (inst, watermark, state) = durable(server.addr).await.map_err(|e| format!("durable: {e}"))?;
+        let (inst, watermark, state) = durable(server.addr()).await.map_err(|e| format!("durable: {e}"))?;
         if inst <= instance {
             return Err(format!("instance did not change across a restart: {instance} -> {inst}"));
         }

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use harness::{Recalld, TempDir};
+use harness::TempDir;
 use recall_client::backup::{DurableClient, SpillSync, WriteBackup, EPOCH_SHIFT};
 use recall_client::{Client, MetaSet};
 
@@ -187,8 +187,8 @@ fn recovery(reps: usize) {
         let mut applied = 0;
         for _ in 0..reps {
             let dir = TempDir::new("bench-recovery");
-            let mut server = Recalld::start(0, &dir.0, &args(&[])).expect("recalld");
-            let addr = server.addr.to_string();
+            let mut server = harness::recalld(&dir.0, &args(&[])).expect("recalld");
+            let addr = server.addr().to_string();
             rt.block_on(async {
                 let db = DurableClient::builder()
                     .server(&addr)
@@ -334,8 +334,8 @@ fn throughput(secs: f64, tasks: usize, reps: usize, only: Option<usize>) {
                 0 => vec!["--durability".into(), "none".into()],
                 _ => durable_args.iter().map(|s| s.to_string()).collect(),
             };
-            let server = Recalld::start(0, &dir.0, &server_args).expect("recalld");
-            let addr = server.addr.to_string();
+            let server = harness::recalld(&dir.0, &server_args).expect("recalld");
+            let addr = server.addr().to_string();
             let pid = server.pid().unwrap_or(0);
             r[which] = rt.block_on(async {
                 if which < 2 {
@@ -453,9 +453,9 @@ fn interleaved(secs: f64, slice: f64, tasks: usize, configs: &[Config]) {
     let none_args: Vec<String> = vec!["--durability".into(), "none".into()];
     let dur_args: Vec<String> =
         ["--snapshot-interval", "1", "--snapshot-after-writes", "0"].iter().map(|s| s.to_string()).collect();
-    let s_none = Recalld::start(0, &dir_none.0, &none_args).expect("recalld");
-    let s_dur = Recalld::start(0, &dir_dur.0, &dur_args).expect("recalld");
-    let (a_none, a_dur) = (s_none.addr.to_string(), s_dur.addr.to_string());
+    let s_none = harness::recalld(&dir_none.0, &none_args).expect("recalld");
+    let s_dur = harness::recalld(&dir_dur.0, &dur_args).expect("recalld");
+    let (a_none, a_dur) = (s_none.addr().to_string(), s_dur.addr().to_string());
     let slices = ((secs / slice).ceil() as usize).max(1);
     let n = configs.len();
     let (ops, cpu) = rt.block_on(async {

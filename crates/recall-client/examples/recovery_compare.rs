@@ -35,7 +35,7 @@ mod harness;
 
 use std::time::{Duration, Instant};
 
-use harness::{Recalld, TempDir};
+use harness::TempDir;
 use recall_client::backup::DurableClient;
 use recall_client::Client;
 
@@ -114,8 +114,8 @@ fn cold_cache() {
 
 fn wal_run(rt: &tokio::runtime::Runtime, n: usize, rounds: usize) -> f64 {
     let dir = TempDir::new("recovery-wal");
-    let mut server = Recalld::start(0, &dir.0, &args("wal")).expect("recalld");
-    let addr = server.addr.to_string();
+    let mut server = harness::recalld(&dir.0, &args("wal")).expect("recalld");
+    let addr = server.addr().to_string();
     rt.block_on(async {
         let c = Client::builder().server(&addr).build().expect("client");
         write_all(n, rounds, move |k, v| {
@@ -137,8 +137,8 @@ fn wal_run(rt: &tokio::runtime::Runtime, n: usize, rounds: usize) -> f64 {
 
 fn backup_run(rt: &tokio::runtime::Runtime, n: usize, rounds: usize) -> (f64, f64, f64) {
     let dir = TempDir::new("recovery-backup");
-    let mut server = Recalld::start(0, &dir.0, &args("client-backup")).expect("recalld");
-    let addr = server.addr.to_string();
+    let mut server = harness::recalld(&dir.0, &args("client-backup")).expect("recalld");
+    let addr = server.addr().to_string();
     rt.block_on(async {
         let db = DurableClient::builder()
             .server(&addr)

@@ -41,15 +41,14 @@
 //! ```
 //!
 //! Flags: `--server ADDR` (use a running server; it needs `-I 256m` and
-//! `-m` ≥ 512 for 100 MB), `--recalld PATH` (default: `recalld` next to
-//! this example's directory, or `$RECALLD_BIN`), `--sizes 1k,10k,...`,
+//! `-m` ≥ 512 for 100 MB), `--recalld PATH` (default: `$RECALLD_BIN`, else
+//! recalld built by cargo into this example's target directory and profile), `--sizes 1k,10k,...`,
 //! `--scale F` (multiply the run counts), `--only set|sset|raw` (run one
 //! variant, e.g. under `perf stat`; the others' columns read 0).
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::pin::Pin;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
@@ -526,29 +525,6 @@ fn print_table(rows: &[Row]) {
     }
 }
 
-fn spawn_recalld(bin: &str) -> (Child, String) {
-    let mut child = Command::new(bin)
-        .args(["-p", "0", "-l", "127.0.0.1", "-U", "0", "-t", "1", "-I", "256m", "-m", "1024"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {bin}: {e} (build it: cargo build --release -p recall-server)"));
-    let stdout = child.stdout.take().expect("stdout");
-    let mut lines = BufReader::new(stdout).lines();
-    let addr = loop {
-        match lines.next() {
-            Some(Ok(l)) => {
-                if let Some(a) = l.strip_prefix("listening on ") {
-                    break a.to_string();
-                }
-            }
-            _ => panic!("recalld exited before listening"),
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    (child, addr)
-}
-
 fn main() {
     let mut args = std::env::args().skip(1);
     let mut server = None;
@@ -583,14 +559,15 @@ fn main() {
     let addr = match server {
         Some(a) => a,
         None => {
-            let bin = recalld.unwrap_or_else(|| {
-                let exe = std::env::current_exe().expect("current_exe");
-                // target/<profile>/examples/stream_bench -> target/<profile>/recalld
-                let dir = exe.parent().and_then(|d| d.parent()).expect("target layout");
-                dir.join("recalld").to_string_lossy().into_owned()
-            });
-            let (c, a) = spawn_recalld(&bin);
-            child = Some(c);
+            // Default: recall_testkit::recalld_bin (`RECALLD_BIN`, or built
+            // by cargo next to this example).
+            let mut spawn = recall_testkit::Recalld::builder().args(["-U", "0", "-t", "1", "-I", "256m", "-m", "1024"]);
+            if let Some(bin) = recalld {
+                spawn = spawn.bin(bin);
+            }
+            let r = spawn.start().unwrap_or_else(|e| panic!("cannot start recalld: {e}"));
+            let a = r.addr().to_string();
+            child = Some(r);
             a
         }
     };
@@ -625,9 +602,6 @@ fn main() {
     });
     print_table(&rows);
     println!("\n(server {addr}; median of the runs; peaks are the maxima over the runs)");
-    if let Some(mut c) = child {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
+    drop(child);
     let _ = std::io::stdout().flush();
 }

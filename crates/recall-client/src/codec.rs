@@ -4,7 +4,9 @@
 //! [`decode`] takes the bytes received so far and returns one [`Frame`]
 //! and how many bytes it used, or [`Decoded::Incomplete`], or a
 //! [`ReplyError`] when the bytes cannot be a reply (the connection is then
-//! out of step and must be closed). It works frame by frame rather than
+//! out of step and must be closed). It never panics, whatever the input,
+//! and gives the same frames however the input is split (fuzzed:
+//! `fuzz/fuzz_targets/reply_decode.rs`; `tests/decoders.rs`). It works frame by frame rather than
 //! reply by reply: a `get` of many keys is a run of `VALUE` frames ended by
 //! `END`, and a `stats` reply a run of `STAT` frames, so a big multi-get is
 //! decoded in one pass as it arrives instead of being re-scanned from the
@@ -186,6 +188,11 @@ pub fn decode(buf: &[u8], mode: Mode) -> Result<Decoded<'_>, ReplyError> {
         }
         return Ok(Decoded::Incomplete { needed: None });
     };
+    // The same bound for a line that arrived whole: otherwise whether a
+    // long line is a reply would depend on how the reads split it.
+    if nl > MAX_LINE {
+        return Err(bad("reply line too long", buf));
+    }
     let header_len = nl + 1;
     let line = buf[..nl].strip_suffix(b"\r").unwrap_or(&buf[..nl]);
     let (word, rest) = match memchr::memchr(b' ', line) {
@@ -450,6 +457,11 @@ mod tests {
         assert!(decode(b"VALUE k 0 3\r\nabcd\r\n", Mode::Normal).is_err());
         assert!(decode(b"12 34\r\n", Mode::Normal).is_err());
         assert!(decode(&[b'x'; MAX_LINE + 1], Mode::Normal).is_err());
+        let mut long = b"STAT x ".to_vec();
+        long.resize(MAX_LINE + 1, b'y');
+        long.extend_from_slice(b"\r\n");
+        assert!(decode(&long, Mode::Normal).is_err(), "refused whole as it would be in pieces");
+        assert!(decode(&long, Mode::Lines).is_err());
     }
 
     #[test]

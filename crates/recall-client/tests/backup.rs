@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use harness::{raw, server_value, Recalld, Rng, TempDir};
+use harness::{raw, server_value, Rng, TempDir};
 use recall_client::backup::{instance_base, DurableClient, Entry, ServerState, WriteBackup, EPOCH_SHIFT};
 use recall_client::{Error, StoreStatus};
 
@@ -271,8 +271,8 @@ async fn replayed(db: &DurableClient, addr: SocketAddr) {
 #[test]
 fn kill_9_restart_and_replay_restore_every_acknowledged_write() {
     let dir = TempDir::new("backup-e2e");
-    let mut server = Recalld::start(0, &dir.0, &args(&["--recovery-grace", "60"])).expect("recalld");
-    let addr = server.addr;
+    let mut server = harness::recalld(&dir.0, &args(&["--recovery-grace", "60"])).expect("recalld");
+    let addr = server.addr();
     rt().block_on(async {
         // Replay only when told (poll_now), so the test can look at the
         // server between the restart and the replay.
@@ -385,8 +385,8 @@ fn kill_9_restart_and_replay_restore_every_acknowledged_write() {
 #[test]
 fn background_poller_replays_after_each_crash() {
     let dir = TempDir::new("backup-poller");
-    let mut server = Recalld::start(0, &dir.0, &args(&["--recovery-grace", "60"])).expect("recalld");
-    let addr = server.addr;
+    let mut server = harness::recalld(&dir.0, &args(&["--recovery-grace", "60"])).expect("recalld");
+    let addr = server.addr();
     rt().block_on(async {
         let db = DurableClient::builder()
             .server(&addr.to_string())
@@ -426,8 +426,8 @@ fn background_poller_replays_after_each_crash() {
 #[test]
 fn a_large_replay_goes_in_batches_over_several_connections() {
     let dir = TempDir::new("backup-batches");
-    let mut server = Recalld::start(0, &dir.0, &args(&["--recovery-grace", "60"])).expect("recalld");
-    let addr = server.addr;
+    let mut server = harness::recalld(&dir.0, &args(&["--recovery-grace", "60"])).expect("recalld");
+    let addr = server.addr();
     rt().block_on(async {
         let db = polled_by_hand(addr).replay_connections(3).build().expect("client");
         db.poll_now().await.expect("poll");
@@ -479,8 +479,8 @@ fn a_large_replay_goes_in_batches_over_several_connections() {
 #[test]
 fn without_room_for_replay_lanes_the_control_connection_replays() {
     let dir = TempDir::new("backup-lanes-refused");
-    let mut server = Recalld::start(0, &dir.0, &args(&["--recovery-grace", "60", "-c", "2"])).expect("recalld");
-    let addr = server.addr;
+    let mut server = harness::recalld(&dir.0, &args(&["--recovery-grace", "60", "-c", "2"])).expect("recalld");
+    let addr = server.addr();
     let n = 500;
     rt().block_on(async {
         let db = polled_by_hand(addr).pool_size(1).replay_connections(2).build().expect("client");
@@ -518,10 +518,10 @@ fn without_room_for_replay_lanes_the_control_connection_replays() {
 #[test]
 fn backpressure_asks_for_a_snapshot_and_waits_for_room() {
     let dir = TempDir::new("backup-bp");
-    let server = Recalld::start(0, &dir.0, &args(&[])).expect("recalld");
+    let server = harness::recalld(&dir.0, &args(&[])).expect("recalld");
     rt().block_on(async {
         let db = DurableClient::builder()
-            .server(&server.addr.to_string())
+            .server(&server.addr().to_string())
             .poll_interval(Duration::from_millis(20))
             .max_entries(10)
             .build()
@@ -538,12 +538,12 @@ fn backpressure_asks_for_a_snapshot_and_waits_for_room() {
 #[test]
 fn backpressure_times_out_while_the_server_is_recovering() {
     let dir = TempDir::new("backup-bp-timeout");
-    let mut server = Recalld::start(0, &dir.0, &args(&["--recovery-grace", "3600"])).expect("recalld");
+    let mut server = harness::recalld(&dir.0, &args(&["--recovery-grace", "3600"])).expect("recalld");
     server.kill9();
     server.restart().expect("restart"); // now recovering for an hour: the client will not ask for snapshots
     rt().block_on(async {
         let db = DurableClient::builder()
-            .server(&server.addr.to_string())
+            .server(&server.addr().to_string())
             .poll_interval(Duration::from_millis(20))
             .max_entries(5)
             .backpressure_timeout(Duration::from_millis(300))
@@ -558,7 +558,7 @@ fn backpressure_times_out_while_the_server_is_recovering() {
             other => panic!("expected a back-pressure timeout, got {other:?}"),
         }
         assert!(t.elapsed() >= Duration::from_millis(300));
-        assert_eq!(server_value(server.addr, "k5"), None, "a write refused for room is not sent");
+        assert_eq!(server_value(server.addr(), "k5"), None, "a write refused for room is not sent");
         assert_eq!(db.status()[0].snapshots_requested, 0);
     });
 }
@@ -567,9 +567,9 @@ fn backpressure_times_out_while_the_server_is_recovering() {
 fn a_server_without_data_dir_is_not_backed_up() {
     // --durability none: a data directory but no snapshots, DURABLE ... off.
     let dir = TempDir::new("backup-off");
-    let server = Recalld::start(0, &dir.0, &["--durability".to_string(), "none".to_string()]).expect("recalld");
+    let server = harness::recalld(&dir.0, &["--durability".to_string(), "none".to_string()]).expect("recalld");
     rt().block_on(async {
-        let db = DurableClient::builder().server(&server.addr.to_string()).build().expect("client");
+        let db = DurableClient::builder().server(&server.addr().to_string()).build().expect("client");
         db.poll_now().await.expect("poll");
         db.set("k", "v", 0, 0).await.expect("set");
         let st = &db.status()[0];
@@ -580,9 +580,9 @@ fn a_server_without_data_dir_is_not_backed_up() {
 #[test]
 fn keys_the_replay_cannot_carry_are_refused() {
     let dir = TempDir::new("backup-keys");
-    let server = Recalld::start(0, &dir.0, &args(&[])).expect("recalld");
+    let server = harness::recalld(&dir.0, &args(&[])).expect("recalld");
     rt().block_on(async {
-        let db = DurableClient::builder().server(&server.addr.to_string()).build().expect("client");
+        let db = DurableClient::builder().server(&server.addr().to_string()).build().expect("client");
         assert!(matches!(db.set("a b", "v", 0, 0).await, Err(Error::InvalidKey { .. })));
         assert!(matches!(db.delete("").await, Err(Error::InvalidKey { .. })));
     });
@@ -594,10 +594,10 @@ fn keys_the_replay_cannot_carry_are_refused() {
 #[test]
 fn the_server_applies_replays_in_any_order() {
     let dir = TempDir::new("backup-order");
-    let mut server = Recalld::start(0, &dir.0, &args(&["--recovery-grace", "3600"])).expect("recalld");
+    let mut server = harness::recalld(&dir.0, &args(&["--recovery-grace", "3600"])).expect("recalld");
     server.kill9();
     server.restart().expect("restart");
-    let addr = server.addr;
+    let addr = server.addr();
     let mut rng = Rng::new(11);
     for round in 0..3 {
         let mut log = WriteBackup::new();

@@ -23,7 +23,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use harness::{Recalld, TempDir};
+use harness::TempDir;
 use recall_client::backup::{DurableClient, EPOCH_SHIFT};
 use recall_client::Error;
 
@@ -405,8 +405,8 @@ fn durable_state(addr: SocketAddr) -> String {
 #[test]
 fn real_server_replay_and_close_with_the_registry() {
     let dir = TempDir::new("registry-real");
-    let mut server = Recalld::start(0, &dir.0, &args(&["--recovery-grace", "60"])).expect("recalld");
-    let addr = server.addr;
+    let mut server = harness::recalld(&dir.0, &args(&["--recovery-grace", "60"])).expect("recalld");
+    let addr = server.addr();
     // Probe, then take the probe's id out of the registry again: a
     // registered client that never replays would hold recovery open.
     let hello = raw_line(addr, "hello probe\r\n");
@@ -442,8 +442,8 @@ fn real_server_replay_and_close_with_the_registry() {
 #[test]
 fn real_server_lost_update_detected_on_read() {
     let dir = TempDir::new("registry-ol");
-    let mut server = Recalld::start(0, &dir.0, &args(&["--recovery-grace", "60"])).expect("recalld");
-    let addr = server.addr;
+    let mut server = harness::recalld(&dir.0, &args(&["--recovery-grace", "60"])).expect("recalld");
+    let addr = server.addr();
     let probe = raw_line(addr, "mg nothing v w1\r\n");
     assert!(!probe.contains("ERROR"), "recalld knows the w flag: {probe:?}");
     rt().block_on(async {

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use harness::{server_value, Recalld, TempDir};
+use harness::{server_value, TempDir};
 use recall_client::backup::{DurableClient, SpillSync};
 use recall_client::Error;
 
@@ -41,8 +41,8 @@ fn client(addr: SocketAddr, spill: &Path, sync: SpillSync) -> recall_client::bac
 fn client_and_server_crash_together(sync: SpillSync) {
     let dir = TempDir::new("spill-crash");
     let spill = dir.0.join("client.spill");
-    let mut server = Recalld::start(0, &dir.0.join("data"), &args()).expect("recalld");
-    let addr = server.addr;
+    let mut server = harness::recalld(&dir.0.join("data"), &args()).expect("recalld");
+    let addr = server.addr();
     let first = rt();
     let id = first.block_on(async {
         let db = client(addr, &spill, sync).build().expect("client");
@@ -100,13 +100,13 @@ fn spill_with(addr: SocketAddr, spill: &Path, n: usize) {
 fn a_torn_tail_is_ignored() {
     let dir = TempDir::new("spill-torn");
     let spill = dir.0.join("client.spill");
-    let server = Recalld::start(0, &dir.0.join("data"), &args()).expect("recalld");
-    spill_with(server.addr, &spill, 10);
+    let server = harness::recalld(&dir.0.join("data"), &args()).expect("recalld");
+    spill_with(server.addr(), &spill, 10);
     let whole = std::fs::read(&spill).expect("read");
     // Cut into the last record, as a crash in the middle of an append can.
     std::fs::write(&spill, &whole[..whole.len() - 5]).expect("cut");
     rt().block_on(async {
-        let db = client(server.addr, &spill, SpillSync::Os).build().expect("a torn tail is not an error");
+        let db = client(server.addr(), &spill, SpillSync::Os).build().expect("a torn tail is not an error");
         assert_eq!(db.status()[0].entries, 9, "all but the torn record");
     });
     // The file was rewritten without the torn bytes.
@@ -117,14 +117,14 @@ fn a_torn_tail_is_ignored() {
 fn a_damaged_record_stops_the_start_with_the_file_named() {
     let dir = TempDir::new("spill-crc");
     let spill = dir.0.join("client.spill");
-    let server = Recalld::start(0, &dir.0.join("data"), &args()).expect("recalld");
-    spill_with(server.addr, &spill, 10);
+    let server = harness::recalld(&dir.0.join("data"), &args()).expect("recalld");
+    spill_with(server.addr(), &spill, 10);
     let mut bytes = std::fs::read(&spill).expect("read");
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0x40;
     std::fs::write(&spill, &bytes).expect("damage");
     rt().block_on(async {
-        match client(server.addr, &spill, SpillSync::Os).build() {
+        match client(server.addr(), &spill, SpillSync::Os).build() {
             Err(Error::InvalidArgument(m)) => {
                 assert!(m.contains("client.spill") && m.contains("damaged"), "{m}")
             }
@@ -138,9 +138,9 @@ fn a_damaged_record_stops_the_start_with_the_file_named() {
 fn close_empties_the_file_and_keeps_the_id() {
     let dir = TempDir::new("spill-close");
     let spill = dir.0.join("client.spill");
-    let server = Recalld::start(0, &dir.0.join("data"), &args()).expect("recalld");
+    let server = harness::recalld(&dir.0.join("data"), &args()).expect("recalld");
     let id = rt().block_on(async {
-        let db = client(server.addr, &spill, SpillSync::Fsync).client_id("spiller").build().expect("client");
+        let db = client(server.addr(), &spill, SpillSync::Fsync).client_id("spiller").build().expect("client");
         for i in 0..100 {
             db.set(format!("k{i}"), "v", 0, 0).await.expect("set");
         }
@@ -152,10 +152,10 @@ fn close_empties_the_file_and_keeps_the_id() {
     let len = std::fs::metadata(&spill).expect("stat").len();
     assert!(len < 64, "only the header is left: {len} bytes");
     rt().block_on(async {
-        let db = client(server.addr, &spill, SpillSync::Os).build().expect("client");
+        let db = client(server.addr(), &spill, SpillSync::Os).build().expect("client");
         assert_eq!((db.client_id(), db.status()[0].entries), ("spiller", 0));
         drop(db);
-        match client(server.addr, &spill, SpillSync::Os).client_id("someone-else").build() {
+        match client(server.addr(), &spill, SpillSync::Os).client_id("someone-else").build() {
             Err(Error::InvalidArgument(m)) => assert!(m.contains("belongs to \"spiller\""), "{m}"),
             other => panic!("expected the id mismatch, got {other:?}"),
         }
@@ -169,11 +169,11 @@ fn close_empties_the_file_and_keeps_the_id() {
 fn a_spill_file_has_one_client_at_a_time() {
     let dir = TempDir::new("spill-lock");
     let spill = dir.0.join("client.spill");
-    let server = Recalld::start(0, &dir.0.join("data"), &args()).expect("recalld");
+    let server = harness::recalld(&dir.0.join("data"), &args()).expect("recalld");
     rt().block_on(async {
-        let first = client(server.addr, &spill, SpillSync::Os).build().expect("first client");
+        let first = client(server.addr(), &spill, SpillSync::Os).build().expect("first client");
         first.set("k", "v", 0, 0).await.expect("set");
-        match client(server.addr, &spill, SpillSync::Os).build() {
+        match client(server.addr(), &spill, SpillSync::Os).build() {
             Err(Error::InvalidArgument(m)) => {
                 assert!(m.contains("client.spill") && m.contains("in use by another client"), "{m}")
             }
@@ -181,7 +181,7 @@ fn a_spill_file_has_one_client_at_a_time() {
         }
         assert_eq!(first.status()[0].entries, 1, "the refused client touched nothing");
         drop(first);
-        let second = client(server.addr, &spill, SpillSync::Os).build().expect("free once the first is gone");
+        let second = client(server.addr(), &spill, SpillSync::Os).build().expect("free once the first is gone");
         assert_eq!(second.status()[0].entries, 1, "and it has the first one's entry");
     });
 }
@@ -190,10 +190,10 @@ fn a_spill_file_has_one_client_at_a_time() {
 fn dead_records_are_rewritten_away() {
     let dir = TempDir::new("spill-rewrite");
     let spill = dir.0.join("client.spill");
-    let server = Recalld::start(0, &dir.0.join("data"), &args()).expect("recalld");
+    let server = harness::recalld(&dir.0.join("data"), &args()).expect("recalld");
     rt().block_on(async {
         let db =
-            client(server.addr, &spill, SpillSync::Os).poll_interval(Duration::from_millis(20)).build().expect("c");
+            client(server.addr(), &spill, SpillSync::Os).poll_interval(Duration::from_millis(20)).build().expect("c");
         for round in 0..300 {
             for k in 0..10 {
                 db.set(format!("k{k}"), format!("round-{round:04}"), 0, 0).await.expect("set");
@@ -213,7 +213,7 @@ fn dead_records_are_rewritten_away() {
         }
     });
     rt().block_on(async {
-        let db = client(server.addr, &spill, SpillSync::Os).build().expect("reload");
+        let db = client(server.addr(), &spill, SpillSync::Os).build().expect("reload");
         assert_eq!(db.status()[0].entries, 10);
     });
 }

@@ -6,35 +6,18 @@
 //! general reply decoder does not know, and because the poller must be able
 //! to talk to a server that the data path currently has in back-off. The
 //! traffic is a few lines per poll, plus pipelined bursts per replay, so
-//! a plain line reader is enough.
+//! a plain line reader is enough; the lines are decoded by `ctl_reply.rs`,
+//! which does no I/O.
 
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
+use super::ctl_reply::Durable;
+use super::ctl_reply::{decode, CtlReply, Decoded, Refusal, MAX_LINE};
 use crate::error::{Error, Result, ServerName, TimeoutPhase};
-
-/// The server's durability state (`durable` → `DURABLE <instance>
-/// <watermark> <ok|recovering|off>`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Durable {
-    pub instance: u64,
-    pub watermark: u64,
-    pub state: DurableState,
-}
-
-/// The third field of `DURABLE`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DurableState {
-    /// Snapshots are running.
-    Ok,
-    /// Restarted recently: accepting replays within its grace period.
-    Recovering,
-    /// No `--data-dir`: nothing is durable, nothing to back up against.
-    Off,
-}
 
 /// What a replay burst got back.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -81,23 +64,32 @@ impl Ctl {
         wr.write_all(bytes).await.map_err(|e| Error::io(&self.server, e))
     }
 
-    /// One reply line, without its CRLF.
-    async fn read_line(&mut self) -> Result<String> {
+    /// One reply. A line longer than the decoder accepts is not read to
+    /// its end: the decoder refuses it from its first `MAX_LINE + 1` bytes.
+    async fn read_reply(&mut self) -> Result<CtlReply> {
         self.line.clear();
-        let n = self.rd.read_until(b'\n', &mut self.line).await.map_err(|e| Error::io(&self.server, e))?;
+        let limit = MAX_LINE as u64 + 1;
+        let n = (&mut self.rd)
+            .take(limit)
+            .read_until(b'\n', &mut self.line)
+            .await
+            .map_err(|e| Error::io(&self.server, e))?;
         if n == 0 {
             return Err(Error::closed(&self.server));
         }
-        let l = self.line.strip_suffix(b"\n").unwrap_or(&self.line);
-        let l = l.strip_suffix(b"\r").unwrap_or(l);
-        Ok(String::from_utf8_lossy(l).into_owned())
+        match decode(&self.line) {
+            Ok(Decoded::Reply(r, _)) => Ok(r),
+            // The connection ended in the middle of a line.
+            Ok(Decoded::Incomplete) => Err(Error::closed(&self.server)),
+            Err(e) => Err(self.proto(e.to_string())),
+        }
     }
 
-    async fn roundtrip(&mut self, req: &[u8]) -> Result<String> {
+    async fn roundtrip(&mut self, req: &[u8]) -> Result<CtlReply> {
         let t = self.timeout;
         match tokio::time::timeout(t, async {
             self.send(req).await?;
-            self.read_line().await
+            self.read_reply().await
         })
         .await
         {
@@ -106,24 +98,32 @@ impl Ctl {
         }
     }
 
-    fn refused(&self, line: &str) -> Error {
-        if let Some(m) = line.strip_prefix("SERVER_ERROR ") {
-            Error::Server { server: self.server.clone(), message: m.to_string() }
-        } else if let Some(m) = line.strip_prefix("CLIENT_ERROR ") {
-            Error::Client { server: self.server.clone(), message: m.to_string() }
-        } else if line == "ERROR" || line.starts_with("ERROR ") {
-            Error::UnknownCommand {
-                server: self.server.clone(),
-                message: line.trim_start_matches("ERROR").trim().into(),
+    /// A reply the command does not expect: the server's refusal, or a
+    /// protocol error naming the line.
+    fn refused(&self, reply: CtlReply) -> Error {
+        let server = self.server.clone();
+        match reply {
+            CtlReply::Refused(Refusal::Server(message)) => Error::Server { server, message },
+            CtlReply::Refused(Refusal::Client(message)) => Error::Client { server, message },
+            CtlReply::Refused(Refusal::Unknown(message)) => Error::UnknownCommand { server, message },
+            _ => {
+                let line = self.line.strip_suffix(b"\n").unwrap_or(&self.line);
+                let line = line.strip_suffix(b"\r").unwrap_or(line);
+                self.proto(format!("unexpected reply {:?}", String::from_utf8_lossy(line)))
             }
-        } else {
-            self.proto(format!("unexpected reply {line:?}"))
+        }
+    }
+
+    fn durable_reply(&self, reply: CtlReply) -> Result<Durable> {
+        match reply {
+            CtlReply::Durable(d) => Ok(d),
+            other => Err(self.refused(other)),
         }
     }
 
     pub(crate) async fn durable(&mut self) -> Result<Durable> {
-        let line = self.roundtrip(b"durable\r\n").await?;
-        self.parse_durable(&line)
+        let reply = self.roundtrip(b"durable\r\n").await?;
+        self.durable_reply(reply)
     }
 
     /// `hello <client-id>`: register with the server's client registry (it
@@ -131,8 +131,8 @@ impl Ctl {
     /// registered client has sent `replay_done`). Answers like `durable`.
     /// An older server answers `ERROR`: [`Error::UnknownCommand`].
     pub(crate) async fn hello(&mut self, id: &str) -> Result<Durable> {
-        let line = self.roundtrip(format!("hello {id}\r\n").as_bytes()).await?;
-        self.parse_durable(&line)
+        let reply = self.roundtrip(format!("hello {id}\r\n").as_bytes()).await?;
+        self.durable_reply(reply)
     }
 
     /// `replay_done <client-id>`: this client has nothing (more) to replay
@@ -148,28 +148,9 @@ impl Ctl {
     }
 
     async fn ok(&mut self, req: &[u8]) -> Result<()> {
-        let line = self.roundtrip(req).await?;
-        if line == "OK" {
-            Ok(())
-        } else {
-            Err(self.refused(&line))
-        }
-    }
-
-    fn parse_durable(&self, line: &str) -> Result<Durable> {
-        let f: Vec<&str> = line.split(' ').collect();
-        if f.len() != 4 || f[0] != "DURABLE" {
-            return Err(self.refused(line));
-        }
-        let state = match f[3] {
-            "ok" => DurableState::Ok,
-            "recovering" => DurableState::Recovering,
-            "off" => DurableState::Off,
-            _ => return Err(self.proto(format!("bad durable state in {line:?}"))),
-        };
-        match (f[1].parse(), f[2].parse()) {
-            (Ok(instance), Ok(watermark)) => Ok(Durable { instance, watermark, state }),
-            _ => Err(self.proto(format!("bad DURABLE line {line:?}"))),
+        match self.roundtrip(req).await? {
+            CtlReply::Ok => Ok(()),
+            other => Err(self.refused(other)),
         }
     }
 
@@ -186,30 +167,29 @@ impl Ctl {
         req.extend_from_slice(b"ms ");
         req.extend_from_slice(key);
         req.extend_from_slice(b" 0 c T-1\r\n\r\n");
-        let line = self.roundtrip(&req).await?;
-        line.strip_prefix("HD c")
-            .and_then(|t| t.split(' ').next())
-            .and_then(|t| t.parse().ok())
-            .ok_or_else(|| self.refused(&line))
+        match self.roundtrip(&req).await? {
+            CtlReply::Fence(ts) => Ok(ts),
+            other => Err(self.refused(other)),
+        }
     }
 
     /// Whether the server takes `replay_batch`. A server that does answers
     /// an empty batch with `REPLAYED 0 0 0`; an older one answers `ERROR`
     /// to the command line and again to the empty line after it.
     pub(crate) async fn knows_batches(&mut self) -> Result<bool> {
-        let line = self.roundtrip(b"replay_batch 0 0\r\n\r\n").await?;
-        if line.starts_with("REPLAYED ") {
-            return Ok(true);
-        }
-        if line == "ERROR" {
-            let t = self.timeout;
-            let second = tokio::time::timeout(t, self.read_line()).await.unwrap_or_else(|_| Err(self.timed_out(t)))?;
-            if second == "ERROR" {
-                return Ok(false);
+        match self.roundtrip(b"replay_batch 0 0\r\n\r\n").await? {
+            CtlReply::Replayed { .. } => Ok(true),
+            CtlReply::Refused(Refusal::Unknown(_)) => {
+                let t = self.timeout;
+                let second =
+                    tokio::time::timeout(t, self.read_reply()).await.unwrap_or_else(|_| Err(self.timed_out(t)))?;
+                match second {
+                    CtlReply::Refused(Refusal::Unknown(_)) => Ok(false),
+                    other => Err(self.refused(other)),
+                }
             }
-            return Err(self.refused(&second));
+            other => Err(self.refused(other)),
         }
-        Err(self.refused(&line))
     }
 
     /// Be one lane of a replay: write every `replay_batch` command that
@@ -236,19 +216,14 @@ impl Ctl {
         let mut out = ReplayReplies::default();
         let read = tokio::time::timeout(budget, async {
             loop {
-                let line = self.read_line().await?;
-                if line == "MN" {
-                    return Ok(());
-                }
-                let mut it =
-                    line.strip_prefix("REPLAYED ").into_iter().flat_map(|l| l.split(' ')).map(str::parse::<u64>);
-                match (it.next(), it.next(), it.next(), it.next()) {
-                    (Some(Ok(a)), Some(Ok(s)), Some(Ok(e)), None) => {
-                        out.applied += a;
-                        out.stale += s;
-                        out.errors += e;
+                match self.read_reply().await? {
+                    CtlReply::NoOp => return Ok(()),
+                    CtlReply::Replayed { applied, stale, errors } => {
+                        out.applied += applied;
+                        out.stale += stale;
+                        out.errors += errors;
                     }
-                    _ => return Err(self.refused(&line)),
+                    other => return Err(self.refused(other)),
                 }
             }
         })
@@ -282,12 +257,11 @@ impl Ctl {
         let mut out = ReplayReplies::default();
         let read = tokio::time::timeout(t, async {
             for _ in 0..n {
-                let line = self.read_line().await?;
-                match line.as_str() {
-                    "APPLIED" => out.applied += 1,
-                    "STALE" => out.stale += 1,
-                    l if l.starts_with("SERVER_ERROR") => out.errors += 1,
-                    _ => return Err(self.refused(&line)),
+                match self.read_reply().await? {
+                    CtlReply::Applied => out.applied += 1,
+                    CtlReply::Stale => out.stale += 1,
+                    CtlReply::Refused(Refusal::Server(_)) => out.errors += 1,
+                    other => return Err(self.refused(other)),
                 }
             }
             Ok(())

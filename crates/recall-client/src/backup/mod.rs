@@ -121,11 +121,23 @@
 //! too late. The client itself never asks for a snapshot while a server
 //! is recovering.
 
+mod admission;
+mod builder;
 mod ctl;
+pub mod ctl_reply;
 mod durable;
+mod exptime;
 mod log;
+mod node;
+mod poller;
+mod recovery;
+mod repair;
+mod replay;
 pub mod spill;
+mod status;
 
-pub use durable::{BackupStatus, Counter, DurableBuilder, DurableClient, ServerState, Written};
+pub use builder::DurableBuilder;
+pub use durable::{Counter, DurableClient, Written};
 pub use log::{instance_base, instance_of, Entry, WriteBackup, EPOCH_SHIFT, MAX_ENTRIES, MAX_VALUE};
 pub use spill::SpillSync;
+pub use status::{BackupStatus, ServerState};

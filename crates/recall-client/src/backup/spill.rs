@@ -16,8 +16,8 @@
 //! (a rewrite of a key leaves the older record behind); when the records
 //! in the file exceed twice the live entries (dead ones outnumber the
 //! live) by at least `REWRITE_SLACK`, and on [`DurableClient::close`], it
-//! is rewritten with the live entries only: temp file, fsync, rename over,
-//! fsync the directory. Loading keeps the newest record per server and
+//! is rewritten with the live entries only: temp file (the path with its
+//! extension replaced by `tmp`), fsync, rename over, fsync the directory. Loading keeps the newest record per server and
 //! key, so duplicates and stale records are harmless.
 //!
 //! Damage: an incomplete last record (the process or machine died in the
@@ -48,6 +48,8 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+use recall_persist::fsutil::{self, FailAt};
 
 use super::log::Entry;
 use crate::error::{Error, Result};
@@ -244,6 +246,14 @@ impl Spill {
     /// Take the spill file's lock (see the module docs), before anything
     /// reads or writes the file.
     pub(crate) fn lock_file(path: &Path) -> Result<File> {
+        if path.extension().is_some_and(|e| e == "tmp") {
+            // A rewrite goes to the path with its extension replaced by
+            // `tmp`: here, the live file itself.
+            return Err(Error::InvalidArgument(format!(
+                "spill file {}: its name must not end in .tmp (rewrites are written there first)",
+                path.display()
+            )));
+        }
         let mut name = path.as_os_str().to_owned();
         name.push(".lock");
         let lock = PathBuf::from(name);
@@ -394,25 +404,14 @@ fn write_atomically<'a>(
     write_raw(path, id, &body, n)
 }
 
-/// temp → fsync → rename → fsync dir; then the new file, open for appends.
+/// temp → fsync → rename → fsync dir (recall-persist's `fsutil`); then the
+/// new file, open for appends.
 fn write_raw(path: &Path, id: &str, body: &[u8], records: u64) -> Result<(File, u64)> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    let r = (|| -> std::io::Result<File> {
-        let mut f = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp)?;
-        f.write_all(&header(id))?;
-        f.write_all(body)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, path)?;
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
-        File::open(dir)?.sync_all()?;
-        OpenOptions::new().append(true).open(path)
-    })();
+    let r = fsutil::write_atomically(path, FailAt::None, |w| {
+        w.write_all(&header(id))?;
+        w.write_all(body)
+    })
+    .and_then(|()| OpenOptions::new().append(true).open(path));
     r.map(|f| (f, records)).map_err(|e| io(path, e))
 }
 
@@ -430,6 +429,14 @@ mod tests {
 
     const V: Entry<'static> = Entry::Value { key: b"k", value: b"hello", flags: 7, exptime: 99, ts: (1 << 40) + 5 };
     const D: Entry<'static> = Entry::Deleted { key: b"gone", ts: (1 << 40) + 6 };
+
+    #[test]
+    fn a_name_ending_in_tmp_is_refused() {
+        let path = std::env::temp_dir().join(format!("recall-spill-{}.tmp", std::process::id()));
+        let e = Spill::lock_file(&path).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+        assert!(e.to_string().contains(&path.display().to_string()), "names the file: {e}");
+    }
 
     #[test]
     fn round_trip() {

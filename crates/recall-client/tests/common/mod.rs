@@ -1,34 +1,33 @@
 //! Real servers on ephemeral ports for the integration tests.
 //!
-//! recalld is started with `-p 0` and prints `listening on ADDR`, so there
-//! is no port race. memcached can't do that: pick a free port, start it,
-//! and probe with `version` until it answers (retrying on a new port if it
-//! lost the race). Never fixed ports, never sleeps for readiness.
-//!
-//! recalld is built by cargo for recall-server's own tests, but not for
-//! this crate's (a binary of another package is not a dependency cargo can
-//! express on stable), so [`recalld_bin`] runs `cargo build -p
-//! recall-server --bin recalld` once per test binary, into the same target
-//! directory and profile; it is a no-op when the binary is fresh.
+//! recalld is started by recall-testkit (`-p 0`, then it reads the
+//! `listening on ADDR` line), so there is no port race. memcached can't do
+//! that: pick a free port, start it, and probe with `version` until it
+//! answers (retrying on a new port if it lost the race). Never fixed ports,
+//! never sleeps for readiness.
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+use recall_testkit::Recalld;
 
 pub struct Server {
     pub addr: SocketAddr,
-    child: Child,
+    process: Process,
+}
+
+enum Process {
+    Recalld(Recalld),
+    Memcached(Child),
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill();
     }
 }
 
@@ -41,39 +40,14 @@ impl Server {
     }
     /// Kill the process (SIGKILL) and wait for it.
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        match &mut self.process {
+            Process::Recalld(r) => r.kill9(),
+            Process::Memcached(c) => {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
     }
-}
-
-/// The directory holding this test binary's profile outputs
-/// (`<target>/<profile>`), from `<target>/<profile>/deps/<test>`.
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent().and_then(|d| d.parent()).expect("target/<profile>/deps layout").to_path_buf()
-}
-
-/// Path to a fresh recalld (or `$RECALLD_BIN`).
-pub fn recalld_bin() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        if let Some(p) = std::env::var_os("RECALLD_BIN") {
-            return PathBuf::from(p);
-        }
-        let dir = profile_dir();
-        let target = dir.parent().expect("target dir").to_path_buf();
-        let release = dir.file_name().is_some_and(|n| n == "release");
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.args(["build", "--quiet", "-p", "recall-server", "--bin", "recalld"]).env("CARGO_TARGET_DIR", &target);
-        if release {
-            cmd.arg("--release");
-        }
-        let status = cmd.status().expect("run cargo to build recalld");
-        assert!(status.success(), "building recalld failed");
-        dir.join("recalld")
-    })
-    .clone()
 }
 
 /// Start recalld with extra flags on an ephemeral port.
@@ -84,28 +58,8 @@ pub fn recalld(args: &[&str]) -> Server {
 /// Start recalld on a given port (0: ephemeral), e.g. to restart a killed
 /// server at the same address.
 pub fn recalld_on(port: u16, args: &[&str]) -> Server {
-    let mut child = Command::new(recalld_bin())
-        .args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0", "-t", "1"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn recalld");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut lines = BufReader::new(stdout).lines();
-    let addr = loop {
-        match lines.next() {
-            Some(Ok(line)) => {
-                if let Some(a) = line.strip_prefix("listening on ") {
-                    break a.parse().expect("address");
-                }
-            }
-            _ => panic!("recalld exited before listening"),
-        }
-    };
-    // Keep draining stdout so the child never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    Server { addr, child }
+    let r = Recalld::builder().port(port).args(["-U", "0", "-t", "1"]).args(args).start().expect("recalld");
+    Server { addr: r.addr(), process: Process::Recalld(r) }
 }
 
 pub fn free_port() -> u16 {
@@ -145,7 +99,7 @@ pub fn memcached_on(port: u16) -> Option<Server> {
             return None;
         }
         if probe(addr) {
-            return Some(Server { addr, child });
+            return Some(Server { addr, process: Process::Memcached(child) });
         }
         std::thread::yield_now();
     }

@@ -1,34 +1,50 @@
 //! Start real servers on ephemeral ports for integration tests.
 //!
-//! recalld is started with `-p 0` and prints `listening on ADDR`, so there
-//! is no port race. memcached can't do that, so for it we pick a free port
-//! and probe until it answers (retrying on a new port if it lost the race).
+//! recalld is started by recall-testkit (`-p 0`, then it reads the
+//! `listening on ADDR` line), so there is no port race. memcached can't do
+//! that, so for it we pick a free port and probe until it answers (retrying
+//! on a new port if it lost the race).
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use recall_testkit::Recalld;
+
 pub struct Server {
     pub addr: SocketAddr,
-    child: Child,
+    process: Process,
+}
+
+enum Process {
+    Recalld(Recalld),
+    Memcached(Child),
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Process::Memcached(c) = &mut self.process {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
 
 impl Server {
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        match &self.process {
+            Process::Recalld(r) => r.pid().expect("recalld is running"),
+            Process::Memcached(c) => c.id(),
+        }
     }
     pub fn child(&mut self) -> &mut Child {
-        &mut self.child
+        match &mut self.process {
+            Process::Recalld(r) => r.child_mut().expect("recalld is running"),
+            Process::Memcached(c) => c,
+        }
     }
     pub fn connect(&self) -> TcpStream {
         let s = TcpStream::connect(self.addr).expect("connect");
@@ -50,36 +66,10 @@ pub fn try_recalld(args: &[&str]) -> Result<Server, String> {
 
 /// Start recalld with extra environment variables (e.g. `RECALL_FAILPOINT`).
 pub fn try_recalld_env(args: &[&str], env: &[(&str, &str)]) -> Result<Server, String> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_recalld"))
-        .args(["-p", "0", "-l", "127.0.0.1"])
-        .args(args)
-        .envs(env.iter().copied())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn recalld");
-    let stdout = child.stdout.take().unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    let addr = loop {
-        match lines.next() {
-            Some(Ok(line)) => {
-                if let Some(a) = line.strip_prefix("listening on ") {
-                    break a.parse().unwrap();
-                }
-            }
-            _ => {
-                let mut err = String::new();
-                let _ = stderr.read_to_string(&mut err);
-                let _ = child.wait();
-                return Err(err);
-            }
-        }
-    };
-    // Keep draining both pipes so the child never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-    Ok(Server { addr, child })
+    let spawn =
+        env.iter().fold(Recalld::builder().bin(env!("CARGO_BIN_EXE_recalld")).args(args), |b, (k, v)| b.env(k, v));
+    let r = spawn.start()?;
+    Ok(Server { addr: r.addr(), process: Process::Recalld(r) })
 }
 
 /// Start Debian's memcached, if installed.
@@ -107,7 +97,7 @@ pub fn memcached(args: &[&str]) -> Option<Server> {
                 let _ = s.write_all(b"version\r\n");
                 let mut b = [0u8; 64];
                 if matches!(s.read(&mut b), Ok(n) if n > 0) {
-                    return Some(Server { addr, child });
+                    return Some(Server { addr, process: Process::Memcached(child) });
                 }
             }
             std::thread::yield_now();

@@ -1,0 +1,191 @@
+//! Per-server connection pools with health (fail fast, back off), and the
+//! routing of a key to its server (ketama, with the dead-server policy).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::builder::{DeadServerPolicy, Options};
+use crate::conn::{Conn, Expect, Health, HealthConfig, Reply};
+use crate::error::{Error, Result, ServerName};
+use crate::ketama::{Continuum, Node};
+use crate::meta::MetaResponse;
+use crate::observer::{WriteAck, WriteObserver, WriteOp};
+use crate::stream::StreamPool;
+
+pub(super) struct Server {
+    pub(super) name: ServerName,
+    /// What `TcpStream::connect` resolves (the name, re-resolved on each
+    /// connect so DNS changes are picked up).
+    pub(super) addr: String,
+    pub(super) health: Arc<Health>,
+    pub(super) slots: Vec<tokio::sync::Mutex<Option<Conn>>>,
+    pub(super) next: AtomicUsize,
+    /// Idle connections for streamed values, which hold a connection for
+    /// a whole value and so cannot share the pipelined ones.
+    pub(super) streams: Arc<StreamPool>,
+}
+
+impl Server {
+    pub(super) fn new(name: String, health: HealthConfig, pool_size: usize) -> Server {
+        Server {
+            name: Arc::from(name.as_str()),
+            addr: name,
+            health: Arc::new(Health::new(health)),
+            slots: (0..pool_size).map(|_| tokio::sync::Mutex::new(None)).collect(),
+            next: AtomicUsize::new(0),
+            streams: Arc::default(),
+        }
+    }
+
+    pub(super) fn alive(&self) -> Result<()> {
+        self.health.check(Instant::now()).map_err(|retry_in| Error::ServerDead { server: self.name.clone(), retry_in })
+    }
+
+    /// A healthy connection from the pool, connecting if needed.
+    pub(super) async fn conn(&self, opts: &Options) -> Result<Conn> {
+        self.alive()?;
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
+        // The common case without an await: the slot holds a working
+        // connection. Every request's future holds this one, so the
+        // connect path below is boxed: a smaller future is cheaper to
+        // create and to move (each level of `.await` copies it).
+        if let Ok(slot) = self.slots[i].try_lock() {
+            if let Some(c) = slot.as_ref().filter(|c| !c.is_broken()) {
+                return Ok(c.clone());
+            }
+        }
+        Box::pin(self.conn_slow(i, opts)).await
+    }
+
+    async fn conn_slow(&self, i: usize, opts: &Options) -> Result<Conn> {
+        // Holding the slot's lock while connecting makes concurrent callers
+        // wait for one connect instead of each opening their own.
+        let mut slot = self.slots[i].lock().await;
+        if let Some(c) = slot.as_ref() {
+            if !c.is_broken() {
+                return Ok(c.clone());
+            }
+        }
+        *slot = None;
+        // Someone else's connect may have just failed and marked it dead.
+        self.alive()?;
+        match Conn::connect(&self.addr, &self.name, &self.health, opts.connect_timeout).await {
+            Ok(c) => {
+                *slot = Some(c.clone());
+                Ok(c)
+            }
+            Err(e) => {
+                self.health.record_failure();
+                Err(e)
+            }
+        }
+    }
+}
+
+pub(super) struct Inner {
+    pub(super) servers: Vec<Server>,
+    pub(super) nodes: Vec<Node>,
+    pub(super) continuum: Continuum,
+    /// With [`DeadServerPolicy::Redistribute`]: the continuum over the live
+    /// servers, and which servers were dead when it was built.
+    pub(super) live: Mutex<Option<(Vec<bool>, Arc<Continuum>)>>,
+    pub(super) opts: Options,
+    pub(super) observer: Option<Arc<dyn WriteObserver>>,
+}
+
+impl Inner {
+    pub(super) fn route(&self, key: &[u8]) -> Result<usize> {
+        if self.servers.len() == 1 {
+            return Ok(0); // libmemcached skips hashing with one server too
+        }
+        let home = self.continuum.locate(key).ok_or(Error::NoServers)?;
+        if self.opts.dead_servers == DeadServerPolicy::FailFast {
+            return Ok(home);
+        }
+        let now = Instant::now();
+        let dead: Vec<bool> = self.servers.iter().map(|s| s.health.is_dead(now)).collect();
+        if !dead.contains(&true) || !dead.contains(&false) {
+            // All alive: the full continuum. All dead: nowhere to move to,
+            // so the key's own server answers (with ServerDead).
+            return Ok(home);
+        }
+        let live = {
+            let mut cache = self.live.lock().unwrap_or_else(|p| p.into_inner());
+            match cache.as_ref() {
+                Some((mask, c)) if *mask == dead => c.clone(),
+                _ => {
+                    let c = Arc::new(Continuum::build(&self.nodes, |i| !dead[i]));
+                    *cache = Some((dead, c.clone()));
+                    c
+                }
+            }
+        };
+        Ok(live.locate(key).unwrap_or(home))
+    }
+
+    pub(super) async fn exec(
+        &self,
+        idx: usize,
+        bytes: Vec<u8>,
+        expect: Expect,
+        timeout: Duration,
+    ) -> Result<Vec<Reply>> {
+        let server = &self.servers[idx];
+        let conn = server.conn(&self.opts).await?;
+        conn.request(bytes, expect, timeout).await
+    }
+
+    /// One request whose reply is one frame; error frames become errors.
+    pub(super) async fn one(&self, idx: usize, bytes: Vec<u8>) -> Result<Reply> {
+        let mut frames = self.exec(idx, bytes, Expect::One, self.opts.request_timeout).await?;
+        match frames.pop() {
+            Some(Reply::Error(e)) => Err(e),
+            Some(r) => Ok(r),
+            None => Err(self.protocol(idx, "empty reply")),
+        }
+    }
+
+    pub(super) fn protocol(&self, idx: usize, what: &str) -> Error {
+        Error::Protocol { server: self.servers[idx].name.clone(), message: what.to_string() }
+    }
+
+    pub(super) fn unexpected(&self, idx: usize, r: &Reply) -> Error {
+        self.protocol(idx, &format!("unexpected reply {r:?}"))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn ack(
+        &self,
+        idx: usize,
+        key: &[u8],
+        op: WriteOp,
+        cas: Option<u64>,
+        value: Option<&[u8]>,
+        flags: u32,
+        exptime: i32,
+    ) {
+        if let Some(o) = &self.observer {
+            o.on_ack(&WriteAck { server: &self.servers[idx].name, key, op, cas, value, flags, exptime });
+        }
+    }
+
+    /// A meta command: appends `mn` after quiet ones so their (possibly
+    /// absent) reply has an end.
+    pub(super) async fn meta(&self, idx: usize, mut bytes: Vec<u8>, quiet: bool) -> Result<MetaResponse> {
+        let expect = if quiet {
+            bytes.extend_from_slice(b"mn\r\n");
+            Expect::UntilNoop
+        } else {
+            Expect::One
+        };
+        let frames = self.exec(idx, bytes, expect, self.opts.request_timeout).await?;
+        let first = frames.into_iter().next();
+        match first {
+            Some(Reply::Meta { status, ret, data }) => Ok(MetaResponse { status, value: data, ret }),
+            Some(Reply::Error(e)) => Err(e),
+            Some(r) => Err(self.unexpected(idx, &r)),
+            None => Err(self.protocol(idx, "empty reply")),
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! Start recalld for tests, benchmarks and the crash harness.
+//!
+//! recalld is started with `-p 0 -l 127.0.0.1` (or a given port) and prints
+//! `listening on ADDR` once its socket is bound, so there is no port race
+//! and no waiting by the clock: [`Spawn::start`] reads the server's stdout
+//! until that line (or until the process exits, and then returns its
+//! stderr). The handle kills the process on drop, can kill it with SIGKILL
+//! at any moment ([`Recalld::kill9`]) and start it again with the same
+//! arguments on the same port ([`Recalld::restart`]), so a data directory
+//! given in the arguments is reused.
+//!
+//! ```no_run
+//! let mut srv = recall_testkit::Recalld::start(["--data-dir", "/tmp/d"]).expect("recalld");
+//! println!("listening on {}", srv.addr());
+//! srv.kill9();
+//! srv.restart().expect("same port, same data directory");
+//! ```
+
+use std::ffi::{OsStr, OsString};
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// The directory holding this executable's profile outputs
+/// (`<target>/<profile>`), from `<target>/<profile>/deps/<test>` or
+/// `<target>/<profile>/examples/<example>`.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent().and_then(|d| d.parent()).expect("target/<profile>/<kind>/<exe> layout").to_path_buf()
+}
+
+/// The recalld binary: `$RECALLD_BIN`, or built by cargo (once per process)
+/// into the caller's target directory and profile. Tests of recall-server
+/// have `CARGO_BIN_EXE_recalld` instead; other packages cannot depend on a
+/// binary on stable cargo, hence the build (a no-op when it is fresh).
+pub fn recalld_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(p) = std::env::var_os("RECALLD_BIN") {
+            return PathBuf::from(p);
+        }
+        let dir = profile_dir();
+        let target = dir.parent().expect("target dir").to_path_buf();
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "--quiet", "-p", "recall-server", "--bin", "recalld"]).env("CARGO_TARGET_DIR", &target);
+        if dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("run cargo to build recalld");
+        assert!(status.success(), "building recalld failed");
+        dir.join("recalld")
+    })
+    .clone()
+}
+
+/// How to start recalld: binary, port, arguments, environment.
+#[derive(Debug, Clone)]
+pub struct Spawn {
+    bin: Option<PathBuf>,
+    port: u16,
+    args: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
+}
+
+impl Spawn {
+    /// The binary (default: [`recalld_bin`]).
+    pub fn bin(mut self, bin: impl Into<PathBuf>) -> Self {
+        self.bin = Some(bin.into());
+        self
+    }
+
+    /// The TCP port (default 0: ephemeral).
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
+    }
+
+    /// Arguments after `-p <port> -l 127.0.0.1`.
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.args.extend(args.into_iter().map(|a| a.as_ref().to_owned()));
+        self
+    }
+
+    /// An environment variable for every start (also restarts).
+    pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
+        self.env.push((key.as_ref().to_owned(), value.as_ref().to_owned()));
+        self
+    }
+
+    /// Start it and wait until it listens; `Err` carries its stderr if it
+    /// exits instead (a taken port, a refused data directory).
+    pub fn start(self) -> Result<Recalld, String> {
+        let (child, addr, exited) = self.launch(self.port, &[])?;
+        Ok(Recalld { child: Some(child), addr, exited, spawn: self })
+    }
+
+    fn launch(&self, port: u16, extra_env: &[(&str, &str)]) -> Result<(Child, SocketAddr, Receiver<()>), String> {
+        let bin = self.bin.clone().unwrap_or_else(recalld_bin);
+        let mut child = Command::new(&bin)
+            .args(["-p", &port.to_string(), "-l", "127.0.0.1"])
+            .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .envs(extra_env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("spawn {}: {e}", bin.display()))?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let mut stderr = child.stderr.take().ok_or("no stderr")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let addr = loop {
+            match lines.next() {
+                Some(Ok(line)) => {
+                    if let Some(a) = line.strip_prefix("listening on ") {
+                        match a.parse() {
+                            Ok(addr) => break addr,
+                            Err(e) => {
+                                let _ = child.kill();
+                                let _ = child.wait();
+                                return Err(format!("bad address {a:?}: {e}"));
+                            }
+                        }
+                    }
+                }
+                _ => {
+                    let mut err = String::new();
+                    let _ = stderr.read_to_string(&mut err);
+                    let _ = child.wait();
+                    return Err(err);
+                }
+            }
+        };
+        // Keep draining both pipes so the server never blocks on them. The
+        // end of stdout is the process's exit (see `wait_exit`).
+        let (tx, exited) = mpsc::channel();
+        std::thread::spawn(move || {
+            for _ in lines {}
+            let _ = tx.send(());
+        });
+        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+        Ok((child, addr, exited))
+    }
+}
+
+/// A running recalld (or one killed and not yet restarted). Killed on drop.
+#[derive(Debug)]
+pub struct Recalld {
+    child: Option<Child>,
+    addr: SocketAddr,
+    /// Disconnected (or sent to) when the server's stdout closes.
+    exited: Receiver<()>,
+    spawn: Spawn,
+}
+
+impl Recalld {
+    /// A [`Spawn`] with the defaults: [`recalld_bin`], port 0, no arguments.
+    pub fn builder() -> Spawn {
+        Spawn { bin: None, port: 0, args: Vec::new(), env: Vec::new() }
+    }
+
+    /// [`recalld_bin`] on an ephemeral port with `args`.
+    pub fn start<I, S>(args: I) -> Result<Recalld, String>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        Recalld::builder().args(args).start()
+    }
+
+    /// The address it printed (the same after a restart).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// The process id, unless it was killed.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The process, unless it was killed (to send it signals and wait).
+    pub fn child_mut(&mut self) -> Option<&mut Child> {
+        self.child.as_mut()
+    }
+
+    /// SIGKILL (what `Child::kill` sends on Unix), and reap it.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Wait up to `limit` for the process to exit by itself (a failpoint
+    /// fired); true if it did. Woken by the end of its stdout, not by
+    /// polling.
+    pub fn wait_exit(&mut self, limit: Duration) -> bool {
+        if self.child.is_none() {
+            return false;
+        }
+        match self.exited.recv_timeout(limit) {
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => {
+                if let Some(mut c) = self.child.take() {
+                    let _ = c.wait();
+                }
+                true
+            }
+            Err(RecvTimeoutError::Timeout) => false,
+        }
+    }
+
+    /// Kill it (if running) and start it again with the same arguments on
+    /// the same port.
+    pub fn restart(&mut self) -> Result<(), String> {
+        self.restart_env(&[])
+    }
+
+    /// [`Recalld::restart`] with extra environment variables for this start
+    /// only (e.g. `RECALL_FAILPOINT`). The port was released by the kill,
+    /// but something else may take it meanwhile: a few attempts, each a
+    /// new process that either listens or exits.
+    pub fn restart_env(&mut self, env: &[(&str, &str)]) -> Result<(), String> {
+        self.kill9();
+        let mut last = String::new();
+        for _ in 0..40 {
+            match self.spawn.launch(self.addr.port(), env) {
+                Ok((child, addr, exited)) => {
+                    debug_assert_eq!(addr.port(), self.addr.port());
+                    self.child = Some(child);
+                    self.exited = exited;
+                    return Ok(());
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(format!("could not restart recalld on port {}: {last}", self.addr.port()))
+    }
+}
+
+impl Drop for Recalld {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
