@@ -50,18 +50,19 @@ use std::time::{Duration, Instant};
 
 mod replay;
 
-/// Low bits of a recall timestamp that count writes within one boot; the
-/// bits above are the boot epoch, which is the server's instance id.
-pub const EPOCH_SHIFT: u32 = 40;
+/// The timestamp layout is recall's one definition (`recall_record::ts`):
+/// the low bits count a boot's writes, the bits above are the boot epoch,
+/// which is the server's instance id.
+pub use recall_record::ts::EPOCH_SHIFT;
 
 /// The instance (boot epoch) that issued a timestamp.
 pub fn instance_of(ts: u64) -> u64 {
-    ts >> EPOCH_SHIFT
+    recall_record::ts::epoch_of(ts)
 }
 
 /// The first timestamp an instance can issue.
 pub fn instance_base(instance: u64) -> u64 {
-    instance.checked_shl(EPOCH_SHIFT).unwrap_or(u64::MAX)
+    recall_record::ts::epoch_base(instance)
 }
 
 const NIL: u32 = u32::MAX;
