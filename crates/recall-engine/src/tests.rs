@@ -101,3 +101,21 @@ fn exptime_rules() {
     assert_eq!(e.resolve_exptime(-1, now), 1);
     assert_eq!(e.resolve_exptime(now as i64 + 5, now), now + 5);
 }
+
+/// With `-A`, `shutdown` takes no mode but `graceful`; without it, every
+/// form gets current memcached's refusal (the transcripts run without
+/// `-A`).
+#[test]
+fn shutdown_modes() {
+    let clock = Arc::new(ManualClock::new(1_700_000_000));
+    let store = Store::new(StoreConfig { mem_limit: 64 << 20, shards: 4, ..Default::default() });
+    let e = Engine::new(store, clock, EngineConfig { shutdown_enabled: true, ..Default::default() });
+    let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+    let mut pending = Vec::new();
+    let (out, action) = run(&mut s, &e, &mut pending, b"shutdown bogus\r\n", usize::MAX);
+    assert_eq!((out.as_slice(), action), (&b"CLIENT_ERROR invalid shutdown mode\r\n"[..], Action::Continue));
+    let (out, action) = run(&mut s, &e, &mut pending, b"shutdown graceful\r\n", usize::MAX);
+    assert_eq!((out.as_slice(), action), (&b""[..], Action::Shutdown));
+    let (_, action) = run(&mut s, &e, &mut pending, b"shutdown\r\n", usize::MAX);
+    assert_eq!(action, Action::Shutdown);
+}

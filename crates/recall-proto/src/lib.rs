@@ -121,14 +121,15 @@ pub mod msg {
     pub const BAD_DELTA: &str = "CLIENT_ERROR invalid numeric delta argument";
     pub const BAD_EXPTIME: &str = "CLIENT_ERROR invalid exptime argument";
     pub const NON_NUMERIC: &str = "CLIENT_ERROR cannot increment or decrement non-numeric value";
-    pub const DELETE_USAGE: &str = "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]";
+    pub const AUTOMOVE_WINDOW: &str = "CLIENT_ERROR automove window too low or too high";
+    pub const SHUTDOWN_MODE: &str = "CLIENT_ERROR invalid shutdown mode";
+    pub const SHUTDOWN_DISABLED: &str = "SERVER_ERROR: shutdown not enabled";
     pub const BAD_TOKEN: &str = "CLIENT_ERROR bad token in command line format";
     pub const DUP_FLAG: &str = "CLIENT_ERROR duplicate flag";
     pub const INVALID_FLAG: &str = "CLIENT_ERROR invalid flag";
     pub const BAD_MODE: &str = "CLIENT_ERROR invalid mode for ms M token";
     pub const BAD_FLAG_GENERIC: &str = "CLIENT_ERROR invalid or duplicate flag";
     pub const BAD_MA_MODE: &str = "CLIENT_ERROR invalid mode for ma M token";
-    pub const M_LEN: &str = "CLIENT_ERROR incorrect length for M token";
     pub const BAD_INITIAL: &str = "CLIENT_ERROR invalid numeric initial value";
     pub const BAD_DELTA_VALUE: &str = "CLIENT_ERROR invalid numeric delta value";
     pub const OPAQUE_TOO_LONG: &str = "CLIENT_ERROR opaque token too long";
