@@ -100,6 +100,8 @@ pub struct Engine {
     /// The write path's observers (the log, later the front cache): see
     /// `write_path.rs`.
     pub observers: Observers,
+    /// `stats detail`: per-prefix counters (see `stats.rs`).
+    pub prefix: stats::PrefixStats,
     started: UnixSecs,
     verbosity: AtomicU64,
 }
@@ -115,6 +117,7 @@ impl Engine {
             gauges: ServerGauges::default(),
             durability: durability::Durability::default(),
             observers: Observers::default(),
+            prefix: Default::default(),
             started,
             verbosity: AtomicU64::new(0),
         }

@@ -119,6 +119,77 @@ impl Registry {
     }
 }
 
+/// memcached's `stats detail`: per key prefix (the key up to its first
+/// `:`, memcached's default delimiter), the gets, hits, sets and deletes of
+/// the classic text and binary commands, counted only while switched on
+/// (`stats detail on`). Keys without the delimiter are not counted; at most
+/// [`PrefixStats::MAX`] prefixes are kept, as in memcached.
+#[derive(Debug, Default)]
+pub struct PrefixStats {
+    on: std::sync::atomic::AtomicBool,
+    /// prefix → [gets, hits, sets, deletes]
+    table: Mutex<std::collections::HashMap<Box<[u8]>, [u64; 4]>>,
+}
+
+impl PrefixStats {
+    pub const DELIMITER: u8 = b':';
+    pub const MAX: usize = 1 << 16;
+
+    pub fn set_enabled(&self, on: bool) {
+        self.on.store(on, Ordering::Relaxed);
+    }
+    pub fn enabled(&self) -> bool {
+        self.on.load(Ordering::Relaxed)
+    }
+    pub fn get(&self, key: &[u8], hit: bool) {
+        self.record(key, |c| {
+            c[0] += 1;
+            c[1] += u64::from(hit);
+        });
+    }
+    pub fn set(&self, key: &[u8]) {
+        self.record(key, |c| c[2] += 1);
+    }
+    pub fn delete(&self, key: &[u8]) {
+        self.record(key, |c| c[3] += 1);
+    }
+
+    #[inline]
+    fn record(&self, key: &[u8], f: impl FnOnce(&mut [u64; 4])) {
+        if !self.enabled() {
+            return;
+        }
+        let Some(end) = key.iter().position(|&b| b == Self::DELIMITER) else { return };
+        let prefix = &key[..end];
+        let mut t = self.table.lock();
+        if let Some(c) = t.get_mut(prefix) {
+            return f(c);
+        }
+        if t.len() < Self::MAX {
+            f(t.entry(prefix.into()).or_default());
+        }
+    }
+
+    /// `PREFIX <p> get <n> hit <n> set <n> del <n>` lines, sorted by prefix
+    /// (memcached prints its hash order), then `END`.
+    pub fn dump(&self, out: &mut Vec<u8>) {
+        use std::io::Write as _;
+        let t = self.table.lock();
+        let mut rows: Vec<_> = t.iter().collect();
+        rows.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        for (p, c) in rows {
+            out.extend_from_slice(b"PREFIX ");
+            out.extend_from_slice(p);
+            let _ = write!(out, " get {} hit {} set {} del {}\r\n", c[0], c[1], c[2], c[3]);
+        }
+        out.extend_from_slice(b"END\r\n");
+    }
+
+    pub fn clear(&self) {
+        self.table.lock().clear();
+    }
+}
+
 use recall_proto::reply::stat;
 
 use crate::{Engine, MEMCACHED_COMPAT_VERSION};
@@ -131,7 +202,16 @@ impl Engine {
             b"" => self.stats_general(out),
             b"settings" => {
                 for (k, v) in &self.config.settings {
-                    stat(out, k, v);
+                    match k.as_str() {
+                        // cache_memlimit changes it at run time.
+                        "maxbytes" => stat(out, k, self.store.mem_limit()),
+                        "num_threads" => {
+                            stat(out, k, v);
+                            stat(out, "stat_key_prefix", PrefixStats::DELIMITER as char);
+                            stat(out, "detail_enabled", if self.prefix.enabled() { "yes" } else { "no" });
+                        }
+                        _ => stat(out, k, v),
+                    }
                 }
             }
             b"items" => {
@@ -168,14 +248,17 @@ impl Engine {
             b"reset" => {
                 self.registry.reset();
                 self.store.reset_stats();
+                self.prefix.clear();
                 out.extend_from_slice(b"RESET\r\n");
                 return;
             }
             b"detail" => {
-                // Per-prefix detail stats are not kept; accept the switches.
                 match recall_proto::text::keys(args).nth(1) {
-                    Some(b"on" | b"off") => out.extend_from_slice(b"OK\r\n"),
-                    Some(b"dump") => out.extend_from_slice(b"END\r\n"),
+                    Some(sw @ (b"on" | b"off")) => {
+                        self.prefix.set_enabled(sw == b"on");
+                        out.extend_from_slice(b"OK\r\n");
+                    }
+                    Some(b"dump") => self.prefix.dump(out),
                     _ => out.extend_from_slice(b"CLIENT_ERROR usage: stats detail on|off|dump\r\n"),
                 }
                 return;

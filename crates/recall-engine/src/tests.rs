@@ -119,3 +119,22 @@ fn shutdown_modes() {
     let (_, action) = run(&mut s, &e, &mut pending, b"shutdown\r\n", usize::MAX);
     assert_eq!(action, Action::Shutdown);
 }
+
+/// `cache_memlimit` changes what `stats settings` reports as `maxbytes`
+/// (the transcripts cannot pin `stats settings`: its values are the
+/// server's own).
+#[test]
+fn cache_memlimit_shows_in_stats_settings() {
+    let clock = Arc::new(ManualClock::new(1_700_000_000));
+    let store = Store::new(StoreConfig { mem_limit: 64 << 20, shards: 4, ..Default::default() });
+    let settings = vec![("maxbytes".into(), (64u64 << 20).to_string()), ("num_threads".into(), "4".into())];
+    let e = Engine::new(store, clock, EngineConfig { settings, ..Default::default() });
+    let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+    let mut pending = Vec::new();
+    let (out, _) = run(&mut s, &e, &mut pending, b"cache_memlimit 100\r\nstats settings\r\n", usize::MAX);
+    let out = String::from_utf8(out).unwrap();
+    assert_eq!(
+        out,
+        "OK\r\nSTAT maxbytes 104857600\r\nSTAT num_threads 4\r\nSTAT stat_key_prefix :\r\nSTAT detail_enabled no\r\nEND\r\n"
+    );
+}
