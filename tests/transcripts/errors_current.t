@@ -72,6 +72,9 @@
 < NOT_FOUND
 > verbosity 1 2 3
 < OK
+> flush_all 0 0 0
+< OK
+> flush_all 0 x noreply
 # A request under four bytes, newline included, is a bad line.
 >> \r\n
 < CLIENT_ERROR bad command line format

@@ -122,6 +122,8 @@ pub mod msg {
     pub const BAD_EXPTIME: &str = "CLIENT_ERROR invalid exptime argument";
     pub const NON_NUMERIC: &str = "CLIENT_ERROR cannot increment or decrement non-numeric value";
     pub const AUTOMOVE_WINDOW: &str = "CLIENT_ERROR automove window too low or too high";
+    pub const LRU_PCTS: &str = "ERROR hot and warm pcts must not exceed 80";
+    pub const LRU_FACTORS: &str = "ERROR hot/warm age factors must be greater than 0";
     pub const SHUTDOWN_MODE: &str = "CLIENT_ERROR invalid shutdown mode";
     pub const SHUTDOWN_DISABLED: &str = "SERVER_ERROR: shutdown not enabled";
     pub const BAD_TOKEN: &str = "CLIENT_ERROR bad token in command line format";

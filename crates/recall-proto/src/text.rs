@@ -423,10 +423,7 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
             Ok(Decoded::Request(Request { cmd: Command::Touch { key, exptime }, noreply }, consumed))
         }
         b"flush_all" => {
-            if ntok > 3 {
-                return err(ErrorKind::UnknownCommand);
-            }
-            let noreply = noreply_at(ntok - 1) && ntok > 1;
+            let noreply = last_is_noreply;
             let delay = if ntok == 1 || (ntok == 2 && noreply) {
                 0
             } else {
@@ -437,8 +434,9 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
             };
             Ok(Decoded::Request(Request { cmd: Command::FlushAll { delay }, noreply }, consumed))
         }
-        b"version" if ntok == 1 => req(Command::Version),
-        b"quit" if ntok == 1 => req(Command::Quit),
+        // memcached reads no argument of these, and ignores any.
+        b"version" => req(Command::Version),
+        b"quit" => req(Command::Quit),
         b"verbosity" => {
             if ntok < 2 {
                 return err(ErrorKind::Client(msg::BAD_FORMAT));
@@ -465,7 +463,7 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
         }
         b"lru_crawler" if ntok >= 2 => req(Command::LruCrawler { args: t.rest(line, 1) }),
         b"slabs" => decode_slabs(&t, ntok, consumed),
-        b"lru" if ntok >= 2 => req(Command::AdminNoop),
+        b"lru" => decode_lru(&t, ntok, consumed),
         b"mn" => req(Command::MetaNoop),
         b"durable" if ntok == 1 => req(Command::Durable),
         b"snapshot" if ntok == 1 => req(Command::Snapshot),
@@ -502,6 +500,27 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
         // A browser or an HTTP health check: memcached hangs up.
         _ if ntok > 1 && keys(line).last().is_some_and(|l| l.starts_with(b"HTTP/")) => err(ErrorKind::Close),
         _ => err(ErrorKind::UnknownCommand),
+    }
+}
+
+/// `lru tune <hot pct> <warm pct> <hot factor> <warm factor>`, `lru mode
+/// flat|segmented`, `lru temp_ttl <ttl>`, checked as memcached checks them.
+/// recall's policy has no such knobs at run time: a valid line answers
+/// `OK` and changes nothing.
+fn decode_lru<'a>(t: &Tokens<'a>, ntok: usize, consumed: usize) -> Result<Decoded<'a>, ProtoError<'a>> {
+    let num = |i: usize| std::str::from_utf8(t.toks[i]).ok().and_then(|s| s.parse::<f64>().ok());
+    let line = |l: &'static str| Err(ProtoError::new(ErrorKind::Client(l), consumed));
+    let ok = || Ok(Decoded::Request(Request { cmd: Command::AdminNoop, noreply: false }, consumed));
+    match (ntok, t.toks.get(1).copied().unwrap_or_default()) {
+        (6.., b"tune") => match (parse_u32(t.toks[2]), parse_u32(t.toks[3]), num(4), num(5)) {
+            (Some(hot), Some(warm), Some(_), Some(_)) if u64::from(hot) + u64::from(warm) > 80 => line(msg::LRU_PCTS),
+            (Some(_), Some(_), Some(hf), Some(f)) if hf <= 0.0 || f <= 0.0 => line(msg::LRU_FACTORS),
+            (Some(_), Some(_), Some(_), Some(_)) => ok(),
+            _ => Err(ProtoError::new(ErrorKind::UnknownCommand, consumed)),
+        },
+        (3.., b"mode") if matches!(t.toks[2], b"flat" | b"segmented") => ok(),
+        (3.., b"temp_ttl") if parse_i32(t.toks[2]).is_some() => ok(),
+        _ => Err(ProtoError::new(ErrorKind::UnknownCommand, consumed)),
     }
 }
 
