@@ -102,6 +102,8 @@ pub struct Engine {
     pub observers: Observers,
     /// `stats detail`: per-prefix counters (see `stats.rs`).
     pub prefix: stats::PrefixStats,
+    /// `stats conns`: the listeners and connections the server registers.
+    pub conns: Arc<stats::ConnTable>,
     started: UnixSecs,
     verbosity: AtomicU64,
 }
@@ -118,6 +120,7 @@ impl Engine {
             durability: durability::Durability::default(),
             observers: Observers::default(),
             prefix: Default::default(),
+            conns: Default::default(),
             started,
             verbosity: AtomicU64::new(0),
         }

@@ -190,6 +190,86 @@ impl PrefixStats {
     }
 }
 
+/// The listeners and open connections `stats conns` lists, in memcached's
+/// format. The server registers them: [`ConnTable::listening`] once per
+/// listening socket, [`ConnTable::open`] per accepted connection (the guard
+/// unregisters it when dropped) and [`ConnGuard::command`] when a request
+/// arrives. Ids stand in for memcached's file descriptors.
+#[derive(Debug, Default)]
+pub struct ConnTable {
+    next_id: AtomicU64,
+    listeners: Mutex<Vec<(u64, std::net::SocketAddr)>>,
+    conns: Mutex<std::collections::BTreeMap<u64, ConnInfo>>,
+}
+
+#[derive(Debug)]
+struct ConnInfo {
+    addr: std::net::SocketAddr,
+    listen: std::net::SocketAddr,
+    last_cmd: Arc<std::sync::atomic::AtomicU32>,
+}
+
+/// One registered connection; dropping it removes the connection.
+#[derive(Debug)]
+pub struct ConnGuard {
+    table: Arc<ConnTable>,
+    id: u64,
+    last_cmd: Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl ConnTable {
+    pub fn listening(&self, addr: std::net::SocketAddr) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.listeners.lock().push((id, addr));
+    }
+
+    pub fn open(
+        self: &Arc<Self>,
+        addr: std::net::SocketAddr,
+        listen: std::net::SocketAddr,
+        now: recall_store::UnixSecs,
+    ) -> ConnGuard {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let last_cmd = Arc::new(std::sync::atomic::AtomicU32::new(now));
+        self.conns.lock().insert(id, ConnInfo { addr, listen, last_cmd: last_cmd.clone() });
+        ConnGuard { table: self.clone(), id, last_cmd }
+    }
+
+    /// `STAT <id>:addr tcp:<ip:port>` and the rest of memcached's lines
+    /// for every listener and connection (no `END`).
+    pub fn write(&self, out: &mut Vec<u8>, now: recall_store::UnixSecs) {
+        for (id, addr) in self.listeners.lock().iter() {
+            stat(out, &format!("{id}:addr"), format_args!("tcp:{addr}"));
+            stat(out, &format!("{id}:state"), "conn_listening");
+            stat(out, &format!("{id}:secs_since_last_cmd"), 0);
+        }
+        for (id, c) in self.conns.lock().iter() {
+            stat(out, &format!("{id}:addr"), format_args!("tcp:{}", c.addr));
+            stat(out, &format!("{id}:listen_addr"), format_args!("tcp:{}", c.listen));
+            stat(out, &format!("{id}:state"), "conn_parse_cmd");
+            let idle = now.saturating_sub(c.last_cmd.load(Ordering::Relaxed));
+            stat(out, &format!("{id}:secs_since_last_cmd"), idle);
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.listeners.lock().is_empty() && self.conns.lock().is_empty()
+    }
+}
+
+impl ConnGuard {
+    /// A request arrived at `now`.
+    pub fn command(&self, now: recall_store::UnixSecs) {
+        self.last_cmd.store(now, Ordering::Relaxed);
+    }
+}
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        self.table.conns.lock().remove(&self.id);
+    }
+}
+
 use recall_proto::reply::stat;
 
 use crate::{Engine, MEMCACHED_COMPAT_VERSION};
@@ -243,7 +323,13 @@ impl Engine {
             }
             b"sizes" => stat(out, "sizes_status", "disabled"),
             b"conns" => {
-                stat(out, "curr_connections", self.gauges.curr_connections.load(std::sync::atomic::Ordering::Relaxed))
+                if self.conns.is_empty() {
+                    // A server that does not register its connections (an
+                    // embedder, a test) still says how many there are.
+                    stat(out, "curr_connections", self.gauges.curr_connections.load(Ordering::Relaxed))
+                } else {
+                    self.conns.write(out, self.now());
+                }
             }
             b"reset" => {
                 self.registry.reset();
