@@ -7,8 +7,6 @@
 < NOT_FOUND
 > delete k 0
 < NOT_FOUND
-> delete k 5
-< CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]
 > touch k 10
 < NOT_FOUND
 > set k 0 0 1

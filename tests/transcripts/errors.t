@@ -1,16 +1,10 @@
 # Error lines, spelled as memcached spells them.
 > bogus
 < ERROR
-> get
-< ERROR
-> set k 0 0
-< ERROR
-> set k abc 0 1
-< CLIENT_ERROR bad command line format
 > set k 0 0 -1
 < CLIENT_ERROR bad command line format
 # A data block that doesn't end in CRLF.
->> set k 0 0 1\r\nxyz\r\n
+>> set k 0 0 1\r\nxyzzy\r\n
 < CLIENT_ERROR bad data chunk
 < ERROR
 # Too large: the value is swallowed and the old value removed.
@@ -26,7 +20,5 @@
 < VERSION {*}
 > verbosity 1
 < OK
-> shutdown
-< ERROR: shutdown not enabled
 > mn
 < MN

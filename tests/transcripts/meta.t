@@ -53,7 +53,7 @@
 < 0
 > mg mk v v
 < CLIENT_ERROR duplicate flag
-> mg mk !
+> mg mk [
 < CLIENT_ERROR invalid flag
 > me missing
 < EN

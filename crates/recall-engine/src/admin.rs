@@ -3,8 +3,8 @@
 //! registry (`durable`, `snapshot`, `hello`, `replay_done`, `goodbye`).
 //! They mutate no item, so they do not pass the write path.
 
-use recall_proto::reply;
 use recall_proto::text::{keys, Command};
+use recall_proto::{msg, reply};
 
 use crate::{Action, Engine, MEMCACHED_COMPAT_VERSION};
 
@@ -17,9 +17,11 @@ impl Engine {
                 reply::line(out, MEMCACHED_COMPAT_VERSION.as_bytes());
             }
             Command::Verbosity | Command::AdminNoop => reply::line(out, b"OK"),
-            Command::Shutdown { .. } => {
+            Command::Shutdown { bad_mode, .. } => {
                 if !self.config.shutdown_enabled {
-                    reply::line(out, b"ERROR: shutdown not enabled");
+                    reply::line(out, msg::SHUTDOWN_DISABLED.as_bytes());
+                } else if *bad_mode {
+                    reply::line(out, msg::SHUTDOWN_MODE.as_bytes());
                 } else {
                     return Action::Shutdown;
                 }

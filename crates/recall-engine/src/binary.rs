@@ -106,6 +106,7 @@ impl Engine {
                 w.compare_cas = cas;
                 w.cas_command = cas != 0;
                 w.drop_on_refusal = mode == StoreMode::Set;
+                self.prefix.set(key);
                 self.execute(&Op::Write(w), cx, |o| render(out, op, opaque, quiet, o));
             }
             BinCommand::Concat { append, key, value, cas, quiet } => {
@@ -114,9 +115,11 @@ impl Engine {
                 // A CAS on append must match, but memcached does not count
                 // it as a CAS command.
                 w.compare_cas = cas_of(cas);
+                self.prefix.set(key);
                 self.execute(&Op::Write(w), cx, |o| render(out, op, opaque, quiet, o));
             }
             BinCommand::Delete { key, cas, quiet } => {
+                self.prefix.delete(key);
                 let d = Op::Delete(DeleteOp { key, compare_cas: cas, ..Default::default() });
                 self.execute(&d, cx, |o| render(out, op, opaque, quiet, o));
             }
@@ -164,7 +167,7 @@ impl Engine {
         out: &mut Vec<u8>,
     ) {
         let key = read.key;
-        self.execute(&Op::Read(read), cx, |o| match o {
+        let hit = self.execute(&Op::Read(read), cx, |o| match o {
             Outcome::Read(Read::Hit(v)) => {
                 let k: &[u8] = if with_key { key } else { &[] };
                 // Binary replies carry the value contiguously; a chunked
@@ -180,10 +183,15 @@ impl Engine {
                     }
                 };
                 binary::write_get_hit(out, op, opaque, v.cas, v.flags, k, val);
+                true
             }
-            _ if quiet => {}
-            _ => binary::write_get_miss(out, op, opaque, key, with_key),
+            _ if quiet => false,
+            _ => {
+                binary::write_get_miss(out, op, opaque, key, with_key);
+                false
+            }
         });
+        self.prefix.get(key, hit);
     }
 
     /// STAT: one packet per stat, then the empty terminator; an unknown

@@ -763,3 +763,19 @@ fn byte_at_a_time_gives_identical_replies() {
         assert_eq!(run(chunk), (whole.clone(), Action::Close), "chunk {chunk}");
     }
 }
+
+/// `stats detail` counts the binary protocol's gets, sets and deletes by
+/// prefix too, as memcached's binary handlers do.
+#[test]
+fn stats_detail_counts_binary_commands() {
+    let mut c = Conn::new();
+    c.e.prefix.set_enabled(true);
+    c.send(&req(SET, 1, 0, &set_ex(0, 0), b"u:1", b"v"));
+    c.send(&req(GET, 2, 0, &[], b"u:1", &[]));
+    c.send(&req(GETQ, 3, 0, &[], b"u:2", &[]));
+    c.send(&req(APPEND, 4, 0, &[], b"u:1", b"w"));
+    c.send(&req(DELETE, 5, 0, &[], b"u:1", &[]));
+    let mut out = Vec::new();
+    c.e.prefix.dump(&mut out);
+    assert_eq!(out, b"PREFIX u get 2 hit 1 set 2 del 1\r\nEND\r\n");
+}

@@ -100,6 +100,10 @@ pub struct Engine {
     /// The write path's observers (the log, later the front cache): see
     /// `write_path.rs`.
     pub observers: Observers,
+    /// `stats detail`: per-prefix counters (see `stats.rs`).
+    pub prefix: stats::PrefixStats,
+    /// `stats conns`: the listeners and connections the server registers.
+    pub conns: Arc<stats::ConnTable>,
     started: UnixSecs,
     verbosity: AtomicU64,
 }
@@ -115,6 +119,8 @@ impl Engine {
             gauges: ServerGauges::default(),
             durability: durability::Durability::default(),
             observers: Observers::default(),
+            prefix: Default::default(),
+            conns: Default::default(),
             started,
             verbosity: AtomicU64::new(0),
         }

@@ -92,12 +92,51 @@ impl Engine {
         }
         // memcached drops the old value whenever an ms cannot be stored.
         w.drop_on_refusal = true;
-        self.execute(&Op::Write(w), cx, |o| match o {
-            Outcome::Write(WriteOutcome::Stored { .. }) if f.quiet => {}
-            Outcome::Write(WriteOutcome::Stored { cas }) => status_line(out, Status::Stored, key, f, cas),
-            Outcome::Write(res) => status_line(out, write_status(res), key, f, 0),
-            other => render_other(out, other),
+        let res = self.execute(&Op::Write(w), cx, |o| match o {
+            Outcome::Write(res) => Some(res),
+            other => {
+                render_other(out, other);
+                None
+            }
         });
+        let Some(res) = res else { return };
+        let status = write_status(res);
+        let Some(code) = status.meta() else { return reply::line(out, status.text()) };
+        let cas = match res {
+            WriteOutcome::Stored { .. } if f.quiet => return,
+            WriteOutcome::Stored { cas } => cas,
+            // memcached answers `c` with 0 when nothing was stored.
+            _ => 0,
+        };
+        // `s`: the size of the item as stored (after an append, the whole
+        // value); memcached gives the request's length when nothing was.
+        let mut size = data.len() as u64;
+        if f.ret_size && cas != 0 && matches!(mode, Mode::Append | Mode::Prepend) {
+            size = self.stored_size(key, cx).unwrap_or(size);
+        }
+        reply::meta_code(out, code);
+        for tok in f.tokens() {
+            match tok[0] {
+                b'O' => reply::meta_bytes(out, b'O', &tok[1..]),
+                b'k' => reply::meta_key(out, key, f.base64),
+                b'c' => reply::meta_num(out, b'c', cas),
+                b's' => reply::meta_num(out, b's', size),
+                _ => {}
+            }
+        }
+        reply::crlf(out);
+    }
+
+    /// The size of what is stored under `key` now, read without touching
+    /// it. After an append this is the whole value, unless another client
+    /// rewrote the key in between (the store does not report the size a
+    /// write left).
+    fn stored_size(&self, key: &[u8], cx: &mut Cx<'_>) -> Option<u64> {
+        let op = Op::Read(ReadOp { key, no_bump: true, ..Default::default() });
+        self.execute(&op, cx, |o| match o {
+            Outcome::Read(Read::Hit(v)) => Some(v.value.len() as u64),
+            _ => None,
+        })
     }
 
     pub(crate) fn meta_delete(&self, key: &[u8], f: &MetaFlags<'_>, cx: &mut Cx<'_>, out: &mut Out) {
@@ -189,9 +228,11 @@ fn meta_hit(key: &[u8], v: &ItemView<'_>, f: &MetaFlags<'_>, out: &mut Out, now:
     // what is stored is older: its write was lost (say, a crash before it
     // replayed). Say so instead of serving the stale value.
     let older = v.cas < f.written;
+    // mg `C`: the client holds this version already; no value (`HD`).
+    let value = f.ret_value && !older && f.compare_cas != Some(v.cas);
     if older {
         reply::meta_code(out, b"OL");
-    } else if f.ret_value {
+    } else if value {
         reply::meta_value_code(out, v.value.len());
     } else {
         reply::meta_code(out, b"HD");
@@ -215,7 +256,7 @@ fn meta_hit(key: &[u8], v: &ItemView<'_>, f: &MetaFlags<'_>, out: &mut Out, now:
         }
     }
     reply::crlf(out);
-    if f.ret_value && !older {
+    if value {
         out.value(v.value);
         reply::crlf(out);
     }

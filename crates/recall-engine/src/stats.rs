@@ -119,6 +119,157 @@ impl Registry {
     }
 }
 
+/// memcached's `stats detail`: per key prefix (the key up to its first
+/// `:`, memcached's default delimiter), the gets, hits, sets and deletes of
+/// the classic text and binary commands, counted only while switched on
+/// (`stats detail on`). Keys without the delimiter are not counted; at most
+/// [`PrefixStats::MAX`] prefixes are kept, as in memcached.
+#[derive(Debug, Default)]
+pub struct PrefixStats {
+    on: std::sync::atomic::AtomicBool,
+    /// prefix → [gets, hits, sets, deletes]
+    table: Mutex<std::collections::HashMap<Box<[u8]>, [u64; 4]>>,
+}
+
+impl PrefixStats {
+    pub const DELIMITER: u8 = b':';
+    pub const MAX: usize = 1 << 16;
+
+    pub fn set_enabled(&self, on: bool) {
+        self.on.store(on, Ordering::Relaxed);
+    }
+    pub fn enabled(&self) -> bool {
+        self.on.load(Ordering::Relaxed)
+    }
+    pub fn get(&self, key: &[u8], hit: bool) {
+        self.record(key, |c| {
+            c[0] += 1;
+            c[1] += u64::from(hit);
+        });
+    }
+    pub fn set(&self, key: &[u8]) {
+        self.record(key, |c| c[2] += 1);
+    }
+    pub fn delete(&self, key: &[u8]) {
+        self.record(key, |c| c[3] += 1);
+    }
+
+    #[inline]
+    fn record(&self, key: &[u8], f: impl FnOnce(&mut [u64; 4])) {
+        if !self.enabled() {
+            return;
+        }
+        let Some(end) = key.iter().position(|&b| b == Self::DELIMITER) else { return };
+        let prefix = &key[..end];
+        let mut t = self.table.lock();
+        if let Some(c) = t.get_mut(prefix) {
+            return f(c);
+        }
+        if t.len() < Self::MAX {
+            f(t.entry(prefix.into()).or_default());
+        }
+    }
+
+    /// `PREFIX <p> get <n> hit <n> set <n> del <n>` lines, sorted by prefix
+    /// (memcached prints its hash order), then `END`.
+    pub fn dump(&self, out: &mut Vec<u8>) {
+        use std::io::Write as _;
+        let t = self.table.lock();
+        let mut rows: Vec<_> = t.iter().collect();
+        rows.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        for (p, c) in rows {
+            out.extend_from_slice(b"PREFIX ");
+            out.extend_from_slice(p);
+            let _ = write!(out, " get {} hit {} set {} del {}\r\n", c[0], c[1], c[2], c[3]);
+        }
+        out.extend_from_slice(b"END\r\n");
+    }
+
+    pub fn clear(&self) {
+        self.table.lock().clear();
+    }
+}
+
+/// The listeners and open connections `stats conns` lists, in memcached's
+/// format. The server registers them: [`ConnTable::listening`] once per
+/// listening socket, [`ConnTable::open`] per accepted connection (the guard
+/// unregisters it when dropped) and [`ConnGuard::command`] when a request
+/// arrives. Ids stand in for memcached's file descriptors.
+#[derive(Debug, Default)]
+pub struct ConnTable {
+    next_id: AtomicU64,
+    listeners: Mutex<Vec<(u64, std::net::SocketAddr)>>,
+    conns: Mutex<std::collections::BTreeMap<u64, ConnInfo>>,
+}
+
+#[derive(Debug)]
+struct ConnInfo {
+    addr: std::net::SocketAddr,
+    listen: std::net::SocketAddr,
+    last_cmd: Arc<std::sync::atomic::AtomicU32>,
+}
+
+/// One registered connection; dropping it removes the connection.
+#[derive(Debug)]
+pub struct ConnGuard {
+    table: Arc<ConnTable>,
+    id: u64,
+    last_cmd: Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl ConnTable {
+    pub fn listening(&self, addr: std::net::SocketAddr) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.listeners.lock().push((id, addr));
+    }
+
+    pub fn open(
+        self: &Arc<Self>,
+        addr: std::net::SocketAddr,
+        listen: std::net::SocketAddr,
+        now: recall_store::UnixSecs,
+    ) -> ConnGuard {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let last_cmd = Arc::new(std::sync::atomic::AtomicU32::new(now));
+        self.conns.lock().insert(id, ConnInfo { addr, listen, last_cmd: last_cmd.clone() });
+        ConnGuard { table: self.clone(), id, last_cmd }
+    }
+
+    /// `STAT <id>:addr tcp:<ip:port>` and the rest of memcached's lines
+    /// for every listener and connection (no `END`).
+    pub fn write(&self, out: &mut Vec<u8>, now: recall_store::UnixSecs) {
+        for (id, addr) in self.listeners.lock().iter() {
+            stat(out, &format!("{id}:addr"), format_args!("tcp:{addr}"));
+            stat(out, &format!("{id}:state"), "conn_listening");
+            stat(out, &format!("{id}:secs_since_last_cmd"), 0);
+        }
+        for (id, c) in self.conns.lock().iter() {
+            stat(out, &format!("{id}:addr"), format_args!("tcp:{}", c.addr));
+            stat(out, &format!("{id}:listen_addr"), format_args!("tcp:{}", c.listen));
+            stat(out, &format!("{id}:state"), "conn_parse_cmd");
+            let idle = now.saturating_sub(c.last_cmd.load(Ordering::Relaxed));
+            stat(out, &format!("{id}:secs_since_last_cmd"), idle);
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.listeners.lock().is_empty() && self.conns.lock().is_empty()
+    }
+}
+
+impl ConnGuard {
+    /// A request arrived at `now`.
+    pub fn command(&self, now: recall_store::UnixSecs) {
+        self.last_cmd.store(now, Ordering::Relaxed);
+    }
+}
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        self.table.conns.lock().remove(&self.id);
+    }
+}
+
 use recall_proto::reply::stat;
 
 use crate::{Engine, MEMCACHED_COMPAT_VERSION};
@@ -131,7 +282,16 @@ impl Engine {
             b"" => self.stats_general(out),
             b"settings" => {
                 for (k, v) in &self.config.settings {
-                    stat(out, k, v);
+                    match k.as_str() {
+                        // cache_memlimit changes it at run time.
+                        "maxbytes" => stat(out, k, self.store.mem_limit()),
+                        "num_threads" => {
+                            stat(out, k, v);
+                            stat(out, "stat_key_prefix", PrefixStats::DELIMITER as char);
+                            stat(out, "detail_enabled", if self.prefix.enabled() { "yes" } else { "no" });
+                        }
+                        _ => stat(out, k, v),
+                    }
                 }
             }
             b"items" => {
@@ -163,19 +323,28 @@ impl Engine {
             }
             b"sizes" => stat(out, "sizes_status", "disabled"),
             b"conns" => {
-                stat(out, "curr_connections", self.gauges.curr_connections.load(std::sync::atomic::Ordering::Relaxed))
+                if self.conns.is_empty() {
+                    // A server that does not register its connections (an
+                    // embedder, a test) still says how many there are.
+                    stat(out, "curr_connections", self.gauges.curr_connections.load(Ordering::Relaxed))
+                } else {
+                    self.conns.write(out, self.now());
+                }
             }
             b"reset" => {
                 self.registry.reset();
                 self.store.reset_stats();
+                self.prefix.clear();
                 out.extend_from_slice(b"RESET\r\n");
                 return;
             }
             b"detail" => {
-                // Per-prefix detail stats are not kept; accept the switches.
                 match recall_proto::text::keys(args).nth(1) {
-                    Some(b"on" | b"off") => out.extend_from_slice(b"OK\r\n"),
-                    Some(b"dump") => out.extend_from_slice(b"END\r\n"),
+                    Some(sw @ (b"on" | b"off")) => {
+                        self.prefix.set_enabled(sw == b"on");
+                        out.extend_from_slice(b"OK\r\n");
+                    }
+                    Some(b"dump") => self.prefix.dump(out),
                     _ => out.extend_from_slice(b"CLIENT_ERROR usage: stats detail on|off|dump\r\n"),
                 }
                 return;

@@ -101,3 +101,66 @@ fn exptime_rules() {
     assert_eq!(e.resolve_exptime(-1, now), 1);
     assert_eq!(e.resolve_exptime(now as i64 + 5, now), now + 5);
 }
+
+/// With `-A`, `shutdown` takes no mode but `graceful`; without it, every
+/// form gets current memcached's refusal (the transcripts run without
+/// `-A`).
+#[test]
+fn shutdown_modes() {
+    let clock = Arc::new(ManualClock::new(1_700_000_000));
+    let store = Store::new(StoreConfig { mem_limit: 64 << 20, shards: 4, ..Default::default() });
+    let e = Engine::new(store, clock, EngineConfig { shutdown_enabled: true, ..Default::default() });
+    let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+    let mut pending = Vec::new();
+    let (out, action) = run(&mut s, &e, &mut pending, b"shutdown bogus\r\n", usize::MAX);
+    assert_eq!((out.as_slice(), action), (&b"CLIENT_ERROR invalid shutdown mode\r\n"[..], Action::Continue));
+    let (out, action) = run(&mut s, &e, &mut pending, b"shutdown graceful\r\n", usize::MAX);
+    assert_eq!((out.as_slice(), action), (&b""[..], Action::Shutdown));
+    let (_, action) = run(&mut s, &e, &mut pending, b"shutdown\r\n", usize::MAX);
+    assert_eq!(action, Action::Shutdown);
+}
+
+/// `cache_memlimit` changes what `stats settings` reports as `maxbytes`
+/// (the transcripts cannot pin `stats settings`: its values are the
+/// server's own).
+#[test]
+fn cache_memlimit_shows_in_stats_settings() {
+    let clock = Arc::new(ManualClock::new(1_700_000_000));
+    let store = Store::new(StoreConfig { mem_limit: 64 << 20, shards: 4, ..Default::default() });
+    let settings = vec![("maxbytes".into(), (64u64 << 20).to_string()), ("num_threads".into(), "4".into())];
+    let e = Engine::new(store, clock, EngineConfig { settings, ..Default::default() });
+    let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+    let mut pending = Vec::new();
+    let (out, _) = run(&mut s, &e, &mut pending, b"cache_memlimit 100\r\nstats settings\r\n", usize::MAX);
+    let out = String::from_utf8(out).unwrap();
+    assert_eq!(
+        out,
+        "OK\r\nSTAT maxbytes 104857600\r\nSTAT num_threads 4\r\nSTAT stat_key_prefix :\r\nSTAT detail_enabled no\r\nEND\r\n"
+    );
+}
+
+/// `stats conns` lists the registered listener and connections in
+/// memcached's format; a dropped connection leaves the list.
+#[test]
+fn stats_conns_lists_registered_connections() {
+    let clock = Arc::new(ManualClock::new(1_700_000_000));
+    let e = engine(clock.clone());
+    let listen: std::net::SocketAddr = "127.0.0.1:11211".parse().unwrap();
+    e.conns.listening(listen);
+    let a = e.conns.open("127.0.0.1:40001".parse().unwrap(), listen, e.now());
+    let b = e.conns.open("127.0.0.1:40002".parse().unwrap(), listen, e.now());
+    clock.advance(5);
+    b.command(e.now());
+    let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+    let (out, _) = run(&mut s, &e, &mut Vec::new(), b"stats conns\r\n", usize::MAX);
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "STAT 0:addr tcp:127.0.0.1:11211\r\nSTAT 0:state conn_listening\r\nSTAT 0:secs_since_last_cmd 0\r\n\
+         STAT 1:addr tcp:127.0.0.1:40001\r\nSTAT 1:listen_addr tcp:127.0.0.1:11211\r\nSTAT 1:state conn_parse_cmd\r\nSTAT 1:secs_since_last_cmd 5\r\n\
+         STAT 2:addr tcp:127.0.0.1:40002\r\nSTAT 2:listen_addr tcp:127.0.0.1:11211\r\nSTAT 2:state conn_parse_cmd\r\nSTAT 2:secs_since_last_cmd 0\r\n\
+         END\r\n"
+    );
+    drop(a);
+    let (out, _) = run(&mut s, &e, &mut Vec::new(), b"stats conns\r\n", usize::MAX);
+    assert!(!String::from_utf8(out).unwrap().contains("40001"));
+}

@@ -36,28 +36,31 @@ impl Engine {
                 let (with_cas, framed) = (kind.with_cas(), kind.framed());
                 for key in keys(raw) {
                     let op = Op::Read(ReadOp { key, touch, count_get: true, ..Default::default() });
-                    self.execute(&op, cx, |o| {
-                        if let Outcome::Read(Read::Hit(v)) = o {
-                            let cas = with_cas.then_some(v.cas);
-                            if framed {
-                                reply::stream_header(out, key, v.flags, cas);
-                                out.framed_value(v.value);
-                                recall_proto::stream::write_tail(out);
-                            } else {
-                                reply::value_header(out, key, v.flags, v.value.len(), cas);
-                                out.value(v.value);
-                                reply::crlf(out);
-                            }
+                    let hit = self.execute(&op, cx, |o| {
+                        let Outcome::Read(Read::Hit(v)) = o else { return false };
+                        let cas = with_cas.then_some(v.cas);
+                        if framed {
+                            reply::stream_header(out, key, v.flags, cas);
+                            out.framed_value(v.value);
+                            recall_proto::stream::write_tail(out);
+                        } else {
+                            reply::value_header(out, key, v.flags, v.value.len(), cas);
+                            out.value(v.value);
+                            reply::crlf(out);
                         }
+                        true
                     });
+                    self.prefix.get(key, hit);
                 }
                 reply::end(out);
             }
             Command::Store { cmd, key, flags, exptime, cas, data } => {
                 let op = classic_write(*cmd, key, Data::Bytes(data), *flags, *exptime, *cas);
+                self.prefix.set(key);
                 self.execute(&Op::Write(op), cx, |o| render(out, o, timestamps));
             }
             Command::Delete { key } => {
+                self.prefix.delete(key);
                 let op = Op::Delete(DeleteOp { key, stamp: timestamps, ..Default::default() });
                 self.execute(&op, cx, |o| render(out, o, timestamps));
             }
@@ -171,6 +174,7 @@ impl Engine {
                 Data::Big(&big)
             };
             let op = classic_write(st.cmd, &st.key, data, st.flags, st.exptime, st.cas);
+            self.prefix.set(&st.key);
             self.execute(&Op::Write(op), cx, |o| render(out, o, st.timestamps));
         }
         if st.noreply {

@@ -67,6 +67,14 @@ impl<'a> MetaFlags<'a> {
         // memcached keeps parsing after a bad numeric token and reports the
         // error at the end; a duplicate or unknown flag stops at once.
         let mut deferred: Option<&'static str> = None;
+        // memcached's tokenizer refuses a flag that starts with neither a
+        // letter (`A`..=`z`) nor a digit before any flag is looked at.
+        if raw
+            .split(|&c| c == b' ')
+            .any(|t| t.first().is_some_and(|&c| !(b'A'..=b'z').contains(&c) && !c.is_ascii_digit()))
+        {
+            return Err(msg::BAD_FORMAT);
+        }
         for tok in raw.split(|&c| c == b' ').filter(|t| !t.is_empty()) {
             let c = tok[0];
             if c >= 127 || seen[c as usize] {
@@ -123,13 +131,9 @@ impl<'a> MetaFlags<'a> {
                     Some(v) => f.new_cas = Some(v),
                     None => bad(msg::BAD_TOKEN),
                 },
-                b'M' => {
-                    if arg.len() != 1 {
-                        bad(msg::M_LEN)
-                    } else {
-                        f.mode = Some(arg[0])
-                    }
-                }
+                // Current memcached reads the character after `M` and
+                // ignores the rest of the token.
+                b'M' => f.mode = Some(arg.first().copied().unwrap_or(b' ')),
                 b'J' => match parse_u64(arg) {
                     Some(v) => f.initial = Some(v),
                     None => bad(msg::BAD_INITIAL),
@@ -173,9 +177,12 @@ mod tests {
     #[test]
     fn errors() {
         assert_eq!(MetaFlags::parse(b"v v"), Err(msg::DUP_FLAG));
-        assert_eq!(MetaFlags::parse(b"!"), Err(msg::INVALID_FLAG));
+        assert_eq!(MetaFlags::parse(b"!"), Err(msg::BAD_FORMAT), "not a letter: the tokenizer refuses the line");
+        assert_eq!(MetaFlags::parse(b"v {"), Err(msg::BAD_FORMAT));
+        assert_eq!(MetaFlags::parse(b"["), Err(msg::INVALID_FLAG));
+        assert_eq!(MetaFlags::parse(b"1"), Err(msg::INVALID_FLAG));
         assert_eq!(MetaFlags::parse(b"Tx"), Err(msg::BAD_TOKEN));
-        assert_eq!(MetaFlags::parse(b"MSS"), Err(msg::M_LEN));
+        assert_eq!(MetaFlags::parse(b"MSS").unwrap().mode, Some(b'S'));
         assert_eq!(MetaFlags::parse(b"Jx"), Err(msg::BAD_INITIAL));
         assert_eq!(MetaFlags::parse(b"Dx"), Err(msg::BAD_DELTA_VALUE));
         assert!(MetaFlags::parse(b"v  c").is_ok(), "runs of spaces are one separator");

@@ -2,8 +2,13 @@
 //!
 //! Token rules follow memcached's `tokenize_command`: tokens are separated by
 //! runs of spaces (not tabs); the line ends at `\n`, with one `\r` before it
-//! stripped. Wrong token counts are `ERROR`, as in memcached's
-//! `process_command_ascii`.
+//! stripped. Error rules are current memcached's (its `proto_parser.c`): a
+//! line shorter than four bytes, an item command without its key, or a
+//! storage command without a length is `CLIENT_ERROR bad command line
+//! format`; tokens after the ones a command reads are ignored; a storage
+//! command whose length was read swallows its data block when the rest of
+//! the line is bad; an unknown command whose last token starts with
+//! `HTTP/` closes the connection.
 
 use std::borrow::Cow;
 
@@ -108,6 +113,8 @@ pub enum Command<'a> {
     Quit,
     Shutdown {
         graceful: bool,
+        /// A mode other than `graceful` (refused once shutdown is enabled).
+        bad_mode: bool,
     },
     Stats {
         args: &'a [u8],
@@ -322,6 +329,11 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
         e.noreply = noreply;
         Err(e)
     };
+    // memcached's parser refuses a request of fewer than four bytes with
+    // its newline (a blank line, `x\r\n`, `mn\n`).
+    if consumed < 4 {
+        return err(ErrorKind::Client(msg::BAD_FORMAT));
+    }
     if t.n == 0 {
         return err(ErrorKind::UnknownCommand);
     }
@@ -329,10 +341,13 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
     let cmd = t.toks[0];
     let req = |cmd| Ok(Decoded::Request(Request { cmd, noreply: false }, consumed));
     let noreply_at = |i: usize| ntok > i && t.toks[i] == b"noreply";
+    // Current memcached's rule for most commands: noreply is the last
+    // token, whatever comes before it.
+    let last_is_noreply = ntok > 1 && keys(line).last() == Some(b"noreply".as_slice());
     match cmd {
         b"get" | b"gets" | b"sget" | b"sgets" => {
             if ntok < 2 {
-                return err(ErrorKind::UnknownCommand);
+                return err(ErrorKind::Client(msg::BAD_FORMAT));
             }
             let kind = match cmd {
                 b"get" => GetKind::Get,
@@ -348,9 +363,8 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
         }
         b"sset" | b"sadd" | b"sreplace" | b"sappend" | b"sprepend" | b"scas" => decode_stream_store(&t, ntok, consumed),
         b"gat" | b"gats" => {
-            // "gat <exptime>" with no keys is answered with END, as memcached does.
-            if ntok < 2 {
-                return err(ErrorKind::UnknownCommand);
+            if ntok < 3 {
+                return err(ErrorKind::Client(msg::BAD_FORMAT));
             }
             let kind = if cmd == b"gat" { GetKind::Gat } else { GetKind::Gats };
             let Some(exptime) = parse_exptime(t.toks[1]) else {
@@ -362,32 +376,28 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
             }
             req(Command::Get { kind, exptime, keys: keys_raw })
         }
-        b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas" => decode_store(buf, &t, ntok, consumed, limits),
+        b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas" => {
+            decode_store(buf, &t, ntok, consumed, limits, last_is_noreply)
+        }
         b"delete" => {
-            if !(2..=4).contains(&ntok) {
-                return err(ErrorKind::UnknownCommand);
-            }
-            let key = t.toks[1];
-            if key.len() > KEY_MAX {
+            if ntok < 2 {
                 return err(ErrorKind::Client(msg::BAD_FORMAT));
             }
-            // memcached still accepts the legacy "delete <key> 0".
-            let noreply = noreply_at(ntok - 1);
-            let valid = match ntok {
-                2 => true,
-                3 => t.toks[2] == b"0" || noreply,
-                _ => t.toks[2] == b"0" && noreply,
-            };
-            if !valid {
-                return err_nr(ErrorKind::Client(msg::DELETE_USAGE), noreply);
+            // Current memcached reads the key and ignores what follows it
+            // (the legacy `delete <key> 0` included); noreply is the last
+            // token.
+            let noreply = last_is_noreply;
+            let key = t.toks[1];
+            if key.len() > KEY_MAX {
+                return err_nr(ErrorKind::Client(msg::BAD_FORMAT), noreply);
             }
             Ok(Decoded::Request(Request { cmd: Command::Delete { key }, noreply }, consumed))
         }
         b"incr" | b"decr" => {
-            if ntok != 3 && ntok != 4 {
-                return err(ErrorKind::UnknownCommand);
+            if ntok < 3 {
+                return err(ErrorKind::Client(msg::BAD_FORMAT));
             }
-            let noreply = noreply_at(3);
+            let noreply = last_is_noreply;
             let key = t.toks[1];
             if key.len() > KEY_MAX {
                 return err_nr(ErrorKind::Client(msg::BAD_FORMAT), noreply);
@@ -399,10 +409,10 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
             Ok(Decoded::Request(Request { cmd, noreply }, consumed))
         }
         b"touch" => {
-            if ntok != 3 && ntok != 4 {
-                return err(ErrorKind::UnknownCommand);
+            if ntok < 3 {
+                return err(ErrorKind::Client(msg::BAD_FORMAT));
             }
-            let noreply = noreply_at(3);
+            let noreply = last_is_noreply;
             let key = t.toks[1];
             if key.len() > KEY_MAX {
                 return err_nr(ErrorKind::Client(msg::BAD_FORMAT), noreply);
@@ -413,10 +423,7 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
             Ok(Decoded::Request(Request { cmd: Command::Touch { key, exptime }, noreply }, consumed))
         }
         b"flush_all" => {
-            if ntok > 3 {
-                return err(ErrorKind::UnknownCommand);
-            }
-            let noreply = noreply_at(ntok - 1) && ntok > 1;
+            let noreply = last_is_noreply;
             let delay = if ntok == 1 || (ntok == 2 && noreply) {
                 0
             } else {
@@ -427,21 +434,24 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
             };
             Ok(Decoded::Request(Request { cmd: Command::FlushAll { delay }, noreply }, consumed))
         }
-        b"version" if ntok == 1 => req(Command::Version),
-        b"quit" if ntok == 1 => req(Command::Quit),
-        b"verbosity" if ntok == 2 || ntok == 3 => {
-            let noreply = noreply_at(ntok - 1);
+        // memcached reads no argument of these, and ignores any.
+        b"version" => req(Command::Version),
+        b"quit" => req(Command::Quit),
+        b"verbosity" => {
+            if ntok < 2 {
+                return err(ErrorKind::Client(msg::BAD_FORMAT));
+            }
+            let noreply = last_is_noreply;
             if parse_u32(t.toks[1]).is_none() {
                 return err_nr(ErrorKind::Client(msg::BAD_FORMAT), noreply);
             }
             Ok(Decoded::Request(Request { cmd: Command::Verbosity, noreply }, consumed))
         }
-        b"shutdown" if ntok <= 2 => {
+        b"shutdown" => {
             let graceful = ntok == 2 && t.toks[1] == b"graceful";
-            if ntok == 2 && !graceful {
-                return err(ErrorKind::UnknownCommand);
-            }
-            req(Command::Shutdown { graceful })
+            // Whether shutdown is enabled is checked first (by the engine),
+            // so a bad mode is data on the command.
+            req(Command::Shutdown { graceful, bad_mode: ntok > 1 && !graceful })
         }
         b"stats" => req(Command::Stats { args: t.rest(line, 1) }),
         b"cache_memlimit" if ntok == 2 || ntok == 3 => {
@@ -452,7 +462,8 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
             }
         }
         b"lru_crawler" if ntok >= 2 => req(Command::LruCrawler { args: t.rest(line, 1) }),
-        b"slabs" | b"lru" if ntok >= 2 => req(Command::AdminNoop),
+        b"slabs" => decode_slabs(&t, ntok, consumed),
+        b"lru" => decode_lru(&t, ntok, consumed),
         b"mn" => req(Command::MetaNoop),
         b"durable" if ntok == 1 => req(Command::Durable),
         b"snapshot" if ntok == 1 => req(Command::Snapshot),
@@ -486,6 +497,8 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
         },
         b"mg" | b"md" | b"ma" | b"me" => decode_meta(line, &t, ntok, consumed),
         b"ms" => decode_meta_set(buf, line, &t, ntok, consumed, limits),
+        // A browser or an HTTP health check: memcached hangs up.
+        _ if ntok > 1 && keys(line).last().is_some_and(|l| l.starts_with(b"HTTP/")) => err(ErrorKind::Close),
         _ => err(ErrorKind::UnknownCommand),
     }
 }
@@ -509,6 +522,7 @@ fn decode_store<'a>(
     ntok: usize,
     consumed: usize,
     limits: &Limits,
+    noreply: bool,
 ) -> Result<Decoded<'a>, ProtoError<'a>> {
     let cmd = match t.toks[0] {
         b"set" => StoreCmd::Set,
@@ -518,37 +532,23 @@ fn decode_store<'a>(
         b"prepend" => StoreCmd::Prepend,
         _ => StoreCmd::Cas,
     };
-    let base = if cmd == StoreCmd::Cas { 6 } else { 5 };
-    if ntok != base && ntok != base + 1 {
-        return Err(ProtoError::new(ErrorKind::UnknownCommand, consumed));
-    }
-    let noreply = ntok == base + 1 && t.toks[base] == b"noreply";
-    let fail = |kind| {
-        let mut e = ProtoError::new(kind, consumed);
-        e.noreply = noreply;
-        Err(e)
+    // Without a length there is no knowing where a data block would end:
+    // the line alone is refused (and what follows is read as commands).
+    let vlen = match (ntok >= 5).then(|| parse_i32(t.toks[4])).flatten() {
+        Some(v) if (0..=i32::MAX - 2).contains(&v) => v as usize,
+        _ => return Err(ProtoError::new(ErrorKind::Client(msg::BAD_FORMAT), consumed)),
     };
+    // Tokens after the ones the command reads are ignored; noreply is the
+    // last token (current memcached).
+    let noreply = noreply && ntok > 5;
     let key = t.toks[1];
-    if key.len() > KEY_MAX {
-        return fail(ErrorKind::Client(msg::BAD_FORMAT));
-    }
-    let (Some(flags), Some(exptime), Some(vlen)) =
-        (parse_u32(t.toks[2]), parse_exptime(t.toks[3]), parse_i32(t.toks[4]))
+    let cas = if cmd == StoreCmd::Cas { (ntok > 5).then(|| parse_u64(t.toks[5])).flatten() } else { Some(0) };
+    // With a length, a bad line takes its data block with it.
+    let (true, Some(flags), Some(exptime), Some(cas)) =
+        (key.len() <= KEY_MAX, parse_u32(t.toks[2]), parse_exptime(t.toks[3]), cas)
     else {
-        return fail(ErrorKind::Client(msg::BAD_FORMAT));
+        return Err(refuse_block(ErrorKind::Client(msg::BAD_FORMAT), buf, consumed, vlen as u64, noreply));
     };
-    let cas = if cmd == StoreCmd::Cas {
-        match parse_u64(t.toks[5]) {
-            Some(c) => c,
-            None => return fail(ErrorKind::Client(msg::BAD_FORMAT)),
-        }
-    } else {
-        0
-    };
-    if !(0..=i32::MAX - 2).contains(&vlen) {
-        return fail(ErrorKind::Client(msg::BAD_FORMAT));
-    }
-    let vlen = vlen as usize;
     if !limits.item_fits(key.len(), vlen, flags) {
         let mut e = ProtoError::new(ErrorKind::TooLarge, consumed);
         // Drop the value block as it arrives, without buffering it.
@@ -745,20 +745,14 @@ fn decode_meta<'a>(
         e.meta = true;
         Err(e)
     };
-    if ntok < 2 {
-        // memcached answers "mg", "md" and "ma" without a key with ERROR.
-        if t.toks[0] == b"me" {
-            return fail(msg::BAD_FORMAT);
-        }
-        return Err(ProtoError::new(ErrorKind::UnknownCommand, consumed));
-    }
-    if t.toks[1].len() > KEY_MAX {
+    if ntok < 2 || t.toks[1].len() > KEY_MAX {
         return fail(msg::BAD_FORMAT);
     }
     let flags = match MetaFlags::parse(t.rest(line, 2)) {
         Ok(f) => f,
-        // md and ma report every flag problem with one generic message.
-        Err(_) if matches!(t.toks[0], b"md" | b"ma") => return fail(msg::BAD_FLAG_GENERIC),
+        // md and ma report every flag problem with one generic message,
+        // but for the tokenizer's.
+        Err(m) if m != msg::BAD_FORMAT && matches!(t.toks[0], b"md" | b"ma") => return fail(msg::BAD_FLAG_GENERIC),
         Err(m) => return fail(m),
     };
     let key = match meta_key(t.toks[1], &flags) {
@@ -795,9 +789,6 @@ fn decode_meta_set<'a>(
         e.meta = true;
         Err(e)
     };
-    if ntok < 2 {
-        return Err(ProtoError::new(ErrorKind::UnknownCommand, consumed));
-    }
     if ntok < 3 || t.toks[1].len() > KEY_MAX {
         return fail(msg::BAD_FORMAT, consumed, 0);
     }
@@ -816,6 +807,9 @@ fn decode_meta_set<'a>(
     };
     let flags = match MetaFlags::parse(t.rest(line, 3)) {
         Ok(f) => f,
+        // The tokenizer's refusal comes before the length is taken: the
+        // line alone goes.
+        Err(msg::BAD_FORMAT) => return fail(msg::BAD_FORMAT, consumed, 0),
         // A bad client-flags token is reported as a bad line, as memcached does.
         Err(msg::BAD_TOKEN) => return after_err(ErrorKind::Client(msg::BAD_FORMAT)),
         Err(m) => return after_err(ErrorKind::Client(m)),
@@ -850,6 +844,9 @@ fn decode_meta_set<'a>(
     let data = &buf[consumed..consumed + vlen];
     Ok(Decoded::Request(Request { cmd: Command::MetaSet { key, data, flags }, noreply: false }, end))
 }
+
+mod admin;
+use admin::{decode_lru, decode_slabs};
 
 #[cfg(test)]
 mod tests;

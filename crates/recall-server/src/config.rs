@@ -269,6 +269,11 @@ impl Config {
             cfg.max_connections = c;
         }
         if let Some(t) = cli.threads {
+            // memcached refuses `-t 0`; in a config file 0 still means "one
+            // per core".
+            if t == 0 {
+                return Err(ConfigError("Number of threads must be greater than 0".into()));
+            }
             cfg.threads = t;
         }
         if let Some(i) = &cli.max_item_size {
@@ -497,6 +502,8 @@ mod tests {
         assert!(e.0.contains("1/2 of memory"));
         assert!(Config::from_cli(&cli(&["-B", "udp"])).is_err());
         assert!(Config::from_cli(&cli(&["-S"])).is_err(), "SASL is refused, not silently dropped");
+        let e = Config::from_cli(&cli(&["-t", "0"])).unwrap_err();
+        assert!(e.0.contains("Number of threads must be greater than 0"), "{}", e.0);
     }
 
     #[test]

@@ -27,7 +27,7 @@ fn get_and_gets() {
     let Command::Get { kind, keys: k, .. } = c else { panic!() };
     assert_eq!(kind, GetKind::Get);
     assert_eq!(keys(k).collect::<Vec<_>>(), vec![&b"a"[..], b"b", b"c"]);
-    assert_eq!(kind_of(b"get\r\n"), ErrorKind::UnknownCommand);
+    assert_eq!(kind_of(b"get\r\n"), ErrorKind::Client(msg::BAD_FORMAT));
     let long = format!("get {}\r\n", "k".repeat(251));
     assert_eq!(kind_of(long.as_bytes()), ErrorKind::Client(msg::BAD_FORMAT));
 }
@@ -49,7 +49,7 @@ fn set_needs_whole_block() {
 fn store_errors() {
     assert_eq!(kind(b"set k 0 0 -1\r\n"), ErrorKind::Client(msg::BAD_FORMAT));
     assert_eq!(kind(b"set k x 0 1\r\n"), ErrorKind::Client(msg::BAD_FORMAT));
-    assert_eq!(kind(b"set k 0 0\r\n"), ErrorKind::UnknownCommand);
+    assert_eq!(kind(b"set k 0 0\r\n"), ErrorKind::Client(msg::BAD_FORMAT));
     let e = dec(b"set k 0 0 1\r\nab\r\n").unwrap_err();
     assert_eq!(e.kind, ErrorKind::Client(msg::BAD_CHUNK));
     assert_eq!(e.consumed, 16);
@@ -73,7 +73,31 @@ fn delete_forms() {
     assert!(matches!(req(b"delete k\r\n").0, Command::Delete { .. }));
     assert!(req(b"delete k noreply\r\n").1);
     assert!(matches!(req(b"delete k 0\r\n").0, Command::Delete { .. }));
-    assert_eq!(kind(b"delete k 5\r\n"), ErrorKind::Client(msg::DELETE_USAGE));
+    // Current memcached reads the key and ignores the rest.
+    assert!(matches!(req(b"delete k 5\r\n").0, Command::Delete { .. }));
+    assert!(req(b"delete k 0 x noreply\r\n").1);
+    assert_eq!(kind(b"delete\r\n"), ErrorKind::Client(msg::BAD_FORMAT));
+}
+
+/// Current memcached's rules for a bad storage line: no length, the line
+/// alone; with a length, the data block goes with it.
+#[test]
+fn bad_storage_lines() {
+    let e = dec(b"set k 0 0\r\nab\r\n").unwrap_err();
+    assert_eq!((e.kind, e.consumed, e.swallow), (ErrorKind::Client(msg::BAD_FORMAT), 11, 0));
+    let e = dec(b"cas k 0 0 2\r\nab\r\n").unwrap_err();
+    assert_eq!((e.kind, e.consumed, e.swallow), (ErrorKind::Client(msg::BAD_FORMAT), 17, 0));
+    let e = dec(b"set k x 0 5\r\nab").unwrap_err();
+    assert_eq!((e.kind, e.consumed, e.swallow), (ErrorKind::Client(msg::BAD_FORMAT), 15, 5));
+    let e = dec(b"cas k 0 0 2 noreply\r\nab\r\n").unwrap_err();
+    assert!(e.noreply, "noreply as the last token hides the error");
+    assert_eq!(e.consumed, 25);
+    // Tokens after the length are ignored.
+    let (c, noreply, _) = req(b"set k 0 0 2 3 4\r\nab\r\n");
+    assert!(matches!(c, Command::Store { data: b"ab", .. }) && !noreply);
+    assert_eq!(kind(b"get\r\n"), ErrorKind::Client(msg::BAD_FORMAT));
+    assert_eq!(kind(b"mg\r\n"), ErrorKind::Client(msg::BAD_FORMAT));
+    assert_eq!(kind(b"GET / HTTP/1.0\r\n"), ErrorKind::Close);
 }
 
 #[test]
@@ -91,7 +115,9 @@ fn arith_touch_flush() {
 #[test]
 fn lines() {
     assert_eq!(kind(b"bogus\r\n"), ErrorKind::UnknownCommand);
-    assert_eq!(kind(b"\r\n"), ErrorKind::UnknownCommand);
+    assert_eq!(kind(b"\r\n"), ErrorKind::Client(msg::BAD_FORMAT), "under four bytes");
+    assert_eq!(kind(b"mn\n"), ErrorKind::Client(msg::BAD_FORMAT));
+    assert_eq!(kind(b"      \r\n"), ErrorKind::UnknownCommand);
     assert_eq!(req(b"version\n").2, 8, "bare LF ends a line");
     let long = vec![b'x'; 3000];
     assert_eq!(kind(&long), ErrorKind::Close);
@@ -115,9 +141,13 @@ fn meta() {
     let Command::MetaGet { key, .. } = c else { panic!() };
     assert_eq!(&*key, b"foo");
     assert_eq!(kind(b"ms foo x\r\n"), ErrorKind::Client(msg::BAD_FORMAT));
-    let e = dec(b"ms foo 2 !\r\nhi\r\n").unwrap_err();
+    // An unknown letter is refused with the value; a flag that is not a
+    // letter at all is the tokenizer's refusal, of the line alone.
+    let e = dec(b"ms foo 2 Z\r\nhi\r\n").unwrap_err();
     assert_eq!((e.kind, e.consumed), (ErrorKind::Client(msg::INVALID_FLAG), 16));
-    assert_eq!(kind(b"mg\r\n"), ErrorKind::UnknownCommand);
+    let e = dec(b"ms foo 2 !\r\nhi\r\n").unwrap_err();
+    assert_eq!((e.kind, e.consumed), (ErrorKind::Client(msg::BAD_FORMAT), 12));
+    assert_eq!(kind(b"mg\r\n"), ErrorKind::Client(msg::BAD_FORMAT));
     assert_eq!(kind(b"ma k MX\r\n"), ErrorKind::Client(msg::BAD_MA_MODE));
     assert_eq!(req(b"mn\r\n").0, Command::MetaNoop);
 }
