@@ -123,6 +123,7 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
     };
     let listener = bind(&cfg)?;
     let local = listener.local_addr()?;
+    engine.conns.listening(local);
     let shutdown = Arc::new(Notify::new());
 
     let choice = match cfg.protocol.as_str() {
@@ -293,10 +294,18 @@ async fn connection(
     let mut session = Session::new(engine, counters.clone(), choice);
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut out = Out::with_capacity(READ_CHUNK);
+    // This connection's row in `stats conns`, removed when it closes.
+    let conn = match (stream.peer_addr(), stream.local_addr()) {
+        (Ok(peer), Ok(local)) => Some(engine.conns.open(peer, local, engine.now())),
+        _ => None,
+    };
     loop {
         // Execute whatever complete requests the buffer holds.
         let done = session.process(engine, &buf, &mut out);
         let (used, action) = (done.used, done.action);
+        if let (Some(c), true) = (&conn, used > 0) {
+            c.command(engine.now());
+        }
         // (`advance` lowers what `capacity` reports; the allocation stays.)
         let allocated = buf.capacity();
         bytes::Buf::advance(&mut buf, used);

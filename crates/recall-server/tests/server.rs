@@ -359,3 +359,27 @@ fn large_pages_flag_restarts_with_thp_and_serves() {
     assert_eq!(roundtrip(&mut c, b"set k 0 0 1\r\nv\r\n", b"\r\n"), b"STORED\r\n");
     assert_eq!(roundtrip(&mut c, b"get k\r\n", b"END\r\n"), b"VALUE k 0 1\r\nv\r\nEND\r\n");
 }
+
+/// `stats conns` lists the listener and every open connection with its
+/// peer address, as memcached does; a closed connection leaves the list.
+#[test]
+fn stats_conns_lists_the_listener_and_open_connections() {
+    let s = recalld(&[]);
+    let mut a = s.connect();
+    let mut b = s.connect();
+    // A round trip each: both are accepted and registered.
+    roundtrip(&mut b, b"version\r\n", b"\r\n");
+    let conns = |c: &mut std::net::TcpStream| String::from_utf8(roundtrip(c, b"stats conns\r\n", b"END\r\n")).unwrap();
+    let text = conns(&mut a);
+    assert!(text.contains(":state conn_listening\r\n"), "{text}");
+    for peer in [a.local_addr().unwrap(), b.local_addr().unwrap()] {
+        assert!(text.contains(&format!(":addr tcp:{peer}\r\n")), "{peer} missing in {text}");
+    }
+    drop(b);
+    // The server notices the close asynchronously: ask until it has (bounded).
+    let end = Instant::now() + Duration::from_secs(10);
+    while conns(&mut a).matches(":listen_addr ").count() != 1 {
+        assert!(Instant::now() < end, "a closed connection stays listed");
+        std::thread::yield_now();
+    }
+}
