@@ -187,6 +187,9 @@ fn serve(s: TcpStream, st: Arc<Mutex<FakeState>>) {
                 st.items.remove(f[1]);
                 "APPLIED\r\n".into()
             }
+            // An empty line: current memcached's answer (1.6.18 said ERROR);
+            // the client's replay_batch probe must read either as "no".
+            "" => "CLIENT_ERROR bad command line format\r\n".into(),
             _ => "ERROR\r\n".into(),
         };
         drop(st);

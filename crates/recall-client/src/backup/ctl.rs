@@ -183,8 +183,11 @@ impl Ctl {
                 let t = self.timeout;
                 let second =
                     tokio::time::timeout(t, self.read_reply()).await.unwrap_or_else(|_| Err(self.timed_out(t)))?;
+                // The empty line after the unknown command: memcached
+                // 1.6.18 answers `ERROR`, current memcached `CLIENT_ERROR
+                // bad command line format`. Either way, no batches.
                 match second {
-                    CtlReply::Refused(Refusal::Unknown(_)) => Ok(false),
+                    CtlReply::Refused(Refusal::Unknown(_) | Refusal::Client(_)) => Ok(false),
                     other => Err(self.refused(other)),
                 }
             }
