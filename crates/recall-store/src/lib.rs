@@ -33,7 +33,7 @@ use parking_lot::Mutex;
 pub use big::{BigBuilder, BigValue, Value, BIG_THRESHOLD};
 pub use clock::{Clock, ManualClock, SystemClock, UnixSecs};
 pub use item::footprint;
-pub use policy::{Policy, PolicyCounters, PolicyKind, SegmentedLru};
+pub use policy::{Admit, Age, Class, Policy, PolicyConfig, PolicyCounters, PolicyKind, SegmentedLru, SlruConfig};
 use shard::Shard;
 pub use shard::ShardStats;
 
@@ -75,9 +75,8 @@ pub struct StoreConfig {
     pub shards: usize,
     /// Issue CAS values (`false` is memcached `-C`).
     pub cas_enabled: bool,
-    pub policy: PolicyKind,
-    pub hot_pct: u32,
-    pub warm_pct: u32,
+    /// The eviction policy and every policy's settings.
+    pub policy: PolicyConfig,
 }
 
 impl Default for StoreConfig {
@@ -87,9 +86,7 @@ impl Default for StoreConfig {
             evict: true,
             shards: 256,
             cas_enabled: true,
-            policy: PolicyKind::SegmentedLru,
-            hot_pct: 20,
-            warm_pct: 40,
+            policy: PolicyConfig::default(),
         }
     }
 }
@@ -586,6 +583,11 @@ impl Store {
 
     pub fn mem_used(&self) -> usize {
         self.mem_used.load(Ordering::Relaxed)
+    }
+
+    /// The eviction policy the store was built with.
+    pub fn policy_kind(&self) -> PolicyKind {
+        self.shards[0].lock().policy_kind()
     }
 
     pub fn shard_count(&self) -> usize {

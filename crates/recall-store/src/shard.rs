@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crate::arena::Chunked;
 use crate::big::{BigBuilder, BigValue, Value, BIG_THRESHOLD};
 use crate::item::{bit, footprint, Slot};
-use crate::policy::{Policy, PolicyCounters, SegmentedLru};
+use crate::policy::{Admit, AnyPolicy, Class, Policy, PolicyCounters, PolicyKind};
 use crate::{
     ApplyOutcome, Arith, ArithOutcome, Delete, DeleteOutcome, ItemView, Mode, Read, ReadOpts, StoreConfig, Tokens,
     UnixSecs, Write, WriteOutcome,
@@ -108,7 +108,10 @@ pub(crate) struct Shard {
     table: HashTable<u32>,
     slots: Chunked<Slot>,
     free: Vec<u32>,
-    policy: SegmentedLru,
+    policy: AnyPolicy,
+    /// `policy.overhead_per_slot()`, fixed per policy; kept here because
+    /// every footprint needs it.
+    policy_overhead: usize,
     hasher: ahash::RandomState,
     crawl_cursor: usize,
     stats: ShardStats,
@@ -139,7 +142,8 @@ impl Shard {
             table: HashTable::new(),
             slots: Chunked::default(),
             free: Vec::new(),
-            policy: SegmentedLru::new(cfg.hot_pct, cfg.warm_pct),
+            policy: AnyPolicy::new(&cfg.policy),
+            policy_overhead: AnyPolicy::new(&cfg.policy).overhead_per_slot(),
             hasher: ahash::RandomState::with_seeds(
                 0x243f_6a88_85a3_08d3,
                 0x1319_8a2e_0370_7344,
@@ -155,7 +159,17 @@ impl Shard {
     }
 
     pub fn policy_overhead(&self) -> usize {
-        self.policy.overhead_per_slot()
+        self.policy_overhead
+    }
+
+    pub fn policy_kind(&self) -> PolicyKind {
+        self.policy.kind()
+    }
+
+    /// What the policy is told about the item in `slot`, whose key hashes
+    /// to `h`, when it is admitted.
+    fn admit(h: u64, slot: &Slot, fp: usize) -> Admit {
+        Admit { hash: h, size: fp, class: Class::of_expiry(slot.exptime) }
     }
 
     /// Memory of a slot about to be linked, with its big value if any.
@@ -229,7 +243,11 @@ impl Shard {
         if let Ok(e) = self.table.find_entry(h, |&j| j == i) {
             e.remove();
         }
-        self.policy.on_remove(i);
+        if why == Why::Evicted {
+            self.policy.on_evict(i, h);
+        } else {
+            self.policy.on_remove(i);
+        }
         let fp = self.fp_at(i);
         ctx.mem_used.fetch_sub(fp, Ordering::Relaxed);
         let s = std::mem::replace(&mut self.slots[i as usize], Slot::free());
@@ -280,8 +298,8 @@ impl Shard {
                     return false;
                 }
                 // Move it out of the way once; it is being rewritten anyway.
-                self.policy.on_remove(v);
-                self.policy.on_insert(v);
+                let admit = Self::admit(self.hash_of_slot(v), &self.slots[v as usize], self.fp_at(v));
+                self.policy.on_replace(v, admit);
                 requeued = true;
                 continue;
             }
@@ -318,14 +336,14 @@ impl Shard {
         }
         let (slots, hasher) = (&self.slots, &self.hasher);
         self.table.insert_unique(h, i, |&j| hasher.hash_one(slots[j as usize].key()));
-        self.policy.on_insert(i);
+        self.policy.on_insert(i, Self::admit(h, &self.slots[i as usize], fp));
         self.stats.curr_items += 1;
         self.stats.total_items += 1;
         i
     }
 
-    /// Replace the item in slot `i` with `slot` (same key).
-    fn replace_in(&mut self, ctx: &Ctx<'_>, i: u32, mut slot: Slot, big: Option<Arc<BigValue>>) {
+    /// Replace the item in slot `i` with `slot` (same key, hashing to `h`).
+    fn replace_in(&mut self, ctx: &Ctx<'_>, h: u64, i: u32, mut slot: Slot, big: Option<Arc<BigValue>>) {
         self.has_ttl |= slot.exptime != 0;
         let new_fp = self.fp_new(&slot, big.as_ref());
         let old_fp = self.fp_at(i);
@@ -340,10 +358,7 @@ impl Shard {
         self.slots[i as usize] = slot;
         ctx.mem_used.fetch_add(new_fp, Ordering::Relaxed);
         ctx.mem_used.fetch_sub(old_fp, Ordering::Relaxed);
-        // A new version enters the policy as a new item, as in memcached,
-        // where a replacement is a fresh item linked at the head.
-        self.policy.on_remove(i);
-        self.policy.on_insert(i);
+        self.policy.on_replace(i, Self::admit(h, &self.slots[i as usize], new_fp));
         self.stats.total_items += 1;
     }
 
@@ -481,7 +496,7 @@ impl Shard {
         }
         let i = match existing {
             Some(i) => {
-                self.replace_in(ctx, i, slot, big);
+                self.replace_in(ctx, h, i, slot, big);
                 i
             }
             None => self.insert_new(ctx, h, slot, big),
@@ -526,7 +541,7 @@ impl Shard {
         }
         let i = match existing {
             Some(i) => {
-                self.replace_in(ctx, i, slot, big);
+                self.replace_in(ctx, h, i, slot, big);
                 i
             }
             None => self.insert_new(ctx, h, slot, big),
@@ -589,7 +604,7 @@ impl Shard {
         if !self.make_room(ctx, need, Some(i)) {
             return ArithOutcome::OutOfMemory;
         }
-        self.replace_in(ctx, i, slot, None);
+        self.replace_in(ctx, h, i, slot, None);
         self.log_slot(ctx, i);
         ArithOutcome::Done { value, cas, exptime, created: false }
     }
@@ -615,7 +630,7 @@ impl Shard {
             let cas = ctx.draw_cas(d.explicit_cas);
             let mut slot = new_slot(d.key, &[], &[], s.flags, s.exptime, cas, ctx.now);
             slot.assign_bits(s.bits());
-            self.replace_in(ctx, i, slot, None);
+            self.replace_in(ctx, h, i, slot, None);
             self.log_slot(ctx, i);
             return DeleteOutcome::Deleted;
         }
@@ -676,8 +691,7 @@ impl Shard {
         self.table = HashTable::new();
         self.slots = Chunked::default();
         self.free = Vec::new();
-        let (hot, warm) = self.policy.shares();
-        self.policy = SegmentedLru::new(hot, warm);
+        self.policy = self.policy.emptied();
         self.crawl_cursor = 0;
         self.stats.curr_items = 0;
     }
