@@ -15,13 +15,15 @@
 //!
 //! ## Memory
 //! `-m` bounds the sum of item [`footprint`]s (slot + policy links + table
-//! bucket + rounded allocation). When a write would exceed it, the target
-//! shard evicts from its own policy first (so a hot shard pays for itself),
-//! then, if it has nothing left, others are asked in turn.
+//! bucket + rounded allocation). When a write would exceed it, the victim is
+//! the best (by the policy's rank) of the writer's shard's candidate and
+//! those other shards publish, so eviction follows the policy's order across
+//! the whole store, not shard by shard (`evict.rs`).
 
 mod arena;
 pub mod big;
 pub mod clock;
+mod evict;
 pub mod item;
 pub mod policy;
 mod shard;
@@ -286,8 +288,10 @@ pub struct Store {
     evict: bool,
     cas_enabled: bool,
     policy_overhead: usize,
-    /// Rotating start for cross-shard eviction.
+    /// Seeds the shard windows of evictions made outside a shard lock.
     evict_cursor: AtomicUsize,
+    /// Each shard's published next-victim rank (`evict.rs`).
+    tails: evict::Tails,
 }
 
 /// The sink a `*_with` call reports to (`None`: nobody listens).
@@ -296,7 +300,7 @@ pub type Sink<'a> = Option<&'a dyn MutationSink>;
 impl Store {
     pub fn new(cfg: StoreConfig) -> Store {
         let n = cfg.shards.max(1).next_power_of_two().min(1 << 16);
-        let shards: Vec<_> = (0..n).map(|_| Mutex::new(Shard::new(&cfg))).collect();
+        let shards: Vec<_> = (0..n).map(|i| Mutex::new(Shard::new(&cfg, i))).collect();
         let policy_overhead = shards[0].lock().policy_overhead();
         Store {
             shards: shards.into_boxed_slice(),
@@ -317,6 +321,7 @@ impl Store {
             cas_enabled: cfg.cas_enabled,
             policy_overhead,
             evict_cursor: AtomicUsize::new(0),
+            tails: evict::Tails::new(n),
         }
     }
 
@@ -373,6 +378,8 @@ impl Store {
             next_cas: &self.next_cas,
             cas_enabled: self.cas_enabled,
             sink,
+            shards: &self.shards,
+            tails: &self.tails,
         }
     }
 
@@ -418,7 +425,7 @@ impl Store {
                         }
                         None => self.footprint(w.key.len(), w.value.len()),
                     };
-                    self.evict_elsewhere(&ctx, need);
+                    self.evict_elsewhere(&ctx, need, None);
                 }
                 other => return other,
             }
@@ -495,17 +502,10 @@ impl Store {
         }
     }
 
-    /// Free memory in shards other than the writer's, round-robin.
-    fn evict_elsewhere(&self, ctx: &shard::Ctx<'_>, need: usize) {
-        let n = self.shards.len();
-        let start = self.evict_cursor.fetch_add(1, Ordering::Relaxed);
-        for i in 0..n {
-            if ctx.mem_used.load(Ordering::Relaxed) + need <= ctx.mem_limit {
-                return;
-            }
-            let mut s = self.shards[(start + i) % n].lock();
-            s.evict_until(ctx, need);
-        }
+    /// Free memory in any shard but `skip`, best victims first.
+    fn evict_elsewhere(&self, ctx: &shard::Ctx<'_>, need: usize, skip: Option<usize>) {
+        let seed = self.evict_cursor.fetch_add(1, Ordering::Relaxed) as u64;
+        evict::evict_elsewhere(ctx, need, skip, seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     }
 
     /// Background reclaim: scan up to `budget` slots per shard for expired
@@ -559,7 +559,7 @@ impl Store {
             let res = self.shard_of(h).lock().apply(&ctx, h, key, value, flags, exptime, ts, tombstone);
             match res {
                 ApplyOutcome::OutOfMemory if attempt == 0 && self.evict => {
-                    self.evict_elsewhere(&ctx, self.footprint(key.len(), value.len()));
+                    self.evict_elsewhere(&ctx, self.footprint(key.len(), value.len()), None);
                 }
                 other => return other,
             }
@@ -573,7 +573,7 @@ impl Store {
         self.mem_limit.store(bytes, Ordering::Relaxed);
         let ctx = self.ctx(now, None);
         if self.evict {
-            self.evict_elsewhere(&ctx, 0);
+            self.evict_elsewhere(&ctx, 0, None);
         }
     }
 

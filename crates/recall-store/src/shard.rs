@@ -11,8 +11,9 @@ use std::sync::Arc;
 
 use crate::arena::Chunked;
 use crate::big::{BigBuilder, BigValue, Value, BIG_THRESHOLD};
+use crate::evict::{self, EMPTY};
 use crate::item::{bit, footprint, Slot};
-use crate::policy::{Admit, AnyPolicy, Class, Policy, PolicyCounters, PolicyKind};
+use crate::policy::{Admit, Age, AnyPolicy, Class, Policy, PolicyCounters, PolicyKind};
 use crate::{
     ApplyOutcome, Arith, ArithOutcome, Delete, DeleteOutcome, ItemView, Mode, Read, ReadOpts, StoreConfig, Tokens,
     UnixSecs, Write, WriteOutcome,
@@ -28,6 +29,11 @@ pub(crate) struct Ctx<'a> {
     pub next_cas: &'a AtomicU64,
     pub cas_enabled: bool,
     pub sink: Option<&'a dyn crate::MutationSink>,
+    /// Every shard, for eviction across shards (only ever `try_lock`ed
+    /// while a shard lock is held).
+    pub shards: &'a [parking_lot::Mutex<Shard>],
+    /// Each shard's published next-victim rank (see `evict.rs`).
+    pub tails: &'a evict::Tails,
 }
 
 impl Ctx<'_> {
@@ -105,6 +111,10 @@ impl std::ops::AddAssign for ShardStats {
 }
 
 pub(crate) struct Shard {
+    /// This shard's index in the store (its entry in `Ctx::tails`).
+    idx: usize,
+    /// State for choosing which other shards an eviction compares.
+    rng: u64,
     table: HashTable<u32>,
     slots: Chunked<Slot>,
     free: Vec<u32>,
@@ -137,8 +147,11 @@ enum Why {
 }
 
 impl Shard {
-    pub fn new(cfg: &StoreConfig) -> Shard {
+    pub fn new(cfg: &StoreConfig, idx: usize) -> Shard {
         Shard {
+            idx,
+            // Any odd, distinct seed: xorshift must not start at 0.
+            rng: (idx as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1,
             table: HashTable::new(),
             slots: Chunked::default(),
             free: Vec::new(),
@@ -279,8 +292,53 @@ impl Shard {
         self.hasher.hash_one(self.slots[i as usize].key())
     }
 
+    /// The rank of the victim candidate in slot `v` (dead items first).
+    fn rank_of(&self, ctx: &Ctx<'_>, v: u32) -> u64 {
+        let s = &self.slots[v as usize];
+        if ctx.dead(s).is_some() {
+            return 0;
+        }
+        self.policy.rank(v, Age { atime: s.atime, seq: s.cas })
+    }
+
+    /// Publish the rank of this shard's next victim for other shards'
+    /// evictions to compare.
+    fn publish_tail(&mut self, ctx: &Ctx<'_>) {
+        let r = match self.policy.victim() {
+            Some(v) => self.rank_of(ctx, v),
+            None => EMPTY,
+        };
+        ctx.tails.publish(self.idx, r);
+    }
+
+    fn evict(&mut self, ctx: &Ctx<'_>, v: u32) {
+        let h = self.hash_of_slot(v);
+        let why = if ctx.dead(&self.slots[v as usize]).is_some() { Why::Expired } else { Why::Evicted };
+        self.stats.direct_reclaims += 1;
+        self.remove(ctx, v, h, why);
+    }
+
+    /// Evict this shard's next victim if its rank is below `bound`; then
+    /// publish the next one. Returns whether it evicted.
+    pub fn evict_if_below(&mut self, ctx: &Ctx<'_>, bound: u64) -> bool {
+        let Some(v) = self.policy.victim() else {
+            ctx.tails.publish(self.idx, EMPTY);
+            return false;
+        };
+        let r = self.rank_of(ctx, v);
+        if r >= bound {
+            ctx.tails.publish(self.idx, r);
+            return false;
+        }
+        self.evict(ctx, v);
+        self.publish_tail(ctx);
+        true
+    }
+
     /// Evict until `need` more bytes fit under the limit, never evicting
-    /// `protect`. Returns whether they fit.
+    /// `protect`. Each victim is the best of this shard's candidate and the
+    /// published candidates of a window of other shards (`evict.rs`).
+    /// Returns whether they fit.
     fn make_room(&mut self, ctx: &Ctx<'_>, need: usize, protect: Option<u32>) -> bool {
         let fits = |ctx: &Ctx<'_>| ctx.mem_used.load(Ordering::Relaxed) + need <= ctx.mem_limit;
         if fits(ctx) {
@@ -291,28 +349,44 @@ impl Shard {
             return false;
         }
         let mut requeued = false;
+        let mut fitted = true;
         while !fits(ctx) {
-            let Some(v) = self.policy.victim() else { return false };
-            if Some(v) == protect {
-                if requeued {
-                    return false;
+            let own = loop {
+                match self.policy.victim() {
+                    Some(v) if Some(v) == protect => {
+                        if requeued {
+                            break None;
+                        }
+                        // Move it out of the way once; it is being rewritten anyway.
+                        let admit = Self::admit(self.hash_of_slot(v), &self.slots[v as usize], self.fp_at(v));
+                        self.policy.on_replace(v, admit);
+                        requeued = true;
+                    }
+                    Some(v) => break Some((v, self.rank_of(ctx, v))),
+                    None => break None,
                 }
-                // Move it out of the way once; it is being rewritten anyway.
-                let admit = Self::admit(self.hash_of_slot(v), &self.slots[v as usize], self.fp_at(v));
-                self.policy.on_replace(v, admit);
-                requeued = true;
-                continue;
+            };
+            let own_rank = own.map_or(EMPTY, |(_, r)| r);
+            let rng = evict::next_rand(&mut self.rng);
+            if let Some((j, r)) = ctx.tails.best(Some(self.idx), rng) {
+                if r < own_rank {
+                    if let Some(mut other) = ctx.shards[j].try_lock() {
+                        if other.evict_if_below(ctx, own_rank) {
+                            continue;
+                        }
+                    }
+                }
             }
-            let h = self.hash_of_slot(v);
-            let why = if ctx.dead(&self.slots[v as usize]).is_some() { Why::Expired } else { Why::Evicted };
-            self.stats.direct_reclaims += 1;
-            self.remove(ctx, v, h, why);
+            match own {
+                Some((v, _)) => self.evict(ctx, v),
+                None => {
+                    fitted = false;
+                    break;
+                }
+            }
         }
-        true
-    }
-
-    pub fn evict_until(&mut self, ctx: &Ctx<'_>, need: usize) {
-        self.make_room(ctx, need, None);
+        self.publish_tail(ctx);
+        fitted
     }
 
     /// Put a new item into a fresh slot.
@@ -337,6 +411,10 @@ impl Shard {
         let (slots, hasher) = (&self.slots, &self.hasher);
         self.table.insert_unique(h, i, |&j| hasher.hash_one(slots[j as usize].key()));
         self.policy.on_insert(i, Self::admit(h, &self.slots[i as usize], fp));
+        if self.stats.curr_items == 0 {
+            // The shard was empty (published as such): this is its victim now.
+            ctx.tails.publish(self.idx, self.rank_of(ctx, i));
+        }
         self.stats.curr_items += 1;
         self.stats.total_items += 1;
         i
@@ -692,6 +770,8 @@ impl Shard {
         self.slots = Chunked::default();
         self.free = Vec::new();
         self.policy = self.policy.emptied();
+        // The published rank is now stale: the next insert republishes it
+        // (the shard is empty), and a look before that marks it empty.
         self.crawl_cursor = 0;
         self.stats.curr_items = 0;
     }

@@ -487,3 +487,25 @@ fn shard_index_leaves_table_bits_free() {
         assert!(min > 16, "a shard's keys share their {what}: only {min} distinct values");
     }
 }
+
+/// Issue 13: eviction follows the policy's order across the whole store,
+/// not shard by shard. With many shards and few items per shard, a shard
+/// that stops receiving writes used to keep its oldest items while recent
+/// ones elsewhere were evicted.
+#[test]
+fn newest_items_survive_a_burst_of_evictions_and_the_oldest_do_not() {
+    let value = [b'v'; 100];
+    let per_item = Store::new(StoreConfig::default()).footprint(8, value.len());
+    let capacity = 512;
+    let s = Store::new(StoreConfig { mem_limit: capacity * per_item, shards: 1024, ..Default::default() });
+    let total = 4 * capacity;
+    for i in 0..total {
+        let r = set(&s, format!("key{i:05}").as_bytes(), &value, 0, 1);
+        assert!(matches!(r, WriteOutcome::Stored { .. }), "{i}: {r:?}");
+    }
+    let alive = |i: usize| get(&s, format!("key{i:05}").as_bytes(), 1).is_some();
+    let old_alive: Vec<usize> = (0..total - capacity).filter(|&i| alive(i)).collect();
+    let recent_lost: Vec<usize> = (total - capacity / 4..total).filter(|&i| !alive(i)).collect();
+    assert!(old_alive.is_empty(), "{} items older than the cache survived: {old_alive:?}", old_alive.len());
+    assert!(recent_lost.is_empty(), "{} of the newest items were evicted: {recent_lost:?}", recent_lost.len());
+}

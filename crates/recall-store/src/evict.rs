@@ -1,0 +1,166 @@
+//! Eviction across shards: approximating the policy's global order.
+//!
+//! Each shard's policy orders only that shard's items, but the memory limit
+//! is global, so the item to evict is the one the policy would pick if it
+//! saw the whole store. Evicting from the writer's own shard (or walking the
+//! shards in turn) does not approximate that: with many shards and few items
+//! per shard, a shard that stops receiving writes keeps its oldest items
+//! forever while recent items elsewhere are evicted.
+//!
+//! So every shard publishes the [`rank`](crate::Policy::rank) of its next
+//! victim in [`Tails`] (one atomic per shard, read without locking), and an
+//! eviction compares the writer's own candidate with the lowest published
+//! rank, then evicts the lower of the two. To find the lowest rank without
+//! reading every shard's entry, shards are grouped by [`GROUP`] and each
+//! group publishes its minimum too: an eviction reads the group minimums,
+//! then the entries of the lowest group (for recalld's 1024 shards, 32 + 32
+//! `u64`s, eight cache lines). Sampling a few shards, as Redis approximates
+//! LRU, was tried first: with many shards and few items per shard, items
+//! outlived the cache by half its size before a sample happened to hold them.
+//!
+//! A published rank is a lower bound on the shard's real next victim (hits,
+//! deletes and replacements only make the candidate younger), so a stale
+//! entry can only attract a look, which refreshes it, never hide an old
+//! item. A group minimum is lowered atomically (`fetch_min`) and recomputed
+//! when its minimum shard's rank rises; two shards of one group publishing
+//! at once can leave it briefly too high, which the next publish corrects.
+//!
+//! Locking: a writer holds its own shard's lock while it evicts, so it only
+//! `try_lock`s other shards (two writers evicting from each other's shards
+//! would otherwise deadlock); when that fails, or the writer's shard has
+//! nothing to give, [`evict_elsewhere`] runs after the writer's lock is
+//! released and locks one shard at a time.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::shard::Ctx;
+
+/// Shards per group: 32 `u64`s are four cache lines.
+pub(crate) const GROUP: usize = 32;
+
+/// Most groups one eviction compares; larger stores compare a window of
+/// this many groups (recalld's default of 1024 shards has 32 groups).
+const MAX_GROUPS: usize = 64;
+
+/// A published rank meaning "nothing to evict here".
+pub(crate) const EMPTY: u64 = u64::MAX;
+
+/// Each shard's published next-victim rank, and each group's minimum.
+pub(crate) struct Tails {
+    shards: Box<[AtomicU64]>,
+    groups: Box<[AtomicU64]>,
+}
+
+impl Tails {
+    pub fn new(n: usize) -> Tails {
+        let empty = |_| AtomicU64::new(EMPTY);
+        Tails { shards: (0..n).map(empty).collect(), groups: (0..n.div_ceil(GROUP)).map(empty).collect() }
+    }
+
+    fn group(&self, g: usize) -> std::ops::Range<usize> {
+        g * GROUP..((g + 1) * GROUP).min(self.shards.len())
+    }
+
+    /// Shard `j`'s next victim now has rank `r`.
+    pub fn publish(&self, j: usize, r: u64) {
+        let old = self.shards[j].swap(r, Ordering::Relaxed);
+        let g = &self.groups[j / GROUP];
+        if r <= old {
+            g.fetch_min(r, Ordering::Relaxed);
+        } else if old <= g.load(Ordering::Relaxed) {
+            // This shard may have been the group's minimum: recompute.
+            let min = self.group(j / GROUP).map(|k| self.shards[k].load(Ordering::Relaxed)).min();
+            g.store(min.unwrap_or(EMPTY), Ordering::Relaxed);
+        }
+    }
+
+    /// The shard with the lowest published rank, never `skip`; `rng`
+    /// chooses the window of groups in stores with very many shards.
+    pub fn best(&self, skip: Option<usize>, rng: u64) -> Option<(usize, u64)> {
+        let ng = self.groups.len();
+        let (first, len) = if ng <= MAX_GROUPS { (0, ng) } else { (rng as usize % ng, MAX_GROUPS) };
+        let (g, seen) = (0..len)
+            .map(|i| (first + i) % ng)
+            .map(|g| (g, self.groups[g].load(Ordering::Relaxed)))
+            .filter(|&(_, r)| r != EMPTY)
+            .min_by_key(|&(_, r)| r)?;
+        let mut best: Option<(usize, u64)> = None;
+        let mut min = EMPTY;
+        for j in self.group(g) {
+            let r = self.shards[j].load(Ordering::Relaxed);
+            min = min.min(r);
+            if Some(j) != skip && r != EMPTY && best.is_none_or(|(_, b)| r < b) {
+                best = Some((j, r));
+            }
+        }
+        // A free correction of a group minimum left too low by a race (only
+        // if no publish changed it meanwhile).
+        if min > seen {
+            let _ = self.groups[g].compare_exchange(seen, min, Ordering::Relaxed, Ordering::Relaxed);
+        }
+        best
+    }
+}
+
+/// xorshift64: a cheap, per-caller sequence for choosing windows.
+#[inline]
+pub(crate) fn next_rand(state: &mut u64) -> u64 {
+    let mut x = *state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *state = x;
+    x
+}
+
+/// Free memory until `need` more bytes fit, evicting the best victims of
+/// the store, never from shard `skip` (the writer's own, whose item being
+/// written must not be evicted on its own behalf). Call without holding any
+/// shard lock.
+pub(crate) fn evict_elsewhere(ctx: &Ctx<'_>, need: usize, skip: Option<usize>, mut rng: u64) {
+    let n = ctx.shards.len();
+    // Rounds without an eviction: each marks a shard empty, so more than
+    // `n` in a row means there is nothing left to evict.
+    let mut idle = 0;
+    while ctx.mem_used.load(Ordering::Relaxed) + need > ctx.mem_limit && idle <= n {
+        let best = ctx.tails.best(skip, next_rand(&mut rng)).or_else(|| {
+            // The group minimums may hide a shard (a race, or `skip`'s
+            // group): look at every shard before giving up.
+            (0..n)
+                .filter(|&j| Some(j) != skip)
+                .find(|&j| ctx.tails.shards[j].load(Ordering::Relaxed) != EMPTY)
+                .map(|j| (j, 0))
+        });
+        let Some((j, _)) = best else { return };
+        if ctx.shards[j].lock().evict_if_below(ctx, EMPTY) {
+            idle = 0;
+        } else {
+            idle += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn best_is_the_lowest_published_rank_and_honours_skip() {
+        let t = Tails::new(100);
+        assert_eq!(t.best(None, 1), None);
+        for j in 0..100 {
+            t.publish(j, 1000 - j as u64);
+        }
+        assert_eq!(t.best(None, 1), Some((99, 901)));
+        assert_eq!(t.best(Some(99), 1), Some((98, 902)));
+        // The minimum shard's rank rises: its group minimum follows.
+        t.publish(99, 5000);
+        t.publish(98, 5000);
+        assert_eq!(t.best(None, 1), Some((97, 903)));
+        // A shard becoming non-empty with a low rank is found at once.
+        t.publish(3, 7);
+        assert_eq!(t.best(None, 1), Some((3, 7)));
+        t.publish(3, EMPTY);
+        assert_eq!(t.best(None, 1), Some((97, 903)));
+    }
+}
