@@ -332,13 +332,18 @@ impl Store {
 
     #[inline]
     fn shard_of(&self, hash: u64) -> &Mutex<Shard> {
+        &self.shards[self.shard_index(hash)]
+    }
+
+    #[inline]
+    fn shard_index(&self, hash: u64) -> usize {
         // Not the top bits: each shard's hashbrown table takes its 7-bit
         // control tags from the top of the same hash and its bucket index
         // from the bottom, so a shard index drawn from either end would make
         // those bits constant within a shard (every probe then compares
         // every key in the group). Bits 32..48 are used by neither until a
         // single shard holds billions of items.
-        &self.shards[(hash >> 32) as usize & self.shard_mask]
+        (hash >> 32) as usize & self.shard_mask
     }
 
     /// Draw the next CAS value. One counter for the whole store: later it
@@ -417,17 +422,11 @@ impl Store {
         for attempt in 0..2 {
             let res = self.shard_of(h).lock().write(&ctx, h, w);
             match res {
-                WriteOutcome::OutOfMemory if attempt == 0 && self.evict => {
-                    let need = match w.big {
-                        Some(b) => self.footprint(w.key.len(), 0) + b.footprint(),
-                        None if w.value.len() > BIG_THRESHOLD => {
-                            self.footprint(w.key.len(), 0) + BigValue::footprint_of_len(w.value.len())
-                        }
-                        None => self.footprint(w.key.len(), w.value.len()),
-                    };
-                    self.evict_elsewhere(&ctx, need, None);
+                Ok(done) => return done,
+                Err(shard::Short(need)) if attempt == 0 && self.evict => {
+                    self.evict_elsewhere(&ctx, need, Some(self.shard_index(h)));
                 }
-                other => return other,
+                Err(_) => break,
             }
         }
         WriteOutcome::OutOfMemory
@@ -558,10 +557,11 @@ impl Store {
         for attempt in 0..2 {
             let res = self.shard_of(h).lock().apply(&ctx, h, key, value, flags, exptime, ts, tombstone);
             match res {
-                ApplyOutcome::OutOfMemory if attempt == 0 && self.evict => {
-                    self.evict_elsewhere(&ctx, self.footprint(key.len(), value.len()), None);
+                Ok(done) => return done,
+                Err(shard::Short(need)) if attempt == 0 && self.evict => {
+                    self.evict_elsewhere(&ctx, need, Some(self.shard_index(h)));
                 }
-                other => return other,
+                Err(_) => break,
             }
         }
         ApplyOutcome::OutOfMemory

@@ -136,6 +136,14 @@ pub(crate) struct Shard {
     pass_saw_ttl: bool,
 }
 
+/// Out of memory: a write needs this many more bytes than eviction from its
+/// shard (and the shards it could lock) freed. The store then evicts from
+/// the other shards, never this one: what is left here is the write's own
+/// item, which its own eviction must not take (issue 17: an append evicted
+/// its target and answered NOT_STORED).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Short(pub usize);
+
 /// Why a slot is being freed, for the stats.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Why {
@@ -518,27 +526,28 @@ impl Shard {
         }))
     }
 
-    pub fn write(&mut self, ctx: &Ctx<'_>, h: u64, w: &Write<'_>) -> WriteOutcome {
+    /// A write; `Err` when it does not fit even after evicting (see [`Short`]).
+    pub fn write(&mut self, ctx: &Ctx<'_>, h: u64, w: &Write<'_>) -> Result<WriteOutcome, Short> {
         let existing = self.lookup(ctx, h, w.key, false);
         let mut stale = false;
         match (w.mode, existing) {
             (Mode::Add, Some(i)) => {
                 // memcached bumps the item even though add fails.
                 self.policy.on_access(i);
-                return WriteOutcome::NotStored;
+                return Ok(WriteOutcome::NotStored);
             }
-            (Mode::Replace, None) => return WriteOutcome::NotStored,
+            (Mode::Replace, None) => return Ok(WriteOutcome::NotStored),
             (Mode::Append | Mode::Prepend, None) if w.vivify.is_none() => {
-                return WriteOutcome::NotStored;
+                return Ok(WriteOutcome::NotStored);
             }
-            (_, None) if w.compare_cas != 0 => return WriteOutcome::NotFound,
+            (_, None) if w.compare_cas != 0 => return Ok(WriteOutcome::NotFound),
             (_, Some(i)) if w.compare_cas != 0 => {
                 let cur = self.slots[i as usize].cas;
                 if cur != w.compare_cas {
                     if w.invalidate && w.compare_cas < cur {
                         stale = true;
                     } else {
-                        return WriteOutcome::Exists;
+                        return Ok(WriteOutcome::Exists);
                     }
                 }
             }
@@ -570,7 +579,7 @@ impl Shard {
         let need = self.fp_new(&slot, big.as_ref());
         let credit = existing.map_or(0, |i| self.fp_at(i));
         if !self.make_room(ctx, need.saturating_sub(credit), existing) {
-            return WriteOutcome::OutOfMemory;
+            return Err(Short(need.saturating_sub(credit)));
         }
         let i = match existing {
             Some(i) => {
@@ -580,7 +589,7 @@ impl Shard {
             None => self.insert_new(ctx, h, slot, big),
         };
         self.log_slot(ctx, i);
-        WriteOutcome::Stored { cas }
+        Ok(WriteOutcome::Stored { cas })
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -594,14 +603,14 @@ impl Shard {
         exptime: UnixSecs,
         ts: u64,
         tombstone: bool,
-    ) -> ApplyOutcome {
+    ) -> Result<ApplyOutcome, Short> {
         let existing = self.lookup(ctx, h, key, false);
         if let Some(i) = existing {
             // Equal timestamps are the same write, possibly touched since
             // (touch keeps the CAS but changes the expiry), so a record with
             // the item's own timestamp is applied: later log records win.
             if self.slots[i as usize].cas > ts {
-                return ApplyOutcome::Stale;
+                return Ok(ApplyOutcome::Stale);
             }
         }
         if tombstone {
@@ -609,13 +618,13 @@ impl Shard {
                 self.remove(ctx, i, h, Why::Deleted);
             }
             Self::log_tombstone(ctx, key, ts);
-            return ApplyOutcome::Applied;
+            return Ok(ApplyOutcome::Applied);
         }
         let (slot, big) = make_item(key, &[Value::Inline(value)], flags, exptime, ts, ctx.now);
         let need = self.fp_new(&slot, big.as_ref());
         let credit = existing.map_or(0, |i| self.fp_at(i));
         if !self.make_room(ctx, need.saturating_sub(credit), existing) {
-            return ApplyOutcome::OutOfMemory;
+            return Err(Short(need.saturating_sub(credit)));
         }
         let i = match existing {
             Some(i) => {
@@ -625,7 +634,7 @@ impl Shard {
             None => self.insert_new(ctx, h, slot, big),
         };
         self.log_slot(ctx, i);
-        ApplyOutcome::Applied
+        Ok(ApplyOutcome::Applied)
     }
 
     pub fn arith(&mut self, ctx: &Ctx<'_>, h: u64, a: &Arith<'_>) -> ArithOutcome {

@@ -509,3 +509,35 @@ fn newest_items_survive_a_burst_of_evictions_and_the_oldest_do_not() {
     assert!(old_alive.is_empty(), "{} items older than the cache survived: {old_alive:?}", old_alive.len());
     assert!(recent_lost.is_empty(), "{} of the newest items were evicted: {recent_lost:?}", recent_lost.len());
 }
+
+/// Issue 17: under memory pressure an append evicted its own target and
+/// answered NOT_STORED. Eviction on behalf of a write must never take the
+/// write's own item: an append that fits after evicting others is stored,
+/// and one that cannot fit at all is refused with the target intact.
+#[test]
+fn append_under_pressure_never_evicts_its_own_target() {
+    let limit = 1 << 20;
+    for shards in [1, 4, 64] {
+        let s = Store::new(StoreConfig { mem_limit: limit, shards, ..Default::default() });
+        let big: Vec<u8> = (0..800 * 1024).map(|i| (i % 251) as u8).collect();
+        assert!(matches!(set(&s, b"target", &big, 0, 1), WriteOutcome::Stored { .. }));
+        let mut i = 0;
+        while s.mem_used() + s.footprint(8, 1000) <= limit {
+            set(&s, format!("f{i:07}").as_bytes(), &[b'f'; 1000], 0, 1);
+            i += 1;
+        }
+        // Fits once enough filler is evicted.
+        let tail = vec![b'+'; 100 * 1024];
+        let r = s.write(&Write::new(Mode::Append, b"target", &tail, 0, 0), 1);
+        assert!(matches!(r, WriteOutcome::Stored { .. }), "{shards} shards: {r:?}");
+        let v = get(&s, b"target", 1).expect("the target survives its own append");
+        assert_eq!(v.len(), big.len() + tail.len());
+        assert_eq!((&v[..big.len()], &v[big.len()..]), (&big[..], &tail[..]));
+        // Cannot fit even with everything else gone: refused, target kept.
+        let huge = vec![b'!'; 200 * 1024];
+        let r = s.write(&Write::new(Mode::Append, b"target", &huge, 0, 0), 1);
+        assert_eq!(r, WriteOutcome::OutOfMemory, "{shards} shards");
+        assert_eq!(get(&s, b"target", 1).map(|v| v.len()), Some(big.len() + tail.len()), "{shards} shards");
+        assert!(s.mem_used() <= limit);
+    }
+}
