@@ -48,6 +48,7 @@ pub fn build_engine(cfg: &Config, clock: Arc<dyn Clock>) -> Engine {
         policy: PolicyConfig {
             kind: PolicyKind::SegmentedLru,
             slru: SlruConfig { hot_pct: cfg.hot_lru_pct, warm_pct: cfg.warm_lru_pct },
+            ..Default::default()
         },
     });
     let ecfg = EngineConfig {

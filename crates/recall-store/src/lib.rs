@@ -35,7 +35,10 @@ use parking_lot::Mutex;
 pub use big::{BigBuilder, BigValue, Value, BIG_THRESHOLD};
 pub use clock::{Clock, ManualClock, SystemClock, UnixSecs};
 pub use item::footprint;
-pub use policy::{Admit, Age, Class, Policy, PolicyConfig, PolicyCounters, PolicyKind, SegmentedLru, SlruConfig};
+pub use policy::{
+    Admit, Age, Class, Policy, PolicyConfig, PolicyCounters, PolicyKind, S3Fifo, S3FifoConfig, SegmentedLru, Sieve,
+    SieveConfig, SlruConfig,
+};
 use shard::Shard;
 pub use shard::ShardStats;
 

@@ -20,7 +20,6 @@ pub(crate) struct Node<X> {
     pub next: u32,
     pub list: u8,
     pub bits: u8,
-    #[allow(dead_code)] // read by the policies that keep per-item state in it
     pub extra: X,
 }
 

@@ -12,11 +12,17 @@
 //! Which variant is built comes from [`StoreConfig::policy`](crate::StoreConfig).
 //!
 //! * [`SegmentedLru`] (`slru.rs`): memcached's HOT/WARM/COLD LRU, the default.
+//! * [`Sieve`] (`sieve.rs`): one FIFO, a visited bit and a sweeping hand.
+//! * [`S3Fifo`] (`s3fifo.rs`): small and main FIFOs and a ghost of hashes.
 
 mod list;
+mod s3fifo;
+mod sieve;
 mod slru;
 
 pub use list::NIL;
+pub use s3fifo::{S3Fifo, S3FifoConfig};
+pub use sieve::{Sieve, SieveConfig};
 pub use slru::{SegmentedLru, SlruConfig};
 
 use crate::clock::UnixSecs;
@@ -64,6 +70,18 @@ pub struct Age {
     pub seq: u64,
 }
 
+/// The rank of FIFO-ordered policies: insertion order (the write
+/// timestamp), which orders the queues of all shards as one queue; by last
+/// access when CAS is disabled and there is no write order.
+#[inline]
+pub(crate) fn fifo_rank(age: Age) -> u64 {
+    if age.seq != 0 {
+        age.seq
+    } else {
+        age.atime as u64
+    }
+}
+
 /// What a shard tells its policy, and what it asks of it.
 pub trait Policy: Send + 'static {
     /// A new item now lives in `slot`.
@@ -107,15 +125,19 @@ pub trait Policy: Send + 'static {
 pub enum PolicyKind {
     #[default]
     SegmentedLru,
+    Sieve,
+    S3Fifo,
 }
 
 impl PolicyKind {
-    pub const ALL: [PolicyKind; 1] = [PolicyKind::SegmentedLru];
+    pub const ALL: [PolicyKind; 3] = [PolicyKind::SegmentedLru, PolicyKind::Sieve, PolicyKind::S3Fifo];
 
     /// The name used in configuration (`-o policy=...`) and `stats settings`.
     pub fn name(self) -> &'static str {
         match self {
             PolicyKind::SegmentedLru => "slru",
+            PolicyKind::Sieve => "sieve",
+            PolicyKind::S3Fifo => "s3fifo",
         }
     }
 }
@@ -141,6 +163,8 @@ impl std::fmt::Display for PolicyKind {
 pub struct PolicyConfig {
     pub kind: PolicyKind,
     pub slru: SlruConfig,
+    pub sieve: SieveConfig,
+    pub s3fifo: S3FifoConfig,
 }
 
 /// The policies' counters, summed over shards. Each policy counts in its
@@ -151,6 +175,14 @@ pub struct PolicyCounters {
     pub moves_to_cold: u64,
     pub moves_to_warm: u64,
     pub moves_within_lru: u64,
+    /// SIEVE: visited items the hand passed (clearing their bit).
+    pub sieve_hand_skips: u64,
+    /// S3-FIFO: items hit while in small, moved to main.
+    pub s3fifo_moves_to_main: u64,
+    /// S3-FIFO: hit items at main's tail given another round.
+    pub s3fifo_main_reinserts: u64,
+    /// S3-FIFO: inserts whose key the ghost remembered (straight to main).
+    pub s3fifo_ghost_hits: u64,
 }
 
 impl PolicyCounters {
@@ -163,6 +195,12 @@ impl PolicyCounters {
                 ("moves_to_warm", self.moves_to_warm),
                 ("moves_within_lru", self.moves_within_lru),
             ],
+            PolicyKind::Sieve => vec![("sieve_hand_skips", self.sieve_hand_skips)],
+            PolicyKind::S3Fifo => vec![
+                ("s3fifo_moves_to_main", self.s3fifo_moves_to_main),
+                ("s3fifo_main_reinserts", self.s3fifo_main_reinserts),
+                ("s3fifo_ghost_hits", self.s3fifo_ghost_hits),
+            ],
         }
     }
 }
@@ -172,6 +210,10 @@ impl std::ops::AddAssign for PolicyCounters {
         self.moves_to_cold += o.moves_to_cold;
         self.moves_to_warm += o.moves_to_warm;
         self.moves_within_lru += o.moves_within_lru;
+        self.sieve_hand_skips += o.sieve_hand_skips;
+        self.s3fifo_moves_to_main += o.s3fifo_moves_to_main;
+        self.s3fifo_main_reinserts += o.s3fifo_main_reinserts;
+        self.s3fifo_ghost_hits += o.s3fifo_ghost_hits;
     }
 }
 
@@ -179,6 +221,8 @@ impl std::ops::AddAssign for PolicyCounters {
 #[derive(Debug)]
 pub enum AnyPolicy {
     SegmentedLru(SegmentedLru),
+    Sieve(Sieve),
+    S3Fifo(S3Fifo),
 }
 
 /// Forward a call to the variant's policy: a match, not a vtable.
@@ -186,6 +230,8 @@ macro_rules! dispatch {
     ($self:expr, $p:ident => $call:expr) => {
         match $self {
             AnyPolicy::SegmentedLru($p) => $call,
+            AnyPolicy::Sieve($p) => $call,
+            AnyPolicy::S3Fifo($p) => $call,
         }
     };
 }
@@ -194,12 +240,16 @@ impl AnyPolicy {
     pub fn new(cfg: &PolicyConfig) -> AnyPolicy {
         match cfg.kind {
             PolicyKind::SegmentedLru => AnyPolicy::SegmentedLru(SegmentedLru::new(cfg.slru)),
+            PolicyKind::Sieve => AnyPolicy::Sieve(Sieve::new(cfg.sieve)),
+            PolicyKind::S3Fifo => AnyPolicy::S3Fifo(S3Fifo::new(cfg.s3fifo)),
         }
     }
 
     pub fn kind(&self) -> PolicyKind {
         match self {
             AnyPolicy::SegmentedLru(_) => PolicyKind::SegmentedLru,
+            AnyPolicy::Sieve(_) => PolicyKind::Sieve,
+            AnyPolicy::S3Fifo(_) => PolicyKind::S3Fifo,
         }
     }
 
@@ -208,6 +258,8 @@ impl AnyPolicy {
     pub fn emptied(&self) -> AnyPolicy {
         match self {
             AnyPolicy::SegmentedLru(p) => AnyPolicy::SegmentedLru(p.emptied()),
+            AnyPolicy::Sieve(p) => AnyPolicy::Sieve(p.emptied()),
+            AnyPolicy::S3Fifo(p) => AnyPolicy::S3Fifo(p.emptied()),
         }
     }
 }
