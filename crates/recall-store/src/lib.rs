@@ -18,12 +18,11 @@
 //! bucket + rounded allocation). When a write would exceed it, the victim is
 //! the best (by the policy's rank) of the writer's shard's candidate and
 //! those other shards publish, so eviction follows the policy's order across
-//! the whole store, not shard by shard (`evict.rs`).
+//! the whole store, not shard by shard (`shard/evict.rs`).
 
 mod arena;
 pub mod big;
 pub mod clock;
-mod evict;
 pub mod item;
 pub mod policy;
 mod shard;
@@ -293,8 +292,8 @@ pub struct Store {
     policy_overhead: usize,
     /// Seeds the shard windows of evictions made outside a shard lock.
     evict_cursor: AtomicUsize,
-    /// Each shard's published next-victim rank (`evict.rs`).
-    tails: evict::Tails,
+    /// Each shard's published next-victim rank (`shard/evict.rs`).
+    tails: shard::evict::Tails,
 }
 
 /// The sink a `*_with` call reports to (`None`: nobody listens).
@@ -324,7 +323,7 @@ impl Store {
             cas_enabled: cfg.cas_enabled,
             policy_overhead,
             evict_cursor: AtomicUsize::new(0),
-            tails: evict::Tails::new(n),
+            tails: shard::evict::Tails::new(n),
         }
     }
 
@@ -507,7 +506,7 @@ impl Store {
     /// Free memory in any shard but `skip`, best victims first.
     fn evict_elsewhere(&self, ctx: &shard::Ctx<'_>, need: usize, skip: Option<usize>) {
         let seed = self.evict_cursor.fetch_add(1, Ordering::Relaxed) as u64;
-        evict::evict_elsewhere(ctx, need, skip, seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        shard::evict::evict_elsewhere(ctx, need, skip, seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     }
 
     /// Background reclaim: scan up to `budget` slots per shard for expired

@@ -1,7 +1,8 @@
 //! One shard: a hash table of slot numbers, the slot arena, and a policy.
 //!
 //! Everything here runs with the shard's mutex held (the caller has `&mut`),
-//! and touches only this shard's state plus the store-wide atomics in [`Ctx`].
+//! and touches only this shard's state plus the store-wide atomics in [`Ctx`]
+//! (and, for eviction, other shards it can `try_lock`: see `shard/evict.rs`).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -11,13 +12,14 @@ use std::sync::Arc;
 
 use crate::arena::Chunked;
 use crate::big::{BigBuilder, BigValue, Value, BIG_THRESHOLD};
-use crate::evict::{self, EMPTY};
 use crate::item::{bit, footprint, Slot};
-use crate::policy::{Admit, Age, AnyPolicy, Class, Policy, PolicyCounters, PolicyKind};
+use crate::policy::{Admit, AnyPolicy, Class, Policy, PolicyCounters, PolicyKind};
 use crate::{
     ApplyOutcome, Arith, ArithOutcome, Delete, DeleteOutcome, ItemView, Mode, Read, ReadOpts, StoreConfig, Tokens,
     UnixSecs, Write, WriteOutcome,
 };
+
+pub(crate) mod evict;
 
 /// Store-wide state an operation needs, snapshotted once per call.
 pub(crate) struct Ctx<'a> {
@@ -298,103 +300,6 @@ impl Shard {
 
     fn hash_of_slot(&self, i: u32) -> u64 {
         self.hasher.hash_one(self.slots[i as usize].key())
-    }
-
-    /// The rank of the victim candidate in slot `v` (dead items first).
-    fn rank_of(&self, ctx: &Ctx<'_>, v: u32) -> u64 {
-        let s = &self.slots[v as usize];
-        if ctx.dead(s).is_some() {
-            return 0;
-        }
-        self.policy.rank(v, Age { atime: s.atime, seq: s.cas })
-    }
-
-    /// Publish the rank of this shard's next victim for other shards'
-    /// evictions to compare.
-    fn publish_tail(&mut self, ctx: &Ctx<'_>) {
-        let r = match self.policy.victim() {
-            Some(v) => self.rank_of(ctx, v),
-            None => EMPTY,
-        };
-        ctx.tails.publish(self.idx, r);
-    }
-
-    fn evict(&mut self, ctx: &Ctx<'_>, v: u32) {
-        let h = self.hash_of_slot(v);
-        let why = if ctx.dead(&self.slots[v as usize]).is_some() { Why::Expired } else { Why::Evicted };
-        self.stats.direct_reclaims += 1;
-        self.remove(ctx, v, h, why);
-    }
-
-    /// Evict this shard's next victim if its rank is below `bound`; then
-    /// publish the next one. Returns whether it evicted.
-    pub fn evict_if_below(&mut self, ctx: &Ctx<'_>, bound: u64) -> bool {
-        let Some(v) = self.policy.victim() else {
-            ctx.tails.publish(self.idx, EMPTY);
-            return false;
-        };
-        let r = self.rank_of(ctx, v);
-        if r >= bound {
-            ctx.tails.publish(self.idx, r);
-            return false;
-        }
-        self.evict(ctx, v);
-        self.publish_tail(ctx);
-        true
-    }
-
-    /// Evict until `need` more bytes fit under the limit, never evicting
-    /// `protect`. Each victim is the best of this shard's candidate and the
-    /// published candidates of a window of other shards (`evict.rs`).
-    /// Returns whether they fit.
-    fn make_room(&mut self, ctx: &Ctx<'_>, need: usize, protect: Option<u32>) -> bool {
-        let fits = |ctx: &Ctx<'_>| ctx.mem_used.load(Ordering::Relaxed) + need <= ctx.mem_limit;
-        if fits(ctx) {
-            return true;
-        }
-        if !ctx.evict {
-            // -M: still reclaim what is already dead, but never evict live data.
-            return false;
-        }
-        let mut requeued = false;
-        let mut fitted = true;
-        while !fits(ctx) {
-            let own = loop {
-                match self.policy.victim() {
-                    Some(v) if Some(v) == protect => {
-                        if requeued {
-                            break None;
-                        }
-                        // Move it out of the way once; it is being rewritten anyway.
-                        let admit = Self::admit(self.hash_of_slot(v), &self.slots[v as usize], self.fp_at(v));
-                        self.policy.on_replace(v, admit);
-                        requeued = true;
-                    }
-                    Some(v) => break Some((v, self.rank_of(ctx, v))),
-                    None => break None,
-                }
-            };
-            let own_rank = own.map_or(EMPTY, |(_, r)| r);
-            let rng = evict::next_rand(&mut self.rng);
-            if let Some((j, r)) = ctx.tails.best(Some(self.idx), rng) {
-                if r < own_rank {
-                    if let Some(mut other) = ctx.shards[j].try_lock() {
-                        if other.evict_if_below(ctx, own_rank) {
-                            continue;
-                        }
-                    }
-                }
-            }
-            match own {
-                Some((v, _)) => self.evict(ctx, v),
-                None => {
-                    fitted = false;
-                    break;
-                }
-            }
-        }
-        self.publish_tail(ctx);
-        fitted
     }
 
     /// Put a new item into a fresh slot.
