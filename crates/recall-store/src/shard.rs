@@ -117,6 +117,8 @@ pub(crate) struct Shard {
     idx: usize,
     /// State for choosing which other shards an eviction compares.
     rng: u64,
+    /// The rank this shard last published in `Ctx::tails`.
+    published: u64,
     table: HashTable<u32>,
     slots: Chunked<Slot>,
     free: Vec<u32>,
@@ -162,6 +164,7 @@ impl Shard {
             idx,
             // Any odd, distinct seed: xorshift must not start at 0.
             rng: (idx as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1,
+            published: evict::EMPTY,
             table: HashTable::new(),
             slots: Chunked::default(),
             free: Vec::new(),
@@ -324,9 +327,12 @@ impl Shard {
         let (slots, hasher) = (&self.slots, &self.hasher);
         self.table.insert_unique(h, i, |&j| hasher.hash_one(slots[j as usize].key()));
         self.policy.on_insert(i, Self::admit(h, &self.slots[i as usize], fp));
-        if self.stats.curr_items == 0 {
-            // The shard was empty (published as such): this is its victim now.
-            ctx.tails.publish(self.idx, self.rank_of(ctx, i));
+        if self.rank_of(ctx, i) < self.published {
+            // The published rank must stay a lower bound on the next
+            // victim's: the new item may be the victim now (the shard was
+            // empty), or change where it comes from (a segmented LRU whose
+            // victim was in WARM).
+            self.publish_tail(ctx);
         }
         self.stats.curr_items += 1;
         self.stats.total_items += 1;
@@ -684,8 +690,9 @@ impl Shard {
         self.slots = Chunked::default();
         self.free = Vec::new();
         self.policy = self.policy.emptied();
-        // The published rank is now stale: the next insert republishes it
-        // (the shard is empty), and a look before that marks it empty.
+        // The published rank is now stale: the next insert republishes it,
+        // and a look before that marks the shard empty.
+        self.published = evict::EMPTY;
         self.crawl_cursor = 0;
         self.stats.curr_items = 0;
     }

@@ -600,8 +600,11 @@ fn append_under_pressure_never_evicts_its_own_target() {
 /// counting its own moves.
 #[test]
 fn each_policy_is_built_from_the_config_keeps_a_hot_set_and_counts() {
-    for kind in PolicyKind::ALL {
-        let s = store_with(kind, 64 * 1024);
+    // With 1024 shards there are fewer items than shards, so the order must
+    // hold across shards, not just within one.
+    for (kind, shards) in PolicyKind::ALL.into_iter().flat_map(|k| [(k, 4), (k, 1024)]) {
+        let policy = PolicyConfig { kind, ..Default::default() };
+        let s = Store::new(StoreConfig { mem_limit: 64 * 1024, shards, policy, ..Default::default() });
         assert_eq!(s.policy_kind(), kind);
         for round in 0..4 {
             for i in 0..2000u32 {
@@ -609,13 +612,13 @@ fn each_policy_is_built_from_the_config_keeps_a_hot_set_and_counts() {
                 set(&s, format!("scan{}", i % 500).as_bytes(), &[b's'; 100], 0, 1);
                 let hot = format!("hot{}", i % 8);
                 if get(&s, hot.as_bytes(), 1).is_none() {
-                    assert!(round == 0 && i < 8, "{kind}: {hot} lost in round {round} at {i}");
+                    assert!(round == 0 && i < 8, "{kind}, {shards} shards: {hot} lost in round {round} at {i}");
                     set(&s, hot.as_bytes(), &[b'h'; 100], 0, 1);
                 }
             }
         }
         let st = s.stats();
-        assert!(st.evictions > 5000, "{kind}: {st:?}");
+        assert!(st.evictions > 3000, "{kind}, {shards} shards: {st:?}");
         let named = st.policy.named(kind);
         assert!(named.iter().any(|&(_, v)| v > 0), "{kind}: {named:?}");
         if kind == PolicyKind::S3Fifo {

@@ -70,6 +70,13 @@ pub struct Age {
     pub seq: u64,
 }
 
+/// The rank of LRU-ordered policies: last access, writes of the same second
+/// in write order.
+#[inline]
+pub(crate) fn lru_rank(age: Age) -> u64 {
+    (age.atime as u64) << 32 | (age.seq & 0xffff_ffff)
+}
+
 /// The rank of FIFO-ordered policies: insertion order (the write
 /// timestamp), which orders the queues of all shards as one queue; by last
 /// access when CAS is disabled and there is no write order.
@@ -104,7 +111,10 @@ pub trait Policy: Send + 'static {
     }
     /// The slot to evict next, if any. It stays tracked until `on_evict`
     /// or `on_remove`. May reorder items on the way (second chances).
-    fn victim(&mut self) -> Option<u32>;
+    /// `clock` is the store's write sequence now (the next write's
+    /// timestamp), for a policy whose ranks must account for second chances
+    /// given now.
+    fn victim(&mut self, clock: u64) -> Option<u32>;
     /// Where the victim candidate in `slot` stands in this policy's global
     /// eviction order: the lowest rank across shards is evicted first.
     /// Ranks must be comparable between shards of one store. The default
@@ -112,7 +122,7 @@ pub trait Policy: Send + 'static {
     /// order.
     fn rank(&self, slot: u32, age: Age) -> u64 {
         let _ = slot;
-        (age.atime as u64) << 32 | (age.seq & 0xffff_ffff)
+        lru_rank(age)
     }
     /// Bytes of bookkeeping per tracked slot, for honest memory accounting.
     fn overhead_per_slot(&self) -> usize;
@@ -286,8 +296,8 @@ impl Policy for AnyPolicy {
         dispatch!(self, p => p.on_evict(slot, hash))
     }
     #[inline]
-    fn victim(&mut self) -> Option<u32> {
-        dispatch!(self, p => p.victim())
+    fn victim(&mut self, clock: u64) -> Option<u32> {
+        dispatch!(self, p => p.victim(clock))
     }
     #[inline]
     fn rank(&self, slot: u32, age: Age) -> u64 {

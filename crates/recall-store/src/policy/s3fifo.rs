@@ -102,6 +102,12 @@ pub struct S3Fifo {
     small_bytes: u64,
     main_bytes: u64,
     ghost: Ghost,
+    /// The store's write sequence when main last went all the way round in
+    /// one eviction (every item in it was moved to its head, the victim
+    /// last): no candidate ranks below it. Without it, a shard of one hot item (many shards, a
+    /// small cache) would offer that item at its old insertion rank right
+    /// after spending its last access.
+    floor: u64,
     cfg: S3FifoConfig,
     counters: PolicyCounters,
 }
@@ -119,6 +125,7 @@ impl S3Fifo {
             small_bytes: 0,
             main_bytes: 0,
             ghost: Ghost::default(),
+            floor: 0,
             cfg,
             counters: PolicyCounters::default(),
         }
@@ -216,10 +223,13 @@ impl Policy for S3Fifo {
         }
     }
 
-    fn victim(&mut self) -> Option<u32> {
+    fn victim(&mut self, clock: u64) -> Option<u32> {
         // Each step either returns or moves an item: from small to main
         // (once per item), or within main with one access less (at most
         // three times per item), so this ends.
+        // The first item this call moved to main's head: if it comes back
+        // to the tail as the victim, main went all the way round.
+        let mut first_moved = NIL;
         loop {
             let small = self.lists.ends(SMALL).tail;
             let main = self.lists.ends(MAIN).tail;
@@ -229,6 +239,9 @@ impl Policy for S3Fifo {
                     self.lists.at_mut(small).bits = 0;
                     self.push(MAIN, small);
                     self.counters.s3fifo_moves_to_main += 1;
+                    if first_moved == NIL {
+                        first_moved = small;
+                    }
                     continue;
                 }
                 return Some(small);
@@ -238,17 +251,24 @@ impl Policy for S3Fifo {
             }
             let freq = self.lists.at(main).bits;
             if freq == 0 {
+                if main == first_moved {
+                    // Main went all the way round: see `floor`.
+                    self.floor = clock;
+                }
                 return Some(main);
             }
             self.unlink(main);
             self.lists.at_mut(main).bits = freq - 1;
             self.push(MAIN, main);
             self.counters.s3fifo_main_reinserts += 1;
+            if first_moved == NIL {
+                first_moved = main;
+            }
         }
     }
 
     fn rank(&self, _slot: u32, age: Age) -> u64 {
-        fifo_rank(age)
+        fifo_rank(age).max(self.floor)
     }
 
     fn overhead_per_slot(&self) -> usize {
@@ -269,7 +289,7 @@ mod tests {
     }
 
     fn evict(p: &mut S3Fifo) -> u32 {
-        let v = p.victim().unwrap();
+        let v = p.victim(0).unwrap();
         p.on_evict(v, v as u64);
         v
     }
@@ -282,7 +302,7 @@ mod tests {
         }
         let order: Vec<u32> = (0..10).map(|_| evict(&mut p)).collect();
         assert_eq!(order, (0..10).collect::<Vec<_>>());
-        assert_eq!(p.victim(), None);
+        assert_eq!(p.victim(0), None);
     }
 
     #[test]
@@ -314,7 +334,7 @@ mod tests {
             p.on_access(s);
         }
         // Both were hit in small, so both move to main; 0 is main's tail.
-        assert_eq!(p.victim(), Some(0));
+        assert_eq!(p.victim(0), Some(0));
         assert_eq!(p.lists.ends(SMALL).len, 0);
         for _ in 0..5 {
             p.on_access(0);
@@ -342,6 +362,23 @@ mod tests {
         }
         assert!((0..5).all(|hot| p.queue_of(hot) == MAIN));
         assert!(p.ghost.fifo.len() <= 90, "the ghost stays within its share");
+    }
+
+    #[test]
+    fn a_full_round_of_main_raises_the_rank_floor_to_the_clock() {
+        let mut p = S3Fifo::default();
+        let age = Age { atime: 1, seq: 7 };
+        p.on_insert(0, admit(0));
+        p.on_insert(1, admit(1));
+        p.on_access(0);
+        // 0 moves to main; 1 (not hit) is the victim: no round, no floor.
+        assert_eq!(p.victim(100), Some(1));
+        assert_eq!(p.rank(1, age), 7);
+        p.on_evict(1, 1);
+        p.on_access(0);
+        // 0 alone in main, hit: re-queued, and back at the tail.
+        assert_eq!(p.victim(200), Some(0));
+        assert_eq!(p.rank(0, age), 200);
     }
 
     #[test]

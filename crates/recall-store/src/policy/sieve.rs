@@ -25,6 +25,15 @@ pub struct Sieve {
     lists: Lists<(), 2>,
     /// The next item the hand looks at (`NIL`: start from the tail).
     hand: u32,
+    /// The store's write sequence when the hand last wrapped around: every
+    /// item now in the queue is next looked at after everything written
+    /// before then, so no candidate ranks below it. Without it, a shard of
+    /// one hot item (many shards, a small cache) would offer that item at
+    /// its old insertion rank right after clearing its visited bit.
+    floor: u64,
+    /// The hand left the newest item (its eviction moved the hand off the
+    /// head): the next look starts a new round, which raises `floor`.
+    lapped: bool,
     counters: PolicyCounters,
 }
 
@@ -36,7 +45,7 @@ impl Default for Sieve {
 
 impl Sieve {
     pub fn new(_cfg: SieveConfig) -> Self {
-        Sieve { lists: Lists::new(), hand: NIL, counters: PolicyCounters::default() }
+        Sieve { lists: Lists::new(), hand: NIL, floor: 0, lapped: false, counters: PolicyCounters::default() }
     }
 
     /// Empty, with the same counters.
@@ -76,15 +85,19 @@ impl Policy for Sieve {
         if self.hand == slot {
             // Towards the newest, as after an eviction at the hand.
             self.hand = self.lists.at(slot).prev;
+            self.lapped |= self.hand == NIL;
         }
         self.lists.unlink(slot);
         self.lists.at_mut(slot).bits = 0;
     }
 
-    fn victim(&mut self) -> Option<u32> {
+    fn victim(&mut self, clock: u64) -> Option<u32> {
         let len = self.lists.ends(QUEUE).len;
         if len == 0 {
             return None;
+        }
+        if self.hand == NIL && std::mem::take(&mut self.lapped) {
+            self.floor = clock;
         }
         let mut at = if self.hand == NIL { self.lists.ends(QUEUE).tail } else { self.hand };
         // One full sweep clears every bit, so this ends within len + 1 steps.
@@ -97,6 +110,7 @@ impl Policy for Sieve {
             at = self.lists.at(at).prev;
             if at == NIL {
                 at = self.lists.ends(QUEUE).tail;
+                self.floor = clock;
             }
         }
         self.hand = at;
@@ -104,7 +118,7 @@ impl Policy for Sieve {
     }
 
     fn rank(&self, _slot: u32, age: Age) -> u64 {
-        fifo_rank(age)
+        fifo_rank(age).max(self.floor)
     }
 
     fn overhead_per_slot(&self) -> usize {
@@ -124,7 +138,7 @@ mod tests {
 
     fn drain(p: &mut Sieve) -> Vec<u32> {
         let mut out = Vec::new();
-        while let Some(v) = p.victim() {
+        while let Some(v) = p.victim(0) {
             p.on_evict(v, 0);
             out.push(v);
         }
@@ -149,18 +163,18 @@ mod tests {
         p.on_access(0);
         p.on_access(1);
         // The hand clears 0 and 1, and evicts 2.
-        assert_eq!(p.victim(), Some(2));
+        assert_eq!(p.victim(0), Some(2));
         p.on_evict(2, 0);
         assert_eq!(p.counters().sieve_hand_skips, 2);
         // New items go to the head; the hand resumes at 3, not at the tail.
         p.on_insert(5, A);
         p.on_access(3);
-        assert_eq!(p.victim(), Some(4));
+        assert_eq!(p.victim(0), Some(4));
         p.on_evict(4, 0);
         // Reaching the head, the hand wraps to the tail: 0 (cleared before).
-        assert_eq!(p.victim(), Some(5));
+        assert_eq!(p.victim(0), Some(5));
         p.on_evict(5, 0);
-        assert_eq!(p.victim(), Some(0), "wrapped to the oldest");
+        assert_eq!(p.victim(0), Some(0), "wrapped to the oldest");
     }
 
     #[test]
@@ -172,10 +186,24 @@ mod tests {
         for s in 10..1000 {
             p.on_access(0);
             p.on_insert(s, A);
-            let v = p.victim().unwrap();
+            let v = p.victim(0).unwrap();
             assert_ne!(v, 0);
             p.on_evict(v, 0);
         }
+    }
+
+    #[test]
+    fn a_lap_raises_the_rank_floor_to_the_clock() {
+        let mut p = Sieve::default();
+        let age = Age { atime: 1, seq: 7 };
+        p.on_insert(0, A);
+        assert_eq!(p.victim(100), Some(0));
+        assert_eq!(p.rank(0, age), 7, "first round: insertion order");
+        p.on_access(0);
+        // The hand clears 0's bit, wraps, and comes back to it: 0 is next
+        // looked at after everything written before clock 200.
+        assert_eq!(p.victim(200), Some(0));
+        assert_eq!(p.rank(0, age), 200);
     }
 
     #[test]
@@ -185,12 +213,12 @@ mod tests {
         for s in 0..3 {
             p.on_insert(s, A);
         }
-        assert_eq!(p.victim(), Some(0));
+        assert_eq!(p.victim(0), Some(0));
         p.on_remove(0);
         p.on_remove(0);
-        assert_eq!(p.victim(), Some(1));
+        assert_eq!(p.victim(0), Some(1));
         p.on_remove(1);
         p.on_remove(2);
-        assert_eq!(p.victim(), None);
+        assert_eq!(p.victim(0), None);
     }
 }

@@ -2,7 +2,7 @@
 //! the shard.
 
 use super::list::{Lists, NIL, NONE};
-use super::{Admit, Policy, PolicyCounters};
+use super::{lru_rank, Admit, Age, Policy, PolicyCounters};
 
 /// The segmented LRU's settings, as memcached's `-o hot_lru_pct` and
 /// `-o warm_lru_pct` (defaults 20 and 40): the most of a shard's items
@@ -90,7 +90,10 @@ impl SegmentedLru {
         for _ in 0..4 {
             let total = self.total().max(1);
             let hot_over = self.len(HOT) * 100 > total * self.cfg.hot_pct;
-            let warm_over = self.len(WARM) * 100 > total * self.cfg.warm_pct;
+            // WARM keeps at least one item: in a shard of one or two items
+            // (many shards, a small cache) its share would round to none, and
+            // an item hit again would fall straight back to COLD.
+            let warm_over = self.len(WARM) > 1 && self.len(WARM) * 100 > total * self.cfg.warm_pct;
             if hot_over {
                 let t = self.lists.ends(HOT).tail;
                 if self.lists.at(t).bits & ACTIVE != 0 {
@@ -148,7 +151,7 @@ impl Policy for SegmentedLru {
         }
     }
 
-    fn victim(&mut self) -> Option<u32> {
+    fn victim(&mut self, _clock: u64) -> Option<u32> {
         // Second chance: an item hit while in COLD is promoted to WARM when
         // it reaches COLD's tail instead of being evicted. memcached moves
         // it right after the hit, from a background thread; doing the move
@@ -164,6 +167,14 @@ impl Policy for SegmentedLru {
             self.balance();
         }
         [COLD, HOT, WARM].into_iter().map(|s| self.lists.ends(s).tail).find(|&t| t != NIL)
+    }
+
+    /// Least recently used first, but a WARM victim (a shard whose COLD and
+    /// HOT are empty) after every other: across the store, as in one
+    /// segmented LRU, WARM gives up items only when COLD and HOT have none.
+    fn rank(&self, slot: u32, age: Age) -> u64 {
+        let warm = self.lists.known(slot) && self.lists.at(slot).list == WARM;
+        (warm as u64) << 63 | lru_rank(age) >> 1
     }
 
     fn overhead_per_slot(&self) -> usize {
@@ -194,7 +205,7 @@ mod tests {
             p.on_insert(s, A);
         }
         let mut order = Vec::new();
-        while let Some(v) = p.victim() {
+        while let Some(v) = p.victim(0) {
             p.on_remove(v);
             order.push(v);
         }
@@ -211,7 +222,7 @@ mod tests {
         p.on_access(0);
         for s in 10..100 {
             p.on_insert(s, A);
-            let v = p.victim().unwrap();
+            let v = p.victim(0).unwrap();
             assert_ne!(v, 0, "the re-used item must outlive one-hit wonders");
             p.on_remove(v);
         }
@@ -227,9 +238,20 @@ mod tests {
         p.on_access(0);
         assert_eq!(p.segment_lens(), before, "a hit relinks nothing");
         assert_eq!(p.counters().moves_to_warm, 0);
-        let v = p.victim().unwrap();
+        let v = p.victim(0).unwrap();
         assert_ne!(v, 0, "the active tail gets a second chance");
         assert_eq!(p.counters().moves_to_warm, 1);
+    }
+
+    #[test]
+    fn a_tiny_shard_keeps_its_hit_item_in_warm() {
+        let mut p = SegmentedLru::default();
+        p.on_insert(0, A);
+        p.on_access(0);
+        assert_eq!(p.victim(0), Some(0), "the only item is still the victim");
+        assert_eq!(p.segment_lens(), (0, 1, 0), "but from WARM, which ranks it after COLD and HOT elsewhere");
+        let age = Age { atime: 1, seq: 1 };
+        assert!(p.rank(0, age) > SegmentedLru::default().rank(0, Age { atime: u32::MAX, seq: 0 }));
     }
 
     #[test]
@@ -254,6 +276,6 @@ mod tests {
         p.on_insert(5, A);
         p.on_remove(5);
         p.on_remove(5);
-        assert_eq!(p.victim(), None);
+        assert_eq!(p.victim(0), None);
     }
 }

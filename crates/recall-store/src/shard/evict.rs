@@ -43,6 +43,10 @@ pub(crate) const GROUP: usize = 32;
 /// this many groups (recalld's default of 1024 shards has 32 groups).
 const MAX_GROUPS: usize = 64;
 
+/// Stale published ranks one eviction corrects before it settles for the
+/// writer's own candidate.
+const MAX_STALE: usize = 8;
+
 /// A published rank meaning "nothing to evict here".
 pub(crate) const EMPTY: u64 = u64::MAX;
 
@@ -120,20 +124,21 @@ pub(crate) fn next_rand(state: &mut u64) -> u64 {
 /// shard lock.
 pub(crate) fn evict_elsewhere(ctx: &Ctx<'_>, need: usize, skip: Option<usize>, mut rng: u64) {
     let n = ctx.shards.len();
-    // Rounds without an eviction: each marks a shard empty, so more than
-    // `n` in a row means there is nothing left to evict.
+    // Rounds without an eviction: each corrects a stale rank or marks a
+    // shard empty, so many more than `n` in a row means there is nothing
+    // left to evict.
     let mut idle = 0;
-    while ctx.mem_used.load(Ordering::Relaxed) + need > ctx.mem_limit && idle <= n {
+    while ctx.mem_used.load(Ordering::Relaxed) + need > ctx.mem_limit && idle <= 2 * n + MAX_STALE {
         let best = ctx.tails.best(skip, next_rand(&mut rng)).or_else(|| {
             // The group minimums may hide a shard (a race, or `skip`'s
             // group): look at every shard before giving up.
             (0..n)
                 .filter(|&j| Some(j) != skip)
-                .find(|&j| ctx.tails.shards[j].load(Ordering::Relaxed) != EMPTY)
-                .map(|j| (j, 0))
+                .map(|j| (j, ctx.tails.shards[j].load(Ordering::Relaxed)))
+                .find(|&(_, r)| r != EMPTY)
         });
-        let Some((j, _)) = best else { return };
-        if ctx.shards[j].lock().evict_if_below(ctx, EMPTY) {
+        let Some((j, r)) = best else { return };
+        if ctx.shards[j].lock().evict_if(ctx, r) {
             idle = 0;
         } else {
             idle += 1;
@@ -156,10 +161,15 @@ impl Shard {
     /// Publish the rank of this shard's next victim for other shards'
     /// evictions to compare.
     pub(super) fn publish_tail(&mut self, ctx: &Ctx<'_>) {
-        let r = match self.policy.victim() {
+        let r = match self.policy.victim(ctx.next_cas.load(Ordering::Relaxed)) {
             Some(v) => self.rank_of(ctx, v),
             None => EMPTY,
         };
+        self.publish(ctx, r);
+    }
+
+    fn publish(&mut self, ctx: &Ctx<'_>, r: u64) {
+        self.published = r;
         ctx.tails.publish(self.idx, r);
     }
 
@@ -170,16 +180,19 @@ impl Shard {
         self.remove(ctx, v, h, why);
     }
 
-    /// Evict this shard's next victim if its rank is below `bound`; then
-    /// publish the next one. Returns whether it evicted.
-    pub fn evict_if_below(&mut self, ctx: &Ctx<'_>, bound: u64) -> bool {
-        let Some(v) = self.policy.victim() else {
-            ctx.tails.publish(self.idx, EMPTY);
+    /// Evict this shard's next victim if its rank is still at most `upto`
+    /// (the published rank it was chosen for), then publish the next one.
+    /// A victim found younger than that (the published rank was stale) is
+    /// kept and its rank published, so the caller chooses again. Returns
+    /// whether it evicted.
+    pub fn evict_if(&mut self, ctx: &Ctx<'_>, upto: u64) -> bool {
+        let Some(v) = self.policy.victim(ctx.next_cas.load(Ordering::Relaxed)) else {
+            self.publish(ctx, EMPTY);
             return false;
         };
         let r = self.rank_of(ctx, v);
-        if r >= bound {
-            ctx.tails.publish(self.idx, r);
+        if r > upto {
+            self.publish(ctx, r);
             return false;
         }
         self.evict(ctx, v);
@@ -188,9 +201,8 @@ impl Shard {
     }
 
     /// Evict until `need` more bytes fit under the limit, never evicting
-    /// `protect`. Each victim is the best of this shard's candidate and the
-    /// published candidates of a window of other shards (`evict.rs`).
-    /// Returns whether they fit.
+    /// `protect`. Each victim is the better of this shard's candidate and
+    /// the lowest rank other shards published. Returns whether they fit.
     pub(super) fn make_room(&mut self, ctx: &Ctx<'_>, need: usize, protect: Option<u32>) -> bool {
         let fits = |ctx: &Ctx<'_>| ctx.mem_used.load(Ordering::Relaxed) + need <= ctx.mem_limit;
         if fits(ctx) {
@@ -202,9 +214,11 @@ impl Shard {
         }
         let mut requeued = false;
         let mut fitted = true;
+        // Stale published ranks corrected so far (bounds the work).
+        let mut stale = 0;
         while !fits(ctx) {
             let own = loop {
-                match self.policy.victim() {
+                match self.policy.victim(ctx.next_cas.load(Ordering::Relaxed)) {
                     Some(v) if Some(v) == protect => {
                         if requeued {
                             break None;
@@ -221,11 +235,12 @@ impl Shard {
             let own_rank = own.map_or(EMPTY, |(_, r)| r);
             let rng = next_rand(&mut self.rng);
             if let Some((j, r)) = ctx.tails.best(Some(self.idx), rng) {
-                if r < own_rank {
+                if r < own_rank && stale < MAX_STALE {
                     if let Some(mut other) = ctx.shards[j].try_lock() {
-                        if other.evict_if_below(ctx, own_rank) {
-                            continue;
+                        if !other.evict_if(ctx, r) {
+                            stale += 1;
                         }
+                        continue;
                     }
                 }
             }
