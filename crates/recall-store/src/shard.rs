@@ -160,6 +160,7 @@ enum Why {
 
 impl Shard {
     pub fn new(cfg: &StoreConfig, idx: usize) -> Shard {
+        let policy = AnyPolicy::new(&cfg.policy);
         Shard {
             idx,
             // Any odd, distinct seed: xorshift must not start at 0.
@@ -168,8 +169,8 @@ impl Shard {
             table: HashTable::new(),
             slots: Chunked::default(),
             free: Vec::new(),
-            policy: AnyPolicy::new(&cfg.policy),
-            policy_overhead: AnyPolicy::new(&cfg.policy).overhead_per_slot(),
+            policy_overhead: policy.overhead_per_slot(),
+            policy,
             hasher: ahash::RandomState::with_seeds(
                 0x243f_6a88_85a3_08d3,
                 0x1319_8a2e_0370_7344,

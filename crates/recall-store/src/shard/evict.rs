@@ -19,8 +19,9 @@
 //! outlived the cache by half its size before a sample happened to hold them.
 //!
 //! A published rank is a lower bound on the shard's real next victim (hits,
-//! deletes and replacements only make the candidate younger), so a stale
-//! entry can only attract a look, which refreshes it, never hide an old
+//! deletes and replacements only make the candidate younger, and an insert
+//! that ranks below it republishes), so a stale entry can only attract a
+//! look, which corrects it before anything is evicted, never hide an old
 //! item. A group minimum is lowered atomically (`fetch_min`) and recomputed
 //! when its minimum shard's rank rises; two shards of one group publishing
 //! at once can leave it briefly too high, which the next publish corrects.
@@ -66,16 +67,18 @@ impl Tails {
         g * GROUP..((g + 1) * GROUP).min(self.shards.len())
     }
 
-    /// Shard `j`'s next victim now has rank `r`.
+    /// Shard `j`'s next victim now has rank `r`. Only shard `j`'s lock
+    /// holder writes its entry; group minimums are shared.
     pub fn publish(&self, j: usize, r: u64) {
-        let old = self.shards[j].swap(r, Ordering::Relaxed);
+        let old = self.shards[j].load(Ordering::Relaxed);
+        self.shards[j].store(r, Ordering::Relaxed);
         let g = &self.groups[j / GROUP];
-        if r <= old {
+        let min = g.load(Ordering::Relaxed);
+        if r < min {
             g.fetch_min(r, Ordering::Relaxed);
-        } else if old <= g.load(Ordering::Relaxed) {
+        } else if r > old && old <= min {
             // This shard may have been the group's minimum: recompute.
-            let min = self.group(j / GROUP).map(|k| self.shards[k].load(Ordering::Relaxed)).min();
-            g.store(min.unwrap_or(EMPTY), Ordering::Relaxed);
+            g.store(lowest(&self.shards[self.group(j / GROUP)], usize::MAX).1, Ordering::Relaxed);
         }
     }
 
@@ -83,28 +86,48 @@ impl Tails {
     /// chooses the window of groups in stores with very many shards.
     pub fn best(&self, skip: Option<usize>, rng: u64) -> Option<(usize, u64)> {
         let ng = self.groups.len();
-        let (first, len) = if ng <= MAX_GROUPS { (0, ng) } else { (rng as usize % ng, MAX_GROUPS) };
-        let (g, seen) = (0..len)
-            .map(|i| (first + i) % ng)
-            .map(|g| (g, self.groups[g].load(Ordering::Relaxed)))
-            .filter(|&(_, r)| r != EMPTY)
-            .min_by_key(|&(_, r)| r)?;
-        let mut best: Option<(usize, u64)> = None;
-        let mut min = EMPTY;
-        for j in self.group(g) {
-            let r = self.shards[j].load(Ordering::Relaxed);
-            min = min.min(r);
-            if Some(j) != skip && r != EMPTY && best.is_none_or(|(_, b)| r < b) {
-                best = Some((j, r));
+        let (g, seen) = if ng <= MAX_GROUPS {
+            lowest(&self.groups, usize::MAX)
+        } else {
+            let first = rng as usize % ng;
+            let end = (first + MAX_GROUPS).min(ng);
+            let (a, ra) = lowest(&self.groups[first..end], usize::MAX);
+            let (b, rb) = lowest(&self.groups[..MAX_GROUPS - (end - first)], usize::MAX);
+            if ra <= rb {
+                (first + a, ra)
+            } else {
+                (b, rb)
             }
+        };
+        if seen == EMPTY {
+            return None;
         }
+        let range = self.group(g);
+        let base = range.start;
+        let skip = skip.map_or(usize::MAX, |s| s.wrapping_sub(base));
+        let (j, r) = lowest(&self.shards[range.clone()], skip);
         // A free correction of a group minimum left too low by a race (only
         // if no publish changed it meanwhile).
+        let min = if skip < range.len() { r.min(self.shards[base + skip].load(Ordering::Relaxed)) } else { r };
         if min > seen {
             let _ = self.groups[g].compare_exchange(seen, min, Ordering::Relaxed, Ordering::Relaxed);
         }
-        best
+        (r != EMPTY).then_some((base + j, r))
     }
+}
+
+/// The lowest entry of `a` and its index, never index `skip`; `EMPTY` if
+/// there is none.
+#[inline]
+fn lowest(a: &[AtomicU64], skip: usize) -> (usize, u64) {
+    let mut best = (usize::MAX, EMPTY);
+    for (i, x) in a.iter().enumerate() {
+        let r = x.load(Ordering::Relaxed);
+        if r < best.1 && i != skip {
+            best = (i, r);
+        }
+    }
+    best
 }
 
 /// xorshift64: a cheap, per-caller sequence for choosing windows.
@@ -216,23 +239,18 @@ impl Shard {
         let mut fitted = true;
         // Stale published ranks corrected so far (bounds the work).
         let mut stale = 0;
+        // This shard's candidate; it only changes when this shard evicts.
+        let mut own: Option<Option<(u32, u64)>> = None;
+        let mut changed = false;
         while !fits(ctx) {
-            let own = loop {
-                match self.policy.victim(ctx.next_cas.load(Ordering::Relaxed)) {
-                    Some(v) if Some(v) == protect => {
-                        if requeued {
-                            break None;
-                        }
-                        // Move it out of the way once; it is being rewritten anyway.
-                        let admit = Self::admit(self.hash_of_slot(v), &self.slots[v as usize], self.fp_at(v));
-                        self.policy.on_replace(v, admit);
-                        requeued = true;
-                    }
-                    Some(v) => break Some((v, self.rank_of(ctx, v))),
-                    None => break None,
+            let (cand, own_rank) = match own {
+                Some(c) => (c, c.map_or(EMPTY, |(_, r)| r)),
+                None => {
+                    let c = self.candidate(ctx, protect, &mut requeued);
+                    own = Some(c);
+                    (c, c.map_or(EMPTY, |(_, r)| r))
                 }
             };
-            let own_rank = own.map_or(EMPTY, |(_, r)| r);
             let rng = next_rand(&mut self.rng);
             if let Some((j, r)) = ctx.tails.best(Some(self.idx), rng) {
                 if r < own_rank && stale < MAX_STALE {
@@ -244,16 +262,41 @@ impl Shard {
                     }
                 }
             }
-            match own {
-                Some((v, _)) => self.evict(ctx, v),
+            match cand {
+                Some((v, _)) => {
+                    self.evict(ctx, v);
+                    own = None;
+                    changed = true;
+                }
                 None => {
                     fitted = false;
                     break;
                 }
             }
         }
-        self.publish_tail(ctx);
+        if changed || requeued {
+            self.publish_tail(ctx);
+        }
         fitted
+    }
+
+    /// This shard's next victim and its rank, never `protect` (moved out of
+    /// the way once, as it is being rewritten anyway).
+    fn candidate(&mut self, ctx: &Ctx<'_>, protect: Option<u32>, requeued: &mut bool) -> Option<(u32, u64)> {
+        loop {
+            match self.policy.victim(ctx.next_cas.load(Ordering::Relaxed)) {
+                Some(v) if Some(v) == protect => {
+                    if *requeued {
+                        return None;
+                    }
+                    let admit = Self::admit(self.hash_of_slot(v), &self.slots[v as usize], self.fp_at(v));
+                    self.policy.on_replace(v, admit);
+                    *requeued = true;
+                }
+                Some(v) => return Some((v, self.rank_of(ctx, v))),
+                None => return None,
+            }
+        }
     }
 }
 
