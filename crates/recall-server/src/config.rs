@@ -9,6 +9,7 @@
 use std::path::PathBuf;
 
 use clap::{ArgAction, Parser};
+use recall_store::PolicyKind;
 use serde::{Deserialize, Serialize};
 
 /// The embedded default configuration, which is also the documented example.
@@ -33,6 +34,7 @@ pub struct Config {
     pub listen_backlog: u32,
     pub reqs_per_event: u32,
     pub idle_timeout: u64,
+    pub policy: String,
     pub hot_lru_pct: u32,
     pub warm_lru_pct: u32,
     pub shards: usize,
@@ -318,6 +320,7 @@ impl Config {
                 let num = || v.parse::<u64>().map_err(|_| ConfigError(format!("invalid value for -o {k}: {v:?}")));
                 match k {
                     "idle_timeout" => cfg.idle_timeout = num()?,
+                    "policy" => cfg.policy = v.to_string(),
                     "hot_lru_pct" => cfg.hot_lru_pct = num()? as u32,
                     "warm_lru_pct" => cfg.warm_lru_pct = num()? as u32,
                     // Behaviours recalld always has, or has no equivalent of.
@@ -407,6 +410,7 @@ impl Config {
         if self.max_connections == 0 {
             return Err(ConfigError("max_connections must be at least 1".into()));
         }
+        self.policy_kind()?;
         if self.hot_lru_pct + self.warm_lru_pct >= 100 || self.hot_lru_pct == 0 {
             return Err(ConfigError("hot_lru_pct + warm_lru_pct must be below 100, and hot_lru_pct above 0".into()));
         }
@@ -417,6 +421,11 @@ impl Config {
         parse_size(&self.max_item_size, 1)
             .map(|b| b as usize)
             .ok_or_else(|| ConfigError(format!("invalid max item size: {}", self.max_item_size)))
+    }
+
+    /// The eviction policy named by `policy`.
+    pub fn policy_kind(&self) -> Result<PolicyKind, ConfigError> {
+        self.policy.parse().map_err(ConfigError)
     }
 
     pub fn effective_threads(&self) -> usize {
@@ -449,7 +458,8 @@ impl Config {
             ("idle_timeout".into(), self.idle_timeout.to_string()),
             ("hot_lru_pct".into(), self.hot_lru_pct.to_string()),
             ("warm_lru_pct".into(), self.warm_lru_pct.to_string()),
-            ("lru_segmented".into(), "yes".into()),
+            ("lru_segmented".into(), b(self.policy == "slru")),
+            ("recall_policy".into(), self.policy.clone()),
             ("recall_shards".into(), self.shards.to_string()),
         ]
     }
@@ -504,6 +514,24 @@ mod tests {
         assert!(Config::from_cli(&cli(&["-S"])).is_err(), "SASL is refused, not silently dropped");
         let e = Config::from_cli(&cli(&["-t", "0"])).unwrap_err();
         assert!(e.0.contains("Number of threads must be greater than 0"), "{}", e.0);
+    }
+
+    #[test]
+    fn eviction_policy_from_file_key_and_dash_o() {
+        assert_eq!(Config::default().policy_kind(), Ok(PolicyKind::SegmentedLru));
+        for kind in PolicyKind::ALL {
+            let (c, w) = Config::from_cli(&cli(&["-o", &format!("policy={kind}")])).unwrap();
+            assert_eq!((c.policy_kind(), w.len()), (Ok(kind), 0));
+        }
+        let e = Config::from_cli(&cli(&["-o", "policy=lfu"])).unwrap_err();
+        assert!(e.0.contains("unknown eviction policy \"lfu\"") && e.0.contains("s3fifo"), "{}", e.0);
+        let dir = std::env::temp_dir().join(format!("recalld-policy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("recalld.toml");
+        std::fs::write(&file, "policy = \"sieve\"\n").unwrap();
+        let (c, _) = Config::from_cli(&cli(&["--config", file.to_str().unwrap()])).unwrap();
+        assert_eq!(c.policy_kind(), Ok(PolicyKind::Sieve));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use recall_engine::{Action, Counters, Engine, EngineConfig, Out, ProtocolChoice, Segment, Session};
-use recall_store::{Clock, PolicyKind, Store, StoreConfig, SystemClock};
+use recall_store::{Clock, PolicyConfig, SlruConfig, Store, StoreConfig, SystemClock};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Notify};
@@ -45,9 +45,11 @@ pub fn build_engine(cfg: &Config, clock: Arc<dyn Clock>) -> Engine {
         evict: !cfg.disable_evictions,
         shards: cfg.shards,
         cas_enabled: !cfg.disable_cas,
-        policy: PolicyKind::SegmentedLru,
-        hot_pct: cfg.hot_lru_pct,
-        warm_pct: cfg.warm_lru_pct,
+        policy: PolicyConfig {
+            kind: cfg.policy_kind().expect("validated"),
+            slru: SlruConfig { hot_pct: cfg.hot_lru_pct, warm_pct: cfg.warm_lru_pct },
+            ..Default::default()
+        },
     });
     let ecfg = EngineConfig {
         item_size_max: cfg.item_size_max_bytes().expect("validated"),

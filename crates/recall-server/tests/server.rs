@@ -134,6 +134,38 @@ fn eviction_keeps_memory_bounded() {
     assert!(r.starts_with(b"VALUE key19999"), "newest item must be present");
 }
 
+/// Each eviction policy (`-o policy=`) serves a workload under memory
+/// pressure: memory stays bounded, the newest item and a hot key read
+/// between the writes survive, and `stats settings` names the policy.
+#[test]
+fn every_eviction_policy_runs_a_workload() {
+    for policy in ["slru", "sieve", "s3fifo"] {
+        let s = recalld(&["-m", "2", "-o", &format!("policy={policy}")]);
+        let mut c = s.connect();
+        let settings = String::from_utf8(roundtrip(&mut c, b"stats settings\r\n", b"END\r\n")).unwrap();
+        assert!(settings.contains(&format!("STAT recall_policy {policy}\r\n")), "{settings}");
+        roundtrip(&mut c, b"set hot 0 0 3\r\nhot\r\n", b"\r\n");
+        let value = vec![b'v'; 1000];
+        for chunk in 0..20 {
+            let mut batch = Vec::new();
+            for i in chunk * 500..(chunk + 1) * 500 {
+                batch.extend_from_slice(format!("set key{i} 0 0 {} noreply\r\n", value.len()).as_bytes());
+                batch.extend_from_slice(&value);
+                batch.extend_from_slice(b"\r\n");
+            }
+            c.write_all(&batch).unwrap();
+            let r = roundtrip(&mut c, b"get hot\r\n", b"END\r\n");
+            assert_eq!(r, b"VALUE hot 0 3\r\nhot\r\nEND\r\n", "{policy}: the hot key was evicted after {chunk} rounds");
+        }
+        assert!(stat(&mut c, "bytes") <= 2 << 20, "{policy}");
+        assert!(stat(&mut c, "evictions") > 5_000, "{policy}");
+        let r = roundtrip(&mut c, b"get key9999\r\n", b"END\r\n");
+        assert!(r.starts_with(b"VALUE key9999"), "{policy}: the newest item must be present");
+        let r = roundtrip(&mut c, b"get key0\r\n", b"END\r\n");
+        assert_eq!(r, b"END\r\n", "{policy}: the oldest item must be gone");
+    }
+}
+
 #[test]
 fn huge_and_malformed_lengths_get_errors_and_the_connection_survives() {
     let s = recalld(&[]);

@@ -15,9 +15,10 @@
 //!
 //! ## Memory
 //! `-m` bounds the sum of item [`footprint`]s (slot + policy links + table
-//! bucket + rounded allocation). When a write would exceed it, the target
-//! shard evicts from its own policy first (so a hot shard pays for itself),
-//! then, if it has nothing left, others are asked in turn.
+//! bucket + rounded allocation). When a write would exceed it, the victim is
+//! the best (by the policy's rank) of the writer's shard's candidate and
+//! those other shards publish, so eviction follows the policy's order across
+//! the whole store, not shard by shard (`shard/evict.rs`).
 
 mod arena;
 pub mod big;
@@ -33,7 +34,10 @@ use parking_lot::Mutex;
 pub use big::{BigBuilder, BigValue, Value, BIG_THRESHOLD};
 pub use clock::{Clock, ManualClock, SystemClock, UnixSecs};
 pub use item::footprint;
-pub use policy::{Policy, PolicyCounters, PolicyKind, SegmentedLru};
+pub use policy::{
+    Admit, Age, Class, Policy, PolicyConfig, PolicyCounters, PolicyKind, S3Fifo, S3FifoConfig, SegmentedLru, Sieve,
+    SieveConfig, SlruConfig,
+};
 use shard::Shard;
 pub use shard::ShardStats;
 
@@ -75,9 +79,8 @@ pub struct StoreConfig {
     pub shards: usize,
     /// Issue CAS values (`false` is memcached `-C`).
     pub cas_enabled: bool,
-    pub policy: PolicyKind,
-    pub hot_pct: u32,
-    pub warm_pct: u32,
+    /// The eviction policy and every policy's settings.
+    pub policy: PolicyConfig,
 }
 
 impl Default for StoreConfig {
@@ -87,9 +90,7 @@ impl Default for StoreConfig {
             evict: true,
             shards: 256,
             cas_enabled: true,
-            policy: PolicyKind::SegmentedLru,
-            hot_pct: 20,
-            warm_pct: 40,
+            policy: PolicyConfig::default(),
         }
     }
 }
@@ -289,8 +290,10 @@ pub struct Store {
     evict: bool,
     cas_enabled: bool,
     policy_overhead: usize,
-    /// Rotating start for cross-shard eviction.
+    /// Seeds the shard windows of evictions made outside a shard lock.
     evict_cursor: AtomicUsize,
+    /// Each shard's published next-victim rank (`shard/evict.rs`).
+    tails: shard::evict::Tails,
 }
 
 /// The sink a `*_with` call reports to (`None`: nobody listens).
@@ -299,7 +302,7 @@ pub type Sink<'a> = Option<&'a dyn MutationSink>;
 impl Store {
     pub fn new(cfg: StoreConfig) -> Store {
         let n = cfg.shards.max(1).next_power_of_two().min(1 << 16);
-        let shards: Vec<_> = (0..n).map(|_| Mutex::new(Shard::new(&cfg))).collect();
+        let shards: Vec<_> = (0..n).map(|i| Mutex::new(Shard::new(&cfg, i))).collect();
         let policy_overhead = shards[0].lock().policy_overhead();
         Store {
             shards: shards.into_boxed_slice(),
@@ -320,6 +323,7 @@ impl Store {
             cas_enabled: cfg.cas_enabled,
             policy_overhead,
             evict_cursor: AtomicUsize::new(0),
+            tails: shard::evict::Tails::new(n),
         }
     }
 
@@ -330,13 +334,18 @@ impl Store {
 
     #[inline]
     fn shard_of(&self, hash: u64) -> &Mutex<Shard> {
+        &self.shards[self.shard_index(hash)]
+    }
+
+    #[inline]
+    fn shard_index(&self, hash: u64) -> usize {
         // Not the top bits: each shard's hashbrown table takes its 7-bit
         // control tags from the top of the same hash and its bucket index
         // from the bottom, so a shard index drawn from either end would make
         // those bits constant within a shard (every probe then compares
         // every key in the group). Bits 32..48 are used by neither until a
         // single shard holds billions of items.
-        &self.shards[(hash >> 32) as usize & self.shard_mask]
+        (hash >> 32) as usize & self.shard_mask
     }
 
     /// Draw the next CAS value. One counter for the whole store: later it
@@ -376,6 +385,8 @@ impl Store {
             next_cas: &self.next_cas,
             cas_enabled: self.cas_enabled,
             sink,
+            shards: &self.shards,
+            tails: &self.tails,
         }
     }
 
@@ -413,17 +424,11 @@ impl Store {
         for attempt in 0..2 {
             let res = self.shard_of(h).lock().write(&ctx, h, w);
             match res {
-                WriteOutcome::OutOfMemory if attempt == 0 && self.evict => {
-                    let need = match w.big {
-                        Some(b) => self.footprint(w.key.len(), 0) + b.footprint(),
-                        None if w.value.len() > BIG_THRESHOLD => {
-                            self.footprint(w.key.len(), 0) + BigValue::footprint_of_len(w.value.len())
-                        }
-                        None => self.footprint(w.key.len(), w.value.len()),
-                    };
-                    self.evict_elsewhere(&ctx, need);
+                Ok(done) => return done,
+                Err(shard::Short(need)) if attempt == 0 && self.evict => {
+                    self.evict_elsewhere(&ctx, need, Some(self.shard_index(h)));
                 }
-                other => return other,
+                Err(_) => break,
             }
         }
         WriteOutcome::OutOfMemory
@@ -498,17 +503,10 @@ impl Store {
         }
     }
 
-    /// Free memory in shards other than the writer's, round-robin.
-    fn evict_elsewhere(&self, ctx: &shard::Ctx<'_>, need: usize) {
-        let n = self.shards.len();
-        let start = self.evict_cursor.fetch_add(1, Ordering::Relaxed);
-        for i in 0..n {
-            if ctx.mem_used.load(Ordering::Relaxed) + need <= ctx.mem_limit {
-                return;
-            }
-            let mut s = self.shards[(start + i) % n].lock();
-            s.evict_until(ctx, need);
-        }
+    /// Free memory in any shard but `skip`, best victims first.
+    fn evict_elsewhere(&self, ctx: &shard::Ctx<'_>, need: usize, skip: Option<usize>) {
+        let seed = self.evict_cursor.fetch_add(1, Ordering::Relaxed) as u64;
+        shard::evict::evict_elsewhere(ctx, need, skip, seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     }
 
     /// Background reclaim: scan up to `budget` slots per shard for expired
@@ -561,10 +559,11 @@ impl Store {
         for attempt in 0..2 {
             let res = self.shard_of(h).lock().apply(&ctx, h, key, value, flags, exptime, ts, tombstone);
             match res {
-                ApplyOutcome::OutOfMemory if attempt == 0 && self.evict => {
-                    self.evict_elsewhere(&ctx, self.footprint(key.len(), value.len()));
+                Ok(done) => return done,
+                Err(shard::Short(need)) if attempt == 0 && self.evict => {
+                    self.evict_elsewhere(&ctx, need, Some(self.shard_index(h)));
                 }
-                other => return other,
+                Err(_) => break,
             }
         }
         ApplyOutcome::OutOfMemory
@@ -576,7 +575,7 @@ impl Store {
         self.mem_limit.store(bytes, Ordering::Relaxed);
         let ctx = self.ctx(now, None);
         if self.evict {
-            self.evict_elsewhere(&ctx, 0);
+            self.evict_elsewhere(&ctx, 0, None);
         }
     }
 
@@ -586,6 +585,11 @@ impl Store {
 
     pub fn mem_used(&self) -> usize {
         self.mem_used.load(Ordering::Relaxed)
+    }
+
+    /// The eviction policy the store was built with.
+    pub fn policy_kind(&self) -> PolicyKind {
+        self.shards[0].lock().policy_kind()
     }
 
     pub fn shard_count(&self) -> usize {

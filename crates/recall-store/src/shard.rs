@@ -1,7 +1,8 @@
 //! One shard: a hash table of slot numbers, the slot arena, and a policy.
 //!
 //! Everything here runs with the shard's mutex held (the caller has `&mut`),
-//! and touches only this shard's state plus the store-wide atomics in [`Ctx`].
+//! and touches only this shard's state plus the store-wide atomics in [`Ctx`]
+//! (and, for eviction, other shards it can `try_lock`: see `shard/evict.rs`).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -12,11 +13,13 @@ use std::sync::Arc;
 use crate::arena::Chunked;
 use crate::big::{BigBuilder, BigValue, Value, BIG_THRESHOLD};
 use crate::item::{bit, footprint, Slot};
-use crate::policy::{Policy, PolicyCounters, SegmentedLru};
+use crate::policy::{Admit, AnyPolicy, Class, Policy, PolicyCounters, PolicyKind};
 use crate::{
     ApplyOutcome, Arith, ArithOutcome, Delete, DeleteOutcome, ItemView, Mode, Read, ReadOpts, StoreConfig, Tokens,
     UnixSecs, Write, WriteOutcome,
 };
+
+pub(crate) mod evict;
 
 /// Store-wide state an operation needs, snapshotted once per call.
 pub(crate) struct Ctx<'a> {
@@ -28,6 +31,11 @@ pub(crate) struct Ctx<'a> {
     pub next_cas: &'a AtomicU64,
     pub cas_enabled: bool,
     pub sink: Option<&'a dyn crate::MutationSink>,
+    /// Every shard, for eviction across shards (only ever `try_lock`ed
+    /// while a shard lock is held).
+    pub shards: &'a [parking_lot::Mutex<Shard>],
+    /// Each shard's published next-victim rank (see `evict.rs`).
+    pub tails: &'a evict::Tails,
 }
 
 impl Ctx<'_> {
@@ -105,10 +113,19 @@ impl std::ops::AddAssign for ShardStats {
 }
 
 pub(crate) struct Shard {
+    /// This shard's index in the store (its entry in `Ctx::tails`).
+    idx: usize,
+    /// State for choosing which other shards an eviction compares.
+    rng: u64,
+    /// The rank this shard last published in `Ctx::tails`.
+    published: u64,
     table: HashTable<u32>,
     slots: Chunked<Slot>,
     free: Vec<u32>,
-    policy: SegmentedLru,
+    policy: AnyPolicy,
+    /// `policy.overhead_per_slot()`, fixed per policy; kept here because
+    /// every footprint needs it.
+    policy_overhead: usize,
     hasher: ahash::RandomState,
     crawl_cursor: usize,
     stats: ShardStats,
@@ -123,6 +140,14 @@ pub(crate) struct Shard {
     pass_saw_ttl: bool,
 }
 
+/// Out of memory: a write needs this many more bytes than eviction from its
+/// shard (and the shards it could lock) freed. The store then evicts from
+/// the other shards, never this one: what is left here is the write's own
+/// item, which its own eviction must not take (issue 17: an append evicted
+/// its target and answered NOT_STORED).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Short(pub usize);
+
 /// Why a slot is being freed, for the stats.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Why {
@@ -134,12 +159,18 @@ enum Why {
 }
 
 impl Shard {
-    pub fn new(cfg: &StoreConfig) -> Shard {
+    pub fn new(cfg: &StoreConfig, idx: usize) -> Shard {
+        let policy = AnyPolicy::new(&cfg.policy);
         Shard {
+            idx,
+            // Any odd, distinct seed: xorshift must not start at 0.
+            rng: (idx as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1,
+            published: evict::EMPTY,
             table: HashTable::new(),
             slots: Chunked::default(),
             free: Vec::new(),
-            policy: SegmentedLru::new(cfg.hot_pct, cfg.warm_pct),
+            policy_overhead: policy.overhead_per_slot(),
+            policy,
             hasher: ahash::RandomState::with_seeds(
                 0x243f_6a88_85a3_08d3,
                 0x1319_8a2e_0370_7344,
@@ -155,7 +186,17 @@ impl Shard {
     }
 
     pub fn policy_overhead(&self) -> usize {
-        self.policy.overhead_per_slot()
+        self.policy_overhead
+    }
+
+    pub fn policy_kind(&self) -> PolicyKind {
+        self.policy.kind()
+    }
+
+    /// What the policy is told about the item in `slot`, whose key hashes
+    /// to `h`, when it is admitted.
+    fn admit(h: u64, slot: &Slot, fp: usize) -> Admit {
+        Admit { hash: h, size: fp, class: Class::of_expiry(slot.exptime) }
     }
 
     /// Memory of a slot about to be linked, with its big value if any.
@@ -229,7 +270,11 @@ impl Shard {
         if let Ok(e) = self.table.find_entry(h, |&j| j == i) {
             e.remove();
         }
-        self.policy.on_remove(i);
+        if why == Why::Evicted {
+            self.policy.on_evict(i, h);
+        } else {
+            self.policy.on_remove(i);
+        }
         let fp = self.fp_at(i);
         ctx.mem_used.fetch_sub(fp, Ordering::Relaxed);
         let s = std::mem::replace(&mut self.slots[i as usize], Slot::free());
@@ -261,42 +306,6 @@ impl Shard {
         self.hasher.hash_one(self.slots[i as usize].key())
     }
 
-    /// Evict until `need` more bytes fit under the limit, never evicting
-    /// `protect`. Returns whether they fit.
-    fn make_room(&mut self, ctx: &Ctx<'_>, need: usize, protect: Option<u32>) -> bool {
-        let fits = |ctx: &Ctx<'_>| ctx.mem_used.load(Ordering::Relaxed) + need <= ctx.mem_limit;
-        if fits(ctx) {
-            return true;
-        }
-        if !ctx.evict {
-            // -M: still reclaim what is already dead, but never evict live data.
-            return false;
-        }
-        let mut requeued = false;
-        while !fits(ctx) {
-            let Some(v) = self.policy.victim() else { return false };
-            if Some(v) == protect {
-                if requeued {
-                    return false;
-                }
-                // Move it out of the way once; it is being rewritten anyway.
-                self.policy.on_remove(v);
-                self.policy.on_insert(v);
-                requeued = true;
-                continue;
-            }
-            let h = self.hash_of_slot(v);
-            let why = if ctx.dead(&self.slots[v as usize]).is_some() { Why::Expired } else { Why::Evicted };
-            self.stats.direct_reclaims += 1;
-            self.remove(ctx, v, h, why);
-        }
-        true
-    }
-
-    pub fn evict_until(&mut self, ctx: &Ctx<'_>, need: usize) {
-        self.make_room(ctx, need, None);
-    }
-
     /// Put a new item into a fresh slot.
     fn insert_new(&mut self, ctx: &Ctx<'_>, h: u64, slot: Slot, big: Option<Arc<BigValue>>) -> u32 {
         self.has_ttl |= slot.exptime != 0;
@@ -318,14 +327,21 @@ impl Shard {
         }
         let (slots, hasher) = (&self.slots, &self.hasher);
         self.table.insert_unique(h, i, |&j| hasher.hash_one(slots[j as usize].key()));
-        self.policy.on_insert(i);
+        self.policy.on_insert(i, Self::admit(h, &self.slots[i as usize], fp));
+        if self.rank_of(ctx, i) < self.published {
+            // The published rank must stay a lower bound on the next
+            // victim's: the new item may be the victim now (the shard was
+            // empty), or change where it comes from (a segmented LRU whose
+            // victim was in WARM).
+            self.publish_tail(ctx);
+        }
         self.stats.curr_items += 1;
         self.stats.total_items += 1;
         i
     }
 
-    /// Replace the item in slot `i` with `slot` (same key).
-    fn replace_in(&mut self, ctx: &Ctx<'_>, i: u32, mut slot: Slot, big: Option<Arc<BigValue>>) {
+    /// Replace the item in slot `i` with `slot` (same key, hashing to `h`).
+    fn replace_in(&mut self, ctx: &Ctx<'_>, h: u64, i: u32, mut slot: Slot, big: Option<Arc<BigValue>>) {
         self.has_ttl |= slot.exptime != 0;
         let new_fp = self.fp_new(&slot, big.as_ref());
         let old_fp = self.fp_at(i);
@@ -340,10 +356,7 @@ impl Shard {
         self.slots[i as usize] = slot;
         ctx.mem_used.fetch_add(new_fp, Ordering::Relaxed);
         ctx.mem_used.fetch_sub(old_fp, Ordering::Relaxed);
-        // A new version enters the policy as a new item, as in memcached,
-        // where a replacement is a fresh item linked at the head.
-        self.policy.on_remove(i);
-        self.policy.on_insert(i);
+        self.policy.on_replace(i, Self::admit(h, &self.slots[i as usize], new_fp));
         self.stats.total_items += 1;
     }
 
@@ -425,27 +438,28 @@ impl Shard {
         }))
     }
 
-    pub fn write(&mut self, ctx: &Ctx<'_>, h: u64, w: &Write<'_>) -> WriteOutcome {
+    /// A write; `Err` when it does not fit even after evicting (see [`Short`]).
+    pub fn write(&mut self, ctx: &Ctx<'_>, h: u64, w: &Write<'_>) -> Result<WriteOutcome, Short> {
         let existing = self.lookup(ctx, h, w.key, false);
         let mut stale = false;
         match (w.mode, existing) {
             (Mode::Add, Some(i)) => {
                 // memcached bumps the item even though add fails.
                 self.policy.on_access(i);
-                return WriteOutcome::NotStored;
+                return Ok(WriteOutcome::NotStored);
             }
-            (Mode::Replace, None) => return WriteOutcome::NotStored,
+            (Mode::Replace, None) => return Ok(WriteOutcome::NotStored),
             (Mode::Append | Mode::Prepend, None) if w.vivify.is_none() => {
-                return WriteOutcome::NotStored;
+                return Ok(WriteOutcome::NotStored);
             }
-            (_, None) if w.compare_cas != 0 => return WriteOutcome::NotFound,
+            (_, None) if w.compare_cas != 0 => return Ok(WriteOutcome::NotFound),
             (_, Some(i)) if w.compare_cas != 0 => {
                 let cur = self.slots[i as usize].cas;
                 if cur != w.compare_cas {
                     if w.invalidate && w.compare_cas < cur {
                         stale = true;
                     } else {
-                        return WriteOutcome::Exists;
+                        return Ok(WriteOutcome::Exists);
                     }
                 }
             }
@@ -477,17 +491,17 @@ impl Shard {
         let need = self.fp_new(&slot, big.as_ref());
         let credit = existing.map_or(0, |i| self.fp_at(i));
         if !self.make_room(ctx, need.saturating_sub(credit), existing) {
-            return WriteOutcome::OutOfMemory;
+            return Err(Short(need.saturating_sub(credit)));
         }
         let i = match existing {
             Some(i) => {
-                self.replace_in(ctx, i, slot, big);
+                self.replace_in(ctx, h, i, slot, big);
                 i
             }
             None => self.insert_new(ctx, h, slot, big),
         };
         self.log_slot(ctx, i);
-        WriteOutcome::Stored { cas }
+        Ok(WriteOutcome::Stored { cas })
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -501,14 +515,14 @@ impl Shard {
         exptime: UnixSecs,
         ts: u64,
         tombstone: bool,
-    ) -> ApplyOutcome {
+    ) -> Result<ApplyOutcome, Short> {
         let existing = self.lookup(ctx, h, key, false);
         if let Some(i) = existing {
             // Equal timestamps are the same write, possibly touched since
             // (touch keeps the CAS but changes the expiry), so a record with
             // the item's own timestamp is applied: later log records win.
             if self.slots[i as usize].cas > ts {
-                return ApplyOutcome::Stale;
+                return Ok(ApplyOutcome::Stale);
             }
         }
         if tombstone {
@@ -516,23 +530,23 @@ impl Shard {
                 self.remove(ctx, i, h, Why::Deleted);
             }
             Self::log_tombstone(ctx, key, ts);
-            return ApplyOutcome::Applied;
+            return Ok(ApplyOutcome::Applied);
         }
         let (slot, big) = make_item(key, &[Value::Inline(value)], flags, exptime, ts, ctx.now);
         let need = self.fp_new(&slot, big.as_ref());
         let credit = existing.map_or(0, |i| self.fp_at(i));
         if !self.make_room(ctx, need.saturating_sub(credit), existing) {
-            return ApplyOutcome::OutOfMemory;
+            return Err(Short(need.saturating_sub(credit)));
         }
         let i = match existing {
             Some(i) => {
-                self.replace_in(ctx, i, slot, big);
+                self.replace_in(ctx, h, i, slot, big);
                 i
             }
             None => self.insert_new(ctx, h, slot, big),
         };
         self.log_slot(ctx, i);
-        ApplyOutcome::Applied
+        Ok(ApplyOutcome::Applied)
     }
 
     pub fn arith(&mut self, ctx: &Ctx<'_>, h: u64, a: &Arith<'_>) -> ArithOutcome {
@@ -589,7 +603,7 @@ impl Shard {
         if !self.make_room(ctx, need, Some(i)) {
             return ArithOutcome::OutOfMemory;
         }
-        self.replace_in(ctx, i, slot, None);
+        self.replace_in(ctx, h, i, slot, None);
         self.log_slot(ctx, i);
         ArithOutcome::Done { value, cas, exptime, created: false }
     }
@@ -615,7 +629,7 @@ impl Shard {
             let cas = ctx.draw_cas(d.explicit_cas);
             let mut slot = new_slot(d.key, &[], &[], s.flags, s.exptime, cas, ctx.now);
             slot.assign_bits(s.bits());
-            self.replace_in(ctx, i, slot, None);
+            self.replace_in(ctx, h, i, slot, None);
             self.log_slot(ctx, i);
             return DeleteOutcome::Deleted;
         }
@@ -676,8 +690,10 @@ impl Shard {
         self.table = HashTable::new();
         self.slots = Chunked::default();
         self.free = Vec::new();
-        let (hot, warm) = self.policy.shares();
-        self.policy = SegmentedLru::new(hot, warm);
+        self.policy = self.policy.emptied();
+        // The published rank is now stale: the next insert republishes it,
+        // and a look before that marks the shard empty.
+        self.published = evict::EMPTY;
         self.crawl_cursor = 0;
         self.stats.curr_items = 0;
     }

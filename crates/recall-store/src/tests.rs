@@ -8,7 +8,12 @@ use proptest::prelude::*;
 use super::*;
 
 fn store(mem: usize) -> Store {
-    Store::new(StoreConfig { mem_limit: mem, shards: 4, ..Default::default() })
+    store_with(PolicyKind::default(), mem)
+}
+
+fn store_with(kind: PolicyKind, mem: usize) -> Store {
+    let policy = PolicyConfig { kind, ..Default::default() };
+    Store::new(StoreConfig { mem_limit: mem, shards: 4, policy, ..Default::default() })
 }
 
 fn get(s: &Store, k: &[u8], now: u32) -> Option<Vec<u8>> {
@@ -120,8 +125,14 @@ fn strtoull_rules() {
 
 #[test]
 fn eviction_keeps_memory_under_limit() {
+    for kind in PolicyKind::ALL {
+        eviction_keeps_memory_under_limit_with(kind);
+    }
+}
+
+fn eviction_keeps_memory_under_limit_with(kind: PolicyKind) {
     let limit = 64 * 1024;
-    let s = store(limit);
+    let s = store_with(kind, limit);
     for i in 0..10_000u32 {
         let k = format!("key{i}");
         assert!(matches!(set(&s, k.as_bytes(), &[b'x'; 100], 0, 1), WriteOutcome::Stored { .. }));
@@ -131,7 +142,7 @@ fn eviction_keeps_memory_under_limit() {
     assert!(st.evictions > 9000);
     assert_eq!(st.curr_items + st.evictions, 10_000);
     // Recent keys survive.
-    assert!(get(&s, b"key9999", 1).is_some());
+    assert!(get(&s, b"key9999", 1).is_some(), "{kind}");
 }
 
 #[test]
@@ -152,13 +163,16 @@ fn no_evict_mode_refuses_when_full() {
 
 #[test]
 fn big_item_evicts_across_shards() {
-    let s = Store::new(StoreConfig { mem_limit: 200 * 1024, shards: 64, ..Default::default() });
-    for i in 0..1000u32 {
-        set(&s, format!("k{i}").as_bytes(), &[0; 150], 0, 1);
+    for kind in PolicyKind::ALL {
+        let policy = PolicyConfig { kind, ..Default::default() };
+        let s = Store::new(StoreConfig { mem_limit: 200 * 1024, shards: 64, policy, ..Default::default() });
+        for i in 0..1000u32 {
+            set(&s, format!("k{i}").as_bytes(), &[0; 150], 0, 1);
+        }
+        let r = set(&s, b"big", &vec![1; 100 * 1024], 0, 1);
+        assert!(matches!(r, WriteOutcome::Stored { .. }), "{kind}: {r:?} used {}", s.mem_used());
+        assert!(s.mem_used() <= 200 * 1024);
     }
-    let r = set(&s, b"big", &vec![1; 100 * 1024], 0, 1);
-    assert!(matches!(r, WriteOutcome::Stored { .. }), "{r:?} used {}", s.mem_used());
-    assert!(s.mem_used() <= 200 * 1024);
 }
 
 #[test]
@@ -255,86 +269,11 @@ fn op() -> impl Strategy<Value = Op> {
 
 proptest! {
     /// With plenty of memory (no eviction), the store behaves exactly like a
-    /// map with expiry.
+    /// map with expiry, whatever its policy.
     #[test]
     fn matches_model(ops in proptest::collection::vec(op(), 1..200)) {
-        let s = store(1 << 24);
-        let clock = ManualClock::new(1000);
-        let mut model: HashMap<u8, (Vec<u8>, u32)> = HashMap::new();
-        let live = |m: &mut HashMap<u8, (Vec<u8>, u32)>, k: u8, now: u32| {
-            if let Some((_, e)) = m.get(&k) {
-                if *e != 0 && *e <= now { m.remove(&k); }
-            }
-        };
-        for op in ops {
-            let now = clock.now();
-            let key = |k: u8| format!("key:{k}").into_bytes();
-            let exp = |t: u8| if t == 0 { 0 } else { now + t as u32 };
-            match op {
-                Op::Set(k, v, t) => {
-                    set(&s, &key(k), &[v], exp(t), now);
-                    model.insert(k, (vec![v], exp(t)));
-                }
-                Op::Add(k, v) => {
-                    live(&mut model, k, now);
-                    let r = s.write(&Write::new(Mode::Add, &key(k), &[v], 0, 0), now);
-                    let expect_stored = !model.contains_key(&k);
-                    let stored = matches!(r, WriteOutcome::Stored { .. });
-                    prop_assert_eq!(stored, expect_stored);
-                    if expect_stored { model.insert(k, (vec![v], 0)); }
-                }
-                Op::Append(k, v) => {
-                    live(&mut model, k, now);
-                    let r = s.write(&Write::new(Mode::Append, &key(k), &[v], 0, 0), now);
-                    match model.get_mut(&k) {
-                        Some((val, _)) => { prop_assert!(matches!(r, WriteOutcome::Stored { .. }), "append must store"); val.push(v); }
-                        None => prop_assert_eq!(r, WriteOutcome::NotStored),
-                    }
-                }
-                Op::Delete(k) => {
-                    live(&mut model, k, now);
-                    let r = s.delete(&Delete { key: &key(k), ..Default::default() }, now);
-                    let was = model.remove(&k).is_some();
-                    prop_assert_eq!(r == DeleteOutcome::Deleted, was);
-                }
-                Op::Get(k) => {
-                    live(&mut model, k, now);
-                    prop_assert_eq!(get(&s, &key(k), now), model.get(&k).map(|(v, _)| v.clone()));
-                }
-                Op::Incr(k, d) => {
-                    live(&mut model, k, now);
-                    let r = s.arith(&Arith { key: &key(k), incr: true, delta: d as u64, initial: None, compare_cas: 0, explicit_cas: 0, touch: None }, now);
-                    match model.get_mut(&k) {
-                        None => prop_assert_eq!(r, ArithOutcome::NotFound),
-                        Some((val, _)) => match crate::shard::parse_u64_like_strtoull(val) {
-                            None => prop_assert_eq!(r, ArithOutcome::NonNumeric),
-                            Some(n) => {
-                                let new = n.wrapping_add(d as u64);
-                                let ArithOutcome::Done { value, .. } = r else { return Err(TestCaseError::fail("arith")) };
-                                prop_assert_eq!(value, new);
-                                let mut digits = new.to_string().into_bytes();
-                                if digits.len() <= val.len() { digits.resize(val.len(), b' '); }
-                                *val = digits;
-                            }
-                        },
-                    }
-                }
-                Op::Touch(k, t) => {
-                    live(&mut model, k, now);
-                    let r = s.touch(&key(k), exp(t), now);
-                    prop_assert_eq!(r, model.contains_key(&k));
-                    if let Some((_, e)) = model.get_mut(&k) { *e = exp(t); }
-                }
-                Op::Advance(n) => clock.advance(n as u32),
-                Op::Crawl => { s.reclaim_expired(now, 64); }
-            }
-            let now = clock.now();
-            let items: usize = (0..16u8).filter(|&k| {
-                model.get(&k).is_some_and(|(_, e)| *e == 0 || *e > now)
-            }).count();
-            let mut seen = 0;
-            s.for_each(now, |_| seen += 1);
-            prop_assert_eq!(seen, items);
+        for kind in PolicyKind::ALL {
+            check_model(kind, &ops)?;
         }
     }
 
@@ -342,22 +281,128 @@ proptest! {
     /// returns the last value written for that key.
     #[test]
     fn eviction_never_returns_wrong_data(ops in proptest::collection::vec((0..200u16, 1..2000usize), 1..300)) {
-        let limit = 32 * 1024;
-        let s = store(limit);
-        let mut last: HashMap<u16, usize> = HashMap::new();
-        for (k, len) in ops {
-            let key = format!("k{k}");
-            let val = vec![(len % 251) as u8; len];
-            set(&s, key.as_bytes(), &val, 0, 1);
-            last.insert(k, len);
-            prop_assert!(s.mem_used() <= limit);
-            for (k2, len2) in &last {
-                if let Some(v) = get(&s, format!("k{k2}").as_bytes(), 1) {
-                    prop_assert_eq!(v.len(), *len2);
+        for kind in PolicyKind::ALL {
+            let limit = 32 * 1024;
+            let s = store_with(kind, limit);
+            let mut last: HashMap<u16, usize> = HashMap::new();
+            for &(k, len) in &ops {
+                let key = format!("k{k}");
+                let val = vec![(len % 251) as u8; len];
+                set(&s, key.as_bytes(), &val, 0, 1);
+                last.insert(k, len);
+                prop_assert!(s.mem_used() <= limit);
+                for (k2, len2) in &last {
+                    if let Some(v) = get(&s, format!("k{k2}").as_bytes(), 1) {
+                        prop_assert_eq!(v.len(), *len2, "{}", kind);
+                    }
                 }
             }
         }
     }
+}
+
+fn check_model(kind: PolicyKind, ops: &[Op]) -> Result<(), TestCaseError> {
+    let s = store_with(kind, 1 << 24);
+    let clock = ManualClock::new(1000);
+    let mut model: HashMap<u8, (Vec<u8>, u32)> = HashMap::new();
+    let live = |m: &mut HashMap<u8, (Vec<u8>, u32)>, k: u8, now: u32| {
+        if let Some((_, e)) = m.get(&k) {
+            if *e != 0 && *e <= now {
+                m.remove(&k);
+            }
+        }
+    };
+    for op in ops.iter().cloned() {
+        let now = clock.now();
+        let key = |k: u8| format!("key:{k}").into_bytes();
+        let exp = |t: u8| if t == 0 { 0 } else { now + t as u32 };
+        match op {
+            Op::Set(k, v, t) => {
+                set(&s, &key(k), &[v], exp(t), now);
+                model.insert(k, (vec![v], exp(t)));
+            }
+            Op::Add(k, v) => {
+                live(&mut model, k, now);
+                let r = s.write(&Write::new(Mode::Add, &key(k), &[v], 0, 0), now);
+                let expect_stored = !model.contains_key(&k);
+                let stored = matches!(r, WriteOutcome::Stored { .. });
+                prop_assert_eq!(stored, expect_stored);
+                if expect_stored {
+                    model.insert(k, (vec![v], 0));
+                }
+            }
+            Op::Append(k, v) => {
+                live(&mut model, k, now);
+                let r = s.write(&Write::new(Mode::Append, &key(k), &[v], 0, 0), now);
+                match model.get_mut(&k) {
+                    Some((val, _)) => {
+                        prop_assert!(matches!(r, WriteOutcome::Stored { .. }), "append must store");
+                        val.push(v);
+                    }
+                    None => prop_assert_eq!(r, WriteOutcome::NotStored),
+                }
+            }
+            Op::Delete(k) => {
+                live(&mut model, k, now);
+                let r = s.delete(&Delete { key: &key(k), ..Default::default() }, now);
+                let was = model.remove(&k).is_some();
+                prop_assert_eq!(r == DeleteOutcome::Deleted, was);
+            }
+            Op::Get(k) => {
+                live(&mut model, k, now);
+                prop_assert_eq!(get(&s, &key(k), now), model.get(&k).map(|(v, _)| v.clone()));
+            }
+            Op::Incr(k, d) => {
+                live(&mut model, k, now);
+                let r = s.arith(
+                    &Arith {
+                        key: &key(k),
+                        incr: true,
+                        delta: d as u64,
+                        initial: None,
+                        compare_cas: 0,
+                        explicit_cas: 0,
+                        touch: None,
+                    },
+                    now,
+                );
+                match model.get_mut(&k) {
+                    None => prop_assert_eq!(r, ArithOutcome::NotFound),
+                    Some((val, _)) => match crate::shard::parse_u64_like_strtoull(val) {
+                        None => prop_assert_eq!(r, ArithOutcome::NonNumeric),
+                        Some(n) => {
+                            let new = n.wrapping_add(d as u64);
+                            let ArithOutcome::Done { value, .. } = r else { return Err(TestCaseError::fail("arith")) };
+                            prop_assert_eq!(value, new);
+                            let mut digits = new.to_string().into_bytes();
+                            if digits.len() <= val.len() {
+                                digits.resize(val.len(), b' ');
+                            }
+                            *val = digits;
+                        }
+                    },
+                }
+            }
+            Op::Touch(k, t) => {
+                live(&mut model, k, now);
+                let r = s.touch(&key(k), exp(t), now);
+                prop_assert_eq!(r, model.contains_key(&k));
+                if let Some((_, e)) = model.get_mut(&k) {
+                    *e = exp(t);
+                }
+            }
+            Op::Advance(n) => clock.advance(n as u32),
+            Op::Crawl => {
+                s.reclaim_expired(now, 64);
+            }
+        }
+        let now = clock.now();
+        let items: usize = (0..16u8).filter(|&k| model.get(&k).is_some_and(|(_, e)| *e == 0 || *e > now)).count();
+        let mut seen = 0;
+        s.for_each(now, |_| seen += 1);
+        prop_assert_eq!(seen, items);
+    }
+    Ok(())
 }
 
 #[test]
@@ -485,5 +530,99 @@ fn shard_index_leaves_table_bits_free() {
     for (set, what) in [(&tags, "control tags"), (&low, "low bits")] {
         let min = set.values().map(|t| t.len()).min().unwrap();
         assert!(min > 16, "a shard's keys share their {what}: only {min} distinct values");
+    }
+}
+
+/// Issue 13: eviction follows the policy's order across the whole store,
+/// not shard by shard. With many shards and few items per shard, a shard
+/// that stops receiving writes used to keep its oldest items while recent
+/// ones elsewhere were evicted.
+#[test]
+fn newest_items_survive_a_burst_of_evictions_and_the_oldest_do_not() {
+    for kind in PolicyKind::ALL {
+        newest_items_survive_with(kind);
+    }
+}
+
+fn newest_items_survive_with(kind: PolicyKind) {
+    let value = [b'v'; 100];
+    let policy = PolicyConfig { kind, ..Default::default() };
+    let per_item = Store::new(StoreConfig { policy, ..Default::default() }).footprint(8, value.len());
+    let capacity = 512;
+    let s = Store::new(StoreConfig { mem_limit: capacity * per_item, shards: 1024, policy, ..Default::default() });
+    let total = 4 * capacity;
+    for i in 0..total {
+        let r = set(&s, format!("key{i:05}").as_bytes(), &value, 0, 1);
+        assert!(matches!(r, WriteOutcome::Stored { .. }), "{i}: {r:?}");
+    }
+    let alive = |i: usize| get(&s, format!("key{i:05}").as_bytes(), 1).is_some();
+    let old_alive: Vec<usize> = (0..total - capacity).filter(|&i| alive(i)).collect();
+    let recent_lost: Vec<usize> = (total - capacity / 4..total).filter(|&i| !alive(i)).collect();
+    assert!(old_alive.is_empty(), "{kind}: {} items older than the cache survived: {old_alive:?}", old_alive.len());
+    assert!(recent_lost.is_empty(), "{kind}: {} of the newest items were evicted: {recent_lost:?}", recent_lost.len());
+}
+
+/// Issue 17: under memory pressure an append evicted its own target and
+/// answered NOT_STORED. Eviction on behalf of a write must never take the
+/// write's own item: an append that fits after evicting others is stored,
+/// and one that cannot fit at all is refused with the target intact.
+#[test]
+fn append_under_pressure_never_evicts_its_own_target() {
+    let limit = 1 << 20;
+    for (kind, shards) in PolicyKind::ALL.into_iter().flat_map(|k| [(k, 1), (k, 4), (k, 64)]) {
+        let policy = PolicyConfig { kind, ..Default::default() };
+        let s = Store::new(StoreConfig { mem_limit: limit, shards, policy, ..Default::default() });
+        let big: Vec<u8> = (0..800 * 1024).map(|i| (i % 251) as u8).collect();
+        assert!(matches!(set(&s, b"target", &big, 0, 1), WriteOutcome::Stored { .. }));
+        let mut i = 0;
+        while s.mem_used() + s.footprint(8, 1000) <= limit {
+            set(&s, format!("f{i:07}").as_bytes(), &[b'f'; 1000], 0, 1);
+            i += 1;
+        }
+        // Fits once enough filler is evicted.
+        let tail = vec![b'+'; 100 * 1024];
+        let r = s.write(&Write::new(Mode::Append, b"target", &tail, 0, 0), 1);
+        assert!(matches!(r, WriteOutcome::Stored { .. }), "{kind}, {shards} shards: {r:?}");
+        let v = get(&s, b"target", 1).expect("the target survives its own append");
+        assert_eq!(v.len(), big.len() + tail.len());
+        assert_eq!((&v[..big.len()], &v[big.len()..]), (&big[..], &tail[..]));
+        // Cannot fit even with everything else gone: refused, target kept.
+        let huge = vec![b'!'; 200 * 1024];
+        let r = s.write(&Write::new(Mode::Append, b"target", &huge, 0, 0), 1);
+        assert_eq!(r, WriteOutcome::OutOfMemory, "{kind}, {shards} shards");
+        assert_eq!(get(&s, b"target", 1).map(|v| v.len()), Some(big.len() + tail.len()), "{kind}, {shards} shards");
+        assert!(s.mem_used() <= limit);
+    }
+}
+
+/// The configured policy is the one built, and its counters move: a small
+/// hot set read between the writes of a scan is kept by every policy, each
+/// counting its own moves.
+#[test]
+fn each_policy_is_built_from_the_config_keeps_a_hot_set_and_counts() {
+    // With 1024 shards there are fewer items than shards, so the order must
+    // hold across shards, not just within one.
+    for (kind, shards) in PolicyKind::ALL.into_iter().flat_map(|k| [(k, 4), (k, 1024)]) {
+        let policy = PolicyConfig { kind, ..Default::default() };
+        let s = Store::new(StoreConfig { mem_limit: 64 * 1024, shards, policy, ..Default::default() });
+        assert_eq!(s.policy_kind(), kind);
+        for round in 0..4 {
+            for i in 0..2000u32 {
+                // 500 keys, more than fit: each comes back soon after it left.
+                set(&s, format!("scan{}", i % 500).as_bytes(), &[b's'; 100], 0, 1);
+                let hot = format!("hot{}", i % 8);
+                if get(&s, hot.as_bytes(), 1).is_none() {
+                    assert!(round == 0 && i < 8, "{kind}, {shards} shards: {hot} lost in round {round} at {i}");
+                    set(&s, hot.as_bytes(), &[b'h'; 100], 0, 1);
+                }
+            }
+        }
+        let st = s.stats();
+        assert!(st.evictions > 3000, "{kind}, {shards} shards: {st:?}");
+        let named = st.policy.named(kind);
+        assert!(named.iter().any(|&(_, v)| v > 0), "{kind}: {named:?}");
+        if kind == PolicyKind::S3Fifo {
+            assert!(st.policy.s3fifo_moves_to_main > 0 && st.policy.s3fifo_ghost_hits > 0, "{named:?}");
+        }
     }
 }

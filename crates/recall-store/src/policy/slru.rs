@@ -1,0 +1,281 @@
+//! memcached's segmented LRU (doc/new_lru.txt), done synchronously inside
+//! the shard.
+
+use super::list::{Lists, NIL, NONE};
+use super::{lru_rank, Admit, Age, Policy, PolicyCounters};
+
+/// The segmented LRU's settings, as memcached's `-o hot_lru_pct` and
+/// `-o warm_lru_pct` (defaults 20 and 40): the most of a shard's items
+/// HOT and WARM may hold; COLD holds the rest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlruConfig {
+    pub hot_pct: u32,
+    pub warm_pct: u32,
+}
+
+impl Default for SlruConfig {
+    fn default() -> Self {
+        SlruConfig { hot_pct: 20, warm_pct: 40 }
+    }
+}
+
+/// Segments, as list numbers.
+const HOT: u8 = 1;
+const WARM: u8 = 2;
+const COLD: u8 = 3;
+
+/// `bits` of a node: accessed since it last moved (memcached's ITEM_ACTIVE).
+const ACTIVE: u8 = 1;
+
+/// At most this many active COLD tails are promoted per `victim` call, so an
+/// eviction does bounded work even when every COLD item was hit.
+const SECOND_CHANCES: usize = 64;
+
+/// memcached's segmented LRU, done synchronously inside the shard.
+///
+/// * New items enter HOT.
+/// * A hit only sets the item's `active` bit. An active item that reaches
+///   COLD's tail is promoted to WARM instead of being evicted (memcached
+///   promotes a COLD hit right away, from a background thread; here the move
+///   waits until memory is short, so a hit never relinks lists).
+/// * When HOT exceeds `hot_pct` of the items, its tail moves to WARM if it
+///   was active, or to COLD. When WARM exceeds `warm_pct`, its tail is
+///   re-queued at WARM's head if active, or demoted to COLD.
+/// * Victims come from COLD's tail, then HOT's, then WARM's.
+///
+/// This keeps one-hit wonders from flushing out the working set (they age
+/// out through HOT into COLD without ever reaching WARM), which is the point
+/// of memcached's design.
+#[derive(Debug)]
+pub struct SegmentedLru {
+    lists: Lists<(), 4>,
+    cfg: SlruConfig,
+    counters: PolicyCounters,
+}
+
+impl Default for SegmentedLru {
+    fn default() -> Self {
+        Self::new(SlruConfig::default())
+    }
+}
+
+impl SegmentedLru {
+    pub fn new(cfg: SlruConfig) -> Self {
+        SegmentedLru { lists: Lists::new(), cfg, counters: PolicyCounters::default() }
+    }
+
+    /// Empty, with the same settings and counters.
+    pub fn emptied(&self) -> Self {
+        SegmentedLru { counters: self.counters, ..Self::new(self.cfg) }
+    }
+
+    fn len(&self, seg: u8) -> u32 {
+        self.lists.ends(seg).len
+    }
+
+    fn total(&self) -> u32 {
+        self.len(HOT) + self.len(WARM) + self.len(COLD)
+    }
+
+    /// Move `t`'s node to the head of `seg`, clearing its active bit.
+    fn move_to(&mut self, t: u32, seg: u8) {
+        self.lists.unlink(t);
+        self.lists.at_mut(t).bits &= !ACTIVE;
+        self.lists.push_head(seg, t);
+    }
+
+    /// Move tails out of HOT and WARM until both are within their shares.
+    /// Bounded per call so an insert never does unbounded work.
+    fn balance(&mut self) {
+        for _ in 0..4 {
+            let total = self.total().max(1);
+            let hot_over = self.len(HOT) * 100 > total * self.cfg.hot_pct;
+            // WARM keeps at least one item: in a shard of one or two items
+            // (many shards, a small cache) its share would round to none, and
+            // an item hit again would fall straight back to COLD.
+            let warm_over = self.len(WARM) > 1 && self.len(WARM) * 100 > total * self.cfg.warm_pct;
+            if hot_over {
+                let t = self.lists.ends(HOT).tail;
+                if self.lists.at(t).bits & ACTIVE != 0 {
+                    self.move_to(t, WARM);
+                    self.counters.moves_to_warm += 1;
+                } else {
+                    self.move_to(t, COLD);
+                    self.counters.moves_to_cold += 1;
+                }
+            } else if warm_over {
+                let t = self.lists.ends(WARM).tail;
+                if self.lists.at(t).bits & ACTIVE != 0 {
+                    self.move_to(t, WARM);
+                    self.counters.moves_within_lru += 1;
+                } else {
+                    self.move_to(t, COLD);
+                    self.counters.moves_to_cold += 1;
+                }
+            } else {
+                return;
+            }
+        }
+    }
+
+    /// The settings it was built with.
+    pub fn config(&self) -> SlruConfig {
+        self.cfg
+    }
+
+    #[cfg(test)]
+    fn segment_lens(&self) -> (u32, u32, u32) {
+        (self.len(HOT), self.len(WARM), self.len(COLD))
+    }
+}
+
+impl Policy for SegmentedLru {
+    fn on_insert(&mut self, slot: u32, _admit: Admit) {
+        self.lists.node(slot).bits &= !ACTIVE;
+        self.lists.push_head(HOT, slot);
+        self.balance();
+    }
+
+    #[inline]
+    fn on_access(&mut self, slot: u32) {
+        let n = self.lists.node(slot);
+        if n.list != NONE {
+            n.bits |= ACTIVE;
+        }
+    }
+
+    fn on_remove(&mut self, slot: u32) {
+        if self.lists.known(slot) {
+            self.lists.unlink(slot);
+            self.lists.at_mut(slot).bits &= !ACTIVE;
+        }
+    }
+
+    fn victim(&mut self, _clock: u64) -> Option<u32> {
+        // Second chance: an item hit while in COLD is promoted to WARM when
+        // it reaches COLD's tail instead of being evicted. memcached moves
+        // it right after the hit, from a background thread; doing the move
+        // here keeps a hit down to setting one bit, and the relinking (plus
+        // the rebalancing it causes) is paid only when memory is short.
+        for _ in 0..SECOND_CHANCES {
+            let t = self.lists.ends(COLD).tail;
+            if t == NIL || self.lists.at(t).bits & ACTIVE == 0 {
+                break;
+            }
+            self.move_to(t, WARM);
+            self.counters.moves_to_warm += 1;
+            self.balance();
+        }
+        [COLD, HOT, WARM].into_iter().map(|s| self.lists.ends(s).tail).find(|&t| t != NIL)
+    }
+
+    /// Least recently used first, but a WARM victim (a shard whose COLD and
+    /// HOT are empty) after every other: across the store, as in one
+    /// segmented LRU, WARM gives up items only when COLD and HOT have none.
+    fn rank(&self, slot: u32, age: Age) -> u64 {
+        let warm = self.lists.known(slot) && self.lists.at(slot).list == WARM;
+        (warm as u64) << 63 | lru_rank(age) >> 1
+    }
+
+    fn overhead_per_slot(&self) -> usize {
+        std::mem::size_of::<super::list::Node<()>>()
+    }
+
+    fn counters(&self) -> PolicyCounters {
+        self.counters
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: Admit = Admit { hash: 0, size: 100, class: super::super::Class::Permanent };
+
+    #[test]
+    fn node_is_small() {
+        // Policy bookkeeping is paid per item; keep it at 12 bytes.
+        assert_eq!(SegmentedLru::default().overhead_per_slot(), 12);
+    }
+
+    #[test]
+    fn evicts_in_insertion_order_without_hits() {
+        let mut p = SegmentedLru::default();
+        for s in 0..10 {
+            p.on_insert(s, A);
+        }
+        let mut order = Vec::new();
+        while let Some(v) = p.victim(0) {
+            p.on_remove(v);
+            order.push(v);
+        }
+        assert_eq!(order, (0..10).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn hit_item_survives_a_scan() {
+        let mut p = SegmentedLru::default();
+        for s in 0..10 {
+            p.on_insert(s, A);
+        }
+        // Slot 0 has aged into COLD; a hit promotes it to WARM.
+        p.on_access(0);
+        for s in 10..100 {
+            p.on_insert(s, A);
+            let v = p.victim(0).unwrap();
+            assert_ne!(v, 0, "the re-used item must outlive one-hit wonders");
+            p.on_remove(v);
+        }
+    }
+
+    #[test]
+    fn a_cold_hit_sets_a_bit_and_is_promoted_at_the_tail() {
+        let mut p = SegmentedLru::default();
+        for s in 0..10 {
+            p.on_insert(s, A);
+        }
+        let before = p.segment_lens();
+        p.on_access(0);
+        assert_eq!(p.segment_lens(), before, "a hit relinks nothing");
+        assert_eq!(p.counters().moves_to_warm, 0);
+        let v = p.victim(0).unwrap();
+        assert_ne!(v, 0, "the active tail gets a second chance");
+        assert_eq!(p.counters().moves_to_warm, 1);
+    }
+
+    #[test]
+    fn a_tiny_shard_keeps_its_hit_item_in_warm() {
+        let mut p = SegmentedLru::default();
+        p.on_insert(0, A);
+        p.on_access(0);
+        assert_eq!(p.victim(0), Some(0), "the only item is still the victim");
+        assert_eq!(p.segment_lens(), (0, 1, 0), "but from WARM, which ranks it after COLD and HOT elsewhere");
+        let age = Age { atime: 1, seq: 1 };
+        assert!(p.rank(0, age) > SegmentedLru::default().rank(0, Age { atime: u32::MAX, seq: 0 }));
+    }
+
+    #[test]
+    fn segments_respect_shares() {
+        let mut p = SegmentedLru::default();
+        for s in 0..1000 {
+            p.on_insert(s, A);
+            if s % 3 == 0 {
+                p.on_access(s / 2);
+            }
+        }
+        let (hot, warm, cold) = p.segment_lens();
+        assert_eq!(hot + warm + cold, 1000);
+        assert!(hot <= 201, "hot={hot}");
+        assert!(warm <= 401, "warm={warm}");
+    }
+
+    #[test]
+    fn remove_untracked_is_harmless() {
+        let mut p = SegmentedLru::default();
+        p.on_remove(5);
+        p.on_insert(5, A);
+        p.on_remove(5);
+        p.on_remove(5);
+        assert_eq!(p.victim(0), None);
+    }
+}

@@ -1,0 +1,326 @@
+//! Eviction across shards: approximating the policy's global order.
+//!
+//! Each shard's policy orders only that shard's items, but the memory limit
+//! is global, so the item to evict is the one the policy would pick if it
+//! saw the whole store. Evicting from the writer's own shard (or walking the
+//! shards in turn) does not approximate that: with many shards and few items
+//! per shard, a shard that stops receiving writes keeps its oldest items
+//! forever while recent items elsewhere are evicted.
+//!
+//! So every shard publishes the [`rank`](crate::Policy::rank) of its next
+//! victim in [`Tails`] (one atomic per shard, read without locking), and an
+//! eviction compares the writer's own candidate with the lowest published
+//! rank, then evicts the lower of the two. To find the lowest rank without
+//! reading every shard's entry, shards are grouped by [`GROUP`] and each
+//! group publishes its minimum too: an eviction reads the group minimums,
+//! then the entries of the lowest group (for recalld's 1024 shards, 32 + 32
+//! `u64`s, eight cache lines). Sampling a few shards, as Redis approximates
+//! LRU, was tried first: with many shards and few items per shard, items
+//! outlived the cache by half its size before a sample happened to hold them.
+//!
+//! A published rank is a lower bound on the shard's real next victim (hits,
+//! deletes and replacements only make the candidate younger, and an insert
+//! that ranks below it republishes), so a stale entry can only attract a
+//! look, which corrects it before anything is evicted, never hide an old
+//! item. A group minimum is lowered atomically (`fetch_min`) and recomputed
+//! when its minimum shard's rank rises; two shards of one group publishing
+//! at once can leave it briefly too high, which the next publish corrects.
+//!
+//! Locking: a writer holds its own shard's lock while it evicts, so it only
+//! `try_lock`s other shards (two writers evicting from each other's shards
+//! would otherwise deadlock); when that fails, or the writer's shard has
+//! nothing to give, [`evict_elsewhere`] runs after the writer's lock is
+//! released and locks one shard at a time.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::{Ctx, Shard, Why};
+use crate::policy::{Age, Policy};
+
+/// Shards per group: 32 `u64`s are four cache lines.
+pub(crate) const GROUP: usize = 32;
+
+/// Most groups one eviction compares; larger stores compare a window of
+/// this many groups (recalld's default of 1024 shards has 32 groups).
+const MAX_GROUPS: usize = 64;
+
+/// Stale published ranks one eviction corrects before it settles for the
+/// writer's own candidate.
+const MAX_STALE: usize = 8;
+
+/// A published rank meaning "nothing to evict here".
+pub(crate) const EMPTY: u64 = u64::MAX;
+
+/// Each shard's published next-victim rank, and each group's minimum.
+pub(crate) struct Tails {
+    shards: Box<[AtomicU64]>,
+    groups: Box<[AtomicU64]>,
+}
+
+impl Tails {
+    pub fn new(n: usize) -> Tails {
+        let empty = |_| AtomicU64::new(EMPTY);
+        Tails { shards: (0..n).map(empty).collect(), groups: (0..n.div_ceil(GROUP)).map(empty).collect() }
+    }
+
+    fn group(&self, g: usize) -> std::ops::Range<usize> {
+        g * GROUP..((g + 1) * GROUP).min(self.shards.len())
+    }
+
+    /// Shard `j`'s next victim now has rank `r`. Only shard `j`'s lock
+    /// holder writes its entry; group minimums are shared.
+    pub fn publish(&self, j: usize, r: u64) {
+        let old = self.shards[j].load(Ordering::Relaxed);
+        self.shards[j].store(r, Ordering::Relaxed);
+        let g = &self.groups[j / GROUP];
+        let min = g.load(Ordering::Relaxed);
+        if r < min {
+            g.fetch_min(r, Ordering::Relaxed);
+        } else if r > old && old <= min {
+            // This shard may have been the group's minimum: recompute.
+            g.store(lowest(&self.shards[self.group(j / GROUP)], usize::MAX).1, Ordering::Relaxed);
+        }
+    }
+
+    /// The shard with the lowest published rank, never `skip`; `rng`
+    /// chooses the window of groups in stores with very many shards.
+    pub fn best(&self, skip: Option<usize>, rng: u64) -> Option<(usize, u64)> {
+        let ng = self.groups.len();
+        let (g, seen) = if ng <= MAX_GROUPS {
+            lowest(&self.groups, usize::MAX)
+        } else {
+            let first = rng as usize % ng;
+            let end = (first + MAX_GROUPS).min(ng);
+            let (a, ra) = lowest(&self.groups[first..end], usize::MAX);
+            let (b, rb) = lowest(&self.groups[..MAX_GROUPS - (end - first)], usize::MAX);
+            if ra <= rb {
+                (first + a, ra)
+            } else {
+                (b, rb)
+            }
+        };
+        if seen == EMPTY {
+            return None;
+        }
+        let range = self.group(g);
+        let base = range.start;
+        let skip = skip.map_or(usize::MAX, |s| s.wrapping_sub(base));
+        let (j, r) = lowest(&self.shards[range.clone()], skip);
+        // A free correction of a group minimum left too low by a race (only
+        // if no publish changed it meanwhile).
+        let min = if skip < range.len() { r.min(self.shards[base + skip].load(Ordering::Relaxed)) } else { r };
+        if min > seen {
+            let _ = self.groups[g].compare_exchange(seen, min, Ordering::Relaxed, Ordering::Relaxed);
+        }
+        (r != EMPTY).then_some((base + j, r))
+    }
+}
+
+/// The lowest entry of `a` and its index, never index `skip`; `EMPTY` if
+/// there is none.
+#[inline]
+fn lowest(a: &[AtomicU64], skip: usize) -> (usize, u64) {
+    let mut best = (usize::MAX, EMPTY);
+    for (i, x) in a.iter().enumerate() {
+        let r = x.load(Ordering::Relaxed);
+        if r < best.1 && i != skip {
+            best = (i, r);
+        }
+    }
+    best
+}
+
+/// xorshift64: a cheap, per-caller sequence for choosing windows.
+#[inline]
+pub(crate) fn next_rand(state: &mut u64) -> u64 {
+    let mut x = *state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *state = x;
+    x
+}
+
+/// Free memory until `need` more bytes fit, evicting the best victims of
+/// the store, never from shard `skip` (the writer's own, whose item being
+/// written must not be evicted on its own behalf). Call without holding any
+/// shard lock.
+pub(crate) fn evict_elsewhere(ctx: &Ctx<'_>, need: usize, skip: Option<usize>, mut rng: u64) {
+    let n = ctx.shards.len();
+    // Rounds without an eviction: each corrects a stale rank or marks a
+    // shard empty, so many more than `n` in a row means there is nothing
+    // left to evict.
+    let mut idle = 0;
+    while ctx.mem_used.load(Ordering::Relaxed) + need > ctx.mem_limit && idle <= 2 * n + MAX_STALE {
+        let best = ctx.tails.best(skip, next_rand(&mut rng)).or_else(|| {
+            // The group minimums may hide a shard (a race, or `skip`'s
+            // group): look at every shard before giving up.
+            (0..n)
+                .filter(|&j| Some(j) != skip)
+                .map(|j| (j, ctx.tails.shards[j].load(Ordering::Relaxed)))
+                .find(|&(_, r)| r != EMPTY)
+        });
+        let Some((j, r)) = best else { return };
+        if ctx.shards[j].lock().evict_if(ctx, r) {
+            idle = 0;
+        } else {
+            idle += 1;
+        }
+    }
+}
+
+/// The shard's side: its candidate, its published rank, and evicting for a
+/// write while its own lock is held.
+impl Shard {
+    /// The rank of the victim candidate in slot `v` (dead items first).
+    pub(super) fn rank_of(&self, ctx: &Ctx<'_>, v: u32) -> u64 {
+        let s = &self.slots[v as usize];
+        if ctx.dead(s).is_some() {
+            return 0;
+        }
+        self.policy.rank(v, Age { atime: s.atime, seq: s.cas })
+    }
+
+    /// Publish the rank of this shard's next victim for other shards'
+    /// evictions to compare.
+    pub(super) fn publish_tail(&mut self, ctx: &Ctx<'_>) {
+        let r = match self.policy.victim(ctx.next_cas.load(Ordering::Relaxed)) {
+            Some(v) => self.rank_of(ctx, v),
+            None => EMPTY,
+        };
+        self.publish(ctx, r);
+    }
+
+    fn publish(&mut self, ctx: &Ctx<'_>, r: u64) {
+        self.published = r;
+        ctx.tails.publish(self.idx, r);
+    }
+
+    fn evict(&mut self, ctx: &Ctx<'_>, v: u32) {
+        let h = self.hash_of_slot(v);
+        let why = if ctx.dead(&self.slots[v as usize]).is_some() { Why::Expired } else { Why::Evicted };
+        self.stats.direct_reclaims += 1;
+        self.remove(ctx, v, h, why);
+    }
+
+    /// Evict this shard's next victim if its rank is still at most `upto`
+    /// (the published rank it was chosen for), then publish the next one.
+    /// A victim found younger than that (the published rank was stale) is
+    /// kept and its rank published, so the caller chooses again. Returns
+    /// whether it evicted.
+    pub fn evict_if(&mut self, ctx: &Ctx<'_>, upto: u64) -> bool {
+        let Some(v) = self.policy.victim(ctx.next_cas.load(Ordering::Relaxed)) else {
+            self.publish(ctx, EMPTY);
+            return false;
+        };
+        let r = self.rank_of(ctx, v);
+        if r > upto {
+            self.publish(ctx, r);
+            return false;
+        }
+        self.evict(ctx, v);
+        self.publish_tail(ctx);
+        true
+    }
+
+    /// Evict until `need` more bytes fit under the limit, never evicting
+    /// `protect`. Each victim is the better of this shard's candidate and
+    /// the lowest rank other shards published. Returns whether they fit.
+    pub(super) fn make_room(&mut self, ctx: &Ctx<'_>, need: usize, protect: Option<u32>) -> bool {
+        let fits = |ctx: &Ctx<'_>| ctx.mem_used.load(Ordering::Relaxed) + need <= ctx.mem_limit;
+        if fits(ctx) {
+            return true;
+        }
+        if !ctx.evict {
+            // -M: still reclaim what is already dead, but never evict live data.
+            return false;
+        }
+        let mut requeued = false;
+        let mut fitted = true;
+        // Stale published ranks corrected so far (bounds the work).
+        let mut stale = 0;
+        // This shard's candidate; it only changes when this shard evicts.
+        let mut own: Option<Option<(u32, u64)>> = None;
+        let mut changed = false;
+        while !fits(ctx) {
+            let (cand, own_rank) = match own {
+                Some(c) => (c, c.map_or(EMPTY, |(_, r)| r)),
+                None => {
+                    let c = self.candidate(ctx, protect, &mut requeued);
+                    own = Some(c);
+                    (c, c.map_or(EMPTY, |(_, r)| r))
+                }
+            };
+            let rng = next_rand(&mut self.rng);
+            if let Some((j, r)) = ctx.tails.best(Some(self.idx), rng) {
+                if r < own_rank && stale < MAX_STALE {
+                    if let Some(mut other) = ctx.shards[j].try_lock() {
+                        if !other.evict_if(ctx, r) {
+                            stale += 1;
+                        }
+                        continue;
+                    }
+                }
+            }
+            match cand {
+                Some((v, _)) => {
+                    self.evict(ctx, v);
+                    own = None;
+                    changed = true;
+                }
+                None => {
+                    fitted = false;
+                    break;
+                }
+            }
+        }
+        if changed || requeued {
+            self.publish_tail(ctx);
+        }
+        fitted
+    }
+
+    /// This shard's next victim and its rank, never `protect` (moved out of
+    /// the way once, as it is being rewritten anyway).
+    fn candidate(&mut self, ctx: &Ctx<'_>, protect: Option<u32>, requeued: &mut bool) -> Option<(u32, u64)> {
+        loop {
+            match self.policy.victim(ctx.next_cas.load(Ordering::Relaxed)) {
+                Some(v) if Some(v) == protect => {
+                    if *requeued {
+                        return None;
+                    }
+                    let admit = Self::admit(self.hash_of_slot(v), &self.slots[v as usize], self.fp_at(v));
+                    self.policy.on_replace(v, admit);
+                    *requeued = true;
+                }
+                Some(v) => return Some((v, self.rank_of(ctx, v))),
+                None => return None,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn best_is_the_lowest_published_rank_and_honours_skip() {
+        let t = Tails::new(100);
+        assert_eq!(t.best(None, 1), None);
+        for j in 0..100 {
+            t.publish(j, 1000 - j as u64);
+        }
+        assert_eq!(t.best(None, 1), Some((99, 901)));
+        assert_eq!(t.best(Some(99), 1), Some((98, 902)));
+        // The minimum shard's rank rises: its group minimum follows.
+        t.publish(99, 5000);
+        t.publish(98, 5000);
+        assert_eq!(t.best(None, 1), Some((97, 903)));
+        // A shard becoming non-empty with a low rank is found at once.
+        t.publish(3, 7);
+        assert_eq!(t.best(None, 1), Some((3, 7)));
+        t.publish(3, EMPTY);
+        assert_eq!(t.best(None, 1), Some((97, 903)));
+    }
+}
