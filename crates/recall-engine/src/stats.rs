@@ -303,9 +303,11 @@ impl Engine {
                     stat(out, "items:1:expired_unfetched", s.expired_unfetched);
                     stat(out, "items:1:reclaimed", s.reclaimed);
                     stat(out, "items:1:crawler_reclaimed", s.crawler_reclaimed);
-                    stat(out, "items:1:moves_to_cold", s.policy.moves_to_cold);
-                    stat(out, "items:1:moves_to_warm", s.policy.moves_to_warm);
-                    stat(out, "items:1:moves_within_lru", s.policy.moves_within_lru);
+                    // The running policy's own counters, in memcached's
+                    // naming style (the segmented LRU's are memcached's).
+                    for (name, v) in s.policy.named(self.store.policy_kind()) {
+                        stat(out, &format!("items:1:{name}"), v);
+                    }
                     stat(out, "items:1:direct_reclaims", s.direct_reclaims);
                 }
             }
@@ -408,9 +410,9 @@ impl Engine {
         stat(out, "crawler_reclaimed", s.crawler_reclaimed);
         stat(out, "crawler_items_checked", s.crawler_items_checked);
         stat(out, "lrutail_reflocked", 0);
-        stat(out, "moves_to_cold", s.policy.moves_to_cold);
-        stat(out, "moves_to_warm", s.policy.moves_to_warm);
-        stat(out, "moves_within_lru", s.policy.moves_within_lru);
+        for (name, v) in s.policy.named(self.store.policy_kind()) {
+            stat(out, name, v);
+        }
         stat(out, "direct_reclaims", s.direct_reclaims);
         stat(out, "bytes", s.bytes);
         stat(out, "recall_cas_last", self.store.current_cas());
