@@ -45,10 +45,9 @@ enum Next {
     Bad(&'static str),
 }
 
-/// Decode the record at `i`. The payload is `recall_record`'s layout, but
-/// read here rather than with `recall_record::Record::decode`, because the
-/// log also holds what that refuses: a logged `flush_all` is a delete with
-/// an empty key, and a delete keeps whatever flags the store reported.
+/// Decode the record at `i`: a frame (length, CRC) around recall-record's
+/// one encoding of a mutation, whose decoder checks the payload (a logged
+/// `flush_all` is its flush marker, a delete with an empty key).
 fn decode_at(data: &[u8], i: usize) -> Next {
     if i == data.len() {
         return Next::End;
@@ -60,25 +59,14 @@ fn decode_at(data: &[u8], i: usize) -> Next {
         return Next::Bad("impossible record length");
     }
     let Some(body) = data.get(i + FRAME..i + FRAME + len) else { return Next::Bad("record cut short") };
-    let klen = body[1] as usize;
-    let vlen = u32::from_le_bytes(body[18..22].try_into().expect("4")) as usize;
-    if FIXED + klen + vlen != len {
-        return Next::Bad("record lengths disagree");
-    }
     if crc32c::crc32c(body) != crc {
         return Next::Bad("checksum mismatch");
     }
-    Next::Record(
-        Record {
-            tombstone: body[0] == recall_record::KIND_DELETE,
-            flags: u32::from_le_bytes(body[2..6].try_into().expect("4")),
-            exptime: u32::from_le_bytes(body[6..10].try_into().expect("4")),
-            ts: u64::from_le_bytes(body[10..18].try_into().expect("8")),
-            key: body[FIXED..FIXED + klen].to_vec(),
-            value: body[FIXED + klen..].to_vec(),
-        },
-        i + FRAME + len,
-    )
+    match recall_record::Record::decode(body) {
+        Ok((r, used)) if used == len => Next::Record(r.to_owned(), i + FRAME + len),
+        Ok(_) => Next::Bad("record lengths disagree"),
+        Err(_) => Next::Bad("bad record payload"),
+    }
 }
 
 /// Valid records that can still be recognised at or after `from` (by

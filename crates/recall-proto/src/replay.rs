@@ -98,12 +98,21 @@ pub fn decode_batch(body: &[u8], count: usize) -> Result<Vec<Record<'_>>, BatchE
         if out.len() == count {
             return Err(BatchError::CountMismatch);
         }
-        let (r, used) = Record::decode(rest).map_err(|e| match e {
-            recall_record::RecordError::Truncated => BatchError::Truncated,
-            recall_record::RecordError::BadKind => BatchError::BadKind,
-            recall_record::RecordError::BadKey => BatchError::BadKey,
-            recall_record::RecordError::BadDelete => BatchError::BadDelete,
-        })?;
+        let (r, used) = Record::decode(rest)
+            .and_then(|(r, n)| {
+                // The flush marker is for logs; a client replays keys.
+                if r.is_flush() {
+                    Err(recall_record::RecordError::BadKey)
+                } else {
+                    Ok((r, n))
+                }
+            })
+            .map_err(|e| match e {
+                recall_record::RecordError::Truncated => BatchError::Truncated,
+                recall_record::RecordError::BadKind => BatchError::BadKind,
+                recall_record::RecordError::BadKey => BatchError::BadKey,
+                recall_record::RecordError::BadDelete => BatchError::BadDelete,
+            })?;
         out.push(r);
         rest = &rest[used..];
     }

@@ -25,7 +25,7 @@ pub const KEY_MAX: usize = 250;
 /// | offset | size | field |
 /// |---:|---:|---|
 /// | 0 | 1 | kind: 1 = value, 2 = delete (tombstone) |
-/// | 1 | 1 | key length, 1..=250 |
+/// | 1 | 1 | key length, 1..=250 (0 only in the flush marker) |
 /// | 2 | 4 | client flags (0 for a delete) |
 /// | 6 | 4 | absolute expiry, Unix seconds, 0 = never (0 for a delete) |
 /// | 10 | 8 | write timestamp |
@@ -37,6 +37,10 @@ pub const HEADER: usize = 22;
 pub const KIND_VALUE: u8 = 1;
 /// The kind byte of a delete.
 pub const KIND_DELETE: u8 = 2;
+
+// The flush marker: an immediate `flush_all` as a log records it, a delete
+// with an empty key (no real key is empty): every write older than its
+// timestamp is gone. Only a log writes it; a replay batch refuses it.
 
 /// One mutation: the state of a key as of a write timestamp.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,7 +63,8 @@ pub enum RecordError {
     Truncated,
     /// The kind is neither value nor delete.
     BadKind,
-    /// The key is empty or longer than [`KEY_MAX`].
+    /// The key is longer than [`KEY_MAX`], or empty in a value (only a
+    /// delete, the flush marker, has an empty key).
     BadKey,
     /// A delete carries a value, flags or an expiry.
     BadDelete,
@@ -101,7 +106,7 @@ impl Header {
             _ => return Err(RecordError::BadKind),
         };
         let key_len = h[1] as usize;
-        if key_len == 0 || key_len > KEY_MAX {
+        if (key_len == 0 && !tombstone) || key_len > KEY_MAX {
             return Err(RecordError::BadKey);
         }
         let (flags, exptime) = (le32(2), le32(6));
@@ -116,6 +121,16 @@ impl Header {
 }
 
 impl<'a> Record<'a> {
+    /// The flush marker at `ts` (see [`KIND_DELETE`]'s note).
+    pub fn flush(ts: u64) -> Record<'static> {
+        Record { tombstone: true, key: b"", value: b"", flags: 0, exptime: 0, ts }
+    }
+
+    /// Whether this is the flush marker: everything older than `ts` is gone.
+    pub fn is_flush(&self) -> bool {
+        self.tombstone && self.key.is_empty()
+    }
+
     /// Bytes this record takes encoded.
     pub fn encoded_len(&self) -> usize {
         HEADER + self.key.len() + self.value.len()
@@ -125,7 +140,7 @@ impl<'a> Record<'a> {
     /// bytes and values under 4 GiB (every writer checks its keys; values
     /// are bounded by the item size limit).
     pub fn encode(&self, out: &mut Vec<u8>) {
-        debug_assert!(!self.key.is_empty() && self.key.len() <= KEY_MAX);
+        debug_assert!((!self.key.is_empty() || self.tombstone) && self.key.len() <= KEY_MAX);
         debug_assert!(!self.tombstone || self.value.is_empty());
         out.extend_from_slice(&header(
             self.tombstone,
@@ -222,9 +237,12 @@ mod tests {
         let mut bad = b.clone();
         bad[0] = 9;
         assert_eq!(Record::decode(&bad), Err(RecordError::BadKind));
-        let mut bad = b.clone();
-        bad[1] = 0;
-        assert_eq!(Record::decode(&bad), Err(RecordError::BadKey));
+        let mut flush = Vec::new();
+        Record::flush(9).encode(&mut flush);
+        assert!(Record::decode(&flush).unwrap().0.is_flush(), "a delete with no key is the flush marker");
+        let mut bad = flush.clone();
+        bad[0] = KIND_VALUE;
+        assert_eq!(Record::decode(&bad), Err(RecordError::BadKey), "a value always has a key");
         let mut bad = b.clone();
         bad[1] = 251;
         assert_eq!(Record::decode(&bad), Err(RecordError::BadKey));

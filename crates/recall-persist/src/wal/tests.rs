@@ -118,15 +118,13 @@ fn random_log(dir: &Path, rng: &mut Rng) -> Vec<(PathBuf, Vec<(Record, usize)>)>
             let mut recs = Vec::new();
             for _ in 0..1 + rng.below(12) {
                 ts += 1;
-                let value: Vec<u8> = (0..rng.below(300)).map(|_| rng.next() as u8).collect();
-                let r = Record {
-                    key: format!("key-{ts}").into_bytes(),
-                    value,
-                    flags: rng.next() as u32,
-                    exptime: 0,
-                    ts,
-                    tombstone: rng.below(8) == 0,
-                };
+                // Valid records, as the store reports them: a delete
+                // carries no value and no flags.
+                let tombstone = rng.below(8) == 0;
+                let value: Vec<u8> =
+                    if tombstone { Vec::new() } else { (0..rng.below(300)).map(|_| rng.next() as u8).collect() };
+                let flags = if tombstone { 0 } else { rng.next() as u32 };
+                let r = Record { key: format!("key-{ts}").into_bytes(), value, flags, exptime: 0, ts, tombstone };
                 encode_into(&mut bytes, &r.key, std::iter::once(&r.value[..]), r.flags, r.exptime, r.ts, r.tombstone);
                 recs.push((r, bytes.len()));
             }
