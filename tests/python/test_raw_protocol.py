@@ -2,7 +2,10 @@
 
 These pin down the edge cases client libraries hide: error lines, noreply,
 pipelining, numeric corner cases, the meta commands' flag syntax and the
-binary protocol's framing.  Expected bytes are what memcached 1.6.18 sends.
+binary protocol's framing.  Expected bytes are what current memcached
+(1.6.4x) sends, which recall follows; where Debian's 1.6.18 answered
+differently, a comment says what it answered (docs/compat.md lists those
+differences).
 """
 
 from __future__ import annotations
@@ -54,6 +57,12 @@ def ends_quietly(conn: RawConn) -> None:
     exchange(conn, b"mn\r\n", b"MN\r\n")
 
 
+def is_recall(conn: RawConn) -> bool:
+    """Whether the server is recall (it reports `recall_version` in stats),
+    for the one place where recall deliberately answers unlike memcached."""
+    return "recall_version" in read_stats(conn)
+
+
 def get_cas(conn: RawConn, key: bytes) -> int:
     conn.send(b"gets " + key + b"\r\n")
     header = conn.readline()
@@ -102,9 +111,11 @@ def test_add_replace_append_prepend(raw):
 def test_flags_are_32_bit(raw):
     exchange(raw, b"set k 4294967295 0 1\r\nx\r\n", b"STORED\r\n")
     exchange(raw, b"get k\r\n", b"VALUE k 4294967295 1\r\nx\r\nEND\r\n")
-    # Negative flags are a command-line error; the data line then reads as a
-    # command of its own.
-    exchange(raw, b"set k -1 0 1\r\nx\r\n", b"CLIENT_ERROR bad command line format\r\nERROR\r\n")
+    # Negative flags are a command-line error.  The length was read, so
+    # current memcached swallows the data block (1.6.18 read the data line as
+    # a command and answered a second ERROR).
+    exchange(raw, b"set k -1 0 1\r\nx\r\n", b"CLIENT_ERROR bad command line format\r\n")
+    ends_quietly(raw)
 
 
 def test_empty_value(raw):
@@ -171,9 +182,12 @@ def test_many_pipelined_gets(raw):
 
 def test_unknown_command_and_empty_line(raw):
     exchange(raw, b"bogus\r\n", b"ERROR\r\n")
-    exchange(raw, b"\r\n", b"ERROR\r\n")
+    # An empty line, like any request under four bytes, is a format error in
+    # current memcached (1.6.18 answered ERROR).
+    exchange(raw, b"\r\n", b"CLIENT_ERROR bad command line format\r\n")
     exchange(raw, b"GET k\r\n", b"ERROR\r\n")  # commands are case-sensitive
-    exchange(raw, b"get\r\n", b"ERROR\r\n")  # missing key
+    # A missing key is a format error in current memcached (1.6.18: ERROR).
+    exchange(raw, b"get\r\n", b"CLIENT_ERROR bad command line format\r\n")
     ends_quietly(raw)
 
 
@@ -184,8 +198,13 @@ def test_bare_newline_terminator(raw):
 
 def test_bad_data_chunk(raw):
     # 5 bytes where 3 were announced: the server reads 3 + "de" (not \r\n),
-    # rejects the store, then parses the leftover "\r\n" as an empty command.
-    exchange(raw, b"set k 0 0 3\r\nabcde\r\n", b"CLIENT_ERROR bad data chunk\r\nERROR\r\n")
+    # rejects the store, then parses the leftover "\r\n" as an empty line,
+    # which current memcached answers with a format error (1.6.18: ERROR).
+    exchange(
+        raw,
+        b"set k 0 0 3\r\nabcde\r\n",
+        b"CLIENT_ERROR bad data chunk\r\nCLIENT_ERROR bad command line format\r\n",
+    )
     exchange(raw, b"get k\r\n", b"END\r\n")
     ends_quietly(raw)
 
@@ -193,9 +212,15 @@ def test_bad_data_chunk(raw):
 def test_bad_command_line_formats(raw):
     exchange(raw, b"set k 0 0 -1\r\n", b"CLIENT_ERROR bad command line format\r\n")
     exchange(raw, b"set k 0 0 abc\r\n", b"CLIENT_ERROR bad command line format\r\n")
-    exchange(raw, b"set k abc 0 1\r\n", b"CLIENT_ERROR bad command line format\r\n")
-    exchange(raw, b"set k 0 0\r\n", b"ERROR\r\n")  # too few tokens
-    exchange(raw, b"delete k 5\r\n", b"CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n")
+    # Bad flags after a good length: current memcached swallows the data
+    # block (1.6.18 read it as a command and answered ERROR).
+    exchange(raw, b"set k abc 0 1\r\nx\r\n", b"CLIENT_ERROR bad command line format\r\n")
+    # Too few tokens: a format error in current memcached (1.6.18: ERROR).
+    exchange(raw, b"set k 0 0\r\n", b"CLIENT_ERROR bad command line format\r\n")
+    # Current memcached ignores tokens after the ones a command reads (1.6.18
+    # answered "CLIENT_ERROR bad command line format.  Usage: delete <key>
+    # [noreply]" to a delete time other than 0).
+    exchange(raw, b"delete k 5\r\n", b"NOT_FOUND\r\n")
     exchange(raw, b"delete k 0\r\n", b"NOT_FOUND\r\n")  # legacy "0" time is allowed
     exchange(raw, b"touch k abc\r\n", b"CLIENT_ERROR invalid exptime argument\r\n")
     exchange(raw, b"flush_all abc\r\n", b"CLIENT_ERROR invalid exptime argument\r\n")
@@ -205,9 +230,17 @@ def test_bad_command_line_formats(raw):
 def test_key_length_limit(raw):
     exchange(raw, b"set " + K250 + b" 0 0 1\r\nx\r\n", b"STORED\r\n")
     exchange(raw, b"get " + K250 + b"\r\n", b"VALUE " + K250 + b" 0 1\r\nx\r\nEND\r\n")
-    # A 251-byte key is refused; the data line is then read as a command.
-    exchange(raw, b"set " + K251 + b" 0 0 1\r\nx\r\n", b"CLIENT_ERROR bad command line format\r\nERROR\r\n")
-    exchange(raw, b"get " + K251 + b"\r\n", b"CLIENT_ERROR bad command line format\r\n")
+    # A 251-byte key is refused and, the length having been read, current
+    # memcached swallows the data block (1.6.18 read the data line as a
+    # command and answered ERROR).
+    exchange(raw, b"set " + K251 + b" 0 0 1\r\nx\r\n", b"CLIENT_ERROR bad command line format\r\n")
+    recall = is_recall(raw)
+    raw.send(b"get " + K251 + b"\r\n")
+    assert raw.readline() == b"CLIENT_ERROR bad command line format\r\n"
+    if not recall:
+        # Current memcached follows this error with a stray empty line (1.6.18
+        # did not); recall deliberately doesn't copy that bug (docs/compat.md).
+        assert raw.readline() == b"\r\n"
     exchange(raw, b"mg " + K251 + b" v\r\n", b"CLIENT_ERROR bad command line format\r\n")
     ends_quietly(raw)
 
@@ -313,7 +346,8 @@ def test_gat_and_gats(raw):
     # gat with a negative exptime returns the value and expires it.
     exchange(raw, b"gat -1 k\r\nget k\r\n", b"VALUE k 9 1\r\nv\r\nEND\r\nEND\r\n")
     exchange(raw, b"gat abc k\r\n", b"CLIENT_ERROR invalid exptime argument\r\n")
-    exchange(raw, b"gat\r\n", b"ERROR\r\n")
+    # No exptime and no key: a format error in current memcached (1.6.18: ERROR).
+    exchange(raw, b"gat\r\n", b"CLIENT_ERROR bad command line format\r\n")
     ends_quietly(raw)
 
 
@@ -361,7 +395,8 @@ def test_incr_invalid_delta(raw):
     exchange(raw, b"set n 0 0 1\r\n1\r\n", b"STORED\r\n")
     for delta in (b"abc", b"-1", b"18446744073709551616", b"1a"):
         exchange(raw, b"incr n " + delta + b"\r\n", b"CLIENT_ERROR invalid numeric delta argument\r\n")
-    exchange(raw, b"incr n\r\n", b"ERROR\r\n")
+    # A missing delta: a format error in current memcached (1.6.18: ERROR).
+    exchange(raw, b"incr n\r\n", b"CLIENT_ERROR bad command line format\r\n")
 
 
 def test_incr_wraps_at_2_64(raw):
@@ -393,7 +428,8 @@ def test_incr_accepts_surrounding_spaces(raw):
 def test_verbosity(raw):
     exchange(raw, b"verbosity 1\r\n", b"OK\r\n")
     exchange(raw, b"verbosity 0\r\n", b"OK\r\n")
-    exchange(raw, b"verbosity\r\n", b"ERROR\r\n")
+    # A missing level: a format error in current memcached (1.6.18: ERROR).
+    exchange(raw, b"verbosity\r\n", b"CLIENT_ERROR bad command line format\r\n")
 
 
 def test_flush_all(raw):
@@ -521,7 +557,8 @@ def test_mg_flags(raw):
     exchange(raw, b"mg mk k O123\r\n", b"HD kmk O123\r\n")
     exchange(raw, b"mg missing v\r\n", b"EN\r\n")
     exchange(raw, b"mg mk zz\r\n", b"CLIENT_ERROR invalid flag\r\n")
-    exchange(raw, b"mg\r\n", b"ERROR\r\n")
+    # A missing key: a format error in current memcached (1.6.18: ERROR).
+    exchange(raw, b"mg\r\n", b"CLIENT_ERROR bad command line format\r\n")
     ends_quietly(raw)
 
 
