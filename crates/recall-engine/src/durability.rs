@@ -696,7 +696,7 @@ impl Engine {
             if r.tombstone && d.is_enabled() {
                 d.record_tombstone(&mut t, r.key, r.ts);
             }
-            self.store.apply_with(r.key, r.value, r.flags, r.exptime, r.ts, r.tombstone, now, sink)
+            self.store.apply_with(r, now, sink)
         };
         drop(t);
         d.replay_failpoint();

@@ -470,7 +470,17 @@ mod tombstone_tests {
             let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
             // Replays are stamped far below the store's own counter, so the
             // flush's timestamp is above every one of them.
-            e.store.apply(b"seed", b"x", 0, 0, 1 << 40, false, e.now());
+            e.store.apply(
+                &recall_store::Record {
+                    tombstone: false,
+                    key: b"seed",
+                    value: b"x",
+                    flags: 0,
+                    exptime: 0,
+                    ts: 1 << 40,
+                },
+                e.now(),
+            );
             std::thread::yield_now();
             assert_eq!(send(&e, &mut s, b"flush_all\r\n"), "OK\r\n");
             replayer.join().unwrap();

@@ -76,7 +76,7 @@ fn main() {
         for r in &records {
             // What the log replay does per record: copy out, apply.
             let (k, v) = (r.key.to_vec(), r.value.to_vec());
-            e.store.apply(&k, &v, r.flags, r.exptime, r.ts, false, now);
+            e.store.apply(&recall_store::Record { key: &k, value: &v, ..*r }, now);
         }
         wal_ns.push(t.elapsed().as_nanos() as f64 / n as f64);
     }

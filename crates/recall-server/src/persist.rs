@@ -153,14 +153,14 @@ impl Persist {
             let sum = snapshot::read(io::BufReader::new(File::open(&path)?), |r: Record| {
                 if r.tombstone {
                     // After the items: removes a copy taken before the delete.
-                    engine.store.apply(&r.key, &[], 0, 0, r.ts, true, now);
+                    engine.store.apply(&r.as_record(), now);
                     tombstones.push((r.key, r.ts));
                     return;
                 }
                 if (r.exptime != 0 && r.exptime <= now) || r.ts <= head.flushed_at {
                     return;
                 }
-                engine.store.apply(&r.key, &r.value, r.flags, r.exptime, r.ts, false, now);
+                engine.store.apply(&r.as_record(), now);
             })
             .map_err(bad)?;
             loaded.items = sum.items;
@@ -194,7 +194,7 @@ impl Persist {
                     tombstones.retain(|(_, ts)| *ts > r.ts);
                     return;
                 }
-                engine.store.apply(&r.key, &r.value, r.flags, r.exptime, r.ts, r.tombstone, now);
+                engine.store.apply(&r.as_record(), now);
                 if r.tombstone {
                     tombstones.push((r.key, r.ts));
                 }

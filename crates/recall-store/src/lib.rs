@@ -38,6 +38,9 @@ pub use policy::{
     Admit, Age, Class, Policy, PolicyConfig, PolicyCounters, PolicyKind, S3Fifo, S3FifoConfig, SegmentedLru, Sieve,
     SieveConfig, SlruConfig,
 };
+/// The mutation record every layer shares (`recall-record`): what
+/// [`Store::apply`] takes.
+pub use recall_record::Record;
 use shard::Shard;
 pub use shard::ShardStats;
 
@@ -526,33 +529,13 @@ impl Store {
     /// arrive in any order (an equal timestamp is the same write, possibly
     /// touched since, and is applied). A tombstone removes an older item. The CAS counter is
     /// raised above `ts` so new writes stay newer.
-    #[allow(clippy::too_many_arguments)] // mirrors a persisted record field for field
-    pub fn apply(
-        &self,
-        key: &[u8],
-        value: &[u8],
-        flags: u32,
-        exptime: UnixSecs,
-        ts: u64,
-        tombstone: bool,
-        now: UnixSecs,
-    ) -> ApplyOutcome {
-        self.apply_with(key, value, flags, exptime, ts, tombstone, now, None)
+    pub fn apply(&self, r: &Record<'_>, now: UnixSecs) -> ApplyOutcome {
+        self.apply_with(r, now, None)
     }
 
     /// [`Store::apply`], reporting an applied write to `sink`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn apply_with(
-        &self,
-        key: &[u8],
-        value: &[u8],
-        flags: u32,
-        exptime: UnixSecs,
-        ts: u64,
-        tombstone: bool,
-        now: UnixSecs,
-        sink: Sink<'_>,
-    ) -> ApplyOutcome {
+    pub fn apply_with(&self, r: &Record<'_>, now: UnixSecs, sink: Sink<'_>) -> ApplyOutcome {
+        let Record { tombstone, key, value, flags, exptime, ts } = *r;
         self.raise_cas_floor(ts);
         let h = self.hash(key);
         let ctx = self.ctx(now, sink);

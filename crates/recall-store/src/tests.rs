@@ -227,16 +227,17 @@ fn apply_is_idempotent_and_order_free() {
         let s = store(1 << 20);
         for &i in &perm {
             let (v, ts, tomb) = writes[i];
-            s.apply(b"k", v, 0, 0, ts, tomb, 1);
-            s.apply(b"k", v, 0, 0, ts, tomb, 1); // twice: idempotent
+            s.apply(&Record { tombstone: tomb, key: b"k", value: v, flags: 0, exptime: 0, ts }, 1);
+            s.apply(&Record { tombstone: tomb, key: b"k", value: v, flags: 0, exptime: 0, ts }, 1);
+            // twice: idempotent
         }
         assert_eq!(get(&s, b"k", 1).as_deref(), Some(&b"v4"[..]), "{perm:?}");
         assert!(s.next_cas() > 400, "new writes must be newer than replayed ones");
     }
     let s = store(1 << 20);
-    s.apply(b"k", b"new", 0, 0, 10, false, 1);
-    assert_eq!(s.apply(b"k", b"old", 0, 0, 5, false, 1), ApplyOutcome::Stale);
-    assert_eq!(s.apply(b"k", b"", 0, 0, 20, true, 1), ApplyOutcome::Applied);
+    s.apply(&rec(b"k", b"new", 10), 1);
+    assert_eq!(s.apply(&rec(b"k", b"old", 5), 1), ApplyOutcome::Stale);
+    assert_eq!(s.apply(&Record { tombstone: true, ..rec(b"k", b"", 20) }, 1), ApplyOutcome::Applied);
     assert_eq!(get(&s, b"k", 1), None);
 }
 
@@ -503,7 +504,7 @@ proptest! {
             if k.is_empty() {
                 u.flush_all(1, 1);
             } else {
-                u.apply(k, v, *f, *e, *ts, *tomb, 1);
+                u.apply(&Record { tombstone: *tomb, key: k, value: v, flags: *f, exptime: *e, ts: *ts }, 1);
             }
         }
         prop_assert_eq!(contents(&u), contents(&s));
@@ -625,4 +626,9 @@ fn each_policy_is_built_from_the_config_keeps_a_hot_set_and_counts() {
             assert!(st.policy.s3fifo_moves_to_main > 0 && st.policy.s3fifo_ghost_hits > 0, "{named:?}");
         }
     }
+}
+
+/// A value record at `ts` (flags and expiry 0).
+fn rec<'a>(key: &'a [u8], value: &'a [u8], ts: u64) -> Record<'a> {
+    Record { tombstone: false, key, value, flags: 0, exptime: 0, ts }
 }
