@@ -2,7 +2,8 @@
 //!
 //! Exit codes: 0 ok, 1 miss or not stored, 2 usage, 3 server or connection
 //! error. A reader that goes away (`recall stats | head -2`) ends the
-//! program quietly with 0, as ripgrep does: the output it wanted was written. Several `--server` flags distribute keys with ketama, exactly as
+//! program quietly with 0, as ripgrep does: the reader has what it wanted.
+//! Several `--server` flags distribute keys with ketama, exactly as
 //! libmemcached/pylibmc (`ketama_weighted`) do, so `recall get` finds keys
 //! stored by those clients.
 //!
