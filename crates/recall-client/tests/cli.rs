@@ -320,3 +320,71 @@ fn ketama_place_edge_cases() {
     assert_eq!(code(&o), 2, "{}", err(&o));
     assert_eq!(code(&ketama_place(&specs(&["a:1:0", "b:2:0"]), &[], b"k\n")), 2);
 }
+
+/// `recall stats | head -2`: the reader goes away. The read end is closed
+/// before `recall` writes anything, so every write meets a closed pipe.
+#[test]
+fn a_closed_stdout_ends_quietly() {
+    let srv = recalld(&[]);
+    recall(&[&srv], &["set", "k", "value"]);
+    for args in [&["stats"][..], &["get", "k"], &["get-file", "k", "-"], &["dump"], &["top", "--once"]] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_recall"))
+            .args(["--server", &srv.spec()])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn recall");
+        drop(child.stdout.take());
+        let o = child.wait_with_output().expect("wait");
+        assert_eq!(code(&o), 0, "{args:?}: {}", err(&o));
+        assert_eq!(err(&o), "", "{args:?}: nothing on stderr");
+    }
+}
+
+#[test]
+fn top_into_a_pipe_appends_plain_frames() {
+    use std::io::Read;
+    let srv = recalld(&[]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_recall"))
+        .args(["--server", &srv.spec(), "top", "--interval", "0.05"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn recall");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut text = Vec::new();
+    let mut buf = [0u8; 4096];
+    // Until the second frame has started (or recall exits: EOF).
+    while text.windows(10).filter(|w| w == b"recall top").count() < 2 {
+        match stdout.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => text.extend_from_slice(&buf[..n]),
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = String::from_utf8_lossy(&text);
+    assert_eq!(text.matches("recall top").count(), 2, "{text}");
+    assert!(!text.contains('\x1b'), "no terminal codes in a pipe: {text:?}");
+}
+
+#[test]
+fn too_large_values_name_the_servers_item_size_limit() {
+    let srv = recalld(&["-I", "1m", "-m", "64"]);
+    let big = vec![b'x'; 2 << 20];
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("recall-cli-big-{}", std::process::id()));
+    std::fs::write(&path, &big).expect("write the file");
+    let put = recall(&[&srv], &["put-file", "f", path.to_str().expect("utf-8 path")]);
+    let _ = std::fs::remove_file(&path);
+    let set = recall_stdin(&[&srv], &["set", "f"], Some(&big));
+    for o in [put, set] {
+        assert_eq!(code(&o), 3, "{}", err(&o));
+        let e = err(&o);
+        assert!(e.contains("SERVER_ERROR object too large for cache"), "{e}");
+        assert!(e.contains("(2.0 MiB) is larger than the server's item size limit of 1.0 MiB"), "{e}");
+        assert!(e.contains("recalld -I 16m"), "{e}");
+    }
+}

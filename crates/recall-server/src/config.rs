@@ -8,7 +8,7 @@
 
 use std::path::PathBuf;
 
-use clap::{ArgAction, Parser};
+use clap::{ArgAction, CommandFactory, Parser};
 use recall_store::PolicyKind;
 use serde::{Deserialize, Serialize};
 
@@ -83,10 +83,10 @@ pub struct Cli {
     /// Maximum simultaneous connections.
     #[arg(short = 'c', long = "conn-limit")]
     pub conn_limit: Option<usize>,
-    /// Worker threads (default: number of cores).
+    /// Worker threads.
     #[arg(short = 't', long = "threads")]
     pub threads: Option<usize>,
-    /// Maximum item size (k/m suffixes; default 1m).
+    /// Maximum item size (k/m suffixes; at most half of -m).
     #[arg(short = 'I', long = "max-item-size")]
     pub max_item_size: Option<String>,
     /// Disable CAS.
@@ -197,9 +197,45 @@ pub struct Cli {
     /// Not supported: authentication file (refused, see -S).
     #[arg(short = 'Y', long = "auth-file")]
     pub auth_file: Option<String>,
-    /// Print the licence.
+    /// Print the licence (Apache License 2.0) and exit.
     #[arg(short = 'i', long = "license")]
     pub license: bool,
+}
+
+impl Cli {
+    /// The command line with each setting's default shown in `--help`.
+    /// The defaults are the embedded `recalld.toml`'s, so the help cannot
+    /// drift from them. They are shown in the help text only: a clap
+    /// default value would make every flag look given and override the
+    /// `--config` file.
+    pub fn command_with_defaults() -> clap::Command {
+        let d = Config::default();
+        let or_none = |s: &str| if s.is_empty() { "none".to_string() } else { s.to_string() };
+        let shown: [(&str, String); 16] = [
+            ("port", d.port.to_string()),
+            ("udp_port", d.udp_port.to_string()),
+            ("listen", d.listen.clone()),
+            ("memory_limit", d.memory_limit_mb.to_string()),
+            ("conn_limit", d.max_connections.to_string()),
+            ("threads", if d.threads == 0 { "one per core".into() } else { d.threads.to_string() }),
+            ("max_item_size", d.max_item_size.clone()),
+            ("protocol", d.protocol.clone()),
+            ("backlog", d.listen_backlog.to_string()),
+            ("reqs_per_event", d.reqs_per_event.to_string()),
+            ("pid_file", or_none(&d.pid_file)),
+            ("data_dir", if d.data_dir.is_empty() { "none: durability off".into() } else { d.data_dir.clone() }),
+            ("snapshot_interval", d.snapshot_interval.to_string()),
+            ("snapshot_after_writes", d.snapshot_after_writes.to_string()),
+            ("durability", d.durability.clone()),
+            ("recovery_grace", d.recovery_grace.to_string()),
+        ];
+        shown.into_iter().fold(Cli::command(), |cmd, (id, default)| {
+            cmd.mut_arg(id, |a| {
+                let help = a.get_help().map(|h| h.to_string()).unwrap_or_default();
+                a.help(format!("{help} [default: {default}]"))
+            })
+        })
+    }
 }
 
 /// Why the configuration was refused.
@@ -354,7 +390,7 @@ impl Config {
                 }
             }
         }
-        let ignored: [(bool, &str); 13] = [
+        let ignored: [(bool, &str); 12] = [
             (cli.unix_socket.is_some(), "-s (unix sockets are not supported; listening on TCP only)"),
             (cli.unix_mask.is_some(), "-a"),
             (cli.daemon, "-d (use your service manager to daemonize)"),
@@ -367,7 +403,6 @@ impl Config {
             (cli.disable_dumping, "-X"),
             (cli.disable_watch, "-W"),
             (cli.memory_file.is_some(), "-e (warm restarts are not supported yet)"),
-            (cli.license, "-i"),
         ];
         for (set, what) in ignored {
             if set {

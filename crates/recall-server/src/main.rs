@@ -1,7 +1,12 @@
 //! `recalld`: the memcached-compatible server.
 
-use clap::Parser;
+use std::io::{IsTerminal, Write};
+
+use clap::FromArgMatches;
 use recall_server::config::{Cli, Config};
+
+/// `recalld -i` prints it, as `memcached -i` prints memcached's.
+const LICENSE: &str = include_str!("../../../LICENSE");
 
 #[cfg(not(target_env = "msvc"))]
 #[global_allocator]
@@ -31,7 +36,12 @@ fn reexec_with_large_pages() {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = Cli::from_arg_matches(&Cli::command_with_defaults().get_matches()).unwrap_or_else(|e| e.exit());
+    if cli.license {
+        // Not print!: `recalld -i | head` must not panic on the closed pipe.
+        let _ = std::io::stdout().write_all(LICENSE.as_bytes());
+        return;
+    }
     #[cfg(target_os = "linux")]
     if cli.large_pages {
         reexec_with_large_pages();
@@ -76,10 +86,11 @@ fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()))
         .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal, not in journald or a log file.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     for w in warnings {
         tracing::warn!("{w}");
-        eprintln!("recalld: warning: {w}");
     }
     if let Err(e) = recall_server::server::run(cfg) {
         eprintln!("recalld: {e}");

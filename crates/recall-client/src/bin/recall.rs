@@ -1,7 +1,9 @@
 //! `recall`: a command-line client for recall and memcached.
 //!
 //! Exit codes: 0 ok, 1 miss or not stored, 2 usage, 3 server or connection
-//! error. Several `--server` flags distribute keys with ketama, exactly as
+//! error. A reader that goes away (`recall stats | head -2`) ends the
+//! program quietly with 0, as ripgrep does: the reader has what it wanted.
+//! Several `--server` flags distribute keys with ketama, exactly as
 //! libmemcached/pylibmc (`ketama_weighted`) do, so `recall get` finds keys
 //! stored by those clients.
 //!
@@ -15,7 +17,7 @@
 //! actually stores keys.
 
 use std::ffi::OsString;
-use std::io::{IsTerminal, Read, Write};
+use std::io::{self, IsTerminal, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -144,7 +146,8 @@ enum Cmd {
     },
     /// Print each server's version.
     Version,
-    /// Live view of the servers' stats, refreshed every second.
+    /// Live view of the servers' stats, refreshed every second (redrawn on
+    /// a terminal; appended frame after frame into a file or a pipe).
     Top {
         /// Print one frame (rates averaged since server start) and exit.
         #[arg(long)]
@@ -227,7 +230,38 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_ERROR);
         }
     };
-    ExitCode::from(rt.block_on(run(cli)))
+    let code = rt.block_on(run(cli));
+    if let Err(e) = io::stdout().flush() {
+        stdout_failed(&e);
+    }
+    ExitCode::from(code)
+}
+
+/// Everything `recall` prints on stdout goes through here, never through
+/// `println!`: Rust ignores SIGPIPE, so a write to a closed pipe returns
+/// EPIPE, which `println!` turns into a panic (exit 101).
+fn out(bytes: &[u8]) {
+    if let Err(e) = io::stdout().lock().write_all(bytes) {
+        stdout_failed(&e);
+    }
+}
+
+/// `println!` through [`out`].
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        out(format!("{}\n", format_args!($($arg)*)).as_bytes())
+    };
+}
+
+/// A failed write to stdout ends the program. A closed pipe means the
+/// reader has what it wanted (`| head`): exit 0 without a word, where a
+/// C tool would die of SIGPIPE. Anything else (a full disk) is an error.
+fn stdout_failed(e: &io::Error) -> ! {
+    if e.kind() == io::ErrorKind::BrokenPipe {
+        std::process::exit(EXIT_OK.into());
+    }
+    eprintln!("recall: writing to stdout: {e}");
+    std::process::exit(EXIT_ERROR.into());
 }
 
 fn fail(e: &Error) -> u8 {
@@ -276,13 +310,14 @@ async fn run(cli: Cli) -> u8 {
             };
             match r {
                 Ok(StoreStatus::Stored) => {
-                    println!("STORED");
+                    outln!("STORED");
                     EXIT_OK
                 }
                 Ok(s) => {
                     eprintln!("recall: {key}: not stored ({})", status_word(s));
                     EXIT_MISS
                 }
+                Err(e) if e.is_too_large() => too_large(&client, &e, Some(value.len() as u64)).await,
                 Err(e) => fail(&e),
             }
         }
@@ -294,7 +329,7 @@ async fn run(cli: Cli) -> u8 {
         Cmd::Decr { key, delta } => number(client.decr(&key, delta).await, &key),
         Cmd::Flush { delay } => match client.flush_all(delay).await {
             Ok(()) => {
-                println!("OK");
+                outln!("OK");
                 EXIT_OK
             }
             Err(e) => fail(&e),
@@ -306,8 +341,8 @@ async fn run(cli: Cli) -> u8 {
             let mut code = EXIT_OK;
             for (server, r) in results {
                 match r {
-                    Ok(v) if many => println!("{server} {v}"),
-                    Ok(v) => println!("{v}"),
+                    Ok(v) if many => outln!("{server} {v}"),
+                    Ok(v) => outln!("{v}"),
                     Err(e) => code = code.max(fail(&e)),
                 }
             }
@@ -332,7 +367,7 @@ fn status_word(s: StoreStatus) -> &'static str {
 fn found(r: Result<bool, Error>, key: &str, word: &str) -> u8 {
     match r {
         Ok(true) => {
-            println!("{word}");
+            outln!("{word}");
             EXIT_OK
         }
         Ok(false) => {
@@ -346,7 +381,7 @@ fn found(r: Result<bool, Error>, key: &str, word: &str) -> u8 {
 fn number(r: Result<Option<u64>, Error>, key: &str) -> u8 {
     match r {
         Ok(Some(n)) => {
-            println!("{n}");
+            outln!("{n}");
             EXIT_OK
         }
         Ok(None) => {
@@ -358,14 +393,13 @@ fn number(r: Result<Option<u64>, Error>, key: &str) -> u8 {
 }
 
 async fn get(client: &Client, keys: &[String]) -> u8 {
-    let mut out = std::io::stdout().lock();
     if let [key] = keys {
         return match client.get(key).await {
             Ok(Some(item)) => {
-                let _ = out.write_all(&item.value);
+                out(&item.value);
                 // Raw bytes for pipes; a newline only to keep a terminal tidy.
-                if std::io::stdout().is_terminal() && !item.value.ends_with(b"\n") {
-                    let _ = out.write_all(b"\n");
+                if io::stdout().is_terminal() && !item.value.ends_with(b"\n") {
+                    out(b"\n");
                 }
                 EXIT_OK
             }
@@ -380,10 +414,7 @@ async fn get(client: &Client, keys: &[String]) -> u8 {
     let mut code = EXIT_OK;
     for key in keys {
         if let Some(item) = r.items.get(key.as_bytes()) {
-            let _ = out.write_all(key.as_bytes());
-            let _ = out.write_all(b"\t");
-            let _ = out.write_all(&item.value);
-            let _ = out.write_all(b"\n");
+            out(&[key.as_bytes(), b"\t", &item.value, b"\n"].concat());
         } else if let Some((_, e)) = r.errors.iter().find(|(k, _)| k == key.as_bytes()) {
             code = code.max(fail(e));
         } else {
@@ -444,20 +475,50 @@ async fn put_file(client: &Client, key: &str, path: &std::path::Path, flags: u32
             }
         };
         if let Err(e) = w.write_all(&buf[..n]).await {
+            if let Some(err) = e.get_ref().and_then(|inner| inner.downcast_ref::<Error>()) {
+                if err.is_too_large() {
+                    return too_large(client, err, file.metadata().map(|m| m.len()).ok()).await;
+                }
+            }
             return fail_io(e);
         }
     }
     match w.finish().await {
         Ok(StoreStatus::Stored) => {
-            println!("STORED");
+            outln!("STORED");
             EXIT_OK
         }
         Ok(s) => {
             eprintln!("recall: {key}: not stored ({})", status_word(s));
             EXIT_MISS
         }
+        Err(e) if e.is_too_large() => too_large(client, &e, file.metadata().map(|m| m.len()).ok()).await,
         Err(e) => fail(&e),
     }
+}
+
+/// The server refused a value over its item size limit (`-I`, 1 MiB by
+/// default for memcached and recalld alike): say so, with the limit the
+/// server reports in `stats settings`, and how to raise it. Streaming
+/// does not get around the limit: a streamed value is one item too.
+async fn too_large(client: &Client, e: &Error, size: Option<u64>) -> u8 {
+    let code = fail(e);
+    let limit = match client.stats("settings").await.into_iter().next() {
+        Some((_, Ok(settings))) => settings
+            .iter()
+            .find(|(k, _)| k == "item_size_max")
+            .and_then(|(_, v)| v.parse::<f64>().ok())
+            .map(|v| format!(" of {}", human_bytes(v))),
+        _ => None,
+    };
+    let size = size.map(|s| format!(" ({})", human_bytes(s as f64))).unwrap_or_default();
+    eprintln!(
+        "recall: the value{size} is larger than the server's item size limit{}.\n\
+         Start the server with a larger limit, e.g. `recalld -I 16m` (memcached takes the same -I;\n\
+         in recalld's config file: max_item_size = \"16m\"). -I can be at most half of -m.",
+        limit.unwrap_or_default()
+    );
+    code
 }
 
 async fn get_file(client: &Client, key: &str, path: &std::path::Path) -> u8 {
@@ -502,11 +563,17 @@ async fn get_file(client: &Client, key: &str, path: &std::path::Path) -> u8 {
         };
         // Blocking write, as put-file's read: the only work in flight.
         if let Err(e) = out.write_all(&buf[..n]) {
-            eprintln!("recall: writing {}: {e}", if to_stdout { "stdout".into() } else { tmp.display().to_string() });
+            if to_stdout {
+                stdout_failed(&e);
+            }
+            eprintln!("recall: writing {}: {e}", tmp.display());
             return cleanup(EXIT_ERROR);
         }
     }
     if let Err(e) = out.flush() {
+        if to_stdout {
+            stdout_failed(&e);
+        }
         eprintln!("recall: writing {}: {e}", path.display());
         return cleanup(EXIT_ERROR);
     }
@@ -528,10 +595,10 @@ async fn stats(client: &Client, args: &str) -> u8 {
         match r {
             Ok(stats) => {
                 if many {
-                    println!("[{server}]");
+                    outln!("[{server}]");
                 }
                 for (k, v) in stats {
-                    println!("{k} {v}");
+                    outln!("{k} {v}");
                 }
             }
             Err(e) => code = code.max(fail(&e)),
@@ -541,17 +608,15 @@ async fn stats(client: &Client, args: &str) -> u8 {
 }
 
 async fn dump(client: &Client, keys_only: bool) -> u8 {
-    let mut out = std::io::stdout().lock();
     let mut code = EXIT_OK;
     for (_, r) in client.metadump().await {
         match r {
             Ok(entries) => {
                 for e in entries {
                     if keys_only {
-                        let _ = out.write_all(&e.key);
-                        let _ = out.write_all(b"\n");
+                        out(&[&e.key[..], b"\n"].concat());
                     } else {
-                        let _ = writeln!(out, "{}", e.line);
+                        outln!("{}", e.line);
                     }
                 }
             }
@@ -673,6 +738,7 @@ fn frame(rows: &[(String, Result<Sample, String>)], prev: &[Option<Sample>]) -> 
 async fn top(client: &Client, once: bool, interval: f64) -> u8 {
     let interval = Duration::from_secs_f64(interval.clamp(0.05, 3600.0));
     let mut prev: Vec<Option<Sample>> = vec![None; client.servers().len()];
+    let redraw = io::stdout().is_terminal();
     loop {
         let rows: Vec<(String, Result<Sample, String>)> = client
             .stats("")
@@ -681,15 +747,21 @@ async fn top(client: &Client, once: bool, interval: f64) -> u8 {
             .map(|(server, r)| (server.to_string(), r.map(|st| Sample::from(&st)).map_err(|e| e.to_string())))
             .collect();
         let text = frame(&rows, &prev);
-        let mut out = std::io::stdout().lock();
         if once {
-            let _ = out.write_all(text.as_bytes());
+            out(text.as_bytes());
             return if rows.iter().all(|(_, r)| r.is_err()) { EXIT_ERROR } else { EXIT_OK };
         }
-        // Clear the screen and home the cursor, then redraw.
-        let _ = write!(out, "\x1b[2J\x1b[H{text}");
-        let _ = out.flush();
-        drop(out);
+        if redraw {
+            // Clear the screen and home the cursor, then redraw.
+            out(format!("\x1b[2J\x1b[H{text}").as_bytes());
+        } else {
+            // Into a file or a pipe: frames one after another, a blank line
+            // between them, and no terminal codes.
+            out(format!("{text}\n").as_bytes());
+        }
+        if let Err(e) = io::stdout().flush() {
+            stdout_failed(&e);
+        }
         prev = rows.into_iter().map(|(_, r)| r.ok()).collect();
         tokio::time::sleep(interval).await;
     }
@@ -778,16 +850,13 @@ fn ketama_place(servers: &[String], remove_failed: &[String]) -> u8 {
         let Some(idx) = idx else {
             return usage("no server has points".into());
         };
-        let _ = out.write_all(key);
-        let _ = out.write_all(b"\t");
-        let _ = out.write_all(names[idx].as_bytes());
-        let _ = out.write_all(b"\n");
+        let line = [key, b"\t", names[idx].as_bytes(), b"\n"].concat();
+        if let Err(e) = out.write_all(&line) {
+            stdout_failed(&e);
+        }
     }
     match out.flush() {
         Ok(()) => EXIT_OK,
-        Err(e) => {
-            eprintln!("recall: writing to stdout: {e}");
-            EXIT_ERROR
-        }
+        Err(e) => stdout_failed(&e),
     }
 }

@@ -1,0 +1,76 @@
+//! recalld's own command line: `--help`, `-i`, and how warnings are printed.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
+
+fn recalld(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_recalld")).args(args).output().expect("run recalld")
+}
+
+/// The line of `--help` that documents `flag` (clap puts the text on the
+/// line after the flag's own).
+fn help_for(help: &str, flag: &str) -> String {
+    let lines: Vec<&str> = help.lines().collect();
+    let i = lines.iter().position(|l| l.trim_start().starts_with(flag)).unwrap_or_else(|| panic!("{flag} in {help}"));
+    format!("{} {}", lines[i], lines.get(i + 1).unwrap_or(&""))
+}
+
+#[test]
+fn help_shows_the_embedded_defaults() {
+    let o = recalld(&["--help"]);
+    assert_eq!(o.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&o.stdout);
+    for (flag, default) in [
+        ("-p,", "[default: 11211]"),
+        ("-l,", "[default: 127.0.0.1]"),
+        ("-m,", "[default: 64]"),
+        ("-c,", "[default: 1024]"),
+        ("-I,", "[default: 1m]"),
+        ("-U,", "[default: 0]"),
+        ("--durability", "[default: client-backup]"),
+    ] {
+        assert!(help_for(&help, flag).contains(default), "{flag}: {}", help_for(&help, flag));
+    }
+    assert!(help_for(&help, "-i,").contains("Print the licence"), "{help}");
+}
+
+#[test]
+fn shown_defaults_do_not_override_the_config_file() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("recalld-cmdline-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let file = dir.join("recalld.toml");
+    std::fs::write(&file, "port = 12345\nmax_item_size = \"4m\"\n").expect("write config");
+    let o = recalld(&["--config", file.to_str().expect("utf-8 path"), "--print-config"]);
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("port = 12345") && text.contains("max_item_size = \"4m\""), "{text}");
+}
+
+#[test]
+fn dash_i_prints_the_licence() {
+    let o = recalld(&["-i"]);
+    assert_eq!(o.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("Apache License") && text.contains("Version 2.0"), "{text}");
+    assert!(o.stderr.is_empty(), "no warning: -i is not ignored");
+}
+
+#[test]
+fn a_warning_is_printed_once_without_colour_codes_into_a_pipe() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_recalld"))
+        .args(["-p", "0", "-l", "127.0.0.1", "-U", "0", "-t", "1", "-d"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn recalld");
+    // Warnings come before the listener; once it listens they are written.
+    let stdout = child.stdout.take().expect("stdout");
+    let listening = BufReader::new(stdout).lines().map_while(Result::ok).any(|l| l.starts_with("listening on "));
+    let _ = child.kill();
+    let mut err = String::new();
+    child.stderr.take().expect("stderr").read_to_string(&mut err).expect("read stderr");
+    let _ = child.wait();
+    assert!(listening, "{err}");
+    assert_eq!(err.matches("-d (use your service manager").count(), 1, "{err}");
+    assert!(!err.contains('\x1b'), "{err:?}");
+}
