@@ -132,6 +132,9 @@ pub fn run(trace: &Trace, cfg: &RunConfig) -> Outcome {
     let mut evictions_at_start = 0;
     for (i, r) in trace.reqs().iter().enumerate() {
         if i as u64 == cfg.warmup {
+            // Catch up with what warm-up evicted, uncounted, so that only
+            // evictions from here on are charged to the classes.
+            sim.settle(clock_now(&clock));
             sim.counting = true;
             evictions_at_start = store.stats().evictions;
         }
@@ -296,8 +299,9 @@ impl Replay<'_> {
         }
     }
 
-    /// At the end: every key still believed resident is probed once, so
-    /// evictions nobody asked about afterwards are counted too.
+    /// Every key still believed resident is probed once: at the end, so
+    /// evictions nobody asked about afterwards are counted too, and when
+    /// warm-up ends.
     fn settle(&mut self, now: UnixSecs) {
         for k in 0..self.keys.len() as u32 {
             if self.keys[k as usize].resident && !self.present(self.trace.key(k), now) {

@@ -129,10 +129,13 @@ fn the_simulators_eviction_count_matches_the_stores() {
     let t = etc(5_000, 40_000);
     let ws = sweep::working_set(&t);
     for policy in PolicyKind::ALL {
-        let o = sim::run(&t, &cfg(policy, 8, CacheSize::Percent(5.0).bytes(ws)));
-        assert!(o.evictions > 1000, "{policy}: the cache is under pressure ({} evictions)", o.evictions);
-        assert_eq!(o.permanent.evictions + o.temporary.evictions, o.evictions, "{policy}");
-        assert_eq!(o.temporary.gets, 0);
+        for warmup in [0, 10_000] {
+            let c = RunConfig { warmup, ..cfg(policy, 8, CacheSize::Percent(5.0).bytes(ws)) };
+            let o = sim::run(&t, &c);
+            assert!(o.evictions > 1000, "{policy}: the cache is under pressure ({} evictions)", o.evictions);
+            assert_eq!(o.permanent.evictions + o.temporary.evictions, o.evictions, "{policy}, warm-up {warmup}");
+            assert_eq!(o.temporary.gets, 0);
+        }
     }
 }
 

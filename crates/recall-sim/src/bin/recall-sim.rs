@@ -77,6 +77,9 @@ struct Cli {
     /// etc: look-aside (gets, 14/45 deletes, a set after each miss) or the explicit 30:1:14 mix.
     #[arg(long, value_enum, default_value_t = EtcModeArg::LookAside)]
     etc_mode: EtcModeArg,
+    /// etc look-aside: share of requests that are deletes (seed 001's 14/45 by default).
+    #[arg(long, default_value_t = 14.0 / 45.0)]
+    delete_share: f64,
     /// etc: cap on generated value sizes.
     #[arg(long, default_value_t = DEFAULT_MAX_VALUE_SIZE)]
     max_value: u32,
@@ -182,7 +185,7 @@ fn generator(a: &Cli) -> Generator {
             keys: a.keys.unwrap_or(1_000_000),
             alpha: a.zipf.unwrap_or(0.95),
             mode: match a.etc_mode {
-                EtcModeArg::LookAside => EtcMode::LOOK_ASIDE,
+                EtcModeArg::LookAside => EtcMode::LookAside { delete_probability: a.delete_share },
                 EtcModeArg::Mix => EtcMode::MIX,
             },
             max_value: a.max_value,

@@ -185,7 +185,10 @@ impl LcsCsvFormat {
 mod tests {
     use super::*;
 
-    fn all(f: &LcsCsvFormat, text: &str) -> Result<Vec<(u64, String, u32, OpKind, u32)>, RecordError> {
+    /// time, key, size, op, ttl
+    type Parsed = (u64, String, u32, OpKind, u32);
+
+    fn all(f: &LcsCsvFormat, text: &str) -> Result<Vec<Parsed>, RecordError> {
         let mut v = Vec::new();
         f.parse(text.as_bytes(), |r| {
             v.push((r.time_s, String::from_utf8(r.key.to_vec()).unwrap(), r.size, r.kind, r.ttl))
