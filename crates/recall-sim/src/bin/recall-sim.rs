@@ -99,7 +99,8 @@ struct Cli {
     /// Cache sizes: shares of the working set (5%) or bytes (64MiB).
     #[arg(long, value_delimiter = ',', default_value = "1%,2%,5%,10%,20%")]
     sizes: Vec<CacheSize>,
-    /// Shard counts to compare (e.g. 1024,1: the server's default against one shard).
+    /// Shard counts. One count N above 1 runs N and 1 (the sharded store
+    /// against one shard, same trace and memory); a list runs exactly those.
     #[arg(long, value_delimiter = ',', default_value = "1")]
     shards: Vec<usize>,
     /// Set after a get miss: as the trace says (generators that are
@@ -222,6 +223,10 @@ fn run(cli: &Cli) -> Result<(), SimError> {
     if cli.shards.contains(&0) {
         return Err(SimError("--shards: a shard count must be at least 1".into()));
     }
+    let shards = match cli.shards[..] {
+        [n] if n > 1 => vec![n, 1],
+        _ => cli.shards.clone(),
+    };
     let loaded = source.load()?;
     if loaded.trace.is_empty() {
         return Err(SimError(format!("{}: the trace has no requests", loaded.describe)));
@@ -250,7 +255,7 @@ fn run(cli: &Cli) -> Result<(), SimError> {
         max_value: cli.max_item,
         warmup: cli.warmup,
     };
-    let rows = sweep::sweep(&loaded.trace, ws, &cli.policies, &cli.sizes, &cli.shards, base, |row| {
+    let rows = sweep::sweep(&loaded.trace, ws, &cli.policies, &cli.sizes, &shards, base, |row| {
         eprintln!("  {} shards={} size={}: hit ratio {:.4}", row.policy, row.shards, row.size, row.outcome.hit_ratio());
     });
     report::write_table(io::stdout().lock(), &rows).map_err(|e| SimError(format!("stdout: {e}")))?;
