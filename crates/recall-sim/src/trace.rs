@@ -40,9 +40,8 @@ impl Trace {
     }
 
     /// Appends a request. `time_s` is absolute (any origin); it is stored
-    /// relative to the first request's time, clamped to never run backwards
-    /// by more than the first request (a trace that does is replayed with
-    /// the clock standing still).
+    /// relative to the first request's time, and a time before that counts
+    /// as 0 (the replay's clock never runs backwards anyway).
     pub fn push(&mut self, time_s: u64, key: &[u8], value_size: u32, kind: OpKind, ttl: u32) {
         let origin = *self.origin_s.get_or_insert(time_s);
         let rel = time_s.saturating_sub(origin).min(u64::from(u32::MAX)) as u32;
