@@ -302,6 +302,21 @@ def main():
     put("snapshot_reader", "truncated", snapshot(recs)[:-7])
     put("snapshot_reader", "header-only", snapshot([])[:40])
 
+    # libCacheSim traces for recall-sim: oracleGeneral records are
+    # <u32 time, u64 id, u32 size, i64 next access>; sim_lcs_csv takes the
+    # reader parameters, a NUL, then the CSV.
+    def oracle(t, oid, size, nxt):
+        return struct.pack("<IQIq", t, oid, size, nxt)
+    good = oracle(1, 42, 100, 2) + oracle(1, 7, 5, -1) + oracle(3, 42, 100, -1)
+    put("sim_oracle", "three", good)
+    put("sim_oracle", "truncated", good[:-5])
+    put("sim_oracle", "backwards", oracle(9, 1, 1, -1) + oracle(3, 2, 2, -1))
+    put("sim_lcs_csv", "default", b"\x00time,id,size\n1,a,10\n2,b,20\r\n\n3,a,10\n")
+    put("sim_lcs_csv", "ops", b"time-col=2,obj-id-col=5,obj-size-col=4,op-col=1,ttl-col=3,has-header=false\x00"
+        b"set,7,60,100,k1\nget,8,0,100,k1\ndelete,9,0,0,k1\n")
+    put("sim_lcs_csv", "tab", b"obj-id-col=1,time-col=0,obj-size-col=2,delimiter=tab,has-header=false\x00x\t5\ny\t6\n")
+    put("sim_lcs_csv", "bad", b"\x00h\n1,a,x\n")
+
     for t, n in sorted(counts.items()):
         print(f"{t}: {n} seeds")
     return 0
