@@ -140,9 +140,6 @@ fn the_simulators_eviction_count_matches_the_stores() {
 }
 
 #[test]
-#[ignore = "recall-store's shard/evict.rs:115 computes `base + j` with j = usize::MAX before \
-            `then_some` and overflows in debug builds (release wraps and returns None); \
-            un-ignore when the store is fixed"]
 fn sharded_hit_ratio_is_close_to_one_shard() {
     // Issue 13 item 0: 1024 shards against 1, same trace and memory. A
     // small trace (a debug build replays it 12 times) where 2% of the

@@ -112,7 +112,8 @@ impl Tails {
         if min > seen {
             let _ = self.groups[g].compare_exchange(seen, min, Ordering::Relaxed, Ordering::Relaxed);
         }
-        (r != EMPTY).then_some((base + j, r))
+        // `j` is usize::MAX when the group is empty: add only for a real entry.
+        (r != EMPTY).then(|| (base + j, r))
     }
 }
 
