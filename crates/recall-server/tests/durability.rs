@@ -513,8 +513,17 @@ fn failpoint_snapshot_before_fsync() {
         for i in 0..10 {
             ledger.write(c, &format!("c{i}"), &format!("C{i}"));
         }
-        assert_eq!(send(c, "snapshot\r\n"), "OK\r\n");
+        snapshot_into_a_crash(c);
     });
+}
+
+/// Ask for the snapshot that crashes the server. The snapshot thread
+/// starts at once (it wakes on the request), so the crash may close the
+/// connection before `OK` is written: either answer is right. What counts
+/// is checked after the restart.
+fn snapshot_into_a_crash(c: &mut std::net::TcpStream) {
+    let r = send(c, "snapshot\r\n");
+    assert!(r == "OK\r\n" || r.is_empty(), "{r:?}");
 }
 
 #[test]
@@ -524,7 +533,7 @@ fn failpoint_snapshot_after_rename() {
         for i in 0..10 {
             ledger.write(c, &format!("c{i}"), &format!("C{i}"));
         }
-        assert_eq!(send(c, "snapshot\r\n"), "OK\r\n");
+        snapshot_into_a_crash(c);
     });
 }
 
