@@ -107,6 +107,8 @@ pub struct Session {
     durable_client: bool,
     /// The last `process` stopped before a write held for recovery.
     held: bool,
+    /// See `EngineConfig::reply_budget`.
+    reply_budget: usize,
 }
 
 impl Session {
@@ -121,6 +123,7 @@ impl Session {
             timestamps: false,
             durable_client: false,
             held: false,
+            reply_budget: engine.config.reply_budget,
         }
     }
 
@@ -138,7 +141,10 @@ impl Session {
         self.stream.is_some()
     }
 
-    /// Execute every complete request at the front of `input`.
+    /// Execute the complete requests at the front of `input`, in order,
+    /// until the replies this call wrote pass the reply budget: the caller
+    /// sends them, then calls again with the unused input (before it reads
+    /// more). Every call with a complete request executes at least one.
     pub fn process(&mut self, engine: &Engine, input: &[u8], out: &mut Out) -> Processed {
         let mut barrier = Barrier::default();
         let (used, action) = self.run(engine, input, out, &mut barrier);
@@ -150,6 +156,7 @@ impl Session {
         let counters = self.counters.clone();
         let mut cx = Cx { counters: &counters, barrier };
         let mut pos = 0;
+        let start = out.wire_len();
         loop {
             if self.swallow > 0 {
                 let n = self.swallow.min(input.len() - pos);
@@ -173,7 +180,7 @@ impl Session {
                 }
             }
             let buf = &input[pos..];
-            if buf.is_empty() {
+            if buf.is_empty() || out.wire_len() - start > self.reply_budget {
                 return (pos, Action::Continue);
             }
             let proto = match self.proto {

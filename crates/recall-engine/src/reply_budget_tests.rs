@@ -1,0 +1,119 @@
+//! The reply budget: a call of `Session::process` stops executing once its
+//! replies pass `EngineConfig::reply_budget`, and the caller resumes with
+//! the unused input. Resumed call by call, a pipeline gives the same bytes
+//! as one unlimited call, and no call holds more than the budget plus one
+//! reply.
+
+use std::sync::Arc;
+
+use recall_proto::binary::{opcode, write_request};
+use recall_store::{ManualClock, Store, StoreConfig};
+
+use crate::{Action, Engine, EngineConfig, Out, ProtocolChoice, Session};
+
+const SMALL: usize = 1000;
+/// Above `BIG_THRESHOLD`: stored as chunks, spliced into replies.
+const BIG: usize = 40_000;
+const KEYS: usize = 60;
+
+fn engine(reply_budget: usize) -> Engine {
+    let store = Store::new(StoreConfig { mem_limit: 64 << 20, shards: 4, ..Default::default() });
+    Engine::new(store, Arc::new(ManualClock::new(1_700_000_000)), EngineConfig { reply_budget, ..Default::default() })
+}
+
+/// Run `setup` to the end, then feed `input` once and resume with what each
+/// call left, a fresh `Out` per call (as the server writes and clears it).
+/// Returns each call's reply bytes.
+fn calls(reply_budget: usize, setup: &[u8], input: &[u8]) -> Vec<Vec<u8>> {
+    let e = engine(reply_budget);
+    let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+    let mut pending = setup.to_vec();
+    while !pending.is_empty() {
+        let p = s.process(&e, &pending, &mut Out::new());
+        assert!(p.used > 0 && p.action == Action::Continue, "setup stalled");
+        pending.drain(..p.used);
+    }
+    pending = input.to_vec();
+    let mut replies = Vec::new();
+    while !pending.is_empty() {
+        let mut out = Out::new();
+        let p = s.process(&e, &pending, &mut out);
+        assert_eq!(p.action, Action::Continue);
+        assert!(p.used > 0, "a call with complete requests executes at least one");
+        assert_eq!(out.flatten().len(), out.wire_len());
+        pending.drain(..p.used);
+        replies.push(out.flatten());
+    }
+    replies
+}
+
+/// Checks the budget's promise for one pipeline and returns how many calls
+/// the small budget took.
+fn check(setup: &[u8], input: &[u8], budget: usize, largest_reply: usize) -> usize {
+    let whole = calls(usize::MAX, setup, input);
+    assert_eq!(whole.len(), 1, "unlimited: one call runs everything");
+    let parts = calls(budget, setup, input);
+    for (i, p) in parts.iter().enumerate() {
+        assert!(p.len() <= budget + largest_reply, "call {i}: {} reply bytes, budget {budget}", p.len());
+    }
+    assert_eq!(parts.concat(), whole[0], "resumed replies differ from one unlimited run");
+    parts.len()
+}
+
+fn text_setup() -> Vec<u8> {
+    let mut v = Vec::new();
+    for i in 0..KEYS {
+        v.extend_from_slice(format!("set k{i} {i} 0 {SMALL}\r\n").as_bytes());
+        v.extend(std::iter::repeat_n(b'a' + (i % 26) as u8, SMALL));
+        v.extend_from_slice(b"\r\n");
+    }
+    v.extend_from_slice(format!("set big 7 0 {BIG}\r\n").as_bytes());
+    v.extend((0..BIG).map(|i| (i % 251) as u8));
+    v.extend_from_slice(b"\r\n");
+    v
+}
+
+#[test]
+fn pipelined_text_replies_are_resumed_byte_for_byte() {
+    let mut input = Vec::new();
+    for i in 0..KEYS {
+        input.extend_from_slice(format!("get k{i}\r\n").as_bytes());
+        if i % 10 == 0 {
+            input.extend_from_slice(b"gets big\r\nmg big v f\r\n");
+        }
+        input.extend_from_slice(format!("mg k{i} v s\r\nget nokey{i}\r\n").as_bytes());
+    }
+    let n = check(&text_setup(), &input, 4096, BIG + 100);
+    assert!(n > 10, "a 4 KiB budget must split about 400 KB of replies: {n} calls");
+}
+
+#[test]
+fn the_default_budget_keeps_small_pipelines_in_one_call() {
+    let input: Vec<u8> = (0..KEYS).flat_map(|i| format!("get k{i}\r\n").into_bytes()).collect();
+    let e = EngineConfig::default();
+    assert_eq!(e.reply_budget, 1 << 20);
+    assert_eq!(calls(e.reply_budget, &text_setup(), &input).len(), 1);
+}
+
+#[test]
+fn pipelined_binary_replies_are_resumed_byte_for_byte() {
+    let mut setup = Vec::new();
+    let extras = [0u32.to_be_bytes(), 0u32.to_be_bytes()].concat();
+    for i in 0..KEYS {
+        let value = vec![b'a' + (i % 26) as u8; SMALL];
+        write_request(&mut setup, opcode::SET, i as u32, 0, &extras, format!("k{i}").as_bytes(), &value);
+    }
+    let big: Vec<u8> = (0..BIG).map(|i| (i % 251) as u8).collect();
+    write_request(&mut setup, opcode::SET, 0, 0, &extras, b"big", &big);
+    let mut input = Vec::new();
+    for i in 0..KEYS {
+        write_request(&mut input, opcode::GETK, i as u32, 0, &[], format!("k{i}").as_bytes(), &[]);
+        if i % 10 == 0 {
+            write_request(&mut input, opcode::GET, 1000 + i as u32, 0, &[], b"big", &[]);
+        }
+        write_request(&mut input, opcode::GETQ, 2000 + i as u32, 0, &[], format!("nokey{i}").as_bytes(), &[]);
+    }
+    write_request(&mut input, opcode::NOOP, 9999, 0, &[], &[], &[]);
+    let n = check(&setup, &input, 4096, BIG + 100);
+    assert!(n > 10, "a 4 KiB budget must split about 300 KB of replies: {n} calls");
+}
