@@ -117,3 +117,37 @@ fn pipelined_binary_replies_are_resumed_byte_for_byte() {
     let n = check(&setup, &input, 4096, BIG + 100);
     assert!(n > 10, "a 4 KiB budget must split about 300 KB of replies: {n} calls");
 }
+
+/// A binary GET of a chunked value references it (the reply buffer holds
+/// the header, not the value), and the bytes on the wire are the packet
+/// memcached sends: header, flags, key, value.
+#[test]
+fn a_big_binary_value_is_spliced_not_copied() {
+    let e = engine(1 << 20);
+    let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+    let big: Vec<u8> = (0..BIG).map(|i| (i % 251) as u8).collect();
+    let mut set = Vec::new();
+    write_request(&mut set, opcode::SET, 0, 0, &[0, 0, 0, 9, 0, 0, 0, 0], b"big", &big);
+    assert_eq!(s.process(&e, &set, &mut Out::new()).used, set.len());
+    for (op, with_key) in [(opcode::GET, false), (opcode::GETK, true)] {
+        let mut get = Vec::new();
+        write_request(&mut get, op, 77, 0, &[], b"big", &[]);
+        let mut out = Out::new();
+        assert_eq!(s.process(&e, &get, &mut out).used, get.len());
+        assert!(out.as_contiguous().is_none(), "the value is spliced in");
+        assert!(out.len() < 64, "the buffer holds {} bytes", out.len());
+        let key: &[u8] = if with_key { b"big" } else { b"" };
+        let wire = out.flatten();
+        let body = 4 + key.len() + BIG;
+        assert_eq!(wire.len(), 24 + body);
+        assert_eq!(&wire[..2], &[0x81, op]);
+        assert_eq!(u16::from_be_bytes([wire[2], wire[3]]) as usize, key.len(), "key length");
+        assert_eq!(wire[4], 4, "extras length");
+        assert_eq!(&wire[6..8], &[0, 0], "status");
+        assert_eq!(u32::from_be_bytes(wire[8..12].try_into().unwrap()) as usize, body);
+        assert_eq!(u32::from_be_bytes(wire[12..16].try_into().unwrap()), 77, "opaque");
+        assert_eq!(&wire[24..28], &[0, 0, 0, 9], "flags");
+        assert_eq!(&wire[28..28 + key.len()], key);
+        assert_eq!(&wire[28 + key.len()..], &big[..]);
+    }
+}
