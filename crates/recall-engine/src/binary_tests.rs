@@ -51,7 +51,7 @@ impl Conn {
                 if action != Action::Continue {
                     return (out.flatten(), action);
                 }
-                if used == 0 || self.pending.is_empty() {
+                if !p.more {
                     break;
                 }
             }

@@ -35,15 +35,19 @@ fn calls(reply_budget: usize, setup: &[u8], input: &[u8]) -> Vec<Vec<u8>> {
     }
     pending = input.to_vec();
     let mut replies = Vec::new();
-    while !pending.is_empty() {
+    loop {
         let mut out = Out::new();
         let p = s.process(&e, &pending, &mut out);
         assert_eq!(p.action, Action::Continue);
-        assert!(p.used > 0, "a call with complete requests executes at least one");
+        assert!(!out.is_empty(), "every call makes progress");
         assert_eq!(out.flatten().len(), out.wire_len());
         pending.drain(..p.used);
         replies.push(out.flatten());
+        if !p.more {
+            break;
+        }
     }
+    assert!(pending.is_empty(), "{} bytes left unexecuted", pending.len());
     replies
 }
 
@@ -85,6 +89,26 @@ fn pipelined_text_replies_are_resumed_byte_for_byte() {
     }
     let n = check(&text_setup(), &input, 4096, BIG + 100);
     assert!(n > 10, "a 4 KiB budget must split about 400 KB of replies: {n} calls");
+}
+
+/// One `get` naming many keys pauses between keys and resumes where it
+/// stopped: `END` once, after the last key.
+#[test]
+fn a_multi_key_get_pauses_between_keys() {
+    for verb in ["get", "gets", "sget"] {
+        let mut input = verb.as_bytes().to_vec();
+        for i in 0..KEYS {
+            input.extend_from_slice(format!(" k{i} nokey{i}").as_bytes());
+            if i % 20 == 0 {
+                input.extend_from_slice(b" big");
+            }
+        }
+        input.extend_from_slice(b"\r\nget k1\r\n");
+        let n = check(&text_setup(), &input, 4096, BIG + 100);
+        assert!(n > 10, "{verb}: a 4 KiB budget must split about 100 KB of replies: {n} calls");
+        let all = calls(4096, &text_setup(), &input).concat();
+        assert_eq!(all.windows(5).filter(|w| w == b"END\r\n").count(), 2, "{verb}: END once per get");
+    }
 }
 
 #[test]

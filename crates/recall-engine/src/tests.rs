@@ -33,7 +33,7 @@ fn run(session: &mut Session, e: &Engine, pending: &mut Vec<u8>, input: &[u8], c
             if action != Action::Continue {
                 return (out.flatten(), action);
             }
-            if used == 0 || pending.is_empty() {
+            if !p.more {
                 break;
             }
         }

@@ -347,7 +347,7 @@ async fn connection(
             wait_for_recovery(engine).await;
             continue;
         }
-        if used > 0 && !buf.is_empty() {
+        if done.more {
             // The session stopped at the reply budget, and its replies have
             // been written (waiting for the socket): run the requests left
             // before reading more, so a client that never reads stalls here

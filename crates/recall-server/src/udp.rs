@@ -72,7 +72,7 @@ pub fn serve(engine: Arc<Engine>, sock: UdpSocket, wal: Option<Arc<recall_persis
                 b.recovery = false;
                 continue;
             }
-            if p.action != recall_engine::Action::Continue || p.used == 0 || pos == n {
+            if p.action != recall_engine::Action::Continue || !p.more {
                 break;
             }
         }
