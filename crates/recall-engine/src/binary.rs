@@ -34,11 +34,11 @@
 
 use recall_proto::binary::{self, opcode, status, BinCommand, BinErrorKind, StoreMode};
 use recall_proto::reply::Status;
-use recall_store::{ArithOutcome, Mode, Read, Value, WriteOutcome};
+use recall_store::{ArithOutcome, Mode, Read, WriteOutcome};
 
 use crate::execute::{arith_status, delete_status, write_status};
 use crate::op::{ArithOp, Data, DeleteOp, Op, Outcome, ReadOp, WriteOp};
-use crate::{Action, Cx, Engine, MEMCACHED_COMPAT_VERSION};
+use crate::{Action, Cx, Engine, Out, MEMCACHED_COMPAT_VERSION};
 
 /// The INCR/DECR exptime that means "do not create on a miss".
 const ARITH_NO_CREATE: u32 = 0xffff_ffff;
@@ -73,7 +73,7 @@ impl Engine {
         opaque: u32,
         cmd: &BinCommand<'_>,
         cx: &mut Cx<'_>,
-        out: &mut Vec<u8>,
+        out: &mut Out,
     ) -> Action {
         // With CAS disabled (-C) items carry no CAS and memcached ignores
         // the request's.
@@ -164,25 +164,21 @@ impl Engine {
         with_value: bool,
         quiet: bool,
         cx: &mut Cx<'_>,
-        out: &mut Vec<u8>,
+        out: &mut Out,
     ) {
         let key = read.key;
         let hit = self.execute(&Op::Read(read), cx, |o| match o {
             Outcome::Read(Read::Hit(v)) => {
                 let k: &[u8] = if with_key { key } else { &[] };
-                // Binary replies carry the value contiguously; a chunked
-                // value is copied here (binary clients rarely store values
-                // this large; stream them with the text protocol's sget).
-                let owned;
-                let val: &[u8] = match (with_value, v.value) {
-                    (false, _) => &[],
-                    (true, Value::Inline(b)) => b,
-                    (true, big) => {
-                        owned = big.to_vec();
-                        &owned
-                    }
-                };
-                binary::write_get_hit(out, op, opaque, v.cas, v.flags, k, val);
+                // The header counts the value's length; the value follows
+                // it, copied when inline, spliced by reference when
+                // chunked (as in text replies), so a big value costs the
+                // reply buffer nothing.
+                let len = if with_value { v.value.len() } else { 0 };
+                binary::write_get_hit_head(out, op, opaque, v.cas, v.flags, k, len);
+                if with_value {
+                    out.value(v.value);
+                }
                 true
             }
             _ if quiet => false,

@@ -44,11 +44,16 @@ impl Conn {
         let mut out = crate::Out::new();
         for piece in input.chunks(chunk.max(1)) {
             self.pending.extend_from_slice(piece);
-            let p = self.s.process(&self.e, &self.pending, &mut out);
-            let (used, action) = (p.used, p.action);
-            self.pending.drain(..used);
-            if action != Action::Continue {
-                return (out.flatten(), action);
+            loop {
+                let p = self.s.process(&self.e, &self.pending, &mut out);
+                let (used, action) = (p.used, p.action);
+                self.pending.drain(..used);
+                if action != Action::Continue {
+                    return (out.flatten(), action);
+                }
+                if !p.more {
+                    break;
+                }
             }
         }
         (out.flatten(), Action::Continue)

@@ -64,6 +64,11 @@ pub struct EngineConfig {
     pub cas_enabled: bool,
     /// Settings as `stats settings` prints them (rendered by the server).
     pub settings: Vec<(String, String)>,
+    /// Reply bytes one call of `Session::process` may produce before it
+    /// stops executing requests (`reply_budget`): the connection writes
+    /// them, waiting for the socket, before it runs the rest. A client
+    /// that stops reading then holds about this much, not every reply.
+    pub reply_budget: usize,
 }
 
 impl Default for EngineConfig {
@@ -74,6 +79,7 @@ impl Default for EngineConfig {
             shutdown_enabled: false,
             cas_enabled: true,
             settings: Vec::new(),
+            reply_budget: 1 << 20,
         }
     }
 }
@@ -171,6 +177,8 @@ impl Engine {
     }
 }
 
+#[cfg(test)]
+mod reply_budget_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -39,6 +39,10 @@ pub struct Processed {
     /// What the connection must wait for before it sends any of the
     /// replies this call wrote (a log position, a snapshot).
     pub barrier: Barrier,
+    /// The call stopped at the reply budget with requests left to run (or
+    /// a multi-key get part done): send the replies, then call again with
+    /// the unused input before reading more.
+    pub more: bool,
 }
 
 /// The first byte of every binary-protocol request.
@@ -107,6 +111,14 @@ pub struct Session {
     durable_client: bool,
     /// The last `process` stopped before a write held for recovery.
     held: bool,
+    /// See `EngineConfig::reply_budget`.
+    reply_budget: usize,
+    /// A text get at the front of the input paused at the reply budget:
+    /// the byte of its key list where the next key starts (0 = none). The
+    /// request stays in the input until its last key has run.
+    get_from: usize,
+    /// The last `process` stopped at the reply budget.
+    more: bool,
 }
 
 impl Session {
@@ -121,6 +133,9 @@ impl Session {
             timestamps: false,
             durable_client: false,
             held: false,
+            reply_budget: engine.config.reply_budget,
+            get_from: 0,
+            more: false,
         }
     }
 
@@ -138,18 +153,23 @@ impl Session {
         self.stream.is_some()
     }
 
-    /// Execute every complete request at the front of `input`.
+    /// Execute the complete requests at the front of `input`, in order,
+    /// until the replies this call wrote pass the reply budget: the caller
+    /// sends them, then calls again with the unused input (before it reads
+    /// more). Every call with a complete request executes at least one.
     pub fn process(&mut self, engine: &Engine, input: &[u8], out: &mut Out) -> Processed {
         let mut barrier = Barrier::default();
         let (used, action) = self.run(engine, input, out, &mut barrier);
         barrier.recovery = std::mem::take(&mut self.held);
-        Processed { used, action, barrier }
+        Processed { used, action, barrier, more: std::mem::take(&mut self.more) }
     }
 
     fn run(&mut self, engine: &Engine, input: &[u8], out: &mut Out, barrier: &mut Barrier) -> (usize, Action) {
         let counters = self.counters.clone();
         let mut cx = Cx { counters: &counters, barrier };
         let mut pos = 0;
+        // Replies past this many bytes in `out` stop the call.
+        let limit = out.wire_len().saturating_add(self.reply_budget);
         loop {
             if self.swallow > 0 {
                 let n = self.swallow.min(input.len() - pos);
@@ -176,6 +196,10 @@ impl Session {
             if buf.is_empty() {
                 return (pos, Action::Continue);
             }
+            if out.wire_len() > limit {
+                self.more = true;
+                return (pos, Action::Continue);
+            }
             let proto = match self.proto {
                 Some(p) => p,
                 None => {
@@ -194,20 +218,29 @@ impl Session {
                 }
             };
             let (used, action) = match proto {
-                Proto::Text => self.step_text(engine, buf, &mut cx, out),
+                Proto::Text => self.step_text(engine, buf, limit, &mut cx, out),
                 Proto::Binary => self.step_binary(engine, buf, &mut cx, out),
             };
             pos += used;
             match action {
                 Action::Continue if used > 0 => continue,
+                // A get paused: `more` is set.
                 Action::Continue => return (pos, Action::Continue),
                 other => return (pos, other),
             }
         }
     }
 
-    /// One text request. Returns bytes used (0 = need more input).
-    fn step_text(&mut self, engine: &Engine, buf: &[u8], cx: &mut Cx<'_>, out: &mut Out) -> (usize, Action) {
+    /// One text request. Returns bytes used (0 = need more input, or a get
+    /// paused at `limit` reply bytes).
+    fn step_text(
+        &mut self,
+        engine: &Engine,
+        buf: &[u8],
+        limit: usize,
+        cx: &mut Cx<'_>,
+        out: &mut Out,
+    ) -> (usize, Action) {
         match text::decode(buf, &self.limits) {
             Ok(Decoded::Request(req, _)) if self.hold(engine, req.cmd.mutates()) => (0, Action::Continue),
             Ok(Decoded::Request(req, n)) => {
@@ -239,6 +272,19 @@ impl Session {
                     | Command::ReplayDelete { .. }
                     | Command::ReplayBatch { .. }
                     | Command::ReplayDone { .. } => self.durable_client = true,
+                    Command::Get { kind, exptime, keys } if !req.noreply => {
+                        return match engine.text_get(kind, exptime, keys, self.get_from, limit, cx, out) {
+                            Some(next) => {
+                                self.get_from = next;
+                                self.more = true;
+                                (0, Action::Continue)
+                            }
+                            None => {
+                                self.get_from = 0;
+                                (n, Action::Continue)
+                            }
+                        };
+                    }
                     _ => {}
                 }
                 (n, engine.text(&req, self.timestamps, cx, out))

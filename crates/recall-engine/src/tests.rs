@@ -24,11 +24,18 @@ fn run(session: &mut Session, e: &Engine, pending: &mut Vec<u8>, input: &[u8], c
     let mut out = crate::Out::new();
     for piece in input.chunks(chunk.max(1)) {
         pending.extend_from_slice(piece);
-        let p = session.process(e, pending, &mut out);
-        let (used, action) = (p.used, p.action);
-        pending.drain(..used);
-        if action != Action::Continue {
-            return (out.flatten(), action);
+        // As the server does: call again while a call stopped at the reply
+        // budget with requests left.
+        loop {
+            let p = session.process(e, pending, &mut out);
+            let (used, action) = (p.used, p.action);
+            pending.drain(..used);
+            if action != Action::Continue {
+                return (out.flatten(), action);
+            }
+            if !p.more {
+                break;
+            }
         }
     }
     (out.flatten(), Action::Continue)

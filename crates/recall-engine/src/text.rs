@@ -29,30 +29,55 @@ impl Engine {
         action
     }
 
+    /// A text get (get/gets/gat/gats/sget/sgets) of the keys from byte
+    /// `from` of `raw`. Once the reply passes `limit` bytes with keys
+    /// left, it stops and returns the byte where the next key starts (the
+    /// session resumes there after the replies are sent); `END` is written
+    /// once, after the last key.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn text_get(
+        &self,
+        kind: GetKind,
+        exptime: i32,
+        raw: &[u8],
+        from: usize,
+        limit: usize,
+        cx: &mut Cx<'_>,
+        out: &mut Out,
+    ) -> Option<usize> {
+        let touch = matches!(kind, GetKind::Gat | GetKind::Gats).then_some(exptime as i64);
+        let (with_cas, framed) = (kind.with_cas(), kind.framed());
+        let mut keys = keys(&raw[from..]).peekable();
+        while let Some(key) = keys.next() {
+            let op = Op::Read(ReadOp { key, touch, count_get: true, ..Default::default() });
+            let hit = self.execute(&op, cx, |o| {
+                let Outcome::Read(Read::Hit(v)) = o else { return false };
+                let cas = with_cas.then_some(v.cas);
+                if framed {
+                    reply::stream_header(out, key, v.flags, cas);
+                    out.framed_value(v.value);
+                    recall_proto::stream::write_tail(out);
+                } else {
+                    reply::value_header(out, key, v.flags, v.value.len(), cas);
+                    out.value(v.value);
+                    reply::crlf(out);
+                }
+                true
+            });
+            self.prefix.get(key, hit);
+            if let (true, Some(next)) = (out.wire_len() > limit, keys.peek()) {
+                // Keys are slices of `raw`: the offset of the next one.
+                return Some(next.as_ptr() as usize - raw.as_ptr() as usize);
+            }
+        }
+        reply::end(out);
+        None
+    }
+
     fn text_inner(&self, req: &Request<'_>, timestamps: bool, cx: &mut Cx<'_>, out: &mut Out) -> Action {
         match &req.cmd {
             Command::Get { kind, exptime, keys: raw } => {
-                let touch = matches!(kind, GetKind::Gat | GetKind::Gats).then_some(*exptime as i64);
-                let (with_cas, framed) = (kind.with_cas(), kind.framed());
-                for key in keys(raw) {
-                    let op = Op::Read(ReadOp { key, touch, count_get: true, ..Default::default() });
-                    let hit = self.execute(&op, cx, |o| {
-                        let Outcome::Read(Read::Hit(v)) = o else { return false };
-                        let cas = with_cas.then_some(v.cas);
-                        if framed {
-                            reply::stream_header(out, key, v.flags, cas);
-                            out.framed_value(v.value);
-                            recall_proto::stream::write_tail(out);
-                        } else {
-                            reply::value_header(out, key, v.flags, v.value.len(), cas);
-                            out.value(v.value);
-                            reply::crlf(out);
-                        }
-                        true
-                    });
-                    self.prefix.get(key, hit);
-                }
-                reply::end(out);
+                let _ = self.text_get(*kind, *exptime, raw, 0, usize::MAX, cx, out);
             }
             Command::Store { cmd, key, flags, exptime, cas, data } => {
                 let op = classic_write(*cmd, key, Data::Bytes(data), *flags, *exptime, *cas);

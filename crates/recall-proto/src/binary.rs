@@ -745,7 +745,37 @@ pub fn write_ok(out: &mut Vec<u8>, opcode: u8, opaque: u32, cas: u64) {
 /// the request was a GETK/GATK (pass `&[]` otherwise) and the value (pass
 /// `&[]` for TOUCH, which returns no value).
 pub fn write_get_hit(out: &mut Vec<u8>, opcode: u8, opaque: u32, cas: u64, flags: u32, key: &[u8], value: &[u8]) {
-    write_response(out, opcode, status::NO_ERROR, opaque, cas, &flags.to_be_bytes(), key, value);
+    write_get_hit_head(out, opcode, opaque, cas, flags, key, value.len());
+    out.extend_from_slice(value);
+}
+
+/// A get/gat hit without its value: the header (whose body length counts
+/// `value_len` value bytes), the flags extras and the key. The caller sends
+/// the `value_len` bytes next (a server writes a big value from its chunks
+/// without copying it).
+pub fn write_get_hit_head(
+    out: &mut Vec<u8>,
+    opcode: u8,
+    opaque: u32,
+    cas: u64,
+    flags: u32,
+    key: &[u8],
+    value_len: usize,
+) {
+    let extras = flags.to_be_bytes();
+    header(
+        out,
+        MAGIC_RESPONSE,
+        opcode,
+        key.len(),
+        extras.len(),
+        status::NO_ERROR,
+        extras.len() + key.len() + value_len,
+        opaque,
+        cas,
+    );
+    out.extend_from_slice(&extras);
+    out.extend_from_slice(key);
 }
 
 /// A get/gat/touch miss (not for quiet gets, which send nothing). With

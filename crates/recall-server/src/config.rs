@@ -34,6 +34,7 @@ pub struct Config {
     pub listen_backlog: u32,
     pub reqs_per_event: u32,
     pub idle_timeout: u64,
+    pub reply_budget: String,
     pub policy: String,
     pub hot_lru_pct: u32,
     pub warm_lru_pct: u32,
@@ -356,6 +357,7 @@ impl Config {
                 let num = || v.parse::<u64>().map_err(|_| ConfigError(format!("invalid value for -o {k}: {v:?}")));
                 match k {
                     "idle_timeout" => cfg.idle_timeout = num()?,
+                    "reply_budget" => cfg.reply_budget = v.to_string(),
                     "policy" => cfg.policy = v.to_string(),
                     "hot_lru_pct" => cfg.hot_lru_pct = num()? as u32,
                     "warm_lru_pct" => cfg.warm_lru_pct = num()? as u32,
@@ -445,6 +447,7 @@ impl Config {
         if self.max_connections == 0 {
             return Err(ConfigError("max_connections must be at least 1".into()));
         }
+        self.reply_budget_bytes()?;
         self.policy_kind()?;
         if self.hot_lru_pct + self.warm_lru_pct >= 100 || self.hot_lru_pct == 0 {
             return Err(ConfigError("hot_lru_pct + warm_lru_pct must be below 100, and hot_lru_pct above 0".into()));
@@ -456,6 +459,18 @@ impl Config {
         parse_size(&self.max_item_size, 1)
             .map(|b| b as usize)
             .ok_or_else(|| ConfigError(format!("invalid max item size: {}", self.max_item_size)))
+    }
+
+    /// Reply bytes a connection produces before it stops executing
+    /// requests until they are written (k/m/g suffixes; bare = bytes).
+    pub fn reply_budget_bytes(&self) -> Result<usize, ConfigError> {
+        match parse_size(&self.reply_budget, 1) {
+            Some(b) if (1024..=1 << 30).contains(&b) => Ok(b as usize),
+            _ => Err(ConfigError(format!(
+                "invalid reply_budget: {:?} (a size from 1k to 1g, e.g. \"1m\")",
+                self.reply_budget
+            ))),
+        }
     }
 
     /// The eviction policy named by `policy`.
@@ -491,6 +506,7 @@ impl Config {
             ("flush_enabled".into(), b(!self.disable_flush_all)),
             ("shutdown_command".into(), b(self.enable_shutdown)),
             ("idle_timeout".into(), self.idle_timeout.to_string()),
+            ("recall_reply_budget".into(), self.reply_budget_bytes().unwrap_or(0).to_string()),
             ("hot_lru_pct".into(), self.hot_lru_pct.to_string()),
             ("warm_lru_pct".into(), self.warm_lru_pct.to_string()),
             ("lru_segmented".into(), b(self.policy == "slru")),
@@ -523,10 +539,23 @@ mod tests {
             Config::from_cli(&cli(&["-p", "11311", "-m", "1024", "-t", "4", "-c", "4096", "-U", "0", "-vv"])).unwrap();
         assert_eq!((c.port, c.memory_limit_mb, c.threads, c.max_connections, c.verbosity), (11311, 1024, 4, 4096, 2));
         assert!(w.is_empty());
-        let (c, _) =
-            Config::from_cli(&cli(&["-I", "2m", "-o", "idle_timeout=5,modern", "-M", "-C", "-F", "-A"])).unwrap();
+        let (c, _) = Config::from_cli(&cli(&[
+            "-I",
+            "2m",
+            "-o",
+            "idle_timeout=5,modern,reply_budget=64k",
+            "-M",
+            "-C",
+            "-F",
+            "-A",
+        ]))
+        .unwrap();
         assert_eq!(c.item_size_max_bytes().unwrap(), 2 << 20);
         assert_eq!(c.idle_timeout, 5);
+        assert_eq!(c.reply_budget_bytes().unwrap(), 64 << 10);
+        assert_eq!(Config::default().reply_budget_bytes().unwrap(), 1 << 20);
+        let e = Config::from_cli(&cli(&["-o", "reply_budget=lots"])).unwrap_err();
+        assert!(e.0.contains("reply_budget"), "{}", e.0);
         assert!(c.disable_evictions && c.disable_cas && c.disable_flush_all && c.enable_shutdown);
     }
 

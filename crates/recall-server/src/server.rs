@@ -57,6 +57,7 @@ pub fn build_engine(cfg: &Config, clock: Arc<dyn Clock>) -> Engine {
         shutdown_enabled: cfg.enable_shutdown,
         cas_enabled: !cfg.disable_cas,
         settings: cfg.stats_settings(),
+        reply_budget: cfg.reply_budget_bytes().expect("validated"),
     };
     let e = Engine::new(store, clock, ecfg);
     e.gauges.max_connections.store(cfg.max_connections as u64, Ordering::Relaxed);
@@ -346,8 +347,11 @@ async fn connection(
             wait_for_recovery(engine).await;
             continue;
         }
-        if used > 0 && !buf.is_empty() {
-            // Replies were capped; more complete requests may be waiting.
+        if done.more {
+            // The session stopped at the reply budget, and its replies have
+            // been written (waiting for the socket): run the requests left
+            // before reading more, so a client that never reads stalls here
+            // holding one budget of replies.
             continue;
         }
         // A value streaming in is read in large pieces (memcached reads a

@@ -54,14 +54,27 @@ pub fn serve(engine: Arc<Engine>, sock: UdpSocket, wal: Option<Arc<recall_persis
         counters.bytes_read.add(n as u64);
         out.clear();
         let mut session = Session::new(&engine, counters.clone(), ProtocolChoice::Ascii);
-        let first = session.process(&engine, &buf[HEADER..n], &mut out);
-        let mut b = first.barrier;
-        if b.recovery {
-            // A write during recovery waits (see the engine's session);
-            // UDP requests are single datagrams, so the wait holds this
-            // listener; the rest of the datagram runs after it.
-            while !engine.durability.wait_recovery_end(Duration::from_secs(1)) {}
-            b.join(session.process(&engine, &buf[HEADER + first.used..n], &mut out).barrier);
+        // The whole datagram runs before the reply goes out: a call stops
+        // at the reply budget (one datagram's replies are bounded by its
+        // 64 KiB of requests anyway), or before a write held for recovery.
+        let mut b = recall_engine::Barrier::default();
+        let mut pos = HEADER;
+        loop {
+            let p = session.process(&engine, &buf[pos..n], &mut out);
+            pos += p.used;
+            let recovery = p.barrier.recovery;
+            b.join(p.barrier);
+            if recovery {
+                // A write during recovery waits (see the engine's session);
+                // UDP requests are single datagrams, so the wait holds this
+                // listener; the rest of the datagram runs after it.
+                while !engine.durability.wait_recovery_end(Duration::from_secs(1)) {}
+                b.recovery = false;
+                continue;
+            }
+            if p.action != recall_engine::Action::Continue || !p.more {
+                break;
+            }
         }
         // As on TCP: writes are durable before their replies go out.
         if let (Some(w), true) = (&wal, b.log > 0) {
