@@ -181,7 +181,19 @@ fn a_spill_file_has_one_client_at_a_time() {
         }
         assert_eq!(first.status()[0].entries, 1, "the refused client touched nothing");
         drop(first);
-        let second = client(server.addr(), &spill, SpillSync::Os).build().expect("free once the first is gone");
+        // Dropping aborts the first client's tasks; they let go of the file
+        // (and its lock) on the runtime's threads, a moment later. Retry,
+        // bounded, until they have.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let second = loop {
+            match client(server.addr(), &spill, SpillSync::Os).build() {
+                Ok(c) => break c,
+                Err(Error::InvalidArgument(m)) if m.contains("in use") && std::time::Instant::now() < deadline => {
+                    tokio::task::yield_now().await
+                }
+                Err(e) => panic!("free once the first is gone: {e:?}"),
+            }
+        };
         assert_eq!(second.status()[0].entries, 1, "and it has the first one's entry");
     });
 }

@@ -35,8 +35,11 @@
 //! given the same file fails to build with an error saying so. Two clients
 //! appending to and rewriting one file would drop each other's entries.
 //! The lock goes with the process, so a client restarted after a crash
-//! takes it at once; the lock file itself stays, empty. A client dropped
-//! while a rewrite of its file runs keeps the lock until the rewrite ends.
+//! takes it at once; the lock file itself stays, empty. A dropped client
+//! lets go of the lock once its background tasks have stopped (they are
+//! aborted by the drop and end on the runtime's threads, a moment later),
+//! and a client dropped while a rewrite of its file runs keeps the lock
+//! until the rewrite ends.
 //! On a file system that cannot lock, the client warns on stderr and goes
 //! on without the lock.
 //!
