@@ -300,14 +300,14 @@ mod tests {
     }
 
     #[test]
-    fn runs_are_deterministic_and_the_front_hits_no_more_than_its_size_allows() {
+    fn runs_are_deterministic_and_a_large_front_cache_nears_the_main_store() {
         let p = small();
         let big = FrontConfig::fixed(1024, 16, 4096, Replacement::Lru);
         let tiny = FrontConfig::fixed(16, 1, 64, Replacement::Lru);
         let a = run(&p, Some(&big)).unwrap();
         assert_eq!(a, run(&p, Some(&big)).unwrap());
         let b = run(&p, Some(&tiny)).unwrap();
-        assert!(a.gets > 15_000 && a.warmup_sets > 0);
+        assert!(a.gets > 12_000 && a.warmup_sets > 0, "{a:?}");
         // A 64 MB front cache holds about what the 1 MB main store does,
         // plus what it evicted: at least the main store's hits (less the
         // values over 4 KiB it cannot hold).

@@ -124,11 +124,7 @@ impl FrontConfig {
 
     /// The largest value some class can hold.
     pub fn max_value(&self) -> u64 {
-        self.classes
-            .iter()
-            .map(|c| u64::from(c.chunk) * u64::from(c.ways.min(self.max_span)))
-            .max()
-            .unwrap_or(0)
+        self.classes.iter().map(|c| u64::from(c.chunk) * u64::from(c.ways.min(self.max_span))).max().unwrap_or(0)
     }
 
     fn validate(&self) -> Result<(), FrontConfigError> {
