@@ -99,6 +99,12 @@ pub fn run(a: &FrontArgs) -> Result<(), SimError> {
             k
         }
     };
+    let main_only = super::run(&p, None)?;
+    println!(
+        "warm-up      {} SETs until the main store's first eviction; main store alone hits {}% of GETs",
+        main_only.warmup_sets,
+        pct(main_only.main_hit_ratio())
+    );
     for f in &a.figure {
         let rows = figures::measure(&p, f, |m| {
             eprintln!(

@@ -2,9 +2,9 @@
 //! front of a real [`Store`], driven by the paper's procedure (§5.2).
 //!
 //! 1. `k` keys with ETC key sizes; GETs pick them by Zipf popularity.
-//! 2. Warm-up: SETs of keys drawn the same way, each with a fresh ETC value
-//!    size, through the front cache and the main store, until the main
-//!    store first evicts.
+//! 2. Warm-up: SETs of every key once in a shuffled order, each with a
+//!    fresh ETC value size, through the front cache and the main store,
+//!    until the main store first evicts (or every key is in).
 //! 3. Requests at GET:SET:DELETE = 30:1:14; a GET that misses is followed
 //!    by a SET of the key with a fresh value (the client refilling from its
 //!    database). 100,000 requests are counted.
@@ -33,6 +33,7 @@ pub mod cmd;
 pub mod figures;
 
 use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use recall_bench::workload::dist::ZipfRanks;
 use recall_bench::workload::etc::EtcSizes;
@@ -213,13 +214,17 @@ pub fn run(p: &Procedure, front: Option<&FrontConfig>) -> Result<FrontOutcome, S
         front,
     };
     let mut out = FrontOutcome::default();
-    // Warm-up: until the main store's first eviction (bounded, in case the
-    // keys never fill it).
+    // Warm-up: every key once, in a shuffled order, until the main store's
+    // first eviction (then it is full) or the keys run out (then it holds
+    // them all): either way no GET after it is a cold miss.
+    let mut order: Vec<u32> = (0..p.keys.min(u64::from(u32::MAX)) as u32).collect();
+    order.shuffle(&mut d.rng);
     let mut scratch = FrontOutcome::default();
-    let bound = p.keys.saturating_mul(20).max(1_000_000);
-    while d.store.stats().evictions == 0 && out.warmup_sets < bound {
-        let id = d.zipf.sample(&mut d.rng);
-        d.key_of(id);
+    for id in order {
+        if d.store.stats().evictions > 0 {
+            break;
+        }
+        d.key_of(u64::from(id));
         d.set(&mut scratch);
         out.warmup_sets += 1;
     }
