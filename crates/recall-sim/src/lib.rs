@@ -14,8 +14,14 @@
 //! - [`sweep`]: cache sizes (absolute, or shares of the working set) ×
 //!   policies × shard counts.
 //! - [`report`]: the table and the CSV `scripts/sim-plot` draws.
+//! - [`front`]: seed 001's front cache in front of the store, by the
+//!   paper's procedure (`recall-sim front`).
+//! - [`objects`]: object-count mode with reference LRU and FIFO, for the
+//!   libCacheSim cross-check (`recall-sim objects`).
 
 pub mod formats;
+pub mod front;
+pub mod objects;
 pub mod report;
 pub mod sim;
 pub mod source;

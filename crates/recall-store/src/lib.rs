@@ -23,6 +23,7 @@
 mod arena;
 pub mod big;
 pub mod clock;
+pub mod front;
 pub mod item;
 pub mod policy;
 mod shard;

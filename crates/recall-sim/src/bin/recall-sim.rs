@@ -7,6 +7,10 @@
 //! # a libCacheSim trace
 //! recall-sim --oracle trace.oracleGeneral --sizes 0.1%,1%,10%
 //! recall-sim --lcs-csv trace.csv --lcs-params "time-col=1,obj-id-col=2,obj-size-col=3,has-header=true"
+//! # seed 001's front cache figures (docs/benchmarks/front-cache.md)
+//! recall-sim front --figure fig5,fig6,fig7,table2,classes --csv-dir docs/benchmarks
+//! # object-count mode, as libCacheSim runs it (docs/benchmarks/hit-ratio.md)
+//! recall-sim objects --oracle trace.oracleGeneral --policies lru,fifo,sieve,s3fifo --sizes 1%,10%
 //! ```
 
 use std::fs::File;
@@ -14,7 +18,7 @@ use std::io::{self, BufWriter};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{ArgGroup, Parser, ValueEnum};
+use clap::{ArgGroup, Parser, Subcommand, ValueEnum};
 use recall_bench::load::WorkloadSpec;
 use recall_bench::workload::adversary::{
     AdversaryConfig, AdversaryKind, LargeBursts, OneHitWonders, Scan, ShiftingHotSet,
@@ -34,9 +38,12 @@ use recall_store::PolicyKind;
     version,
     about = "Replay a trace through recall's store (its real policies, memory accounting and shards) \
              and report object/byte hit ratios, per-class hit ratios and evictions",
-    group(ArgGroup::new("input").args(["trace", "lcs_csv", "oracle"]))
+    group(ArgGroup::new("input").args(["trace", "lcs_csv", "oracle"])),
+    args_conflicts_with_subcommands = true
 )]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// A CSV trace in recall-bench's format (time_us,key,key_size,value_size,op,ttl).
     #[arg(long)]
     trace: Option<PathBuf>,
@@ -119,6 +126,14 @@ struct Cli {
     /// Write one CSV row per (policy, size, shards) here.
     #[arg(long)]
     csv: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Seed 001's front cache in front of the store (its Figs. 5-7, Table 2, chunk classes).
+    Front(recall_sim::front::cmd::FrontArgs),
+    /// Object-count mode (every object one unit) with reference LRU/FIFO, for comparing with libCacheSim.
+    Objects(recall_sim::objects::cmd::ObjectsArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -269,7 +284,12 @@ fn run(cli: &Cli) -> Result<(), SimError> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(&cli) {
+    let result = match &cli.command {
+        Some(Command::Front(a)) => recall_sim::front::cmd::run(a),
+        Some(Command::Objects(a)) => recall_sim::objects::cmd::run_cmd(a),
+        None => run(&cli),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("recall-sim: {e}");
