@@ -669,7 +669,11 @@ fn prioritized_keeps_permanent_and_hot_items_through_a_burst_of_temporary_ones()
             // corrects at most a few of them before it settles for the
             // writer's own candidate (`shard/evict.rs`).
             let allowed = if shards == 1 { 0 } else { 5 };
-            assert!(perm + hot <= allowed, "{kind}, {shards} shards: lost {perm} permanent, {hot} hot: {:?}", st.policy);
+            assert!(
+                perm + hot <= allowed,
+                "{kind}, {shards} shards: lost {perm} permanent, {hot} hot: {:?}",
+                st.policy
+            );
             let c = st.policy;
             assert!(c.prio_evictions[1] > 1000, "{kind}: {c:?}");
             assert_eq!(c.prio_evictions[0] + c.prio_evictions[2], (perm + hot) as u64, "{kind}: {c:?}");

@@ -34,10 +34,10 @@ pub mod tuner;
 
 pub use list::NIL;
 pub use prioritized::{PrioConfig, PrioShared, Prioritized};
-pub use tuner::Tuner;
 pub use s3fifo::{S3Fifo, S3FifoConfig};
 pub use sieve::{Sieve, SieveConfig};
 pub use slru::{SegmentedLru, SlruConfig};
+pub use tuner::Tuner;
 
 use std::sync::Arc;
 

@@ -184,8 +184,7 @@ impl PrioShared {
     /// How far class `c` is over its share: bytes × 1000 − share × total.
     fn over(&self, c: usize) -> i128 {
         let total: u64 = self.bytes.iter().map(|b| b.load(Relaxed)).sum();
-        self.bytes[c].load(Relaxed) as i128 * PERMILLE as i128
-            - self.shares_pm[c].load(Relaxed) as i128 * total as i128
+        self.bytes[c].load(Relaxed) as i128 * PERMILLE as i128 - self.shares_pm[c].load(Relaxed) as i128 * total as i128
     }
 
     /// Add a shard's gathered window; if that completes a window
