@@ -95,7 +95,7 @@ fn key(id: u64) -> String {
 
 /// A quarter of the ids are permanent (no expiry), the rest temporary.
 fn ttl_of(id: u64) -> u32 {
-    if mix64(id ^ 0x5eed) % 4 == 0 {
+    if mix64(id ^ 0x5eed).is_multiple_of(4) {
         0
     } else {
         LONG_TTL
@@ -170,7 +170,15 @@ fn run(trace: &Trace, policy: PolicyKind, prio: PrioConfig, shards: usize, mem: 
     sim::run_with(trace, &cfg, &extra)
 }
 
-fn fig4(cli: &Cli, requests: u64, thresholds: &[u32], sizes_kb: &[u64], zipf: f64, seq: f64, shards: usize) -> Vec<Row> {
+fn fig4(
+    cli: &Cli,
+    requests: u64,
+    thresholds: &[u32],
+    sizes_kb: &[u64],
+    zipf: f64,
+    seq: f64,
+    shards: usize,
+) -> Vec<Row> {
     let mem = (512u64 << 20) / cli.scale;
     let dataset = (2u64 << 30) / cli.scale;
     let mut rows = Vec::new();
@@ -182,14 +190,7 @@ fn fig4(cli: &Cli, requests: u64, thresholds: &[u32], sizes_kb: &[u64], zipf: f6
         let mut add = |policy, threshold, prio: PrioConfig| {
             let out = run(&trace, policy, prio, shards, mem as usize, 0);
             eprintln!("  {experiment} {policy} threshold {threshold}: {:.4}", out.hit_ratio());
-            rows.push(Row {
-                experiment: experiment.clone(),
-                policy,
-                shards,
-                threshold,
-                mem_limit: mem as usize,
-                out,
-            });
+            rows.push(Row { experiment: experiment.clone(), policy, shards, threshold, mem_limit: mem as usize, out });
         };
         for &t in thresholds {
             add(PolicyKind::Prioritized, t, PrioConfig { threshold: t, ..PrioConfig::default() });
@@ -234,7 +235,15 @@ fn adversary_trace(kind: &str, keys: u64, zipf: f64, requests: u64, mem: u64, sc
     t
 }
 
-fn adversary(cli: &Cli, requests: u64, keys: u64, zipf: f64, cache_pct: f64, shards: &[usize], prio: PrioConfig) -> Vec<Row> {
+fn adversary(
+    cli: &Cli,
+    requests: u64,
+    keys: u64,
+    zipf: f64,
+    cache_pct: f64,
+    shards: &[usize],
+    prio: PrioConfig,
+) -> Vec<Row> {
     let hot_only = adversary_trace("none", keys, zipf, requests, 0, cli.scale, cli.seed);
     let ws = recall_sim::sweep::working_set(&hot_only);
     let mem = (ws as f64 * cache_pct / 100.0) as u64;

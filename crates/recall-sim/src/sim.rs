@@ -47,8 +47,11 @@ pub struct RunConfig {
 #[derive(Clone, Copy, Default)]
 pub struct Extra<'a> {
     pub policy: Option<PolicyConfig>,
-    pub watched: Option<&'a dyn Fn(&[u8]) -> bool>,
+    pub watched: Option<&'a KeyFilter>,
 }
+
+/// Selects keys by their bytes.
+pub type KeyFilter = dyn Fn(&[u8]) -> bool;
 
 /// Counts for one class.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -295,9 +295,7 @@ impl PolicyCounters {
                 }
                 v.push(("moves_to_temp_high", self.prio_moves_to_high));
                 v.push(("prio_threshold", self.prio_threshold));
-                for c in 0..3 {
-                    v.push((SHARE[c], self.prio_shares_pm[c]));
-                }
+                v.extend(SHARE.into_iter().zip(self.prio_shares_pm));
                 if kind == PolicyKind::PrioritizedAdaptive {
                     v.push(("prio_ghost_hits", self.prio_ghost_hits));
                 }

@@ -294,7 +294,7 @@ impl Prioritized {
     /// first.
     fn classes_by_pressure(&self) -> impl Iterator<Item = u8> {
         let mut cs = [PERM, LOW, HIGH].map(|c| (self.shared.over(idx(c)), c));
-        cs.sort_by(|a, b| b.0.cmp(&a.0));
+        cs.sort_by_key(|&(over, _)| std::cmp::Reverse(over));
         let lens = [PERM, LOW, HIGH].map(|c| self.lists.ends(c).len);
         cs.into_iter().map(|(_, c)| c).filter(move |&c| lens[idx(c)] > 0)
     }
