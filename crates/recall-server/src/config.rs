@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 
 use clap::{ArgAction, CommandFactory, Parser};
-use recall_store::PolicyKind;
+use recall_store::{PolicyKind, PrioConfig};
 use serde::{Deserialize, Serialize};
 
 /// The embedded default configuration, which is also the documented example.
@@ -38,6 +38,8 @@ pub struct Config {
     pub policy: String,
     pub hot_lru_pct: u32,
     pub warm_lru_pct: u32,
+    pub prio_shares: Vec<u32>,
+    pub prio_threshold: u32,
     pub shards: usize,
     pub verbosity: u8,
     pub pid_file: String,
@@ -361,6 +363,15 @@ impl Config {
                     "policy" => cfg.policy = v.to_string(),
                     "hot_lru_pct" => cfg.hot_lru_pct = num()? as u32,
                     "warm_lru_pct" => cfg.warm_lru_pct = num()? as u32,
+                    // `-o` splits on commas, so the three shares are joined
+                    // by dashes, as memcached's `-o slab_sizes` joins its.
+                    "prio_shares" => {
+                        cfg.prio_shares =
+                            v.split('-').map(|p| p.trim().parse::<u32>()).collect::<Result<_, _>>().map_err(|_| {
+                                ConfigError(format!("invalid value for -o prio_shares: {v:?} (e.g. 25-50-25)"))
+                            })?
+                    }
+                    "prio_threshold" => cfg.prio_threshold = num()?.min(u64::from(u32::MAX)) as u32,
                     // Behaviours recalld always has, or has no equivalent of.
                     "modern"
                     | "no_modern"
@@ -449,6 +460,7 @@ impl Config {
         }
         self.reply_budget_bytes()?;
         self.policy_kind()?;
+        self.prio_config()?;
         if self.hot_lru_pct + self.warm_lru_pct >= 100 || self.hot_lru_pct == 0 {
             return Err(ConfigError("hot_lru_pct + warm_lru_pct must be below 100, and hot_lru_pct above 0".into()));
         }
@@ -476,6 +488,19 @@ impl Config {
     /// The eviction policy named by `policy`.
     pub fn policy_kind(&self) -> Result<PolicyKind, ConfigError> {
         self.policy.parse().map_err(ConfigError)
+    }
+
+    /// The prioritized policies' settings (`prio_shares`, `prio_threshold`).
+    pub fn prio_config(&self) -> Result<PrioConfig, ConfigError> {
+        let shares_pct: [u32; 3] = self.prio_shares.as_slice().try_into().map_err(|_| {
+            ConfigError(format!(
+                "prio_shares needs three shares (permanent, temporary-low, temporary-high), got {:?}",
+                self.prio_shares
+            ))
+        })?;
+        let p = PrioConfig { shares_pct, threshold: self.prio_threshold, ..PrioConfig::default() };
+        p.validate().map_err(ConfigError)?;
+        Ok(p)
     }
 
     pub fn effective_threads(&self) -> usize {
@@ -509,6 +534,8 @@ impl Config {
             ("recall_reply_budget".into(), self.reply_budget_bytes().unwrap_or(0).to_string()),
             ("hot_lru_pct".into(), self.hot_lru_pct.to_string()),
             ("warm_lru_pct".into(), self.warm_lru_pct.to_string()),
+            ("recall_prio_shares".into(), self.prio_shares.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("-")),
+            ("recall_prio_threshold".into(), self.prio_threshold.to_string()),
             ("lru_segmented".into(), b(self.policy == "slru")),
             ("recall_policy".into(), self.policy.clone()),
             ("recall_shards".into(), self.shards.to_string()),
@@ -595,6 +622,38 @@ mod tests {
         std::fs::write(&file, "policy = \"sieve\"\n").unwrap();
         let (c, _) = Config::from_cli(&cli(&["--config", file.to_str().unwrap()])).unwrap();
         assert_eq!(c.policy_kind(), Ok(PolicyKind::Sieve));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn prioritized_settings_from_dash_o_and_file() {
+        let d = Config::default().prio_config().unwrap();
+        assert_eq!((d.shares_pct, d.threshold), ([25, 50, 25], 36), "the paper's split and threshold");
+        let (c, w) =
+            Config::from_cli(&cli(&["-o", "policy=prioritized,prio_shares=10-60-30,prio_threshold=8"])).unwrap();
+        assert_eq!(w.len(), 0);
+        assert_eq!(c.policy_kind(), Ok(PolicyKind::Prioritized));
+        let p = c.prio_config().unwrap();
+        assert_eq!((p.shares_pct, p.threshold), ([10, 60, 30], 8));
+        for (bad, says) in [
+            ("prio_shares=25-50", "three shares"),
+            ("prio_shares=25-50-20", "add up to 100"),
+            ("prio_shares=25,50,25", "three shares"),
+            ("prio_shares=a-b-c", "invalid value for -o prio_shares"),
+            ("prio_threshold=0", "prio_threshold must be from 1 to 127"),
+            ("prio_threshold=500", "prio_threshold must be from 1 to 127"),
+        ] {
+            let e = Config::from_cli(&cli(&["-o", bad])).unwrap_err();
+            assert!(e.0.contains(says), "{bad}: {}", e.0);
+        }
+        let dir = std::env::temp_dir().join(format!("recalld-prio-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("recalld.toml");
+        std::fs::write(&file, "policy = \"prioritized-adaptive\"\nprio_shares = [20, 40, 40]\nprio_threshold = 12\n")
+            .unwrap();
+        let (c, _) = Config::from_cli(&cli(&["--config", file.to_str().unwrap()])).unwrap();
+        assert_eq!(c.policy_kind(), Ok(PolicyKind::PrioritizedAdaptive));
+        assert_eq!(c.prio_config().map(|p| (p.shares_pct, p.threshold)), Ok(([20, 40, 40], 12)));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

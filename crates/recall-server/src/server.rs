@@ -48,6 +48,7 @@ pub fn build_engine(cfg: &Config, clock: Arc<dyn Clock>) -> Engine {
         policy: PolicyConfig {
             kind: cfg.policy_kind().expect("validated"),
             slru: SlruConfig { hot_pct: cfg.hot_lru_pct, warm_pct: cfg.warm_lru_pct },
+            prio: cfg.prio_config().expect("validated"),
             ..Default::default()
         },
     });

@@ -40,6 +40,19 @@ pub struct RunConfig {
     pub warmup: u64,
 }
 
+/// What a run can be given beyond [`RunConfig`]: the policy's own
+/// settings (the prioritized cache's shares and threshold, ...; the kind
+/// still comes from `RunConfig::policy`), and which keys to count apart in
+/// [`Outcome::watched`] (a hot set under an adversary, say).
+#[derive(Clone, Copy, Default)]
+pub struct Extra<'a> {
+    pub policy: Option<PolicyConfig>,
+    pub watched: Option<&'a KeyFilter>,
+}
+
+/// Selects keys by their bytes.
+pub type KeyFilter = dyn Fn(&[u8]) -> bool;
+
 /// Counts for one class.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ClassCounts {
@@ -64,6 +77,8 @@ pub struct Outcome {
     pub not_stored: u64,
     pub permanent: ClassCounts,
     pub temporary: ClassCounts,
+    /// Gets and hits of the keys [`Extra::watched`] selects (no evictions).
+    pub watched: ClassCounts,
     /// Items the simulator saw expire.
     pub expired: u64,
     /// The store's own eviction counter, over the whole run (warm-up
@@ -112,13 +127,22 @@ struct KeyState {
 
 /// Replays `trace` through a fresh store built from `cfg`.
 pub fn run(trace: &Trace, cfg: &RunConfig) -> Outcome {
+    run_with(trace, cfg, &Extra::default())
+}
+
+/// [`run`], with the policy's settings and watched keys of `extra`.
+pub fn run_with(trace: &Trace, cfg: &RunConfig, extra: &Extra<'_>) -> Outcome {
     let store = Store::new(StoreConfig {
         mem_limit: cfg.mem_limit,
         evict: true,
         shards: cfg.shards,
         cas_enabled: true,
-        policy: PolicyConfig { kind: cfg.policy, ..PolicyConfig::default() },
+        policy: PolicyConfig { kind: cfg.policy, ..extra.policy.unwrap_or_default() },
     });
+    let watched = match extra.watched {
+        Some(w) => (0..trace.key_count() as u32).map(|k| w(trace.key(k))).collect(),
+        None => Vec::new(),
+    };
     let clock = ManualClock::new(CLOCK_ORIGIN);
     let mut sim = Replay {
         store: &store,
@@ -128,6 +152,7 @@ pub fn run(trace: &Trace, cfg: &RunConfig) -> Outcome {
         out: Outcome::default(),
         counting: false,
         zeros: Vec::new(),
+        watched,
     };
     let mut evictions_at_start = 0;
     for (i, r) in trace.reqs().iter().enumerate() {
@@ -169,6 +194,8 @@ struct Replay<'a> {
     counting: bool,
     /// Value bytes (their content does not matter to the store's policy).
     zeros: Vec<u8>,
+    /// Per key: counted in `Outcome::watched` (empty: none is).
+    watched: Vec<bool>,
 }
 
 impl Replay<'_> {
@@ -197,6 +224,10 @@ impl Replay<'_> {
                         self.out.hits += 1;
                         self.out.hit_bytes += u64::from(value_size);
                         self.out.class_mut(class).hits += 1;
+                    }
+                    if self.watched.get(k as usize) == Some(&true) {
+                        self.out.watched.gets += 1;
+                        self.out.watched.hits += u64::from(hit);
                     }
                 }
                 if !hit {

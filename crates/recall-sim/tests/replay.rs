@@ -4,11 +4,11 @@
 
 use recall_bench::load::WorkloadSpec;
 use recall_bench::workload::etc::EtcMode;
-use recall_sim::sim::{self, RunConfig};
+use recall_sim::sim::{self, Extra, RunConfig};
 use recall_sim::source::{Generator, Source};
 use recall_sim::sweep::{self, CacheSize};
 use recall_sim::trace::{OpKind, Trace};
-use recall_store::{PolicyConfig, PolicyKind, Store, StoreConfig};
+use recall_store::{PolicyConfig, PolicyKind, PrioConfig, Store, StoreConfig};
 
 const KEY: usize = 8;
 const VALUE: u32 = 100;
@@ -104,6 +104,33 @@ fn values_over_the_item_limit_are_never_cached() {
     }
     let o = sim::run(&t, &RunConfig { max_value: 1000, ..cfg(PolicyKind::Sieve, 1, 1 << 20) });
     assert_eq!((o.gets, o.hits, o.not_stored), (3, 0, 3));
+}
+
+#[test]
+fn the_policys_settings_apply_and_watched_keys_are_counted_apart() {
+    // 20 permanent keys read in turn between writes of temporary keys, in
+    // room for 40 items. The permanent keys are half the items: over a 25%
+    // share (they lose items to the writes), under a 60% one (all stay).
+    let mut t = Trace::new();
+    for round in 0..20 {
+        for k in 0..20 {
+            t.push(0, format!("perm{k:04}").as_bytes(), VALUE, OpKind::Get, 0);
+            t.push(0, format!("temp{:04}", round * 20 + k).as_bytes(), VALUE, OpKind::Set, 3600);
+        }
+    }
+    let perm = |k: &[u8]| k.starts_with(b"perm");
+    let run = |shares_pct| {
+        let prio = PrioConfig { shares_pct, ..PrioConfig::default() };
+        let extra = Extra { policy: Some(PolicyConfig { prio, ..PolicyConfig::default() }), watched: Some(&perm) };
+        sim::run_with(&t, &cfg(PolicyKind::Prioritized, 1, room_for(PolicyKind::Prioritized, 40)), &extra)
+    };
+    let small = run([25, 50, 25]);
+    let large = run([60, 40, 0]);
+    assert_eq!((large.watched.gets, large.watched.hits), (400, 380), "all kept after the first round");
+    assert_eq!(small.watched.gets, 400);
+    assert!(small.watched.hits < 300, "{:?}", small.watched);
+    // Only gets count: all of them are of watched keys here.
+    assert_eq!((small.gets, small.hits), (small.watched.gets, small.watched.hits));
 }
 
 fn etc(keys: u64, requests: u64) -> Trace {

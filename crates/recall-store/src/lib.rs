@@ -36,8 +36,8 @@ pub use big::{BigBuilder, BigValue, Value, BIG_THRESHOLD};
 pub use clock::{Clock, ManualClock, SystemClock, UnixSecs};
 pub use item::footprint;
 pub use policy::{
-    Admit, Age, Class, Policy, PolicyConfig, PolicyCounters, PolicyKind, S3Fifo, S3FifoConfig, SegmentedLru, Sieve,
-    SieveConfig, SlruConfig,
+    Admit, Age, Class, Policy, PolicyConfig, PolicyCounters, PolicyKind, PrioConfig, S3Fifo, S3FifoConfig,
+    SegmentedLru, Sieve, SieveConfig, SlruConfig,
 };
 /// The mutation record every layer shares (`recall-record`): what
 /// [`Store::apply`] takes.
@@ -306,7 +306,8 @@ pub type Sink<'a> = Option<&'a dyn MutationSink>;
 impl Store {
     pub fn new(cfg: StoreConfig) -> Store {
         let n = cfg.shards.max(1).next_power_of_two().min(1 << 16);
-        let shards: Vec<_> = (0..n).map(|i| Mutex::new(Shard::new(&cfg, i))).collect();
+        let shared = policy::PolicyShared::new(&cfg.policy);
+        let shards: Vec<_> = (0..n).map(|i| Mutex::new(Shard::new(&cfg, i, &shared))).collect();
         let policy_overhead = shards[0].lock().policy_overhead();
         Store {
             shards: shards.into_boxed_slice(),

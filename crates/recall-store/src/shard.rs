@@ -13,7 +13,7 @@ use std::sync::Arc;
 use crate::arena::Chunked;
 use crate::big::{BigBuilder, BigValue, Value, BIG_THRESHOLD};
 use crate::item::{bit, footprint, Slot};
-use crate::policy::{Admit, AnyPolicy, Class, Policy, PolicyCounters, PolicyKind};
+use crate::policy::{Admit, AnyPolicy, Class, Policy, PolicyCounters, PolicyKind, PolicyShared};
 use crate::{
     ApplyOutcome, Arith, ArithOutcome, Delete, DeleteOutcome, ItemView, Mode, Read, ReadOpts, StoreConfig, Tokens,
     UnixSecs, Write, WriteOutcome,
@@ -159,8 +159,8 @@ enum Why {
 }
 
 impl Shard {
-    pub fn new(cfg: &StoreConfig, idx: usize) -> Shard {
-        let policy = AnyPolicy::new(&cfg.policy);
+    pub fn new(cfg: &StoreConfig, idx: usize, shared: &PolicyShared) -> Shard {
+        let policy = AnyPolicy::new(&cfg.policy, shared);
         Shard {
             idx,
             // Any odd, distinct seed: xorshift must not start at 0.

@@ -14,16 +14,32 @@
 //! * [`SegmentedLru`] (`slru.rs`): memcached's HOT/WARM/COLD LRU, the default.
 //! * [`Sieve`] (`sieve.rs`): one FIFO, a visited bit and a sweeping hand.
 //! * [`S3Fifo`] (`s3fifo.rs`): small and main FIFOs and a ghost of hashes.
+//! * [`Prioritized`] (`prioritized.rs`): seed 003's permanent /
+//!   temporary-low / temporary-high classes, with fixed shares and
+//!   promotion threshold, or (`prioritized-adaptive`) shares and threshold
+//!   set online by the pure [`Tuner`] (`tuner.rs`).
+//!
+//! Most policies are one independent instance per shard. The prioritized
+//! ones also share store-wide state (class byte totals, shares, the
+//! tuner): [`PolicyShared`], built once per store and handed to every
+//! shard's instance.
 
+mod ghost;
 mod list;
+mod prioritized;
 mod s3fifo;
 mod sieve;
 mod slru;
+pub mod tuner;
 
 pub use list::NIL;
+pub use prioritized::{PrioConfig, PrioShared, Prioritized};
 pub use s3fifo::{S3Fifo, S3FifoConfig};
 pub use sieve::{Sieve, SieveConfig};
 pub use slru::{SegmentedLru, SlruConfig};
+pub use tuner::Tuner;
+
+use std::sync::Arc;
 
 use crate::clock::UnixSecs;
 
@@ -137,10 +153,18 @@ pub enum PolicyKind {
     SegmentedLru,
     Sieve,
     S3Fifo,
+    Prioritized,
+    PrioritizedAdaptive,
 }
 
 impl PolicyKind {
-    pub const ALL: [PolicyKind; 3] = [PolicyKind::SegmentedLru, PolicyKind::Sieve, PolicyKind::S3Fifo];
+    pub const ALL: [PolicyKind; 5] = [
+        PolicyKind::SegmentedLru,
+        PolicyKind::Sieve,
+        PolicyKind::S3Fifo,
+        PolicyKind::Prioritized,
+        PolicyKind::PrioritizedAdaptive,
+    ];
 
     /// The name used in configuration (`-o policy=...`) and `stats settings`.
     pub fn name(self) -> &'static str {
@@ -148,6 +172,8 @@ impl PolicyKind {
             PolicyKind::SegmentedLru => "slru",
             PolicyKind::Sieve => "sieve",
             PolicyKind::S3Fifo => "s3fifo",
+            PolicyKind::Prioritized => "prioritized",
+            PolicyKind::PrioritizedAdaptive => "prioritized-adaptive",
         }
     }
 }
@@ -175,6 +201,27 @@ pub struct PolicyConfig {
     pub slru: SlruConfig,
     pub sieve: SieveConfig,
     pub s3fifo: S3FifoConfig,
+    /// Both prioritized policies (the adaptive one starts from it).
+    pub prio: PrioConfig,
+}
+
+/// Store-wide policy state, built once per store and given to every
+/// shard's policy: the prioritized policies' class totals, shares and
+/// tuner; nothing for the others.
+#[derive(Debug, Clone)]
+pub struct PolicyShared {
+    prio: Option<Arc<PrioShared>>,
+}
+
+impl PolicyShared {
+    pub fn new(cfg: &PolicyConfig) -> PolicyShared {
+        let prio = match cfg.kind {
+            PolicyKind::Prioritized => Some(PrioShared::new(&cfg.prio, false)),
+            PolicyKind::PrioritizedAdaptive => Some(PrioShared::new(&cfg.prio, true)),
+            _ => None,
+        };
+        PolicyShared { prio }
+    }
 }
 
 /// The policies' counters, summed over shards. Each policy counts in its
@@ -193,11 +240,35 @@ pub struct PolicyCounters {
     pub s3fifo_main_reinserts: u64,
     /// S3-FIFO: inserts whose key the ghost remembered (straight to main).
     pub s3fifo_ghost_hits: u64,
+    /// Prioritized, per class (permanent, temporary-low, temporary-high):
+    /// items now, hits (accesses: gets, touches, in-place incr), and
+    /// evictions.
+    pub prio_items: [u64; 3],
+    pub prio_hits: [u64; 3],
+    pub prio_evictions: [u64; 3],
+    /// Prioritized: temporary-low items promoted to temporary-high.
+    pub prio_moves_to_high: u64,
+    /// Adaptive: inserts whose class's ghost remembered them.
+    pub prio_ghost_hits: u64,
+    /// Prioritized: the promotion threshold and the class shares
+    /// (permille) in use. Store-wide settings, not counts: summing shards
+    /// keeps the largest, which is every shard's.
+    pub prio_threshold: u64,
+    pub prio_shares_pm: [u64; 3],
 }
+
+/// The classes' names in `stats`, in the order of the `prio_*` arrays.
+pub const PRIO_CLASSES: [&str; 3] = ["permanent", "temp_low", "temp_high"];
 
 impl PolicyCounters {
     /// The counters of policy `kind`, named in memcached's style, for
     /// `stats`.
+    ///
+    /// The prioritized policies' per-class counters follow memcached's
+    /// per-segment names in `stats items` (`number_hot`, `hits_to_hot`,
+    /// `moves_to_warm`): `number_permanent`, `hits_to_temp_low`,
+    /// `evicted_temp_high`, `moves_to_temp_high`; the settings in use are
+    /// `prio_threshold` and `prio_share_<class>` (permille).
     pub fn named(&self, kind: PolicyKind) -> Vec<(&'static str, u64)> {
         match kind {
             PolicyKind::SegmentedLru => vec![
@@ -211,6 +282,25 @@ impl PolicyCounters {
                 ("s3fifo_main_reinserts", self.s3fifo_main_reinserts),
                 ("s3fifo_ghost_hits", self.s3fifo_ghost_hits),
             ],
+            PolicyKind::Prioritized | PolicyKind::PrioritizedAdaptive => {
+                const NUMBER: [&str; 3] = ["number_permanent", "number_temp_low", "number_temp_high"];
+                const HITS: [&str; 3] = ["hits_to_permanent", "hits_to_temp_low", "hits_to_temp_high"];
+                const EVICTED: [&str; 3] = ["evicted_permanent", "evicted_temp_low", "evicted_temp_high"];
+                const SHARE: [&str; 3] = ["prio_share_permanent", "prio_share_temp_low", "prio_share_temp_high"];
+                let mut v = Vec::with_capacity(16);
+                for c in 0..3 {
+                    v.push((NUMBER[c], self.prio_items[c]));
+                    v.push((HITS[c], self.prio_hits[c]));
+                    v.push((EVICTED[c], self.prio_evictions[c]));
+                }
+                v.push(("moves_to_temp_high", self.prio_moves_to_high));
+                v.push(("prio_threshold", self.prio_threshold));
+                v.extend(SHARE.into_iter().zip(self.prio_shares_pm));
+                if kind == PolicyKind::PrioritizedAdaptive {
+                    v.push(("prio_ghost_hits", self.prio_ghost_hits));
+                }
+                v
+            }
         }
     }
 }
@@ -224,6 +314,15 @@ impl std::ops::AddAssign for PolicyCounters {
         self.s3fifo_moves_to_main += o.s3fifo_moves_to_main;
         self.s3fifo_main_reinserts += o.s3fifo_main_reinserts;
         self.s3fifo_ghost_hits += o.s3fifo_ghost_hits;
+        for c in 0..3 {
+            self.prio_items[c] += o.prio_items[c];
+            self.prio_hits[c] += o.prio_hits[c];
+            self.prio_evictions[c] += o.prio_evictions[c];
+            self.prio_shares_pm[c] = self.prio_shares_pm[c].max(o.prio_shares_pm[c]);
+        }
+        self.prio_moves_to_high += o.prio_moves_to_high;
+        self.prio_ghost_hits += o.prio_ghost_hits;
+        self.prio_threshold = self.prio_threshold.max(o.prio_threshold);
     }
 }
 
@@ -233,6 +332,9 @@ pub enum AnyPolicy {
     SegmentedLru(SegmentedLru),
     Sieve(Sieve),
     S3Fifo(S3Fifo),
+    /// Both prioritized kinds (the adaptive one has a tuner in its shared
+    /// state).
+    Prioritized(Prioritized),
 }
 
 /// Forward a call to the variant's policy: a match, not a vtable.
@@ -242,16 +344,23 @@ macro_rules! dispatch {
             AnyPolicy::SegmentedLru($p) => $call,
             AnyPolicy::Sieve($p) => $call,
             AnyPolicy::S3Fifo($p) => $call,
+            AnyPolicy::Prioritized($p) => $call,
         }
     };
 }
 
 impl AnyPolicy {
-    pub fn new(cfg: &PolicyConfig) -> AnyPolicy {
-        match cfg.kind {
-            PolicyKind::SegmentedLru => AnyPolicy::SegmentedLru(SegmentedLru::new(cfg.slru)),
-            PolicyKind::Sieve => AnyPolicy::Sieve(Sieve::new(cfg.sieve)),
-            PolicyKind::S3Fifo => AnyPolicy::S3Fifo(S3Fifo::new(cfg.s3fifo)),
+    /// One shard's policy; `shared` is the store's (one per store).
+    pub fn new(cfg: &PolicyConfig, shared: &PolicyShared) -> AnyPolicy {
+        match (cfg.kind, &shared.prio) {
+            (PolicyKind::Sieve, _) => AnyPolicy::Sieve(Sieve::new(cfg.sieve)),
+            (PolicyKind::S3Fifo, _) => AnyPolicy::S3Fifo(S3Fifo::new(cfg.s3fifo)),
+            (PolicyKind::Prioritized | PolicyKind::PrioritizedAdaptive, Some(p)) => {
+                AnyPolicy::Prioritized(Prioritized::new(p))
+            }
+            // A shared state built for another kind cannot happen
+            // (`PolicyShared::new` follows the kind); the default it is.
+            _ => AnyPolicy::SegmentedLru(SegmentedLru::new(cfg.slru)),
         }
     }
 
@@ -260,6 +369,8 @@ impl AnyPolicy {
             AnyPolicy::SegmentedLru(_) => PolicyKind::SegmentedLru,
             AnyPolicy::Sieve(_) => PolicyKind::Sieve,
             AnyPolicy::S3Fifo(_) => PolicyKind::S3Fifo,
+            AnyPolicy::Prioritized(p) if p.shared().is_adaptive() => PolicyKind::PrioritizedAdaptive,
+            AnyPolicy::Prioritized(_) => PolicyKind::Prioritized,
         }
     }
 
@@ -270,6 +381,7 @@ impl AnyPolicy {
             AnyPolicy::SegmentedLru(p) => AnyPolicy::SegmentedLru(p.emptied()),
             AnyPolicy::Sieve(p) => AnyPolicy::Sieve(p.emptied()),
             AnyPolicy::S3Fifo(p) => AnyPolicy::S3Fifo(p.emptied()),
+            AnyPolicy::Prioritized(p) => AnyPolicy::Prioritized(p.emptied()),
         }
     }
 }

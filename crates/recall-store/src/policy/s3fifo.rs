@@ -15,8 +15,7 @@
 //! A hit only bumps the frequency, so hits never relink lists. Sizes are
 //! bytes (each item's footprint), as in the paper's byte-sized caches.
 
-use std::collections::VecDeque;
-
+use super::ghost::{Ghost, GHOST_BYTES};
 use super::list::{Lists, NIL, NONE};
 use super::{fifo_rank, Admit, Age, Policy, PolicyCounters};
 
@@ -42,58 +41,6 @@ const SMALL: u8 = 1;
 const MAIN: u8 = 2;
 /// Frequencies saturate at 3 (two bits).
 const MAX_FREQ: u8 = 3;
-
-/// What a ghost entry costs per item it may stand for: a `u32` in the FIFO
-/// plus a `(u32, u16)` table entry and control byte at 7/8 load.
-const GHOST_BYTES: usize = 15;
-
-/// The ghost queue: a FIFO of 32-bit key fingerprints with a count table
-/// for membership (a fingerprint may be queued more than once).
-#[derive(Debug, Default)]
-struct Ghost {
-    fifo: VecDeque<u32>,
-    count: hashbrown::HashMap<u32, u16>,
-}
-
-impl Ghost {
-    fn fingerprint(hash: u64) -> u32 {
-        // The low half: the store's shard index uses bits 32.., so within a
-        // shard the high half is partly constant.
-        hash as u32
-    }
-
-    fn push(&mut self, hash: u64, cap: usize) {
-        let f = Self::fingerprint(hash);
-        self.fifo.push_back(f);
-        *self.count.entry(f).or_default() += 1;
-        while self.fifo.len() > cap {
-            let Some(old) = self.fifo.pop_front() else { break };
-            self.forget(old);
-        }
-    }
-
-    fn forget(&mut self, f: u32) {
-        if let Some(c) = self.count.get_mut(&f) {
-            *c -= 1;
-            if *c == 0 {
-                self.count.remove(&f);
-            }
-        }
-    }
-
-    /// Whether `hash` is remembered; a hit is consumed.
-    fn take(&mut self, hash: u64) -> bool {
-        let f = Self::fingerprint(hash);
-        let hit = self.count.contains_key(&f);
-        if hit {
-            // Its FIFO entry stays until it reaches the front, where it may
-            // forget a later entry of the same fingerprint early: a rare
-            // ghost miss, never an error.
-            self.forget(f);
-        }
-        hit
-    }
-}
 
 #[derive(Debug)]
 pub struct S3Fifo {

@@ -1,0 +1,607 @@
+//! The prioritized cache (seed 003: "Using Memcached to Promote Read
+//! Throughput in Massive Small-File Storage System", GCC 2010), and its
+//! adaptive variant.
+//!
+//! Memory is split into three classes, each an LRU of its own:
+//!
+//! * **permanent**: items written without an expiry;
+//! * **temporary-low**: items with an expiry enter here;
+//! * **temporary-high**: a temporary-low item hit `threshold` times moves
+//!   here, out of reach of scans and bursts of short-lived objects, which
+//!   never gather that many hits.
+//!
+//! Each class has a share of the store's memory (the paper: 128/256/128 MB
+//! of 512 MB, i.e. 25/50/25%). Shares bind only under pressure: the victim
+//! comes from the class furthest over its share, so a class using less than
+//! its share lends the rest to the others, and a burst of large temporary
+//! objects can only displace temporary-low items once it has filled
+//! temporary-low's share, never the permanent or hot items.
+//!
+//! **Where the access count lives.** The paper counts hits in the client
+//! library. recalld counts them in the server, in the item's policy node
+//! (7 bits next to the LRU links, no extra memory): every client of a key
+//! adds to the same count, where a client-side count sees only that
+//! client's share of the hits (with N application servers, an item needs N
+//! times the threshold before any one client promotes it, and different
+//! clients disagree); the count dies with the item, so there is no
+//! client-side table to bound or to forget; and promotion needs no extra
+//! round trip (the paper's client had to move the object between
+//! memcached instances itself).
+//!
+//! **Across shards.** The class byte counts and shares are store-wide
+//! (shared atomics), because each shard holds too few items for shares of
+//! its own to mean anything. Each shard offers its victim from the class
+//! furthest over its share (store-wide) that it holds, and the victim's
+//! [`rank`](Policy::rank) puts every over-share class's items before any
+//! other, in LRU order: so across the store, evictions come from the
+//! classes over their shares, least recently used first.
+//!
+//! **LRU, done as CLOCK.** A hit sets a bit (and counts) rather than
+//! relinking, as in the segmented LRU: an item whose bit is set when it
+//! reaches its class's tail goes back to the head instead of being evicted,
+//! stamped with the store's write clock. A class list is therefore ordered
+//! by each item's write or last second chance, whichever is later, and
+//! that is its rank across shards (so a shard whose only item is hot does
+//! not offer it at its old write rank).
+//!
+//! **Adaptive** (`prioritized-adaptive`): each shard keeps, per class, a
+//! ghost of the key hashes it evicted, and counts ghost hits (an evicted
+//! item written again soon), temporary hits and temporary inserts. Every
+//! [`PrioConfig::window`] events store-wide, the counts go to the
+//! [`Tuner`](super::tuner::Tuner), a pure core that returns new shares and
+//! a new threshold (see `tuner.rs` for the rules).
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::ghost::{Ghost, GHOST_BYTES};
+use super::list::{Lists, NIL, NONE};
+use super::tuner::{Tuner, TunerConfig, Window, PERMILLE};
+use super::{fifo_rank, Admit, Age, Class, Policy, PolicyCounters};
+
+/// The prioritized cache's settings (`-o prio_shares=25,50,25`,
+/// `-o prio_threshold=36`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrioConfig {
+    /// Shares of memory, in percent, of permanent, temporary-low and
+    /// temporary-high (summing to 100). The adaptive variant starts here.
+    pub shares_pct: [u32; 3],
+    /// Hits that move a temporary-low item to temporary-high (1..=127).
+    /// The adaptive variant starts here.
+    pub threshold: u32,
+    /// Adaptive: events (inserts and hits, store-wide) per tuning window.
+    pub window: u64,
+}
+
+impl Default for PrioConfig {
+    fn default() -> Self {
+        PrioConfig { shares_pct: [25, 50, 25], threshold: 36, window: 100_000 }
+    }
+}
+
+impl PrioConfig {
+    /// The most a threshold can be: the count has 7 bits.
+    pub const MAX_THRESHOLD: u32 = COUNT as u32;
+
+    /// Check the settings; the error says what is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.shares_pct.iter().sum::<u32>() != 100 {
+            return Err(format!(
+                "prio_shares must add up to 100 (permanent,temporary-low,temporary-high), got {:?}",
+                self.shares_pct
+            ));
+        }
+        if self.shares_pct[1] == 0 {
+            return Err("prio_shares: temporary-low's share must be above 0 (temporary items enter there)".into());
+        }
+        if !(1..=Self::MAX_THRESHOLD).contains(&self.threshold) {
+            return Err(format!("prio_threshold must be from 1 to {}, got {}", Self::MAX_THRESHOLD, self.threshold));
+        }
+        Ok(())
+    }
+}
+
+/// Class lists (list 0 is "none").
+const PERM: u8 = 1;
+const LOW: u8 = 2;
+const HIGH: u8 = 3;
+
+/// `bits` of a node: the low 7 bits count hits (saturating), the top bit
+/// is the CLOCK reference bit.
+const COUNT: u8 = 0x7f;
+const REFERENCED: u8 = 0x80;
+
+/// At most this many referenced tails get a second chance per `victim`
+/// call, so an eviction does bounded work even when all were hit.
+const SECOND_CHANCES: usize = 64;
+
+/// Local events a shard gathers before adding them to the store-wide
+/// window (so a hit touches no shared cache line).
+const FLUSH_EVERY: u32 = 64;
+
+/// Per-item state besides the links.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Meta {
+    /// The item's footprint, for the class byte totals.
+    size: u32,
+    /// The low 32 bits of the write clock at the item's last second chance
+    /// or promotion (0: none yet). See [`Prioritized::rank`].
+    stamp: u32,
+}
+
+/// A list's class index (0 permanent, 1 low, 2 high).
+#[inline]
+fn idx(list: u8) -> usize {
+    list as usize - 1
+}
+
+/// Store-wide state of the prioritized policies, shared by every shard's
+/// instance.
+#[derive(Debug)]
+pub struct PrioShared {
+    bytes: [AtomicU64; 3],
+    shares_pm: [AtomicU32; 3],
+    threshold: AtomicU32,
+    /// Adaptive only: the window being gathered, and the tuner.
+    adapt: Option<Adapt>,
+}
+
+#[derive(Debug)]
+struct Adapt {
+    ghost_hits: [AtomicU64; 3],
+    temp_hits: AtomicU64,
+    temp_inserts: AtomicU64,
+    events: AtomicU64,
+    window: u64,
+    tuner: Mutex<Tuner>,
+}
+
+impl PrioShared {
+    pub fn new(cfg: &PrioConfig, adaptive: bool) -> Arc<PrioShared> {
+        let shares_pm = cfg.shares_pct.map(|p| p * PERMILLE / 100);
+        let threshold = cfg.threshold.clamp(1, PrioConfig::MAX_THRESHOLD);
+        Arc::new(PrioShared {
+            bytes: Default::default(),
+            shares_pm: shares_pm.map(AtomicU32::new),
+            threshold: AtomicU32::new(threshold),
+            adapt: adaptive.then(|| Adapt {
+                ghost_hits: Default::default(),
+                temp_hits: AtomicU64::new(0),
+                temp_inserts: AtomicU64::new(0),
+                events: AtomicU64::new(0),
+                window: cfg.window.max(1),
+                tuner: Mutex::new(Tuner::new(TunerConfig::default(), shares_pm, threshold)),
+            }),
+        })
+    }
+
+    pub fn is_adaptive(&self) -> bool {
+        self.adapt.is_some()
+    }
+
+    /// How far class `c` is over its share: bytes × 1000 − share × total.
+    fn over(&self, c: usize) -> i128 {
+        let total: u64 = self.bytes.iter().map(|b| b.load(Relaxed)).sum();
+        self.bytes[c].load(Relaxed) as i128 * PERMILLE as i128 - self.shares_pm[c].load(Relaxed) as i128 * total as i128
+    }
+
+    /// Add a shard's gathered window; if that completes a window
+    /// store-wide, run the tuner on it (whoever gets its lock first).
+    fn flush(&self, local: &mut Window) {
+        let Some(a) = &self.adapt else { return };
+        for c in 0..3 {
+            a.ghost_hits[c].fetch_add(local.ghost_hits[c], Relaxed);
+        }
+        a.temp_hits.fetch_add(local.temp_hits, Relaxed);
+        a.temp_inserts.fetch_add(local.temp_inserts, Relaxed);
+        let n = local.temp_hits + local.temp_inserts + local.ghost_hits.iter().sum::<u64>();
+        *local = Window::default();
+        let before = a.events.fetch_add(n, Relaxed);
+        if before / a.window == (before + n) / a.window {
+            return;
+        }
+        let Some(mut tuner) = a.tuner.try_lock() else { return };
+        let w = Window {
+            ghost_hits: [0, 1, 2].map(|c| a.ghost_hits[c].swap(0, Relaxed)),
+            temp_hits: a.temp_hits.swap(0, Relaxed),
+            temp_inserts: a.temp_inserts.swap(0, Relaxed),
+        };
+        let d = tuner.on_window(&w);
+        for c in 0..3 {
+            self.shares_pm[c].store(d.shares_pm[c], Relaxed);
+        }
+        self.threshold.store(d.threshold, Relaxed);
+    }
+}
+
+#[derive(Debug)]
+pub struct Prioritized {
+    /// Count and reference bit in `bits`.
+    lists: Lists<Meta, 4>,
+    shared: Arc<PrioShared>,
+    /// Adaptive only: per class, hashes this shard evicted.
+    ghosts: Option<Box<[Ghost; 3]>>,
+    /// Adaptive only: events not yet added to the store-wide window.
+    local: Window,
+    local_events: u32,
+    /// The write clock as last seen by `victim` (promotions happen in a hit,
+    /// which does not see it).
+    clock: u64,
+    counters: PolicyCounters,
+}
+
+impl Prioritized {
+    pub fn new(shared: &Arc<PrioShared>) -> Self {
+        Prioritized {
+            lists: Lists::new(),
+            shared: Arc::clone(shared),
+            ghosts: shared.adapt.is_some().then(Default::default),
+            local: Window::default(),
+            local_events: 0,
+            clock: 0,
+            counters: PolicyCounters::default(),
+        }
+    }
+
+    /// Empty, with the same settings and counters; its bytes leave the
+    /// store-wide class totals.
+    pub fn emptied(&self) -> Self {
+        for c in [PERM, LOW, HIGH] {
+            let mut t = self.lists.ends(c).head;
+            let mut sum = 0u64;
+            while t != NIL {
+                sum += self.lists.at(t).extra.size as u64;
+                t = self.lists.at(t).next;
+            }
+            self.shared.bytes[idx(c)].fetch_sub(sum, Relaxed);
+        }
+        Prioritized { counters: self.counters, ..Self::new(&self.shared) }
+    }
+
+    pub fn shared(&self) -> &Arc<PrioShared> {
+        &self.shared
+    }
+
+    fn push(&mut self, list: u8, slot: u32) {
+        let size = self.lists.at(slot).extra.size as u64;
+        self.shared.bytes[idx(list)].fetch_add(size, Relaxed);
+        self.lists.push_head(list, slot);
+    }
+
+    fn unlink(&mut self, slot: u32) -> u8 {
+        let list = self.lists.unlink(slot);
+        if list != NONE {
+            let size = self.lists.at(slot).extra.size as u64;
+            self.shared.bytes[idx(list)].fetch_sub(size, Relaxed);
+        }
+        list
+    }
+
+    /// One adaptive event happened here; every `FLUSH_EVERY` of them go to
+    /// the store-wide window.
+    #[inline]
+    fn event(&mut self) {
+        self.local_events += 1;
+        if self.local_events >= FLUSH_EVERY {
+            self.local_events = 0;
+            self.shared.flush(&mut self.local);
+        }
+    }
+
+    /// The classes this shard holds items of, furthest over its share
+    /// first.
+    fn classes_by_pressure(&self) -> impl Iterator<Item = u8> {
+        let mut cs = [PERM, LOW, HIGH].map(|c| (self.shared.over(idx(c)), c));
+        cs.sort_by_key(|&(over, _)| std::cmp::Reverse(over));
+        let lens = [PERM, LOW, HIGH].map(|c| self.lists.ends(c).len);
+        cs.into_iter().map(|(_, c)| c).filter(move |&c| lens[idx(c)] > 0)
+    }
+
+    #[cfg(test)]
+    fn class_of(&self, slot: u32) -> u8 {
+        self.lists.at(slot).list
+    }
+}
+
+impl Policy for Prioritized {
+    fn on_insert(&mut self, slot: u32, admit: Admit) {
+        let n = self.lists.node(slot);
+        n.bits = 0;
+        n.extra = Meta { size: admit.size.min(u32::MAX as usize) as u32, stamp: 0 };
+        let list = match admit.class {
+            Class::Permanent => PERM,
+            Class::Temporary => LOW,
+        };
+        self.push(list, slot);
+        if let Some(g) = &mut self.ghosts {
+            // The class it was evicted from: temporary items may have
+            // been evicted from either temporary class.
+            let from = match admit.class {
+                Class::Permanent => g[idx(PERM)].take(admit.hash).then_some(PERM),
+                Class::Temporary => {
+                    if g[idx(HIGH)].take(admit.hash) {
+                        Some(HIGH)
+                    } else {
+                        g[idx(LOW)].take(admit.hash).then_some(LOW)
+                    }
+                }
+            };
+            if let Some(c) = from {
+                self.local.ghost_hits[idx(c)] += 1;
+                self.counters.prio_ghost_hits += 1;
+            }
+            if admit.class == Class::Temporary {
+                self.local.temp_inserts += 1;
+            }
+            self.event();
+        }
+    }
+
+    #[inline]
+    fn on_access(&mut self, slot: u32) {
+        let n = self.lists.node(slot);
+        let list = n.list;
+        if list == NONE {
+            return;
+        }
+        let count = (n.bits & COUNT).saturating_add(1).min(COUNT);
+        n.bits = REFERENCED | count;
+        self.counters.prio_hits[idx(list)] += 1;
+        if list == PERM {
+            return;
+        }
+        if list == LOW && u32::from(count) >= self.shared.threshold.load(Relaxed) {
+            // Promotion relinks, once per item; other hits only set bits.
+            self.unlink(slot);
+            let n = self.lists.at_mut(slot);
+            n.bits = 0;
+            n.extra.stamp = self.clock as u32;
+            self.push(HIGH, slot);
+            self.counters.prio_moves_to_high += 1;
+        }
+        if self.ghosts.is_some() {
+            self.local.temp_hits += 1;
+            self.event();
+        }
+    }
+
+    fn on_remove(&mut self, slot: u32) {
+        if self.lists.known(slot) {
+            self.unlink(slot);
+            self.lists.at_mut(slot).bits = 0;
+        }
+    }
+
+    fn on_evict(&mut self, slot: u32, hash: u64) {
+        if !self.lists.known(slot) {
+            return;
+        }
+        let list = self.lists.at(slot).list;
+        if list != NONE {
+            self.counters.prio_evictions[idx(list)] += 1;
+            let cap = (self.lists.ends(list).len as usize).max(8);
+            if let Some(g) = &mut self.ghosts {
+                g[idx(list)].push(hash, cap);
+            }
+        }
+        self.on_remove(slot);
+    }
+
+    fn victim(&mut self, clock: u64) -> Option<u32> {
+        self.clock = clock;
+        let c = self.classes_by_pressure().next()?;
+        for _ in 0..SECOND_CHANCES {
+            let t = self.lists.ends(c).tail;
+            if self.lists.at(t).bits & REFERENCED == 0 {
+                break;
+            }
+            // Second chance: back to the head, count kept.
+            self.lists.unlink(t);
+            let n = self.lists.at_mut(t);
+            n.bits &= !REFERENCED;
+            n.extra.stamp = clock as u32;
+            self.lists.push_head(c, t);
+        }
+        let t = self.lists.ends(c).tail;
+        (t != NIL).then_some(t)
+    }
+
+    /// Items of classes over their share first (store-wide), then in
+    /// class-list order: the later of the item's write and its last second
+    /// chance. The stamp keeps only 32 bits of the clock; it is widened
+    /// against the write's own sequence, which it follows, so it is exact
+    /// unless 2^32 writes passed between the two (then it ranks the item
+    /// older than it is, which evicts it sooner, never loses data).
+    fn rank(&self, slot: u32, age: Age) -> u64 {
+        let (list, stamp) = if self.lists.known(slot) {
+            let n = self.lists.at(slot);
+            (n.list, n.extra.stamp)
+        } else {
+            (NONE, 0)
+        };
+        let under = list != NONE && self.shared.over(idx(list)) <= 0;
+        let base = fifo_rank(age);
+        let mut renewed = (base & !0xffff_ffff) | u64::from(stamp);
+        if renewed < base && stamp != 0 {
+            renewed += 1 << 32;
+        }
+        (under as u64) << 63 | base.max(renewed) >> 1
+    }
+
+    fn overhead_per_slot(&self) -> usize {
+        let node = std::mem::size_of::<super::list::Node<Meta>>();
+        node + if self.ghosts.is_some() { GHOST_BYTES } else { 0 }
+    }
+
+    fn counters(&self) -> PolicyCounters {
+        let mut c = self.counters;
+        c.prio_items = [PERM, LOW, HIGH].map(|l| u64::from(self.lists.ends(l).len));
+        c.prio_threshold = u64::from(self.shared.threshold.load(Relaxed));
+        c.prio_shares_pm = [0, 1, 2].map(|i| u64::from(self.shared.shares_pm[i].load(Relaxed)));
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn admit(class: Class, hash: u64) -> Admit {
+        Admit { hash, size: 100, class }
+    }
+
+    fn policy(cfg: PrioConfig, adaptive: bool) -> Prioritized {
+        Prioritized::new(&PrioShared::new(&cfg, adaptive))
+    }
+
+    #[test]
+    fn config_is_validated() {
+        assert_eq!(PrioConfig::default().validate(), Ok(()));
+        let bad = |shares_pct, threshold| PrioConfig { shares_pct, threshold, ..PrioConfig::default() }.validate();
+        assert!(bad([25, 50, 24], 36).unwrap_err().contains("add up to 100"));
+        assert!(bad([50, 0, 50], 36).unwrap_err().contains("temporary-low"));
+        assert!(bad([25, 50, 25], 0).unwrap_err().contains("from 1 to 127"));
+        assert!(bad([25, 50, 25], 128).is_err());
+        assert_eq!(bad([0, 100, 0], 127), Ok(()));
+    }
+
+    #[test]
+    fn class_comes_from_expiry_and_hits_promote_at_the_threshold() {
+        let mut p = policy(PrioConfig { threshold: 3, ..PrioConfig::default() }, false);
+        p.on_insert(0, admit(Class::Permanent, 0));
+        p.on_insert(1, admit(Class::Temporary, 1));
+        assert_eq!((p.class_of(0), p.class_of(1)), (PERM, LOW));
+        p.on_access(1);
+        p.on_access(1);
+        assert_eq!(p.class_of(1), LOW);
+        p.on_access(1);
+        assert_eq!(p.class_of(1), HIGH, "the third hit promotes");
+        for _ in 0..10 {
+            p.on_access(0);
+        }
+        assert_eq!(p.class_of(0), PERM, "permanent items stay permanent");
+        let c = p.counters();
+        assert_eq!(c.prio_moves_to_high, 1);
+        assert_eq!(c.prio_hits, [10, 3, 0]);
+        assert_eq!(c.prio_items, [1, 0, 1]);
+    }
+
+    #[test]
+    fn victims_come_from_the_class_over_its_share() {
+        let mut p = policy(PrioConfig::default(), false);
+        // 2 permanent (200 B), then temporary items: temporary-low goes over
+        // its half while permanent stays under its quarter.
+        p.on_insert(0, admit(Class::Permanent, 0));
+        p.on_insert(1, admit(Class::Permanent, 1));
+        for s in 2..12 {
+            p.on_insert(s, admit(Class::Temporary, s as u64));
+        }
+        // Over-share victims rank before under-share ones at any age.
+        let old = Age { atime: 1, seq: 1 };
+        let new = Age { atime: 1000, seq: 1000 };
+        assert!(p.rank(8, new) < p.rank(0, old));
+        for want in 2..8 {
+            let v = p.victim(0).unwrap();
+            assert_eq!(v, want, "the oldest temporary-low item, not a permanent one");
+            p.on_evict(v, 0);
+        }
+        assert_eq!(p.counters().prio_evictions, [0, 6, 0]);
+    }
+
+    #[test]
+    fn a_burst_of_temporary_items_does_not_displace_hot_temporary_or_permanent_ones() {
+        let mut p = policy(PrioConfig { threshold: 2, ..PrioConfig::default() }, false);
+        for s in 0..10 {
+            p.on_insert(s, admit(Class::Permanent, s as u64));
+        }
+        for s in 10..20 {
+            p.on_insert(s, admit(Class::Temporary, s as u64));
+            p.on_access(s);
+            p.on_access(s);
+        }
+        // A long burst of one-hit temporary items, in a cache of 40 items.
+        for s in 20..2000u32 {
+            p.on_insert(s, admit(Class::Temporary, s as u64));
+            if s >= 40 {
+                let v = p.victim(0).unwrap();
+                assert!(v >= 20, "burst evicted a protected item {v}");
+                p.on_evict(v, s as u64);
+            }
+        }
+    }
+
+    #[test]
+    fn referenced_tails_get_a_second_chance() {
+        let mut p = policy(PrioConfig::default(), false);
+        for s in 0..5 {
+            p.on_insert(s, admit(Class::Permanent, s as u64));
+        }
+        p.on_access(0);
+        assert_eq!(p.victim(0), Some(1));
+        p.on_evict(1, 1);
+        assert_eq!(p.victim(0), Some(2));
+    }
+
+    #[test]
+    fn a_second_chance_ranks_the_item_at_the_clock() {
+        let mut p = policy(PrioConfig::default(), false);
+        p.on_insert(0, admit(Class::Permanent, 0));
+        let age = Age { atime: 1, seq: 8 };
+        assert_eq!(p.rank(0, age) << 1, 8);
+        p.on_access(0);
+        assert_eq!(p.victim(500), Some(0), "the only item is still the victim");
+        assert_eq!(p.rank(0, age) << 1, 500, "but ranked as of its second chance");
+        // The 32-bit stamp widens against the write's sequence.
+        let late = Age { atime: 1, seq: (1 << 32) + 4 };
+        p.on_access(0);
+        p.victim((1 << 32) + 10);
+        assert_eq!(p.rank(0, late) << 1, (1 << 32) + 10);
+    }
+
+    #[test]
+    fn node_is_small() {
+        // Paid per item: links, class, count and bit, size, stamp.
+        assert_eq!(policy(PrioConfig::default(), false).overhead_per_slot(), 20);
+        assert_eq!(policy(PrioConfig::default(), true).overhead_per_slot(), 20 + GHOST_BYTES);
+    }
+
+    #[test]
+    fn emptied_gives_back_its_bytes() {
+        let shared = PrioShared::new(&PrioConfig::default(), false);
+        let mut a = Prioritized::new(&shared);
+        let mut b = Prioritized::new(&shared);
+        a.on_insert(0, admit(Class::Temporary, 0));
+        b.on_insert(0, admit(Class::Temporary, 1));
+        b.on_insert(1, admit(Class::Permanent, 2));
+        let a = a.emptied();
+        assert_eq!(shared.bytes.each_ref().map(|x| x.load(Relaxed)), [100, 100, 0]);
+        assert_eq!(a.counters().prio_items, [0, 0, 0]);
+    }
+
+    #[test]
+    fn adaptive_ghost_hits_grow_the_class_they_were_evicted_from() {
+        let cfg = PrioConfig { window: 256, ..PrioConfig::default() };
+        let shared = PrioShared::new(&cfg, true);
+        let mut p = Prioritized::new(&shared);
+        // Permanent items evicted and written again: each is a ghost hit
+        // for the permanent class.
+        // 64 resident items, so the ghost remembers 64 hashes.
+        for s in 0..64 {
+            p.on_insert(s, admit(Class::Permanent, 1000 + s as u64));
+        }
+        let mut slot = 64;
+        for _round in 0..20 {
+            for k in 0..64u64 {
+                p.on_insert(slot, admit(Class::Permanent, k));
+                p.on_evict(slot, k);
+                slot += 1;
+            }
+        }
+        assert!(p.counters().prio_ghost_hits > 1000);
+        let shares = p.counters().prio_shares_pm;
+        assert!(shares[0] > 500, "permanent share grew: {shares:?}");
+        assert_eq!(shares.iter().sum::<u64>(), 1000);
+    }
+}
