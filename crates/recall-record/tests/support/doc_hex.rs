@@ -23,7 +23,8 @@ pub fn example_bytes() -> Vec<u8> {
         .find("crates/recall-record/tests/protocol_doc.rs")
         .unwrap_or_else(|| panic!("{}: no marker naming protocol_doc.rs before the example", path.display()));
     let rest = &text[marker..];
-    let open = rest.find("```text\n").unwrap_or_else(|| panic!("{}: no ```text block after the marker", path.display()));
+    let open =
+        rest.find("```text\n").unwrap_or_else(|| panic!("{}: no ```text block after the marker", path.display()));
     let body = &rest[open + "```text\n".len()..];
     let close = body.find("\n```").unwrap_or_else(|| panic!("{}: the example block is not closed", path.display()));
     parse(&body[..close])
