@@ -30,14 +30,27 @@
 //! writes: that instance's grace period ran out, it snapshotted without
 //! them and crashed), `--no-spill` (with
 //! `--kill-clients`: no spill files, the negative control: the killed
-//! clients' writes must be reported lost), `--verbose`. recalld runs with
+//! clients' writes must be reported lost), `--plain-writer` (after every
+//! restart, before the clients replay, a plain memcached client appends to
+//! `--plain-keys N` (12) of the durable tasks' keys; recalld must hold those
+//! appends until recovery ends), `--plain-unheld` (its negative control:
+//! the plain connection exempts itself from the hold with `replay_done`,
+//! its appends land on the snapshot's values first, the replays are
+//! `STALE`, and the checker must report the losses), `--meta-e` (the same
+//! connection writes with meta `E`, a small value and one in a future
+//! epoch, which recalld must refuse), `--poll-ms N` (the durable
+//! clients' poll interval, 20; with the plain writer, a few hundred makes
+//! sure its writes reach the server before the clients replay),
+//! `--recovery-grace S` (1; it must be well above the poll interval),
+//! `--verbose`. recalld runs with
 //! `--snapshot-interval 2 --snapshot-after-writes 0 --recovery-grace 1`
 //! (see the `backup` module docs for why not `--snapshot-after-writes`).
 //! `RECALLD_BIN` overrides the server binary (otherwise it is built with
 //! cargo into the same target directory and profile).
 //!
 //! The ledger, per key (each key is written by one task, one operation at
-//! a time, so the operations of a key are totally ordered): every
+//! a time, and the plain writer's operations on it take the same key lock,
+//! so the operations of a key are totally ordered): every
 //! operation with its outcome — acknowledged (with its timestamp),
 //! refused (`NOT_STORED`, `NF`: the server answered, nothing changed), or
 //! unknown (an error: it may or may not have been applied). From it the
@@ -172,6 +185,20 @@ mod ledger;
 
 use ledger::{show, show_set, trim_padding, KeyLedger, Op, Outcome, State, MAX_STATES};
 
+// ---- the other writers of the extra modes: crash_harness/others.rs ----------
+
+#[path = "crash_harness/others.rs"]
+mod others;
+
+/// Key locks: every operation on a key, by whichever writer, runs under
+/// its stripe's lock, so the ledger sees one order per key.
+const KEY_STRIPES: usize = 64;
+
+fn stripe(key: &[u8]) -> usize {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(key) as usize % KEY_STRIPES
+}
+
 // ---- the harness ------------------------------------------------------------
 
 #[derive(Debug, Clone)]
@@ -196,6 +223,21 @@ pub struct Config {
     /// recalld `--snapshot-interval` and `--recovery-grace` (seconds).
     pub snapshot_interval: u64,
     pub recovery_grace: u64,
+    /// After every restart a plain memcached client appends to
+    /// `plain_keys` of the durable tasks' keys while the server recovers
+    /// (see `crash_harness/others.rs`).
+    pub plain_writer: bool,
+    /// Whether the plain writer's connection is an ordinary one, which the
+    /// server must hold during recovery; `false` is the negative control
+    /// (the connection exempts itself with `replay_done`).
+    pub plain_held: bool,
+    /// The same connection also writes with meta `E`, which must be refused.
+    pub meta_e: bool,
+    pub plain_keys: usize,
+    /// The durable clients' `poll_interval`: how soon they notice a
+    /// restart and replay (the plain-writer modes slow it down, so that the
+    /// plain writes surely come first).
+    pub poll_interval: Duration,
 }
 
 impl Config {
@@ -216,6 +258,11 @@ impl Config {
             verbose: false,
             snapshot_interval: 2,
             recovery_grace: 1,
+            plain_writer: false,
+            plain_held: true,
+            meta_e: false,
+            plain_keys: 12,
+            poll_interval: Duration::from_millis(20),
         }
     }
 }
@@ -240,6 +287,11 @@ pub struct Report {
     /// Every client's status: those alive at the end, then the killed
     /// incarnations' as they were when killed.
     pub statuses: Vec<BackupStatus>,
+    /// The plain writer's and the `E` writer's replies, summed.
+    pub others: others::Burst,
+    /// Writes recalld held for recovery (`recovery_held_writes`, summed
+    /// over the instances the harness restarted).
+    pub held_writes: u64,
     pub elapsed: Duration,
 }
 
@@ -256,7 +308,8 @@ impl Report {
             "{} cycles in {:.1?}: {} acknowledged, {} refused, {} in doubt; {} key checks, {} violations; \
              replays {} ({} entries: {} applied, {} stale, {} errors, {} too late); snapshots requested {}; \
              back-pressure waits {}; dropped unreplayed {}; imprecise keys {}; failpoints (armed/fired) {:?}; \
-             clients killed {} ({} operations in flight)",
+             clients killed {} ({} operations in flight); plain appends stored {} / not stored {}, \
+             E writes refused {}, unanswered {}; writes held for recovery {}",
             self.cycles,
             self.elapsed,
             self.acked,
@@ -277,6 +330,11 @@ impl Report {
             self.failpoints,
             self.client_kills,
             self.killed_in_flight,
+            self.others.stored,
+            self.others.not_stored,
+            self.others.e_refused,
+            self.others.unanswered,
+            self.held_writes,
         )
     }
 }
@@ -285,6 +343,8 @@ type Ledger = Arc<Mutex<HashMap<Vec<u8>, KeyLedger>>>;
 
 struct Shared {
     ledger: Ledger,
+    /// [`KEY_STRIPES`] key locks (see [`stripe`]).
+    keys: Vec<tokio::sync::Mutex<()>>,
     /// Workers hold it shared for one operation; the checker takes it
     /// exclusively, so it sees every operation either finished or not begun.
     pause: tokio::sync::RwLock<()>,
@@ -322,6 +382,7 @@ async fn worker(sh: Arc<Shared>, db: DurableClient, task: usize, keys: usize, se
         let k = rng.below(keys as u64);
         let counter = k % 4 == 3; // a quarter of the keys are counters
         let key = format!("t{task}{}{k}", if counter { "n" } else { "v" }).into_bytes();
+        let _key_guard = sh.keys[stripe(&key)].lock().await;
         seq += 1;
         let value = format!("t{task}.l{life}.k{k}.s{seq}.{:016x}", rng.next_u64()).into_bytes();
         let r = rng.below(100);
@@ -370,6 +431,8 @@ async fn worker(sh: Arc<Shared>, db: DurableClient, task: usize, keys: usize, se
                     })
                 })
             }
+            // Only the plain writer sends these (crash_harness/others.rs).
+            Op::SetWithE(_) => continue,
         };
         let outcome = match res {
             Ok(Some(o)) => o,
@@ -478,7 +541,7 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
     let build_client = |i: usize| {
         let mut b = DurableClient::builder()
             .server(&spec)
-            .poll_interval(Duration::from_millis(20))
+            .poll_interval(cfg.poll_interval)
             .connect_timeout(Duration::from_millis(500))
             .request_timeout(Duration::from_secs(2))
             .retry_backoff(Duration::from_millis(10), Duration::from_millis(100))
@@ -503,6 +566,7 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
         .map_err(|e| format!("reader: {e}"))?;
     let sh = Arc::new(Shared {
         ledger: Arc::new(Mutex::new(HashMap::new())),
+        keys: (0..KEY_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
         pause: tokio::sync::RwLock::new(()),
         stop: AtomicBool::new(false),
         violations: Mutex::new(Vec::new()),
@@ -551,6 +615,13 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
     let (mut instance, _, _) = durable(server.addr()).await.map_err(|e| format!("durable: {e}"))?;
     for cycle in 0..cfg.cycles {
         tokio::time::sleep(Duration::from_millis(rng.range(cfg.run_ms.0, cfg.run_ms.1))).await;
+        // With the plain writer: the tasks stop (between operations) before
+        // the kill, so that no failing write pokes the clients' pollers into
+        // replaying the moment the server is back, and the plain writer's
+        // burst comes first (see `crash_harness/others.rs`). Taken after
+        // the kill, the pause would wait for writers blocked on a full
+        // backup, which nothing can trim while the server is down.
+        let paused = if cfg.plain_writer || cfg.meta_e { Some(sh.pause.write().await) } else { None };
         let killed_at = t0.elapsed();
         server.kill9();
         // A client dies with the server (just after it, so that nothing the
@@ -610,6 +681,15 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
             server.kill9();
         }
         tokio::task::block_in_place(|| server.restart())?;
+        if let Some(paused) = paused {
+            // At once, before the durable clients have replayed: with the
+            // hold, the replies come when recovery ends.
+            let b = others::burst(&sh, paused, server.addr(), cfg, &mut rng, cycle, instance + 4).await?;
+            report.others.stored += b.stored;
+            report.others.not_stored += b.not_stored;
+            report.others.e_refused += b.e_refused;
+            report.others.unanswered += b.unanswered;
+        }
         if clients.iter().any(Option::is_none) {
             revive(&mut clients, &mut workers, &mut lives)?;
         }
@@ -636,6 +716,9 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
         let _paused = sh.pause.write().await;
         let paused_at = t0.elapsed();
         let (n, imprecise) = check(&sh, &reader, cycle).await?;
+        if cfg.plain_writer || cfg.meta_e {
+            report.held_writes += others::held_writes(server.addr()).await?;
+        }
         report.checks += n;
         report.imprecise_keys = report.imprecise_keys.max(imprecise);
         report.cycles += 1;
@@ -702,6 +785,15 @@ fn main() {
             "--no-failpoints" => cfg.failpoints = false,
             "--kill-clients" => cfg.kill_clients = true,
             "--no-spill" => no_spill = true,
+            "--plain-writer" => cfg.plain_writer = true,
+            "--plain-unheld" => {
+                cfg.plain_writer = true;
+                cfg.plain_held = false;
+            }
+            "--meta-e" => cfg.meta_e = true,
+            "--plain-keys" => cfg.plain_keys = num(args.next(), "--plain-keys").max(1) as usize,
+            "--poll-ms" => cfg.poll_interval = Duration::from_millis(num(args.next(), "--poll-ms").max(1)),
+            "--recovery-grace" => cfg.recovery_grace = num(args.next(), "--recovery-grace").max(1),
             "--verbose" => cfg.verbose = true,
             other => {
                 eprintln!("unknown option {other} (see the file's docs)");

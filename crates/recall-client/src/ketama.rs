@@ -1,6 +1,7 @@
-//! Key distribution compatible with libmemcached's weighted ketama.
+//! Key distribution compatible with libmemcached's two ketama continuums.
 //!
-//! This is the continuum libmemcached builds for
+//! [`Distribution::KetamaWeighted`] (the default) is the continuum
+//! libmemcached builds for
 //! `MEMCACHED_DISTRIBUTION_CONSISTENT_KETAMA` with
 //! `MEMCACHED_BEHAVIOR_KETAMA_WEIGHTED` (pylibmc: `behaviors={"ketama_weighted": True}`),
 //! which is also the original last.fm libketama algorithm, so recall-client,
@@ -31,10 +32,32 @@
 //!   weights (weights given as `"host:port:weight"`).
 //! * `{"ketama": True}` does **not**: in libmemcached 1.0.16 it selects the
 //!   consistent distribution but keeps the default one-at-a-time hash and
-//!   100 points per server, which no other ketama client uses.
+//!   100 points per server. That is [`Distribution::Ketama`], below.
 //! * `{"distribution": "consistent", "ketama_weighted": True}` does not
 //!   either: setting the distribution after the weighted flag clears it,
 //!   leaving MD5 with 100 single-hash points per server.
+//!
+//! [`Distribution::Ketama`] is libmemcached's *unweighted* continuum
+//! (`MEMCACHED_BEHAVIOR_KETAMA` without `KETAMA_WEIGHTED`), which pylibmc's
+//! most common setting, `behaviors={"ketama": True}`, selects; from
+//! `update_continuum` and `hashkit_one_at_a_time`:
+//!
+//! * Each live server gets 100 points (`MEMCACHED_POINTS_PER_SERVER`),
+//!   whatever its weight, one per hash: point `i` (0..100) is the client's
+//!   hash of `"{name}-{i}"`, with the same names as above.
+//! * The hash, for the points and the keys alike, is libmemcached's default,
+//!   Bob Jenkins' one-at-a-time ([`one_at_a_time`]).
+//!   [`Distribution::KetamaMd5`] is the same continuum with libmemcached's
+//!   MD5 hash instead (pylibmc `{"ketama": True, "hash": "md5"}`): the
+//!   little-endian `u32` of the first four bytes of the MD5 digest.
+//! * Lookup is as above: the first point at or after the key's hash.
+//! * libmemcached switches a client to the weighted continuum as soon as a
+//!   server is added with a weight above 1, so weights mean nothing here:
+//!   use [`Distribution::KetamaWeighted`] for weighted servers.
+//!
+//! Both were checked key for key against pylibmc 1.6.3 (libmemcached
+//! 1.0.16) in `tests/python/test_ketama_vectors.py` (502 keys on three
+//! servers, stored through pylibmc and read back from each server).
 //!
 //! ```
 //! use recall_client::ketama::{Continuum, Node};
@@ -62,6 +85,79 @@ pub const POINTS_PER_SERVER: u32 = 160;
 
 /// Points per MD5 digest (four little-endian `u32`s).
 const POINTS_PER_HASH: u32 = 4;
+
+/// `MEMCACHED_POINTS_PER_SERVER`: points per server of the unweighted
+/// continuum ([`Distribution::Ketama`]), one per hash.
+pub const POINTS_PER_SERVER_UNWEIGHTED: u32 = 100;
+
+/// Which of libmemcached's consistent-hashing continuums to build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Distribution {
+    /// libmemcached's weighted ketama, the original libketama (pylibmc
+    /// `{"ketama_weighted": True}`): MD5, 160 points per server of average
+    /// weight, four per digest.
+    #[default]
+    KetamaWeighted,
+    /// libmemcached's unweighted ketama (pylibmc `{"ketama": True}`): 100
+    /// points per server, one per hash, with the one-at-a-time hash for
+    /// points and keys.
+    Ketama,
+    /// The unweighted continuum with the MD5 hash (pylibmc `{"ketama": True,
+    /// "hash": "md5"}`).
+    KetamaMd5,
+}
+
+impl Distribution {
+    /// The names the `recall` CLI takes.
+    pub const NAMES: [&'static str; 3] = ["ketama-weighted", "ketama", "ketama-md5"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Distribution::KetamaWeighted => Self::NAMES[0],
+            Distribution::Ketama => Self::NAMES[1],
+            Distribution::KetamaMd5 => Self::NAMES[2],
+        }
+    }
+
+    /// The hash of a key (and, for the unweighted continuums, of a point's
+    /// name).
+    pub fn hash(self, data: &[u8]) -> u32 {
+        match self {
+            Distribution::Ketama => one_at_a_time(data),
+            Distribution::KetamaWeighted | Distribution::KetamaMd5 => key_hash(data),
+        }
+    }
+}
+
+impl std::str::FromStr for Distribution {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "ketama-weighted" => Ok(Distribution::KetamaWeighted),
+            "ketama" => Ok(Distribution::Ketama),
+            "ketama-md5" => Ok(Distribution::KetamaMd5),
+            _ => Err(format!("unknown distribution {s:?} (one of: {})", Self::NAMES.join(", "))),
+        }
+    }
+}
+
+/// libmemcached's default hash (`hashkit_one_at_a_time`), Bob Jenkins'
+/// one-at-a-time. Written out here rather than taken from a crate because
+/// placement must match libmemcached's variant bit for bit: it adds each
+/// byte as a C `char`, which is signed on x86, so bytes from 0x80 up are
+/// sign-extended (a UTF-8 key lands elsewhere than with the textbook
+/// version). Checked against pylibmc with non-ASCII keys.
+pub fn one_at_a_time(data: &[u8]) -> u32 {
+    let mut h: u32 = 0;
+    for &b in data {
+        h = h.wrapping_add(b as i8 as i32 as u32);
+        h = h.wrapping_add(h << 10);
+        h ^= h >> 6;
+    }
+    h = h.wrapping_add(h << 3);
+    h ^= h >> 11;
+    h.wrapping_add(h << 15)
+}
 
 /// One server as the continuum sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,6 +189,7 @@ impl Node {
 pub struct Continuum {
     /// (point, server index), sorted by point then index.
     points: Vec<(u32, usize)>,
+    dist: Distribution,
 }
 
 /// How many points a server gets, computed exactly as libmemcached does
@@ -132,7 +229,26 @@ impl Continuum {
     /// libmemcached's auto-eject rebuild: the weights and the server count
     /// are those of the live servers only.
     pub fn build(nodes: &[Node], live: impl Fn(usize) -> bool) -> Continuum {
+        Continuum::build_with(Distribution::KetamaWeighted, nodes, live)
+    }
+
+    /// [`Continuum::build`] for any of the [`Distribution`]s.
+    pub fn build_with(dist: Distribution, nodes: &[Node], live: impl Fn(usize) -> bool) -> Continuum {
         let live_idx: Vec<usize> = (0..nodes.len()).filter(|&i| live(i)).collect();
+        if dist != Distribution::KetamaWeighted {
+            // Every live server gets its 100 points, weight or not (see
+            // the module docs); a zero weight still means "no keys here",
+            // as for the weighted continuum.
+            let mut points = Vec::with_capacity(live_idx.len() * POINTS_PER_SERVER_UNWEIGHTED as usize);
+            for &i in live_idx.iter().filter(|&&i| nodes[i].weight > 0) {
+                let name = nodes[i].point_name();
+                for p in 0..POINTS_PER_SERVER_UNWEIGHTED {
+                    points.push((dist.hash(format!("{name}-{p}").as_bytes()), i));
+                }
+            }
+            points.sort_unstable();
+            return Continuum { points, dist };
+        }
         let total_weight: u64 = live_idx.iter().map(|&i| nodes[i].weight as u64).sum();
         let mut points = Vec::with_capacity(live_idx.len() * POINTS_PER_SERVER as usize);
         for &i in &live_idx {
@@ -146,12 +262,17 @@ impl Continuum {
             }
         }
         points.sort_unstable();
-        Continuum { points }
+        Continuum { points, dist }
     }
 
     /// The server index for a key, or `None` if no server has points.
     pub fn locate(&self, key: &[u8]) -> Option<usize> {
-        self.locate_hash(key_hash(key))
+        self.locate_hash(self.dist.hash(key))
+    }
+
+    /// The distribution this continuum was built for.
+    pub fn distribution(&self) -> Distribution {
+        self.dist
     }
 
     /// The server index for a key hash: the first point at or after it,
@@ -215,7 +336,7 @@ mod tests {
 
     #[test]
     fn lookup_wraps_around() {
-        let c = Continuum { points: vec![(10, 0), (20, 1)] };
+        let c = Continuum { points: vec![(10, 0), (20, 1)], dist: Distribution::KetamaWeighted };
         assert_eq!(c.locate_hash(0), Some(0));
         assert_eq!(c.locate_hash(10), Some(0));
         assert_eq!(c.locate_hash(11), Some(1));
@@ -227,6 +348,31 @@ mod tests {
     fn md5_words_are_little_endian() {
         // md5("") = d41d8cd98f00b204e9800998ecf8427e
         assert_eq!(key_hash(b""), 0xd98c1dd4);
+    }
+
+    #[test]
+    fn one_at_a_time_is_libmemcacheds() {
+        // Values from libmemcached's own function (libhashkit 1.1.4's
+        // `libhashkit_one_at_a_time`, called directly): "é" is 26298542
+        // only with the sign extension (a plain u8 sum gives 2928009455).
+        assert_eq!(one_at_a_time(b""), 0);
+        assert_eq!(one_at_a_time(b"apple"), 2297466611);
+        assert_eq!(one_at_a_time(b"beat"), 3902465932);
+        assert_eq!(one_at_a_time("é".as_bytes()), 26298542);
+        assert_eq!(one_at_a_time("日本".as_bytes()), 3053611164);
+        assert_eq!(one_at_a_time(b"127.0.0.2:11311-0"), 3644758088);
+    }
+
+    #[test]
+    fn the_unweighted_continuum_has_100_points_per_server_whatever_the_weight() {
+        let nodes: Vec<Node> = (1..=3).map(|w| Node::new("127.0.0.1", 20000 + w as u16, w)).collect();
+        for d in [Distribution::Ketama, Distribution::KetamaMd5] {
+            let c = Continuum::build_with(d, &nodes, |_| true);
+            assert_eq!(c.points_per_server(3), vec![100, 100, 100], "{d:?}");
+            assert_eq!(Continuum::build_with(d, &nodes, |i| i != 0).points_per_server(3), vec![0, 100, 100]);
+            assert_eq!(d.name().parse::<Distribution>(), Ok(d));
+        }
+        assert!("ketama_weighted".parse::<Distribution>().is_err());
     }
 
     #[test]

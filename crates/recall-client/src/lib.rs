@@ -43,7 +43,9 @@
 //!   [`Client::get_multi_partial`] keeps the hits of healthy servers when
 //!   some fail.
 //! * **Key distribution** compatible with libmemcached's weighted ketama
-//!   (pylibmc `{"ketama_weighted": True}`): see [`ketama`].
+//!   (pylibmc `{"ketama_weighted": True}`, the default) or its unweighted
+//!   one (pylibmc `{"ketama": True}`, `ClientBuilder::distribution`): see
+//!   [`ketama`].
 //! * **Timeouts and dead servers**: connect and request timeouts; repeated
 //!   failures mark a server dead with exponential back-off, during which
 //!   its keys fail fast with [`Error::ServerDead`]. Whether its keys move to

@@ -1,8 +1,9 @@
 //! Key placement against vectors recorded with pylibmc (libmemcached's
-//! weighted ketama). The file is regenerated and re-checked live by
+//! weighted ketama, and its unweighted one: pylibmc `{"ketama": True}`).
+//! The files are regenerated and re-checked live by
 //! `tests/python/test_ketama_vectors.py`.
 
-use recall_client::ketama::{Continuum, Node};
+use recall_client::ketama::{Continuum, Distribution, Node};
 use recall_client::Client;
 use serde_json::Value;
 
@@ -77,6 +78,64 @@ fn client_routes_like_the_vectors() {
         for (key, want) in set["placement"].as_object().expect("placement") {
             let want = want.as_u64().expect("index") as usize;
             assert_eq!(client.server_for(key).expect("route"), names[want], "{key}");
+        }
+    }
+}
+
+/// pylibmc's `{"ketama": True}` (and with `"hash": "md5"`): recall's
+/// `Distribution::Ketama` (`KetamaMd5`), key for key, with and without a
+/// removed server; and through the client's routing.
+#[test]
+fn unweighted_continuum_matches_pylibmc_ketama() {
+    let v: Value = serde_json::from_str(include_str!("data/ketama_unweighted_vectors.json")).expect("JSON");
+    let dists = v["distributions"].as_object().expect("distributions");
+    assert_eq!(dists.len(), 2);
+    for (name, d) in dists {
+        let dist: Distribution = name.parse().expect("a distribution recall knows");
+        let sets = d["sets"].as_array().expect("sets");
+        assert!(sets.iter().any(|s| !s["dead"].is_null()), "a remove_failed set is recorded");
+        for set in sets {
+            let nodes = nodes(set);
+            let dead: Vec<usize> = set["dead"]
+                .as_array()
+                .map(|d| d.iter().filter_map(|i| i.as_u64()).map(|i| i as usize).collect())
+                .unwrap_or_default();
+            let c = Continuum::build_with(dist, &nodes, |i| !dead.contains(&i));
+            let weighted = Continuum::build(&nodes, |i| !dead.contains(&i));
+            let placement = set["placement"].as_object().expect("placement");
+            assert!(placement.len() >= 1000);
+            let want = |w: &Value| w.as_u64().map(|w| w as usize);
+            let wrong: Vec<&String> =
+                placement.iter().filter(|(k, w)| c.locate(k.as_bytes()) != want(w)).map(|(k, _)| k).collect();
+            assert!(
+                wrong.is_empty(),
+                "{name}, {}: {} keys misplaced, e.g. {:?}",
+                set["name"],
+                wrong.len(),
+                &wrong[..wrong.len().min(5)]
+            );
+            // The weighted continuum places many keys elsewhere: the two
+            // are really different, and the vectors tell them apart.
+            let differ = placement.iter().filter(|(k, w)| weighted.locate(k.as_bytes()) != want(w)).count();
+            assert!(differ > placement.len() / 10, "{name}: only {differ} keys differ from the weighted continuum");
+            if dead.is_empty() {
+                let specs: Vec<String> = set["servers"]
+                    .as_array()
+                    .expect("servers")
+                    .iter()
+                    .map(|s| format!("{}:{}", s["host"].as_str().unwrap_or(""), s["port"]))
+                    .collect();
+                let client = specs
+                    .iter()
+                    .fold(Client::builder(), |b, s| b.server(s))
+                    .distribution(dist)
+                    .build()
+                    .expect("client");
+                let names = client.servers();
+                for (key, w) in placement {
+                    assert_eq!(client.server_for(key).expect("route"), names[want(w).expect("index")], "{name} {key}");
+                }
+            }
         }
     }
 }

@@ -333,6 +333,9 @@ mod tombstone_tests {
     fn durable_engine() -> Engine {
         let e = crate::tests::engine(Arc::new(ManualClock::new(1_700_000_000)));
         e.durability.enabled.store(true, Ordering::Release);
+        // As after a few writes: the replays below carry timestamps that
+        // were handed out (see `a_replay_from_beyond_the_counter_is_refused`).
+        e.store.raise_cas_floor(1 << 20);
         e
     }
 
@@ -428,6 +431,64 @@ mod tombstone_tests {
         assert_eq!(e.durability.replayed.load(Ordering::Relaxed), 0);
     }
 
+    /// The worked example of docs/durability-protocol.md (its hex block,
+    /// read from the file), sent to a restarted instance: the replies the
+    /// text promises.
+    #[test]
+    fn the_documented_replay_batch_example_applies() {
+        mod doc_hex {
+            include!(concat!(env!("CARGO_MANIFEST_DIR"), "/../recall-record/tests/support/doc_hex.rs"));
+        }
+        let e = durable_engine();
+        // Instance 4, booted from a snapshot of instance 3 whose floor is
+        // below the two writes.
+        e.durability.instance.store(4, Ordering::Release);
+        e.durability.recovery_floor.store(recall_record::ts::epoch_base(3) | 1, Ordering::Release);
+        e.store.raise_cas_floor(recall_record::ts::epoch_base(4));
+        let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+        let example = doc_hex::example_bytes();
+        // `old` as the boot snapshot had it: written by instance 3 before
+        // the floor.
+        let snap = Record { tombstone: false, key: b"old", value: b"x", flags: 0, exptime: 0, ts: 3 << 40 };
+        assert_eq!(e.store.apply(&snap, 1_700_000_000), ApplyOutcome::Applied);
+        assert_eq!(send(&e, &mut s, b"mg old v\r\n"), "VA 1\r\nx\r\n");
+        assert_eq!(send(&e, &mut s, &example), "REPLAYED 2 0 0\r\n");
+        let left = 1_893_456_000 - 1_700_000_000;
+        assert_eq!(
+            send(&e, &mut s, b"mg user:42 v f t c\r\nmg old v\r\n"),
+            format!("VA 5 f42 t{left} c3298534883333\r\nhello\r\nEN\r\n")
+        );
+        assert_eq!(send(&e, &mut s, &example), "REPLAYED 2 0 0\r\n", "sent again: the same state");
+        assert_eq!(send(&e, &mut s, b"mg user:42 c\r\n"), "HD c3298534883333\r\n");
+    }
+
+    /// A replay must carry a timestamp some instance handed out: one above
+    /// the counter is refused, alone or in a batch, and the counter stays
+    /// where it was (applied, it would make every later write carry that
+    /// timestamp's epoch instead of this instance's).
+    #[test]
+    fn a_replay_from_beyond_the_counter_is_refused() {
+        let e = durable_engine();
+        e.durability.instance.store(3, Ordering::Release);
+        e.store.raise_cas_floor(recall_record::ts::epoch_base(3));
+        let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+        let last = e.store.current_cas();
+        let future = recall_record::ts::epoch_base(9);
+        assert_eq!(
+            send(&e, &mut s, format!("replay k 0 0 {future} 1\r\nx\r\n").as_bytes()),
+            "CLIENT_ERROR replay timestamp was never handed out\r\n"
+        );
+        let req = batch(&[rec(b"a", b"one", 40), rec(b"k", b"x", last + 1)]);
+        assert_eq!(send(&e, &mut s, &req), "REPLAYED 1 0 1\r\n");
+        assert_eq!(e.store.current_cas(), last, "the counter did not move");
+        assert_eq!(send(&e, &mut s, b"get k\r\n"), "END\r\n");
+        let ts: u64 = send(&e, &mut s, b"ms k2 1 c\r\nv\r\n").trim().strip_prefix("HD c").unwrap().parse().unwrap();
+        assert_eq!(recall_record::ts::epoch_of(ts), 3, "new writes still name this instance");
+        // The last timestamp handed out is fine.
+        let req = batch(&[rec(b"k3", b"y", ts)]);
+        assert_eq!(send(&e, &mut s, &req), "REPLAYED 1 0 0\r\n");
+    }
+
     /// A value over the item limit is refused alone (counted as an error,
     /// as `replay` answers `SERVER_ERROR object too large for cache`); the
     /// rest of the batch is applied.
@@ -505,7 +566,11 @@ mod tombstone_tests {
         assert!(del[0].1 > old, "the delete has its own, newer timestamp");
         // Not recovering, and yet an older replayed write stays out.
         assert_eq!(e.replay(b"k", b"v", 0, 0, old, false), ApplyOutcome::Stale);
-        assert_eq!(e.replay(b"k", b"new", 0, 0, del[0].1 + 1, false), ApplyOutcome::Applied);
+        // A newer timestamp (replays must carry one the server handed out).
+        let newer: u64 =
+            send(&e, &mut s, b"ms other 1 c\r\nv\r\n").trim().strip_prefix("HD c").unwrap().parse().unwrap();
+        assert!(newer > del[0].1);
+        assert_eq!(e.replay(b"k", b"new", 0, 0, newer, false), ApplyOutcome::Applied);
         // md removes (tombstone); md with I only invalidates (none).
         send(&e, &mut s, b"ms j 1\r\nv\r\nmd j q\r\nms i 1\r\nv\r\nmd i I\r\n");
         let keys: Vec<Vec<u8>> = e.durability.tombstones().into_iter().map(|(k, _)| k).collect();
@@ -527,7 +592,10 @@ mod tombstone_tests {
         assert!(e.durability.tombstones().is_empty(), "the flush covers older tombstones");
         assert!(e.durability.snapshot_requested.load(Ordering::Acquire));
         assert_eq!(e.replay(b"b", b"v", 0, 0, f - 1, false), ApplyOutcome::Stale);
-        assert_eq!(e.replay(b"b", b"v", 0, 0, f + 1, false), ApplyOutcome::Applied);
+        let newer: u64 =
+            send(&e, &mut s, b"ms other 1 c\r\nv\r\n").trim().strip_prefix("HD c").unwrap().parse().unwrap();
+        assert!(newer > f);
+        assert_eq!(e.replay(b"b", b"v", 0, 0, newer, false), ApplyOutcome::Applied);
         // A delayed flush is not recorded (it is not persisted either).
         send(&e, &mut s, b"flush_all 100\r\n");
         assert_eq!(e.durability.flushed_at.load(Ordering::Acquire), f);

@@ -185,6 +185,13 @@ impl Engine {
         if explicit != 0 && self.durability.is_enabled() {
             return Err(Refusal::ExplicitCasDurable);
         }
+        // The counter only goes up, so every timestamp any instance of this
+        // data directory handed out is at or below it.
+        if let Op::Replay(r) = op {
+            if self.durability.is_enabled() && r.ts > self.store.current_cas() {
+                return Err(Refusal::ReplayNeverIssued);
+            }
+        }
         Ok(())
     }
 

@@ -169,6 +169,12 @@ pub enum Refusal {
     /// server's counter only (a client-chosen one could fall below the
     /// durable watermark, or move every later timestamp).
     ExplicitCasDurable,
+    /// A replay whose timestamp is above every timestamp the server has
+    /// handed out (its counter), with durability on: no instance of this
+    /// data directory acknowledged it, and applying it would raise the
+    /// counter into that timestamp's epoch, so every later write would name
+    /// the wrong instance.
+    ReplayNeverIssued,
 }
 
 impl Refusal {
@@ -176,6 +182,7 @@ impl Refusal {
     pub fn line(self) -> &'static [u8] {
         match self {
             Refusal::ExplicitCasDurable => b"CLIENT_ERROR the E flag cannot set a timestamp while durability is on",
+            Refusal::ReplayNeverIssued => b"CLIENT_ERROR replay timestamp was never handed out",
         }
     }
 }

@@ -2,6 +2,12 @@
 //! states the server may legitimately show, updated as each operation
 //! completes (acknowledged, refused, or in doubt), and the contradictions
 //! an outcome reveals. See the harness's module docs for the rules.
+//!
+//! Each key's operations must be totally ordered for this to hold: the
+//! harness runs every operation on a key, and its entry here, under the
+//! key's lock, whichever client makes it (the key's durable task, or the
+//! plain writer of the `--plain-writer` mode), so two writers of one key
+//! are serialised exactly as the server applied them.
 
 use std::collections::BTreeSet;
 
@@ -17,6 +23,10 @@ pub(crate) enum Op {
     Delete,
     Incr(u64),
     Decr(u64),
+    /// `ms <key> ... E<cas>` with durability on: the server must refuse it
+    /// (a client cannot choose a write's timestamp), so in the model it
+    /// never applies, and an acknowledgement of it is a violation.
+    SetWithE(Vec<u8>),
 }
 
 #[derive(Debug, Clone)]
@@ -27,6 +37,11 @@ pub(crate) enum Outcome {
     Refused,
     /// Failed in a way that leaves it in doubt.
     Unknown,
+    /// Acknowledged to a plain memcached client, which keeps no backup: a
+    /// later crash before a snapshot covers it may undo it, so from now on
+    /// the states with and without it are both allowed (as for a write in
+    /// doubt). Unlike an unknown outcome, it must apply to some state.
+    Unprotected,
 }
 
 pub(crate) fn numeric(s: &[u8]) -> Option<u64> {
@@ -66,6 +81,8 @@ pub(crate) struct KeyLedger {
     pub(crate) recent: Vec<String>,
     pub(crate) acked: u64,
     pub(crate) unknown: u64,
+    /// Writes acknowledged to the plain client (see [`Outcome::Unprotected`]).
+    pub(crate) unprotected: u64,
     /// Timestamp of the newest acknowledged write: the next one must be
     /// higher (timestamps never go backwards, crashes included).
     pub(crate) last_ts: u64,
@@ -78,7 +95,14 @@ pub(crate) const MAX_STATES: usize = 64;
 impl KeyLedger {
     pub(crate) fn new() -> KeyLedger {
         // A fresh key: absent on the server.
-        KeyLedger { possible: [None].into_iter().collect(), recent: Vec::new(), acked: 0, unknown: 0, last_ts: 0 }
+        KeyLedger {
+            possible: [None].into_iter().collect(),
+            recent: Vec::new(),
+            acked: 0,
+            unknown: 0,
+            unprotected: 0,
+            last_ts: 0,
+        }
     }
 
     /// Returns a violation message if the outcome contradicts the ledger.
@@ -129,6 +153,18 @@ impl KeyLedger {
                 self.possible = keep;
                 None
             }
+            Outcome::Unprotected => {
+                self.unprotected += 1;
+                let more: Vec<State> = self.possible.iter().filter_map(|s| op.apply(s)).collect();
+                if more.is_empty() {
+                    return Some(format!(
+                        "{desc}: acknowledged, but impossible in every possible state {:?}",
+                        show_set(&self.possible)
+                    ));
+                }
+                self.possible.extend(more);
+                None
+            }
             Outcome::Unknown => {
                 self.unknown += 1;
                 let more: Vec<State> = self.possible.iter().filter_map(|s| op.apply(s)).collect();
@@ -177,6 +213,30 @@ mod tests {
         assert!(e.is_some_and(|m| m.contains("impossible")));
         let e = k.complete(&Op::Set(v("c")), &Outcome::Acked { ts: 6, counter: None });
         assert!(e.is_some_and(|m| m.contains("not above")), "timestamps never go backwards");
+    }
+
+    #[test]
+    fn a_plain_clients_write_is_allowed_undone_but_must_apply() {
+        let mut k = KeyLedger::new();
+        k.complete(&Op::Set(v("a")), &Outcome::Acked { ts: 5, counter: None });
+        assert_eq!(k.complete(&Op::Append(v("+p")), &Outcome::Unprotected), None);
+        assert_eq!(k.possible, [Some(v("a")), Some(v("a+p"))].into_iter().collect());
+        // A durable write on top of it narrows the states again.
+        assert_eq!(k.complete(&Op::Set(v("b")), &Outcome::Acked { ts: 6, counter: None }), None);
+        assert_eq!(k.possible, [Some(v("b"))].into_iter().collect());
+        k.complete(&Op::Delete, &Outcome::Acked { ts: 7, counter: None });
+        let e = k.complete(&Op::Append(v("+q")), &Outcome::Unprotected);
+        assert!(e.is_some_and(|m| m.contains("impossible")), "an append acknowledged on a deleted key");
+    }
+
+    #[test]
+    fn a_write_with_e_must_be_refused() {
+        let mut k = KeyLedger::new();
+        k.complete(&Op::Set(v("a")), &Outcome::Acked { ts: 5, counter: None });
+        assert_eq!(k.complete(&Op::SetWithE(v("e")), &Outcome::Refused), None);
+        assert_eq!(k.possible, [Some(v("a"))].into_iter().collect(), "a refusal changes nothing");
+        let e = k.complete(&Op::SetWithE(v("e")), &Outcome::Acked { ts: 6, counter: None });
+        assert!(e.is_some_and(|m| m.contains("impossible")), "an accepted E write is a violation");
     }
 
     #[test]

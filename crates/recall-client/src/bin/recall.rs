@@ -5,7 +5,8 @@
 //! program quietly with 0, as ripgrep does: the reader has what it wanted.
 //! Several `--server` flags distribute keys with ketama, exactly as
 //! libmemcached/pylibmc (`ketama_weighted`) do, so `recall get` finds keys
-//! stored by those clients.
+//! stored by those clients; `--distribution ketama` matches pylibmc's
+//! `{"ketama": True}` instead (see `recall_client::ketama`).
 //!
 //! Hidden subcommand (left out of `--help`, documented in
 //! `recall ketama-place --help`): `recall ketama-place --server
@@ -23,7 +24,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
-use recall_client::ketama::{Continuum, Node};
+use recall_client::ketama::{Continuum, Distribution, Node};
 use recall_client::stream::StreamMode;
 use recall_client::{Client, Error, ServerSpec, StoreStatus};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -54,6 +55,13 @@ struct Cli {
     /// libmemcached-compatible ketama). Default 127.0.0.1:11211.
     #[arg(short = 's', long = "server", value_name = "HOST:PORT", global = true)]
     servers: Vec<String>,
+
+    /// How keys are placed on several servers: libmemcached's weighted
+    /// ketama (pylibmc {"ketama_weighted": True}), its unweighted one
+    /// (pylibmc {"ketama": True}), or that one with MD5 (pylibmc
+    /// {"ketama": True, "hash": "md5"}).
+    #[arg(long, value_enum, value_name = "KIND", default_value_t = DistArg::KetamaWeighted, global = true)]
+    distribution: DistArg,
 
     /// Connect and request timeout, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 2000, global = true)]
@@ -187,8 +195,11 @@ Reads keys from stdin, one per line (a trailing \\r is dropped, empty lines
 are skipped), and prints KEY<TAB>HOST:PORT for each, in input order. The
 servers come from --server HOST:PORT[:WEIGHT] (pylibmc's spec form, in the
 same order as given to the client); placement is recall-client's
-libmemcached-compatible ketama (pylibmc behaviors {\"ketama_weighted\": True}):
-weights count, and a server on port 11211 is hashed by its host alone.
+libmemcached-compatible ketama, by default the weighted one (pylibmc
+behaviors {\"ketama_weighted\": True}): weights count, and a server on port
+11211 is hashed by its host alone. --distribution ketama places keys as
+pylibmc's {\"ketama\": True} does (100 points per server, weights ignored),
+--distribution ketama-md5 as {\"ketama\": True, \"hash\": \"md5\"}.
 With one server every key goes to it, as in libmemcached.
 
 --remove-failed HOST:PORT builds the continuum over the other servers only
@@ -198,6 +209,23 @@ DeadServerPolicy::Redistribute does.
 
 Used by tests/python/test_ketama_vectors.py to compare recall-client's
 placement with where pylibmc really stores keys.";
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum DistArg {
+    KetamaWeighted,
+    Ketama,
+    KetamaMd5,
+}
+
+impl From<DistArg> for Distribution {
+    fn from(d: DistArg) -> Distribution {
+        match d {
+            DistArg::KetamaWeighted => Distribution::KetamaWeighted,
+            DistArg::Ketama => Distribution::Ketama,
+            DistArg::KetamaMd5 => Distribution::KetamaMd5,
+        }
+    }
+}
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
@@ -221,7 +249,7 @@ fn main() -> ExitCode {
         return ExitCode::from(bench(args));
     }
     if let Cmd::KetamaPlace { remove_failed } = &cli.cmd {
-        return ExitCode::from(ketama_place(&cli.servers, remove_failed));
+        return ExitCode::from(ketama_place(&cli.servers, cli.distribution.into(), remove_failed));
     }
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -281,6 +309,7 @@ async fn run(cli: Cli) -> u8 {
         .connect_timeout(timeout)
         .request_timeout(timeout)
         .pool_size(1)
+        .distribution(cli.distribution.into())
         // A one-shot tool reports the first failure; no back-off games.
         .failure_limit(u32::MAX);
     let client = match builder.build() {
@@ -796,7 +825,7 @@ fn bench(args: &[OsString]) -> u8 {
 
 /// `recall ketama-place`: the server for each key on stdin, from the same
 /// continuum the client builds (see `KETAMA_PLACE_ABOUT`).
-fn ketama_place(servers: &[String], remove_failed: &[String]) -> u8 {
+fn ketama_place(servers: &[String], dist: Distribution, remove_failed: &[String]) -> u8 {
     let usage = |msg: String| {
         eprintln!("recall: ketama-place: {msg}");
         EXIT_USAGE
@@ -826,10 +855,10 @@ fn ketama_place(servers: &[String], remove_failed: &[String]) -> u8 {
     // As ClientBuilder::build and the client's routing do: nodes in the
     // given order with their configured host (not resolved), port and weight.
     let nodes: Vec<Node> = specs.iter().map(|s| Node::new(s.host.clone(), s.port, s.weight)).collect();
-    if Continuum::build(&nodes, |_| true).is_empty() {
+    if Continuum::build_with(dist, &nodes, |_| true).is_empty() {
         return usage("every server has weight 0".into());
     }
-    let continuum = Continuum::build(&nodes, |i| !dead[i]);
+    let continuum = Continuum::build_with(dist, &nodes, |i| !dead[i]);
     if continuum.is_empty() {
         return usage("no server left after --remove-failed (or only weight-0 ones)".into());
     }

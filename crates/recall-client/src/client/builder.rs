@@ -8,7 +8,7 @@ use super::pool::{Inner, Server};
 use super::Client;
 use crate::conn::HealthConfig;
 use crate::error::{Error, Result};
-use crate::ketama::{Continuum, Node, DEFAULT_PORT};
+use crate::ketama::{Continuum, Distribution, Node, DEFAULT_PORT};
 use crate::observer::WriteObserver;
 
 /// What happens to the keys of a server marked dead.
@@ -113,6 +113,7 @@ pub(super) struct Options {
     pub(super) retry_base: Duration,
     pub(super) retry_max: Duration,
     pub(super) dead_servers: DeadServerPolicy,
+    pub(super) distribution: Distribution,
 }
 
 impl Default for ClientBuilder {
@@ -128,6 +129,7 @@ impl Default for ClientBuilder {
                 retry_base: Duration::from_secs(1),
                 retry_max: Duration::from_secs(30),
                 dead_servers: DeadServerPolicy::FailFast,
+                distribution: Distribution::KetamaWeighted,
             },
             observer: None,
         }
@@ -195,6 +197,15 @@ impl ClientBuilder {
         self
     }
 
+    /// Which ketama continuum places keys on servers (default
+    /// [`Distribution::KetamaWeighted`], pylibmc's `{"ketama_weighted":
+    /// True}`; [`Distribution::Ketama`] is pylibmc's `{"ketama": True}`).
+    /// Every client of a set of servers must use the same one.
+    pub fn distribution(mut self, d: Distribution) -> Self {
+        self.opts.distribution = d;
+        self
+    }
+
     /// Register the observer of acknowledged writes.
     pub fn write_observer(mut self, observer: Arc<dyn WriteObserver>) -> Self {
         self.observer = Some(observer);
@@ -215,7 +226,7 @@ impl ClientBuilder {
         };
         let nodes: Vec<Node> = self.servers.iter().map(|s| Node::new(s.host.clone(), s.port, s.weight)).collect();
         let servers = self.servers.iter().map(|s| Server::new(s.name(), health_cfg, self.opts.pool_size)).collect();
-        let continuum = Continuum::build(&nodes, |_| true);
+        let continuum = Continuum::build_with(self.opts.distribution, &nodes, |_| true);
         if continuum.is_empty() {
             return Err(Error::InvalidArgument("every server has weight 0".into()));
         }

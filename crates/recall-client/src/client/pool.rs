@@ -115,7 +115,8 @@ impl Inner {
             match cache.as_ref() {
                 Some((mask, c)) if *mask == dead => c.clone(),
                 _ => {
-                    let c = Arc::new(Continuum::build(&self.nodes, |i| !dead[i]));
+                    let d = self.continuum.distribution();
+                    let c = Arc::new(Continuum::build_with(d, &self.nodes, |i| !dead[i]));
                     *cache = Some((dead, c.clone()));
                     c
                 }
