@@ -6,9 +6,12 @@
 //! with its tombstone. Protocol codecs lower requests onto [`Op`]s and
 //! render the [`Outcome`]; they never call the store.
 
-use recall_store::{ApplyOutcome, Arith, ArithOutcome, Delete, DeleteOutcome, Read, ReadOpts, Write, WriteOutcome};
+use recall_store::{
+    ApplyOutcome, Arith, ArithOutcome, Delete, DeleteOutcome, Mode, Read, ReadOpts, Write, WriteOutcome,
+};
 
 use crate::op::{Data, Op, Outcome, Refusal};
+use crate::watch::{self, Fetch};
 use crate::write_path::Barrier;
 use crate::{Counters, Engine};
 
@@ -49,11 +52,16 @@ impl Engine {
                 // A miss hands `render` back: it is rendered after the
                 // shard lock is released (the tombstone table is never
                 // locked under it).
+                let mut size = 0;
                 let res = self.store.read_with(r.key, now, opts, sink, |rd| match rd {
-                    Read::Hit(v) => Ok(render(Outcome::Read(Read::Hit(v)))),
+                    Read::Hit(v) => {
+                        size = v.value.len();
+                        Ok(render(Outcome::Read(Read::Hit(v))))
+                    }
                     Read::Miss { .. } => Err(render),
                 });
                 let found = res.is_ok();
+                self.watchers.fetch(r.key, if found { Fetch::Found(size) } else { Fetch::NotFound });
                 if r.count_get {
                     if found {
                         c.get_hits.incr()
@@ -92,6 +100,9 @@ impl Engine {
                 sw.invalidate = w.invalidate;
                 sw.vivify = w.vivify.map(|t| self.resolve_exptime(t, now));
                 let res = self.store.write_with(&sw, now, sink);
+                if self.watchers.wants(watch::MUTATIONS) {
+                    self.watch_store(&w, &sw, res, now);
+                }
                 if w.cas_command {
                     match res {
                         WriteOutcome::Stored { .. } => c.cas_hits.incr(),
@@ -171,6 +182,29 @@ impl Engine {
         };
         cx.barrier.join(rec.barrier());
         render(out)
+    }
+
+    /// memcached's `type=item_store` line for a write and its outcome.
+    #[cold]
+    fn watch_store(&self, w: &crate::op::WriteOp<'_>, sw: &Write<'_>, res: WriteOutcome, now: recall_store::UnixSecs) {
+        let cmd = match (w.cas_command, w.mode) {
+            (true, _) => "cas",
+            (_, Mode::Set) => "set",
+            (_, Mode::Add) => "add",
+            (_, Mode::Replace) => "replace",
+            (_, Mode::Append) => "append",
+            (_, Mode::Prepend) => "prepend",
+        };
+        let status = match res {
+            WriteOutcome::Stored { .. } => "stored",
+            WriteOutcome::NotStored => "not_stored",
+            WriteOutcome::Exists => "exists",
+            WriteOutcome::NotFound => "not_found",
+            WriteOutcome::OutOfMemory => "no_memory",
+        };
+        let ttl = if sw.exptime == 0 { 0 } else { sw.exptime.saturating_sub(now) };
+        let size = sw.big.map_or(sw.value.len(), |b| b.len());
+        self.watchers.store(w.key, cmd, status, ttl, size);
     }
 
     /// The "before" stage of the write path: may this operation reach the

@@ -10,3 +10,4 @@ pub mod schedule;
 pub mod server;
 pub mod udp;
 pub mod walcheck;
+mod watch;

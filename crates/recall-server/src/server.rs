@@ -59,6 +59,9 @@ pub fn build_engine(cfg: &Config, clock: Arc<dyn Clock>) -> Engine {
         cas_enabled: !cfg.disable_cas,
         settings: cfg.stats_settings(),
         reply_budget: cfg.reply_budget_bytes().expect("validated"),
+        dump_enabled: !cfg.disable_dumping,
+        watch_enabled: !cfg.disable_watch,
+        prefix_delimiter: cfg.prefix_delimiter.unwrap_or(b':'),
     };
     let e = Engine::new(store, clock, ecfg);
     e.gauges.max_connections.store(cfg.max_connections as u64, Ordering::Relaxed);
@@ -337,6 +340,12 @@ async fn connection(
             // Don't let one huge reply pin its memory for the connection's life.
             if out.capacity() > 4 * READ_CHUNK {
                 out = Out::with_capacity(READ_CHUNK);
+            }
+        }
+        if let Action::Watch(streams) = action {
+            match crate::watch::serve(engine, &mut stream, streams).await {
+                Action::Continue => continue,
+                other => return other,
             }
         }
         if action != Action::Continue {

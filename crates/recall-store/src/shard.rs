@@ -36,6 +36,7 @@ pub(crate) struct Ctx<'a> {
     pub shards: &'a [parking_lot::Mutex<Shard>],
     /// Each shard's published next-victim rank (see `evict.rs`).
     pub tails: &'a evict::Tails,
+    pub on_evict: Option<&'a dyn crate::EvictionListener>,
 }
 
 impl Ctx<'_> {
@@ -277,6 +278,18 @@ impl Shard {
         }
         let fp = self.fp_at(i);
         ctx.mem_used.fetch_sub(fp, Ordering::Relaxed);
+        if let (Why::Evicted, Some(l)) = (why, ctx.on_evict) {
+            let s = &self.slots[i as usize];
+            let big = if s.bits() & bit::BIG != 0 { self.bigs.get(&i) } else { None };
+            let e = crate::Evicted {
+                key: s.key(),
+                value_len: big.map_or(s.value().len(), |b| b.len()),
+                fetched: s.bits() & bit::FETCHED != 0,
+                exptime: s.exptime,
+                atime: s.atime,
+            };
+            l.evicted(&e, ctx.now);
+        }
         let s = std::mem::replace(&mut self.slots[i as usize], Slot::free());
         self.bigs.remove(&i);
         let fetched = s.bits() & bit::FETCHED != 0;
