@@ -56,3 +56,19 @@
 < CLIENT_ERROR invalid flag
 > mn
 < MN
+# mg N with E: the vivified item takes the client's CAS (recorded from current memcached).
+> mg viv N30 E999 c v
+< VA 0 c999 W
+<
+> mg viv c
+< HD c999 Z
+> mg viv2 E555 c v
+< EN
+> mg viv3 N0 E7 c s
+< HD c7 s0 W
+> ms viv3 1 C7 E8 c
+> x
+< HD c8
+> mg viv3 c v
+< VA 1 c8
+< x

@@ -48,6 +48,7 @@ impl Engine {
                     no_bump: r.no_bump,
                     vivify: r.vivify.map(|t| self.resolve_exptime(t, now)),
                     recache_below: r.recache_below,
+                    explicit_cas: r.explicit_cas,
                 };
                 // A miss hands `render` back: it is rendered after the
                 // shard lock is released (the tombstone table is never
@@ -214,7 +215,8 @@ impl Engine {
             Op::Write(w) => w.explicit_cas,
             Op::Delete(d) => d.explicit_cas,
             Op::Arith(a) => a.explicit_cas,
-            Op::Read(_) | Op::Flush { .. } | Op::Replay(_) => 0,
+            Op::Read(r) => r.explicit_cas,
+            Op::Flush { .. } | Op::Replay(_) => 0,
         };
         if explicit != 0 && self.durability.is_enabled() {
             return Err(Refusal::ExplicitCasDurable);

@@ -50,6 +50,7 @@ impl Engine {
             no_bump: f.no_bump,
             count_get: true,
             written: f.written,
+            explicit_cas: f.new_cas.unwrap_or(0),
         });
         let now = self.now();
         self.execute(&op, cx, |o| match o {

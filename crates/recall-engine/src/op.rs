@@ -55,6 +55,8 @@ pub struct ReadOp<'a> {
     /// recall extension `w<ts>` on mg: the client's own last write of the
     /// key; an older item, or a miss that a crash may explain, is `OL`.
     pub written: u64,
+    /// mg `E`: the CAS of an item `vivify` creates (0 = the store's own).
+    pub explicit_cas: u64,
 }
 
 /// The value of a write: bytes from the request, or a chunk chain that

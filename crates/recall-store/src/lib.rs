@@ -200,6 +200,9 @@ pub struct ReadOpts {
     /// If the remaining TTL is below this many seconds, hand out the win
     /// token once (meta `R`).
     pub recache_below: Option<u32>,
+    /// The CAS of an item created by `vivify` (meta `E`); 0 = the store's
+    /// counter.
+    pub explicit_cas: u64,
 }
 
 /// Token state reported with a read, for stale-while-revalidate.

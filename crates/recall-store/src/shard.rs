@@ -384,7 +384,7 @@ impl Shard {
                 let Some(exptime) = opts.vivify else {
                     return f(Read::Miss { tokens });
                 };
-                let slot = new_slot(key, &[], &[], 0, exptime, ctx.draw_cas(0), ctx.now);
+                let slot = new_slot(key, &[], &[], 0, exptime, ctx.draw_cas(opts.explicit_cas), ctx.now);
                 let need = self.fp_new(&slot, None);
                 if !self.make_room(ctx, need, None) {
                     return f(Read::Miss { tokens });
