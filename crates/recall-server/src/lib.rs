@@ -6,6 +6,7 @@
 
 pub mod config;
 pub mod persist;
+mod portfile;
 pub mod schedule;
 pub mod server;
 pub mod udp;

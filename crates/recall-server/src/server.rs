@@ -170,13 +170,19 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
         })?;
     }
 
+    let mut udp_local = None;
     if cfg.udp_port != 0 {
         let sock = std::net::UdpSocket::bind((cfg.listen.as_str(), cfg.udp_port))?;
         let engine = engine.clone();
         let udp_addr = sock.local_addr()?;
+        udp_local = Some(udp_addr);
         let wal = wal.clone();
         std::thread::Builder::new().name("recall-udp".into()).spawn(move || udp::serve(engine, sock, wal))?;
         println!("udp listening on {udp_addr}");
+    }
+
+    if let Some(path) = std::env::var_os(crate::portfile::ENV) {
+        crate::portfile::write(path.as_ref(), local, udp_local)?;
     }
 
     if !cfg.pid_file.is_empty() {
