@@ -81,6 +81,10 @@ pub struct EngineConfig {
     pub watch_enabled: bool,
     /// `-D`: the character that ends a key's prefix for `stats detail`.
     pub prefix_delimiter: u8,
+    /// `-R`: requests one call of `Session::process` runs before it
+    /// returns with `yielded` set, so the connection lets the others on
+    /// its worker run (memcached's `reqs_per_event`). 0 = no limit.
+    pub reqs_per_event: usize,
 }
 
 impl Default for EngineConfig {
@@ -95,6 +99,7 @@ impl Default for EngineConfig {
             dump_enabled: true,
             watch_enabled: true,
             prefix_delimiter: b':',
+            reqs_per_event: 0,
         }
     }
 }

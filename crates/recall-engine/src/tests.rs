@@ -215,3 +215,26 @@ fn dump_switch_and_prefix_delimiter() {
         run(&mut s, &e, &mut Vec::new(), b"stats detail on\r\nget a/1\r\nget a:1\r\nstats detail dump\r\n", usize::MAX);
     assert_eq!(String::from_utf8(out).unwrap(), "OK\r\nEND\r\nEND\r\nPREFIX a get 1 hit 0 set 0 del 0\r\nEND\r\n");
 }
+
+/// `-R`: one call runs at most `reqs_per_event` requests, then returns with
+/// `yielded` (and `more`) while input is left; each stop is a
+/// `conn_yields`. The replies are those of one uninterrupted run.
+#[test]
+fn reqs_per_event_yields_between_requests() {
+    let clock = Arc::new(ManualClock::new(1_700_000_000));
+    let store = Store::new(StoreConfig { mem_limit: 64 << 20, shards: 4, ..Default::default() });
+    let e = Engine::new(store, clock, EngineConfig { reqs_per_event: 2, ..Default::default() });
+    let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+    let input = b"mn\r\nset k 0 0 1\r\nv\r\nmn\r\nget k\r\nmn\r\n";
+    let mut out = crate::Out::new();
+    let mut pos = 0;
+    let mut calls = Vec::new();
+    while pos < input.len() && calls.len() < 10 {
+        let p = s.process(&e, &input[pos..], &mut out);
+        pos += p.used;
+        calls.push((p.used, p.yielded, p.more));
+    }
+    assert_eq!(calls, [(20, true, true), (11, true, true), (4, false, false)]);
+    assert_eq!(String::from_utf8(out.flatten()).unwrap(), "MN\r\nSTORED\r\nMN\r\nVALUE k 0 1\r\nv\r\nEND\r\nMN\r\n");
+    assert!(e.registry.totals().contains(&("conn_yields", 2)));
+}

@@ -59,6 +59,7 @@ pub fn build_engine(cfg: &Config, clock: Arc<dyn Clock>) -> Engine {
         cas_enabled: !cfg.disable_cas,
         settings: cfg.stats_settings(),
         reply_budget: cfg.reply_budget_bytes().expect("validated"),
+        reqs_per_event: cfg.reqs_per_event as usize,
         dump_enabled: !cfg.disable_dumping,
         watch_enabled: !cfg.disable_watch,
         prefix_delimiter: cfg.prefix_delimiter.unwrap_or(b':'),
@@ -367,7 +368,12 @@ async fn connection(
             // The session stopped at the reply budget, and its replies have
             // been written (waiting for the socket): run the requests left
             // before reading more, so a client that never reads stalls here
-            // holding one budget of replies.
+            // holding one budget of replies. After `-R` requests, the other
+            // connections on this worker run first (memcached flushes its
+            // replies and yields the same way).
+            if done.yielded {
+                tokio::task::yield_now().await;
+            }
             continue;
         }
         // A value streaming in is read in large pieces (memcached reads a
