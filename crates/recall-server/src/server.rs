@@ -178,7 +178,7 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
         let udp_addr = sock.local_addr()?;
         udp_local = Some(udp_addr);
         let wal = wal.clone();
-        std::thread::Builder::new().name("recall-udp".into()).spawn(move || udp::serve(engine, sock, wal))?;
+        std::thread::Builder::new().name("recall-udp".into()).spawn(move || udp::serve(engine, sock, choice, wal))?;
         println!("udp listening on {udp_addr}");
     }
 
