@@ -449,6 +449,9 @@ impl Config {
         if item as u64 > (self.memory_limit_mb << 20) / 2 {
             return Err(ConfigError("Cannot set item size limit higher than 1/2 of memory max.".into()));
         }
+        if self.reqs_per_event == 0 {
+            return Err(ConfigError("Number of requests per event must be greater than 0".into()));
+        }
         if !matches!(self.protocol.as_str(), "auto" | "ascii" | "binary") {
             return Err(ConfigError(format!(
                 "Invalid value for binding protocol: {} -- should be one of auto, binary, or ascii",
@@ -616,6 +619,8 @@ mod tests {
         assert!(Config::from_cli(&cli(&["-S"])).is_err(), "SASL is refused, not silently dropped");
         let e = Config::from_cli(&cli(&["-t", "0"])).unwrap_err();
         assert!(e.0.contains("Number of threads must be greater than 0"), "{}", e.0);
+        let e = Config::from_cli(&cli(&["-R", "0"])).unwrap_err();
+        assert!(e.0.contains("Number of requests per event must be greater than 0"), "{}", e.0);
     }
 
     #[test]
