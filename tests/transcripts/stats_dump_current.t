@@ -26,3 +26,8 @@
 > stats cachedump 1 100
 < ITEM bar [2 b; {n} s]
 < END
+# watch after other requests in the same batch is refused (1.6.18 accepted this one).
+> get a
+> watch
+< END
+< ERROR cannot pipeline other commands before watch
