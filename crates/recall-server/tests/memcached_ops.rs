@@ -58,7 +58,7 @@ fn binary_protocol_over_udp() {
         let _s = recalld(&["-U", &port.to_string()]);
         let u = UdpSocket::bind("127.0.0.1:0").unwrap();
         u.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-        let mut ask = |id: u8, req: &[u8]| -> Option<Vec<u8>> {
+        let ask = |id: u8, req: &[u8]| -> Option<Vec<u8>> {
             let mut d = vec![0, id, 0, 0, 0, 1, 0, 0];
             d.extend_from_slice(req);
             u.send_to(&d, ("127.0.0.1", port)).ok()?;
