@@ -72,3 +72,19 @@
 > mg viv3 c v
 < VA 1 c8
 < x
+# A key stored with b comes back encoded, with b, even to a request without b;
+# a plain append makes it a plain key again (recorded from current memcached).
+> ms Zm9vMg== 1 b
+> x
+< HD
+> mg foo2 k v
+< VA 1 kZm9vMg== b
+< x
+> mg Zm9vMg== b k s
+< HD kZm9vMg== b s1
+> ms foo2 1 MA
+> y
+< HD
+> mg foo2 k v
+< VA 2 kfoo2
+< xy

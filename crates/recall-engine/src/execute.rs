@@ -99,6 +99,7 @@ impl Engine {
                 sw.compare_cas = w.compare_cas;
                 sw.explicit_cas = w.explicit_cas;
                 sw.invalidate = w.invalidate;
+                sw.binary_key = w.binary_key;
                 sw.vivify = w.vivify.map(|t| self.resolve_exptime(t, now));
                 let res = self.store.write_with(&sw, now, sink);
                 if self.watchers.wants(watch::MUTATIONS) {

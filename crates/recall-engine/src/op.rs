@@ -94,6 +94,8 @@ pub struct WriteOp<'a> {
     /// differs (`set` but not `add` in text, every ms, SET in binary), so
     /// the codec says; the engine applies the rule in one place.
     pub drop_on_refusal: bool,
+    /// ms `b`: the key came base64-encoded; meta replies give it back so.
+    pub binary_key: bool,
 }
 
 impl<'a> WriteOp<'a> {
@@ -110,6 +112,7 @@ impl<'a> WriteOp<'a> {
             invalidate: false,
             vivify: None,
             drop_on_refusal: false,
+            binary_key: false,
         }
     }
 }

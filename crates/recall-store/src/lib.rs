@@ -153,6 +153,8 @@ pub struct Write<'a> {
     /// A value already built as a chunk chain (streamed in); replaces
     /// `value`, which must then be empty.
     pub big: Option<&'a Arc<BigValue>>,
+    /// The key came base64-encoded (meta `b`); see [`ItemView::binary_key`].
+    pub binary_key: bool,
 }
 
 impl<'a> Write<'a> {
@@ -168,6 +170,7 @@ impl<'a> Write<'a> {
             invalidate: false,
             vivify: None,
             big: None,
+            binary_key: false,
         }
     }
 }
@@ -229,6 +232,9 @@ pub struct ItemView<'a> {
     /// Whether it had been fetched before this read.
     pub fetched: bool,
     pub tokens: Tokens,
+    /// Stored by a meta command with `b` (a binary key): meta replies
+    /// return the key base64-encoded, as memcached does.
+    pub binary_key: bool,
 }
 
 /// The outcome of a read.

@@ -403,6 +403,7 @@ impl Shard {
                     atime: s.atime,
                     fetched: false,
                     tokens,
+                    binary_key: false,
                 }));
             }
         };
@@ -448,6 +449,7 @@ impl Shard {
             atime,
             fetched,
             tokens,
+            binary_key: s.bits() & bit::BINARY_KEY != 0,
         }))
     }
 
@@ -488,9 +490,12 @@ impl Shard {
                 let old = self.value_at(i);
                 let (a, b) = if w.mode == Mode::Append { (old, new_value) } else { (new_value, old) };
                 let o = &self.slots[i as usize];
-                let (flags, exptime, fetched) = (o.flags, o.exptime, o.bits() & bit::FETCHED);
+                // The binary-key mark is the appending request's, not the
+                // old item's (as memcached's append makes a new item).
+                let kept = o.bits() & bit::FETCHED;
+                let (flags, exptime) = (o.flags, o.exptime);
                 let (mut s, big) = make_item(w.key, &[a, b], flags, exptime, cas, ctx.now);
-                s.set_bits(fetched);
+                s.set_bits(kept);
                 (s, big)
             }
             (Mode::Append | Mode::Prepend, None) => {
@@ -500,6 +505,9 @@ impl Shard {
         };
         if stale {
             slot.set_bits(bit::STALE);
+        }
+        if w.binary_key {
+            slot.set_bits(bit::BINARY_KEY);
         }
         let need = self.fp_new(&slot, big.as_ref());
         let credit = existing.map_or(0, |i| self.fp_at(i));
@@ -742,6 +750,7 @@ impl Shard {
                     win_sent: s.bits() & bit::WIN_SENT != 0,
                     win: false,
                 },
+                binary_key: s.bits() & bit::BINARY_KEY != 0,
             });
         }
     }
