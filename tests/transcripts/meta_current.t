@@ -56,3 +56,35 @@
 < CLIENT_ERROR invalid flag
 > mn
 < MN
+# mg N with E: the vivified item takes the client's CAS (recorded from current memcached).
+> mg viv N30 E999 c v
+< VA 0 c999 W
+<
+> mg viv c
+< HD c999 Z
+> mg viv2 E555 c v
+< EN
+> mg viv3 N0 E7 c s
+< HD c7 s0 W
+> ms viv3 1 C7 E8 c
+> x
+< HD c8
+> mg viv3 c v
+< VA 1 c8
+< x
+# A key stored with b comes back encoded, with b, even to a request without b;
+# a plain append makes it a plain key again (recorded from current memcached).
+> ms Zm9vMg== 1 b
+> x
+< HD
+> mg foo2 k v
+< VA 1 kZm9vMg== b
+< x
+> mg Zm9vMg== b k s
+< HD kZm9vMg== b s1
+> ms foo2 1 MA
+> y
+< HD
+> mg foo2 k v
+< VA 2 kfoo2
+< xy

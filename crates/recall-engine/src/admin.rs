@@ -36,6 +36,27 @@ impl Engine {
                 }
             }
             Command::LruCrawler { args } => self.lru_crawler(args, out),
+            Command::Watch { args } => {
+                if !self.config.watch_enabled {
+                    reply::line(out, b"CLIENT_ERROR watch commands not allowed");
+                    return Action::Continue;
+                }
+                let mut streams = 0;
+                for t in keys(args) {
+                    streams |= match t {
+                        b"fetchers" => crate::watch::FETCHERS,
+                        b"mutations" => crate::watch::MUTATIONS,
+                        b"evictions" => crate::watch::EVICTIONS,
+                        // memcached's other streams (rawcmds, connevents,
+                        // deletions, ...) are not logged by recall.
+                        _ => {
+                            reply::line(out, b"ERROR");
+                            return Action::Continue;
+                        }
+                    };
+                }
+                return Action::Watch(if streams == 0 { crate::watch::FETCHERS } else { streams });
+            }
             Command::Durable => self.durable_line(out),
             Command::Snapshot => {
                 if self.durability.is_enabled() {
@@ -78,11 +99,14 @@ impl Engine {
     fn lru_crawler(&self, args: &[u8], out: &mut Vec<u8>) {
         let mut it = keys(args);
         match (it.next(), it.next()) {
+            (Some(b"metadump"), Some(_)) if !self.config.dump_enabled => {
+                reply::line(out, b"ERROR metadump not allowed")
+            }
             (Some(b"metadump"), Some(_)) => {
                 let now = self.now();
                 self.store.for_each(now, |v| {
                     out.extend_from_slice(b"key=");
-                    uri_encode(out, v.key);
+                    crate::watch::uri_encode(out, v.key);
                     let exp = if v.exptime == 0 { -1 } else { v.exptime as i64 };
                     self.item_fields(out, v, exp, v.atime as u64);
                 });
@@ -94,17 +118,6 @@ impl Engine {
             }
             (Some(b"enable" | b"disable"), None) | (Some(b"sleep" | b"tocrawl"), Some(_)) => reply::line(out, b"OK"),
             _ => reply::line(out, b"ERROR"),
-        }
-    }
-}
-
-/// memcached's metadump URI-encodes keys.
-fn uri_encode(out: &mut Vec<u8>, key: &[u8]) {
-    for &b in key {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b);
-        } else {
-            out.extend_from_slice(format!("%{b:02X}").as_bytes());
         }
     }
 }

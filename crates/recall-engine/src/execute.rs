@@ -6,9 +6,12 @@
 //! with its tombstone. Protocol codecs lower requests onto [`Op`]s and
 //! render the [`Outcome`]; they never call the store.
 
-use recall_store::{ApplyOutcome, Arith, ArithOutcome, Delete, DeleteOutcome, Read, ReadOpts, Write, WriteOutcome};
+use recall_store::{
+    ApplyOutcome, Arith, ArithOutcome, Delete, DeleteOutcome, Mode, Read, ReadOpts, Write, WriteOutcome,
+};
 
 use crate::op::{Data, Op, Outcome, Refusal};
+use crate::watch::{self, Fetch};
 use crate::write_path::Barrier;
 use crate::{Counters, Engine};
 
@@ -45,15 +48,21 @@ impl Engine {
                     no_bump: r.no_bump,
                     vivify: r.vivify.map(|t| self.resolve_exptime(t, now)),
                     recache_below: r.recache_below,
+                    explicit_cas: r.explicit_cas,
                 };
                 // A miss hands `render` back: it is rendered after the
                 // shard lock is released (the tombstone table is never
                 // locked under it).
+                let mut size = 0;
                 let res = self.store.read_with(r.key, now, opts, sink, |rd| match rd {
-                    Read::Hit(v) => Ok(render(Outcome::Read(Read::Hit(v)))),
+                    Read::Hit(v) => {
+                        size = v.value.len();
+                        Ok(render(Outcome::Read(Read::Hit(v))))
+                    }
                     Read::Miss { .. } => Err(render),
                 });
                 let found = res.is_ok();
+                self.watchers.fetch(r.key, if found { Fetch::Found(size) } else { Fetch::NotFound });
                 if r.count_get {
                     if found {
                         c.get_hits.incr()
@@ -90,8 +99,12 @@ impl Engine {
                 sw.compare_cas = w.compare_cas;
                 sw.explicit_cas = w.explicit_cas;
                 sw.invalidate = w.invalidate;
+                sw.binary_key = w.binary_key;
                 sw.vivify = w.vivify.map(|t| self.resolve_exptime(t, now));
                 let res = self.store.write_with(&sw, now, sink);
+                if self.watchers.wants(watch::MUTATIONS) {
+                    self.watch_store(&w, &sw, res, now);
+                }
                 if w.cas_command {
                     match res {
                         WriteOutcome::Stored { .. } => c.cas_hits.incr(),
@@ -173,6 +186,29 @@ impl Engine {
         render(out)
     }
 
+    /// memcached's `type=item_store` line for a write and its outcome.
+    #[cold]
+    fn watch_store(&self, w: &crate::op::WriteOp<'_>, sw: &Write<'_>, res: WriteOutcome, now: recall_store::UnixSecs) {
+        let cmd = match (w.cas_command, w.mode) {
+            (true, _) => "cas",
+            (_, Mode::Set) => "set",
+            (_, Mode::Add) => "add",
+            (_, Mode::Replace) => "replace",
+            (_, Mode::Append) => "append",
+            (_, Mode::Prepend) => "prepend",
+        };
+        let status = match res {
+            WriteOutcome::Stored { .. } => "stored",
+            WriteOutcome::NotStored => "not_stored",
+            WriteOutcome::Exists => "exists",
+            WriteOutcome::NotFound => "not_found",
+            WriteOutcome::OutOfMemory => "no_memory",
+        };
+        let ttl = if sw.exptime == 0 { 0 } else { sw.exptime.saturating_sub(now) };
+        let size = sw.big.map_or(sw.value.len(), |b| b.len());
+        self.watchers.store(w.key, cmd, status, ttl, size);
+    }
+
     /// The "before" stage of the write path: may this operation reach the
     /// store at all?
     fn admit(&self, op: &Op<'_>) -> Result<(), Refusal> {
@@ -180,7 +216,8 @@ impl Engine {
             Op::Write(w) => w.explicit_cas,
             Op::Delete(d) => d.explicit_cas,
             Op::Arith(a) => a.explicit_cas,
-            Op::Read(_) | Op::Flush { .. } | Op::Replay(_) => 0,
+            Op::Read(r) => r.explicit_cas,
+            Op::Flush { .. } | Op::Replay(_) => 0,
         };
         if explicit != 0 && self.durability.is_enabled() {
             return Err(Refusal::ExplicitCasDurable);

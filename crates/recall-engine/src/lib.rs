@@ -21,6 +21,7 @@ mod session;
 pub mod stats;
 mod text;
 pub mod transcript;
+pub mod watch;
 pub mod write_path;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -50,6 +51,10 @@ pub enum Action {
     Close,
     /// Stop the whole server (shutdown, when enabled with -A).
     Shutdown,
+    /// `watch`: the connection stops taking commands and streams the log
+    /// lines of these streams (`watch::FETCHERS` | ...); the server
+    /// registers it with [`Engine::watchers`] and answers `OK`.
+    Watch(u8),
 }
 
 /// Engine settings fixed at start-up.
@@ -69,6 +74,17 @@ pub struct EngineConfig {
     /// them, waiting for the socket, before it runs the rest. A client
     /// that stops reading then holds about this much, not every reply.
     pub reply_budget: usize,
+    /// `-X` turns off `stats cachedump`, `stats detail` and `lru_crawler
+    /// metadump` (they list keys).
+    pub dump_enabled: bool,
+    /// `-W` turns off `watch`.
+    pub watch_enabled: bool,
+    /// `-D`: the character that ends a key's prefix for `stats detail`.
+    pub prefix_delimiter: u8,
+    /// `-R`: requests one call of `Session::process` runs before it
+    /// returns with `yielded` set, so the connection lets the others on
+    /// its worker run (memcached's `reqs_per_event`). 0 = no limit.
+    pub reqs_per_event: usize,
 }
 
 impl Default for EngineConfig {
@@ -80,6 +96,10 @@ impl Default for EngineConfig {
             cas_enabled: true,
             settings: Vec::new(),
             reply_budget: 1 << 20,
+            dump_enabled: true,
+            watch_enabled: true,
+            prefix_delimiter: b':',
+            reqs_per_event: 0,
         }
     }
 }
@@ -110,6 +130,8 @@ pub struct Engine {
     pub prefix: stats::PrefixStats,
     /// `stats conns`: the listeners and connections the server registers.
     pub conns: Arc<stats::ConnTable>,
+    /// `watch`: the log watchers (see `watch.rs`).
+    pub watchers: Arc<watch::Watchers>,
     started: UnixSecs,
     verbosity: AtomicU64,
 }
@@ -117,6 +139,9 @@ pub struct Engine {
 impl Engine {
     pub fn new(store: Store, clock: Arc<dyn Clock>, config: EngineConfig) -> Engine {
         let started = clock.now();
+        let prefix = stats::PrefixStats::new(config.prefix_delimiter);
+        let watchers = Arc::new(watch::Watchers::default());
+        store.set_eviction_listener(watchers.clone());
         Engine {
             store,
             clock,
@@ -125,8 +150,9 @@ impl Engine {
             gauges: ServerGauges::default(),
             durability: durability::Durability::default(),
             observers: Observers::default(),
-            prefix: Default::default(),
+            prefix,
             conns: Default::default(),
+            watchers,
             started,
             verbosity: AtomicU64::new(0),
         }

@@ -50,6 +50,7 @@ impl Engine {
             no_bump: f.no_bump,
             count_get: true,
             written: f.written,
+            explicit_cas: f.new_cas.unwrap_or(0),
         });
         let now = self.now();
         self.execute(&op, cx, |o| match o {
@@ -87,6 +88,7 @@ impl Engine {
         w.cas_command = f.compare_cas.is_some();
         w.explicit_cas = f.new_cas.unwrap_or(0);
         w.invalidate = f.invalidate;
+        w.binary_key = f.base64;
         if matches!(mode, Mode::Append | Mode::Prepend) {
             w.vivify = f.vivify.map(i64::from);
         }
@@ -246,7 +248,9 @@ fn meta_hit(key: &[u8], v: &ItemView<'_>, f: &MetaFlags<'_>, out: &mut Out, now:
             b'l' => reply::meta_num(out, b'l', now.saturating_sub(v.atime) as u64),
             b'h' => reply::meta_num(out, b'h', v.fetched as u64),
             b'O' => reply::meta_bytes(out, b'O', &tok[1..]),
-            b'k' => reply::meta_key(out, key, f.base64),
+            // An item stored with a binary key (ms `b`) answers with it
+            // encoded, whether or not this request said `b`.
+            b'k' => reply::meta_key(out, key, f.base64 || v.binary_key),
             _ => {}
         }
     }

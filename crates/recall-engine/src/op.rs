@@ -55,6 +55,8 @@ pub struct ReadOp<'a> {
     /// recall extension `w<ts>` on mg: the client's own last write of the
     /// key; an older item, or a miss that a crash may explain, is `OL`.
     pub written: u64,
+    /// mg `E`: the CAS of an item `vivify` creates (0 = the store's own).
+    pub explicit_cas: u64,
 }
 
 /// The value of a write: bytes from the request, or a chunk chain that
@@ -92,6 +94,8 @@ pub struct WriteOp<'a> {
     /// differs (`set` but not `add` in text, every ms, SET in binary), so
     /// the codec says; the engine applies the rule in one place.
     pub drop_on_refusal: bool,
+    /// ms `b`: the key came base64-encoded; meta replies give it back so.
+    pub binary_key: bool,
 }
 
 impl<'a> WriteOp<'a> {
@@ -108,6 +112,7 @@ impl<'a> WriteOp<'a> {
             invalidate: false,
             vivify: None,
             drop_on_refusal: false,
+            binary_key: false,
         }
     }
 }

@@ -43,6 +43,10 @@ pub struct Processed {
     /// a multi-key get part done): send the replies, then call again with
     /// the unused input before reading more.
     pub more: bool,
+    /// The call ran `reqs_per_event` requests and stopped with more input
+    /// to run (`more` is set too): let other connections run first (it
+    /// counts as memcached's `conn_yields`).
+    pub yielded: bool,
 }
 
 /// The first byte of every binary-protocol request.
@@ -119,6 +123,10 @@ pub struct Session {
     get_from: usize,
     /// The last `process` stopped at the reply budget.
     more: bool,
+    /// See `EngineConfig::reqs_per_event` (0 = no limit).
+    reqs_per_event: usize,
+    /// The last `process` stopped at `reqs_per_event`.
+    yielded: bool,
 }
 
 impl Session {
@@ -136,6 +144,8 @@ impl Session {
             reply_budget: engine.config.reply_budget,
             get_from: 0,
             more: false,
+            reqs_per_event: engine.config.reqs_per_event,
+            yielded: false,
         }
     }
 
@@ -161,7 +171,8 @@ impl Session {
         let mut barrier = Barrier::default();
         let (used, action) = self.run(engine, input, out, &mut barrier);
         barrier.recovery = std::mem::take(&mut self.held);
-        Processed { used, action, barrier, more: std::mem::take(&mut self.more) }
+        let yielded = std::mem::take(&mut self.yielded);
+        Processed { used, action, barrier, more: std::mem::take(&mut self.more), yielded }
     }
 
     fn run(&mut self, engine: &Engine, input: &[u8], out: &mut Out, barrier: &mut Barrier) -> (usize, Action) {
@@ -170,6 +181,7 @@ impl Session {
         let mut pos = 0;
         // Replies past this many bytes in `out` stop the call.
         let limit = out.wire_len().saturating_add(self.reply_budget);
+        let mut served = 0;
         loop {
             if self.swallow > 0 {
                 let n = self.swallow.min(input.len() - pos);
@@ -200,6 +212,12 @@ impl Session {
                 self.more = true;
                 return (pos, Action::Continue);
             }
+            if served == self.reqs_per_event && served > 0 {
+                self.counters.conn_yields.incr();
+                self.more = true;
+                self.yielded = true;
+                return (pos, Action::Continue);
+            }
             let proto = match self.proto {
                 Some(p) => p,
                 None => {
@@ -222,6 +240,7 @@ impl Session {
                 Proto::Binary => self.step_binary(engine, buf, &mut cx, out),
             };
             pos += used;
+            served += 1;
             match action {
                 Action::Continue if used > 0 => continue,
                 // A get paused: `more` is set.

@@ -120,20 +120,28 @@ impl Registry {
 }
 
 /// memcached's `stats detail`: per key prefix (the key up to its first
-/// `:`, memcached's default delimiter), the gets, hits, sets and deletes of
-/// the classic text and binary commands, counted only while switched on
-/// (`stats detail on`). Keys without the delimiter are not counted; at most
-/// [`PrefixStats::MAX`] prefixes are kept, as in memcached.
-#[derive(Debug, Default)]
+/// delimiter, `:` unless `-D` says otherwise), the gets, hits, sets and
+/// deletes of the classic text and binary commands, counted only while
+/// switched on (`stats detail on`). Keys without the delimiter are not
+/// counted; at most [`PrefixStats::MAX`] prefixes are kept, as in memcached.
+#[derive(Debug)]
 pub struct PrefixStats {
+    delimiter: u8,
     on: std::sync::atomic::AtomicBool,
     /// prefix → [gets, hits, sets, deletes]
     table: Mutex<std::collections::HashMap<Box<[u8]>, [u64; 4]>>,
 }
 
 impl PrefixStats {
-    pub const DELIMITER: u8 = b':';
     pub const MAX: usize = 1 << 16;
+
+    pub fn new(delimiter: u8) -> PrefixStats {
+        PrefixStats { delimiter, on: Default::default(), table: Default::default() }
+    }
+
+    pub fn delimiter(&self) -> u8 {
+        self.delimiter
+    }
 
     pub fn set_enabled(&self, on: bool) {
         self.on.store(on, Ordering::Relaxed);
@@ -159,7 +167,7 @@ impl PrefixStats {
         if !self.enabled() {
             return;
         }
-        let Some(end) = key.iter().position(|&b| b == Self::DELIMITER) else { return };
+        let Some(end) = key.iter().position(|&b| b == self.delimiter) else { return };
         let prefix = &key[..end];
         let mut t = self.table.lock();
         if let Some(c) = t.get_mut(prefix) {
@@ -287,7 +295,7 @@ impl Engine {
                         "maxbytes" => stat(out, k, self.store.mem_limit()),
                         "num_threads" => {
                             stat(out, k, v);
-                            stat(out, "stat_key_prefix", PrefixStats::DELIMITER as char);
+                            stat(out, "stat_key_prefix", self.prefix.delimiter() as char);
                             stat(out, "detail_enabled", if self.prefix.enabled() { "yes" } else { "no" });
                         }
                         _ => stat(out, k, v),
@@ -340,6 +348,11 @@ impl Engine {
                 out.extend_from_slice(b"RESET\r\n");
                 return;
             }
+            b"cachedump" => return self.cachedump(args, out),
+            b"detail" if !self.config.dump_enabled => {
+                out.extend_from_slice(b"CLIENT_ERROR stats detail not allowed\r\n");
+                return;
+            }
             b"detail" => {
                 match recall_proto::text::keys(args).nth(1) {
                     Some(sw @ (b"on" | b"off")) => {
@@ -359,6 +372,54 @@ impl Engine {
         out.extend_from_slice(b"END\r\n");
     }
 
+    /// `stats cachedump <class> <limit>`: `ITEM <key> [<bytes> b; <exptime> s]`
+    /// per item, then `END`. recall has one pseudo slab class (see `stats
+    /// slabs`), so class 1 lists every item in the store's order (memcached
+    /// lists one class's COLD queue, newest first); the other classes
+    /// memcached could have (0..63) are empty. `limit` 0 means no limit;
+    /// the reply stops short of 2 MiB, as memcached's does.
+    fn cachedump(&self, args: &[u8], out: &mut Vec<u8>) {
+        use std::io::Write as _;
+        const MAX_REPLY: usize = 2 << 20;
+        const SLAB_CLASSES: u32 = 64;
+        if !self.config.dump_enabled {
+            out.extend_from_slice(b"CLIENT_ERROR stats cachedump not allowed\r\n");
+            return;
+        }
+        let mut it = recall_proto::text::keys(args).skip(1);
+        let (Some(class), Some(limit)) = (it.next(), it.next()) else {
+            out.extend_from_slice(b"CLIENT_ERROR bad command line\r\n");
+            return;
+        };
+        let (Some(class), Some(limit)) = (recall_proto::num::parse_u32(class), recall_proto::num::parse_u32(limit))
+        else {
+            out.extend_from_slice(b"CLIENT_ERROR bad command line format\r\n");
+            return;
+        };
+        if class >= SLAB_CLASSES {
+            out.extend_from_slice(b"CLIENT_ERROR Illegal slab id\r\n");
+            return;
+        }
+        if class == 1 {
+            let start = out.len();
+            let mut shown = 0u32;
+            self.store.for_each(self.now(), |v| {
+                if (limit != 0 && shown >= limit) || out.len() - start >= MAX_REPLY {
+                    return;
+                }
+                out.extend_from_slice(b"ITEM ");
+                out.extend_from_slice(v.key);
+                let _ = write!(out, " [{} b; {} s]\r\n", v.value.len(), v.exptime);
+                shown += 1;
+            });
+        }
+        out.extend_from_slice(b"END\r\n");
+    }
+
+    /// The general `stats`, key for key in current memcached's order.
+    /// Keys for machinery recall does not have (slab rebalancing, pooled
+    /// read buffers, libevent) report 0 or what stands in for it; the
+    /// table in docs/compat.md says which.
     fn stats_general(&self, out: &mut Vec<u8>) {
         use std::sync::atomic::Ordering::Relaxed;
         let g = &self.gauges;
@@ -368,7 +429,8 @@ impl Engine {
         stat(out, "uptime", self.uptime());
         stat(out, "time", self.now());
         stat(out, "version", MEMCACHED_COMPAT_VERSION);
-        stat(out, "recall_version", env!("CARGO_PKG_VERSION"));
+        // memcached reports its event library's version; recall's is tokio.
+        stat(out, "libevent", "tokio");
         stat(out, "pointer_size", usize::BITS);
         stat(out, "rusage_user", utime);
         stat(out, "rusage_system", stime);
@@ -377,15 +439,31 @@ impl Engine {
         stat(out, "total_connections", g.total_connections.load(Relaxed));
         stat(out, "rejected_connections", g.rejected_connections.load(Relaxed));
         stat(out, "connection_structures", g.curr_connections.load(Relaxed));
+        // memcached's pooled response objects and 16 KiB read buffers:
+        // recall's buffers belong to their connection, there is no pool.
+        for name in [
+            "response_obj_oom",
+            "response_obj_count",
+            "response_obj_bytes",
+            "read_buf_count",
+            "read_buf_bytes",
+            "read_buf_bytes_free",
+            "read_buf_oom",
+            "reserved_fds",
+        ] {
+            stat(out, name, 0);
+        }
+        let idle_timeout = self.config.settings.iter().any(|(k, v)| k == "idle_timeout" && v != "0");
         let totals = self.registry.totals();
         for (name, v) in &totals {
             match *name {
-                "get_flushed" => {}
                 "get_misses" => {
                     stat(out, name, v);
                     stat(out, "get_expired", s.get_expired);
                     stat(out, "get_flushed", s.get_flushed);
                 }
+                // As memcached: only with an idle timeout.
+                "idle_kicks" if !idle_timeout => {}
                 "bytes_written" => {
                     stat(out, name, v);
                     stat(out, "limit_maxbytes", self.store.mem_limit());
@@ -400,8 +478,36 @@ impl Engine {
         stat(out, "hash_power_level", 64 - (s.hash_bytes / 5).max(1).leading_zeros());
         stat(out, "hash_bytes", s.hash_bytes);
         stat(out, "hash_is_expanding", 0);
+        // No slab classes, so nothing to rebalance (`slabs reassign` is
+        // accepted and changes nothing).
+        for name in [
+            "slab_reassign_rescues",
+            "slab_reassign_chunk_rescues",
+            "slab_reassign_inline_reclaim",
+            "slab_reassign_busy_items",
+            "slab_reassign_busy_deletes",
+            "slab_reassign_busy_nomem",
+        ] {
+            stat(out, name, 0);
+        }
+        stat(out, "slab_reassign_last_busy_status", "none");
+        stat(out, "slab_reassign_running", 0);
+        stat(out, "slabs_moved", 0);
+        // The maintenance thread reclaims expired items as memcached's
+        // crawler does, but in passes, not runs a client starts.
+        stat(out, "lru_crawler_running", 0);
+        stat(out, "lru_crawler_starts", 0);
+        // The policy moves items inside the shard's lock, synchronously:
+        // there is no maintainer thread to juggle.
+        stat(out, "lru_maintainer_juggles", 0);
+        stat(out, "malloc_fails", 0);
+        self.watchers.write_stats(out);
+        stat(out, "unexpected_napi_ids", 0);
+        stat(out, "round_robin_fallback", 0);
+        stat(out, "bytes", s.bytes);
         stat(out, "curr_items", s.curr_items);
         stat(out, "total_items", s.total_items);
+        stat(out, "slab_global_page_pool", 0);
         stat(out, "expired_unfetched", s.expired_unfetched);
         stat(out, "evicted_unfetched", s.evicted_unfetched);
         stat(out, "evicted_active", s.evicted_active);
@@ -414,7 +520,9 @@ impl Engine {
             stat(out, name, v);
         }
         stat(out, "direct_reclaims", s.direct_reclaims);
-        stat(out, "bytes", s.bytes);
+        // Bumps are never deferred to a queue that could overflow.
+        stat(out, "lru_bumps_dropped", 0);
+        stat(out, "recall_version", env!("CARGO_PKG_VERSION"));
         stat(out, "recall_cas_last", self.store.current_cas());
         let d = &self.durability;
         if d.enabled.load(Relaxed) {

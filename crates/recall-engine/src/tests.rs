@@ -171,3 +171,70 @@ fn stats_conns_lists_registered_connections() {
     let (out, _) = run(&mut s, &e, &mut Vec::new(), b"stats conns\r\n", usize::MAX);
     assert!(!String::from_utf8(out).unwrap().contains("40001"));
 }
+
+/// The general `stats` prints every key current memcached prints with its
+/// default options, in its order (tests/differential/stats_keys_current.txt,
+/// recorded from it), then only recall's own.
+#[test]
+fn general_stats_keys_are_current_memcached_s() {
+    let want = std::fs::read_to_string(transcripts_dir().join("../differential/stats_keys_current.txt")).unwrap();
+    let want: Vec<&str> = want.lines().filter(|l| !l.starts_with('#') && !l.is_empty()).collect();
+    assert_eq!(want.len(), 93);
+    let e = engine(Arc::new(ManualClock::new(1_700_000_000)));
+    let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+    let (out, _) = run(&mut s, &e, &mut Vec::new(), b"stats\r\n", usize::MAX);
+    let out = String::from_utf8(out).unwrap();
+    let got: Vec<&str> = out.lines().filter_map(|l| l.strip_prefix("STAT ")?.split(' ').next()).collect();
+    assert_eq!(&got[..want.len()], &want[..]);
+    assert_eq!(&got[want.len()..], ["recall_version", "recall_cas_last"]);
+}
+
+/// `-X` refuses the commands that list keys; `-D` sets the prefix
+/// delimiter `stats detail` splits keys at.
+#[test]
+fn dump_switch_and_prefix_delimiter() {
+    let clock = Arc::new(ManualClock::new(1_700_000_000));
+    let store = Store::new(StoreConfig { mem_limit: 64 << 20, shards: 4, ..Default::default() });
+    let e = Engine::new(store, clock.clone(), EngineConfig { dump_enabled: false, ..Default::default() });
+    let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+    let (out, _) = run(
+        &mut s,
+        &e,
+        &mut Vec::new(),
+        b"stats cachedump 1 0\r\nstats detail on\r\nlru_crawler metadump all\r\n",
+        usize::MAX,
+    );
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "CLIENT_ERROR stats cachedump not allowed\r\nCLIENT_ERROR stats detail not allowed\r\nERROR metadump not allowed\r\n"
+    );
+    let store = Store::new(StoreConfig { mem_limit: 64 << 20, shards: 4, ..Default::default() });
+    let e = Engine::new(store, clock, EngineConfig { prefix_delimiter: b'/', ..Default::default() });
+    let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+    let (out, _) =
+        run(&mut s, &e, &mut Vec::new(), b"stats detail on\r\nget a/1\r\nget a:1\r\nstats detail dump\r\n", usize::MAX);
+    assert_eq!(String::from_utf8(out).unwrap(), "OK\r\nEND\r\nEND\r\nPREFIX a get 1 hit 0 set 0 del 0\r\nEND\r\n");
+}
+
+/// `-R`: one call runs at most `reqs_per_event` requests, then returns with
+/// `yielded` (and `more`) while input is left; each stop is a
+/// `conn_yields`. The replies are those of one uninterrupted run.
+#[test]
+fn reqs_per_event_yields_between_requests() {
+    let clock = Arc::new(ManualClock::new(1_700_000_000));
+    let store = Store::new(StoreConfig { mem_limit: 64 << 20, shards: 4, ..Default::default() });
+    let e = Engine::new(store, clock, EngineConfig { reqs_per_event: 2, ..Default::default() });
+    let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+    let input = b"mn\r\nset k 0 0 1\r\nv\r\nmn\r\nget k\r\nmn\r\n";
+    let mut out = crate::Out::new();
+    let mut pos = 0;
+    let mut calls = Vec::new();
+    while pos < input.len() && calls.len() < 10 {
+        let p = s.process(&e, &input[pos..], &mut out);
+        pos += p.used;
+        calls.push((p.used, p.yielded, p.more));
+    }
+    assert_eq!(calls, [(20, true, true), (11, true, true), (4, false, false)]);
+    assert_eq!(String::from_utf8(out.flatten()).unwrap(), "MN\r\nSTORED\r\nMN\r\nVALUE k 0 1\r\nv\r\nEND\r\nMN\r\n");
+    assert!(e.registry.totals().contains(&("conn_yields", 2)));
+}

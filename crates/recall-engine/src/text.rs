@@ -132,6 +132,11 @@ impl Engine {
             }
             Command::ReplayBatch { count, body } => self.replay_batch(*count, body, cx, out),
             Command::Quit => return Action::Close,
+            // As memcached: replies to requests pipelined ahead of a
+            // `watch` would be mixed into the log stream.
+            Command::Watch { .. } if !Out::is_empty(out) => {
+                reply::line(out, b"ERROR cannot pipeline other commands before watch")
+            }
             _ => return self.admin(&req.cmd, out),
         }
         Action::Continue

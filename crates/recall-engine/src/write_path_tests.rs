@@ -113,7 +113,7 @@ fn the_e_flag_cannot_set_a_timestamp_while_durability_is_on() {
     assert_eq!(send(&e, b"ms k 1 E5 c\r\nx\r\n").0, "HD c5\r\n", "plain memcached behaviour without durability");
     e.durability.enabled.store(true, Ordering::Release);
     let refused = "CLIENT_ERROR the E flag cannot set a timestamp while durability is on\r\n";
-    for req in [&b"ms j 1 E5 c\r\nx\r\n"[..], b"md k E7\r\n", b"ma k E9\r\n"] {
+    for req in [&b"ms j 1 E5 c\r\nx\r\n"[..], b"md k E7\r\n", b"ma k E9\r\n", b"mg v N30 E11 c\r\n"] {
         let cas_before = e.store.current_cas();
         assert_eq!(send(&e, req).0, refused, "{}", String::from_utf8_lossy(req));
         assert_eq!(e.store.current_cas(), cas_before, "the counter did not move");

@@ -125,6 +125,10 @@ pub enum Command<'a> {
     LruCrawler {
         args: &'a [u8],
     },
+    /// `watch [stream...]`: the connection becomes a log watcher.
+    Watch {
+        args: &'a [u8],
+    },
     /// Admin commands recall accepts but that have nothing to tune here
     /// (`slabs`, `lru`); answered with `OK`.
     AdminNoop,
@@ -462,6 +466,7 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
             }
         }
         b"lru_crawler" if ntok >= 2 => req(Command::LruCrawler { args: t.rest(line, 1) }),
+        b"watch" => req(Command::Watch { args: t.rest(line, 1) }),
         b"slabs" => decode_slabs(&t, ntok, consumed),
         b"lru" => decode_lru(&t, ntok, consumed),
         b"mn" => req(Command::MetaNoop),

@@ -48,6 +48,15 @@ pub struct Config {
     pub snapshot_after_writes: u64,
     pub durability: String,
     pub recovery_grace: u64,
+    /// `-X`: no `stats cachedump`, `stats detail`, `lru_crawler metadump`.
+    #[serde(skip)]
+    pub disable_dumping: bool,
+    /// `-W`: no `watch`.
+    #[serde(skip)]
+    pub disable_watch: bool,
+    /// `-D <char>`: the `stats detail` prefix delimiter (default `:`).
+    #[serde(skip)]
+    pub prefix_delimiter: Option<u8>,
 }
 
 impl Default for Config {
@@ -181,13 +190,13 @@ pub struct Cli {
     /// costs a few MB of resident memory up front).
     #[arg(short = 'L', long = "enable-largepages")]
     pub large_pages: bool,
-    /// (ignored) Stats prefix delimiter.
+    /// Key prefix delimiter for `stats detail` (first character; default `:`).
     #[arg(short = 'D')]
     pub delimiter: Option<String>,
-    /// (ignored) Disable stats cachedump and lru_crawler metadump.
+    /// Disable stats cachedump, stats detail and lru_crawler metadump.
     #[arg(short = 'X', long = "disable-dumping")]
     pub disable_dumping: bool,
-    /// (ignored) Disable watch commands.
+    /// Disable watch commands.
     #[arg(short = 'W', long = "disable-watch")]
     pub disable_watch: bool,
     /// (ignored) Memory file for warm restarts.
@@ -321,6 +330,11 @@ impl Config {
             cfg.max_item_size = i.clone();
         }
         cfg.disable_cas |= cli.disable_cas;
+        cfg.disable_dumping |= cli.disable_dumping;
+        cfg.disable_watch |= cli.disable_watch;
+        if let Some(d) = &cli.delimiter {
+            cfg.prefix_delimiter = d.bytes().next();
+        }
         cfg.disable_flush_all |= cli.disable_flush_all;
         cfg.enable_shutdown |= cli.enable_shutdown;
         if let Some(b) = &cli.protocol {
@@ -403,7 +417,7 @@ impl Config {
                 }
             }
         }
-        let ignored: [(bool, &str); 12] = [
+        let ignored: [(bool, &str); 9] = [
             (cli.unix_socket.is_some(), "-s (unix sockets are not supported; listening on TCP only)"),
             (cli.unix_mask.is_some(), "-a"),
             (cli.daemon, "-d (use your service manager to daemonize)"),
@@ -412,9 +426,6 @@ impl Config {
             (cli.lock_memory, "-k"),
             (cli.factor.is_some(), "-f (recalld has no slab classes)"),
             (cli.min_size.is_some(), "-n (recalld has no slab classes)"),
-            (cli.delimiter.is_some(), "-D"),
-            (cli.disable_dumping, "-X"),
-            (cli.disable_watch, "-W"),
             (cli.memory_file.is_some(), "-e (warm restarts are not supported yet)"),
         ];
         for (set, what) in ignored {
@@ -437,6 +448,9 @@ impl Config {
         }
         if item as u64 > (self.memory_limit_mb << 20) / 2 {
             return Err(ConfigError("Cannot set item size limit higher than 1/2 of memory max.".into()));
+        }
+        if self.reqs_per_event == 0 {
+            return Err(ConfigError("Number of requests per event must be greater than 0".into()));
         }
         if !matches!(self.protocol.as_str(), "auto" | "ascii" | "binary") {
             return Err(ConfigError(format!(
@@ -605,6 +619,8 @@ mod tests {
         assert!(Config::from_cli(&cli(&["-S"])).is_err(), "SASL is refused, not silently dropped");
         let e = Config::from_cli(&cli(&["-t", "0"])).unwrap_err();
         assert!(e.0.contains("Number of threads must be greater than 0"), "{}", e.0);
+        let e = Config::from_cli(&cli(&["-R", "0"])).unwrap_err();
+        assert!(e.0.contains("Number of requests per event must be greater than 0"), "{}", e.0);
     }
 
     #[test]

@@ -6,7 +6,9 @@
 
 pub mod config;
 pub mod persist;
+mod portfile;
 pub mod schedule;
 pub mod server;
 pub mod udp;
 pub mod walcheck;
+mod watch;

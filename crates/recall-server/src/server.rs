@@ -59,6 +59,10 @@ pub fn build_engine(cfg: &Config, clock: Arc<dyn Clock>) -> Engine {
         cas_enabled: !cfg.disable_cas,
         settings: cfg.stats_settings(),
         reply_budget: cfg.reply_budget_bytes().expect("validated"),
+        reqs_per_event: cfg.reqs_per_event as usize,
+        dump_enabled: !cfg.disable_dumping,
+        watch_enabled: !cfg.disable_watch,
+        prefix_delimiter: cfg.prefix_delimiter.unwrap_or(b':'),
     };
     let e = Engine::new(store, clock, ecfg);
     e.gauges.max_connections.store(cfg.max_connections as u64, Ordering::Relaxed);
@@ -167,13 +171,19 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
         })?;
     }
 
+    let mut udp_local = None;
     if cfg.udp_port != 0 {
         let sock = std::net::UdpSocket::bind((cfg.listen.as_str(), cfg.udp_port))?;
         let engine = engine.clone();
         let udp_addr = sock.local_addr()?;
+        udp_local = Some(udp_addr);
         let wal = wal.clone();
-        std::thread::Builder::new().name("recall-udp".into()).spawn(move || udp::serve(engine, sock, wal))?;
+        std::thread::Builder::new().name("recall-udp".into()).spawn(move || udp::serve(engine, sock, choice, wal))?;
         println!("udp listening on {udp_addr}");
+    }
+
+    if let Some(path) = std::env::var_os(crate::portfile::ENV) {
+        crate::portfile::write(path.as_ref(), local, udp_local)?;
     }
 
     if !cfg.pid_file.is_empty() {
@@ -339,6 +349,12 @@ async fn connection(
                 out = Out::with_capacity(READ_CHUNK);
             }
         }
+        if let Action::Watch(streams) = action {
+            match crate::watch::serve(engine, &mut stream, streams).await {
+                Action::Continue => continue,
+                other => return other,
+            }
+        }
         if action != Action::Continue {
             return action;
         }
@@ -352,7 +368,12 @@ async fn connection(
             // The session stopped at the reply budget, and its replies have
             // been written (waiting for the socket): run the requests left
             // before reading more, so a client that never reads stalls here
-            // holding one budget of replies.
+            // holding one budget of replies. After `-R` requests, the other
+            // connections on this worker run first (memcached flushes its
+            // replies and yields the same way).
+            if done.yielded {
+                tokio::task::yield_now().await;
+            }
             continue;
         }
         // A value streaming in is read in large pieces (memcached reads a

@@ -4,7 +4,8 @@
 //! number, total datagrams, reserved (all big-endian u16). A request must fit
 //! in one datagram. The reply is split into datagrams of at most 1400 bytes
 //! including the header, each carrying the request id, its sequence number
-//! and the total count.
+//! and the total count. Each datagram is text or binary by its first
+//! byte, as on TCP (`-B` restricts both).
 
 use std::net::UdpSocket;
 use std::sync::Arc;
@@ -36,7 +37,7 @@ pub fn frame(request_id: u16, reply: &[u8]) -> Vec<Vec<u8>> {
         .collect()
 }
 
-pub fn serve(engine: Arc<Engine>, sock: UdpSocket, wal: Option<Arc<recall_persist::wal::Wal>>) {
+pub fn serve(engine: Arc<Engine>, sock: UdpSocket, choice: ProtocolChoice, wal: Option<Arc<recall_persist::wal::Wal>>) {
     let counters = engine.registry.register();
     let mut buf = vec![0u8; 64 * 1024];
     let mut out = Out::new();
@@ -53,7 +54,7 @@ pub fn serve(engine: Arc<Engine>, sock: UdpSocket, wal: Option<Arc<recall_persis
         }
         counters.bytes_read.add(n as u64);
         out.clear();
-        let mut session = Session::new(&engine, counters.clone(), ProtocolChoice::Ascii);
+        let mut session = Session::new(&engine, counters.clone(), choice);
         // The whole datagram runs before the reply goes out: a call stops
         // at the reply budget (one datagram's replies are bounded by its
         // 64 KiB of requests anyway), or before a write held for recovery.

@@ -27,6 +27,9 @@ pub(crate) mod bit {
     pub const WIN_SENT: u8 = 4;
     /// The value lives in the shard's big-value table, not in `data`.
     pub const BIG: u8 = 8;
+    /// The key was sent base64-encoded (meta `b`): meta replies give it
+    /// back encoded (memcached's ITEM_KEY_BINARY).
+    pub const BINARY_KEY: u8 = 16;
 }
 
 /// Bit layout of [`Slot::meta`].

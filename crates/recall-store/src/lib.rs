@@ -29,6 +29,7 @@ pub mod policy;
 mod shard;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
@@ -70,6 +71,27 @@ pub struct Mutation<'a> {
 /// through shared state. The store never sees a log or a replica itself.
 pub trait MutationSink {
     fn record(&self, m: &Mutation<'_>);
+}
+
+/// An item the store evicted to make room (not one that expired, was
+/// deleted or flushed).
+#[derive(Debug, Clone, Copy)]
+pub struct Evicted<'a> {
+    pub key: &'a [u8],
+    pub value_len: usize,
+    /// Whether it had been read since it was written.
+    pub fetched: bool,
+    /// Absolute expiry (0 = never).
+    pub exptime: UnixSecs,
+    /// Last access.
+    pub atime: UnixSecs,
+}
+
+/// Told of every eviction, with the evicting write's shard lock held (keep
+/// it short: append to a buffer). Installed once
+/// ([`Store::set_eviction_listener`]); memcached's `watch evictions` is one.
+pub trait EvictionListener: Send + Sync {
+    fn evicted(&self, e: &Evicted<'_>, now: UnixSecs);
 }
 
 /// Static configuration of a [`Store`].
@@ -130,7 +152,9 @@ pub struct Write<'a> {
     pub vivify: Option<UnixSecs>,
     /// A value already built as a chunk chain (streamed in); replaces
     /// `value`, which must then be empty.
-    pub big: Option<&'a std::sync::Arc<BigValue>>,
+    pub big: Option<&'a Arc<BigValue>>,
+    /// The key came base64-encoded (meta `b`); see [`ItemView::binary_key`].
+    pub binary_key: bool,
 }
 
 impl<'a> Write<'a> {
@@ -146,6 +170,7 @@ impl<'a> Write<'a> {
             invalidate: false,
             vivify: None,
             big: None,
+            binary_key: false,
         }
     }
 }
@@ -178,6 +203,9 @@ pub struct ReadOpts {
     /// If the remaining TTL is below this many seconds, hand out the win
     /// token once (meta `R`).
     pub recache_below: Option<u32>,
+    /// The CAS of an item created by `vivify` (meta `E`); 0 = the store's
+    /// counter.
+    pub explicit_cas: u64,
 }
 
 /// Token state reported with a read, for stale-while-revalidate.
@@ -204,6 +232,9 @@ pub struct ItemView<'a> {
     /// Whether it had been fetched before this read.
     pub fetched: bool,
     pub tokens: Tokens,
+    /// Stored by a meta command with `b` (a binary key): meta replies
+    /// return the key base64-encoded, as memcached does.
+    pub binary_key: bool,
 }
 
 /// The outcome of a read.
@@ -298,6 +329,8 @@ pub struct Store {
     evict_cursor: AtomicUsize,
     /// Each shard's published next-victim rank (`shard/evict.rs`).
     tails: shard::evict::Tails,
+    /// Told of each eviction (a fixed slot: one load per eviction).
+    on_evict: std::sync::OnceLock<Arc<dyn EvictionListener>>,
 }
 
 /// The sink a `*_with` call reports to (`None`: nobody listens).
@@ -329,6 +362,7 @@ impl Store {
             policy_overhead,
             evict_cursor: AtomicUsize::new(0),
             tails: shard::evict::Tails::new(n),
+            on_evict: std::sync::OnceLock::new(),
         }
     }
 
@@ -392,7 +426,14 @@ impl Store {
             sink,
             shards: &self.shards,
             tails: &self.tails,
+            on_evict: self.on_evict.get().map(|l| &**l),
         }
+    }
+
+    /// Install the eviction listener, once. Returns false if one was
+    /// already installed.
+    pub fn set_eviction_listener(&self, l: Arc<dyn EvictionListener>) -> bool {
+        self.on_evict.set(l).is_ok()
     }
 
     /// Read `key` and pass the outcome to `f` while the shard lock is held,

@@ -36,6 +36,7 @@ pub(crate) struct Ctx<'a> {
     pub shards: &'a [parking_lot::Mutex<Shard>],
     /// Each shard's published next-victim rank (see `evict.rs`).
     pub tails: &'a evict::Tails,
+    pub on_evict: Option<&'a dyn crate::EvictionListener>,
 }
 
 impl Ctx<'_> {
@@ -277,6 +278,18 @@ impl Shard {
         }
         let fp = self.fp_at(i);
         ctx.mem_used.fetch_sub(fp, Ordering::Relaxed);
+        if let (Why::Evicted, Some(l)) = (why, ctx.on_evict) {
+            let s = &self.slots[i as usize];
+            let big = if s.bits() & bit::BIG != 0 { self.bigs.get(&i) } else { None };
+            let e = crate::Evicted {
+                key: s.key(),
+                value_len: big.map_or(s.value().len(), |b| b.len()),
+                fetched: s.bits() & bit::FETCHED != 0,
+                exptime: s.exptime,
+                atime: s.atime,
+            };
+            l.evicted(&e, ctx.now);
+        }
         let s = std::mem::replace(&mut self.slots[i as usize], Slot::free());
         self.bigs.remove(&i);
         let fetched = s.bits() & bit::FETCHED != 0;
@@ -371,7 +384,7 @@ impl Shard {
                 let Some(exptime) = opts.vivify else {
                     return f(Read::Miss { tokens });
                 };
-                let slot = new_slot(key, &[], &[], 0, exptime, ctx.draw_cas(0), ctx.now);
+                let slot = new_slot(key, &[], &[], 0, exptime, ctx.draw_cas(opts.explicit_cas), ctx.now);
                 let need = self.fp_new(&slot, None);
                 if !self.make_room(ctx, need, None) {
                     return f(Read::Miss { tokens });
@@ -390,6 +403,7 @@ impl Shard {
                     atime: s.atime,
                     fetched: false,
                     tokens,
+                    binary_key: false,
                 }));
             }
         };
@@ -435,6 +449,7 @@ impl Shard {
             atime,
             fetched,
             tokens,
+            binary_key: s.bits() & bit::BINARY_KEY != 0,
         }))
     }
 
@@ -475,9 +490,12 @@ impl Shard {
                 let old = self.value_at(i);
                 let (a, b) = if w.mode == Mode::Append { (old, new_value) } else { (new_value, old) };
                 let o = &self.slots[i as usize];
-                let (flags, exptime, fetched) = (o.flags, o.exptime, o.bits() & bit::FETCHED);
+                // The binary-key mark is the appending request's, not the
+                // old item's (as memcached's append makes a new item).
+                let kept = o.bits() & bit::FETCHED;
+                let (flags, exptime) = (o.flags, o.exptime);
                 let (mut s, big) = make_item(w.key, &[a, b], flags, exptime, cas, ctx.now);
-                s.set_bits(fetched);
+                s.set_bits(kept);
                 (s, big)
             }
             (Mode::Append | Mode::Prepend, None) => {
@@ -487,6 +505,9 @@ impl Shard {
         };
         if stale {
             slot.set_bits(bit::STALE);
+        }
+        if w.binary_key {
+            slot.set_bits(bit::BINARY_KEY);
         }
         let need = self.fp_new(&slot, big.as_ref());
         let credit = existing.map_or(0, |i| self.fp_at(i));
@@ -729,6 +750,7 @@ impl Shard {
                     win_sent: s.bits() & bit::WIN_SENT != 0,
                     win: false,
                 },
+                binary_key: s.bits() & bit::BINARY_KEY != 0,
             });
         }
     }

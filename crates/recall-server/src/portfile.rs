@@ -1,0 +1,65 @@
+//! memcached's ports file: with `MEMCACHED_PORT_FILENAME` set, the ports
+//! the server listens on are written there (`TCP INET: 11211`, `UDP INET:
+//! 11211`, `INET6` for IPv6 addresses), so a test harness that started it
+//! with `-p 0` can find them. As memcached does, the lines go to
+//! `<name>.lck` first, which is then renamed to `<name>`: a reader that
+//! sees the file sees all of it.
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::Path;
+
+/// The environment variable memcached reads.
+pub const ENV: &str = "MEMCACHED_PORT_FILENAME";
+
+/// The file's lines for a TCP and an optional UDP listener.
+pub fn lines(tcp: SocketAddr, udp: Option<SocketAddr>) -> String {
+    let line = |proto: &str, a: SocketAddr| {
+        let family = if a.is_ipv4() { "INET" } else { "INET6" };
+        format!("{proto} {family}: {}\n", a.port())
+    };
+    let mut s = line("TCP", tcp);
+    if let Some(u) = udp {
+        s.push_str(&line("UDP", u));
+    }
+    s
+}
+
+/// Write the ports file at `path` (via `<path>.lck`). Errors name the file.
+pub fn write(path: &Path, tcp: SocketAddr, udp: Option<SocketAddr>) -> std::io::Result<()> {
+    let mut lck = path.as_os_str().to_owned();
+    lck.push(".lck");
+    let named = |e: std::io::Error, p: &std::ffi::OsStr| {
+        std::io::Error::new(e.kind(), format!("ports file {}: {e}", p.to_string_lossy()))
+    };
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&lck).map_err(|e| named(e, &lck))?;
+    f.write_all(lines(tcp, udp).as_bytes()).map_err(|e| named(e, &lck))?;
+    drop(f);
+    std::fs::rename(&lck, path).map_err(|e| named(e, path.as_os_str()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memcached_lines() {
+        let tcp: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+        let udp: SocketAddr = "[::1]:40001".parse().unwrap();
+        assert_eq!(lines(tcp, None), "TCP INET: 40000\n");
+        assert_eq!(lines(tcp, Some(udp)), "TCP INET: 40000\nUDP INET6: 40001\n");
+    }
+
+    #[test]
+    fn written_through_a_lock_file() {
+        let dir = std::env::temp_dir().join(format!("recall-portfile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("ports");
+        write(&path, "127.0.0.1:1234".parse().unwrap(), None).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "TCP INET: 1234\n");
+        assert!(!dir.join("ports.lck").exists());
+        let err = write(&dir.join("missing/ports"), "127.0.0.1:1".parse().unwrap(), None).unwrap_err();
+        assert!(err.to_string().contains("missing/ports.lck"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
