@@ -134,7 +134,9 @@ impl Config {
             ("ssl_enabled".into(), b(self.ssl_enabled)),
             ("ssl_chain_cert".into(), or(&self.ssl_chain_cert, "(null)")),
             ("ssl_key".into(), or(&self.ssl_key, "(null)")),
-            ("ssl_verify_mode".into(), self.ssl_verify_mode.to_string()),
+            // memcached prints OpenSSL's flags for the mode: PEER (1),
+            // FAIL_IF_NO_PEER_CERT (2), CLIENT_ONCE (4).
+            ("ssl_verify_mode".into(), [0, 1, 3, 7][usize::from(self.ssl_verify_mode.min(3))].to_string()),
             ("ssl_keyformat".into(), "1".into()),
             ("ssl_ciphers".into(), "NULL".into()),
             ("ssl_ca_cert".into(), or(&self.ssl_ca_cert, "NULL")),
@@ -204,6 +206,8 @@ mod tests {
         assert!(c.ssl_enabled && c.ssl_session_cache);
         assert_eq!((c.ssl_verify_mode, c.ssl_min_version.as_str()), (2, "tlsv1.3"));
         assert_eq!(setting(&c, "ssl_key"), "/k.pem");
+        // As memcached prints it: OpenSSL's PEER | FAIL_IF_NO_PEER_CERT.
+        assert_eq!(setting(&c, "ssl_verify_mode"), "3");
         assert_eq!(cfg(&["-o", "ssl_min_version=tlsv1.2"]).unwrap().ssl_min_version, "tlsv1.2");
     }
 
