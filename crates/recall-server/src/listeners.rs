@@ -38,9 +38,9 @@ impl Bound {
         } else {
             let mask = cfg.unix_mask_bits().map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.0))?;
             let path = PathBuf::from(&cfg.unix_socket);
-            bind_unix(&path, mask, cfg.listen_backlog as i32)
-                .map(|l| Bound::Unix(l, path.clone()))
-                .map_err(|e| io::Error::new(e.kind(), format!("failed to listen on UNIX socket {}: {e}", path.display())))
+            bind_unix(&path, mask, cfg.listen_backlog as i32).map(|l| Bound::Unix(l, path.clone())).map_err(|e| {
+                io::Error::new(e.kind(), format!("failed to listen on UNIX socket {}: {e}", path.display()))
+            })
         }
     }
 

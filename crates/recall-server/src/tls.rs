@@ -65,15 +65,17 @@ impl Tls {
         let chain = load_chain(Path::new(&cfg.ssl_chain_cert))?;
         // memcached: "private key, if not part of the ssl_chain_cert".
         let key_path = if cfg.ssl_key.is_empty() { &cfg.ssl_chain_cert } else { &cfg.ssl_key };
-        let key = PrivateKeyDer::from_pem_file(key_path)
-            .map_err(|e| format!("Error loading the key: {key_path}: {e}"))?;
+        let key =
+            PrivateKeyDer::from_pem_file(key_path).map_err(|e| format!("Error loading the key: {key_path}: {e}"))?;
         let mut server = builder.with_single_cert(chain, key).map_err(|e| {
             format!("Error validating the certificate: the key {key_path} does not fit {}: {e}", cfg.ssl_chain_cert)
         })?;
         let stats = Arc::new(TlsStats::new(cfg.ssl_session_cache, now));
         if cfg.ssl_session_cache {
-            server.session_storage =
-                Arc::new(CountingCache { inner: ServerSessionMemoryCache::new(SESSION_CACHE_SIZE), stats: stats.clone() });
+            server.session_storage = Arc::new(CountingCache {
+                inner: ServerSessionMemoryCache::new(SESSION_CACHE_SIZE),
+                stats: stats.clone(),
+            });
         } else {
             server.session_storage = Arc::new(NoServerSessionStorage {});
             server.send_tls13_tickets = 0;

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use recall_testkit::Recalld;
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa, KeyPair};
+use recall_testkit::Recalld;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
@@ -187,7 +187,11 @@ fn make_ca() -> CertifiedIssuer<'static, KeyPair> {
     CertifiedIssuer::self_signed(p, KeyPair::generate().unwrap()).unwrap()
 }
 
-fn leaf(ca: &CertifiedIssuer<'static, KeyPair>, names: Vec<String>, usage: ExtendedKeyUsagePurpose) -> (String, String) {
+fn leaf(
+    ca: &CertifiedIssuer<'static, KeyPair>,
+    names: Vec<String>,
+    usage: ExtendedKeyUsagePurpose,
+) -> (String, String) {
     let key = KeyPair::generate().unwrap();
     let mut p = CertificateParams::new(names).unwrap();
     p.extended_key_usages = vec![usage];
@@ -272,8 +276,8 @@ fn tls_1_3_minimum_refuses_a_tls_1_2_client() {
         .unwrap()
         .with_root_certificates(roots)
         .with_no_client_auth();
-    let conn = rustls::ClientConnection::new(Arc::new(cfg), ServerName::try_from("127.0.0.1").unwrap().to_owned())
-        .unwrap();
+    let conn =
+        rustls::ClientConnection::new(Arc::new(cfg), ServerName::try_from("127.0.0.1").unwrap().to_owned()).unwrap();
     let tcp = TcpStream::connect(srv.addr()).unwrap();
     tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     assert!(refused(&mut rustls::StreamOwned::new(conn, tcp)), "TLS 1.2 client");
@@ -304,5 +308,10 @@ fn bad_certificate_files_stop_the_start_naming_the_file() {
         assert!(err.contains(named), "{opts}: {err}");
     }
     // The CA file is fine on its own.
-    assert!(Recalld::start(["-Z", "-o", &format!("ssl_chain_cert={server},ssl_key={server_key},ssl_verify_mode=2,ssl_ca_cert={ca}")]).is_ok());
+    assert!(Recalld::start([
+        "-Z",
+        "-o",
+        &format!("ssl_chain_cert={server},ssl_key={server_key},ssl_verify_mode=2,ssl_ca_cert={ca}")
+    ])
+    .is_ok());
 }

@@ -29,7 +29,12 @@ impl Config {
     }
 
     /// One `-o ssl_*` option; `Ok(false)` if `k` is not one.
-    pub(super) fn apply_ssl_option(&mut self, k: &str, v: &str, warnings: &mut Vec<String>) -> Result<bool, ConfigError> {
+    pub(super) fn apply_ssl_option(
+        &mut self,
+        k: &str,
+        v: &str,
+        warnings: &mut Vec<String>,
+    ) -> Result<bool, ConfigError> {
         let path = || {
             if v.is_empty() {
                 Err(ConfigError(format!("Missing {k} argument")))
@@ -42,11 +47,11 @@ impl Config {
             "ssl_key" => self.ssl_key = path()?,
             "ssl_ca_cert" => self.ssl_ca_cert = path()?,
             "ssl_verify_mode" => {
-                self.ssl_verify_mode = v
-                    .parse()
-                    .ok()
-                    .filter(|m| *m <= 3)
-                    .ok_or_else(|| ConfigError(format!("Invalid ssl_verify_mode {v:?}: 0 (none), 1 (request), 2 (require) or 3 (once)")))?
+                self.ssl_verify_mode = v.parse().ok().filter(|m| *m <= 3).ok_or_else(|| {
+                    ConfigError(format!(
+                        "Invalid ssl_verify_mode {v:?}: 0 (none), 1 (request), 2 (require) or 3 (once)"
+                    ))
+                })?
             }
             "ssl_min_version" => self.ssl_min_version = min_version_name(v)?.to_string(),
             "ssl_session_cache" => self.ssl_session_cache = true,
@@ -110,19 +115,15 @@ impl Config {
 
     /// `-a`: the unix socket's access mask (octal, like chmod).
     pub fn unix_mask_bits(&self) -> Result<u32, ConfigError> {
-        u32::from_str_radix(self.unix_mask.trim(), 8)
-            .ok()
-            .filter(|m| *m <= 0o777)
-            .ok_or_else(|| ConfigError(format!("invalid unix socket mask (-a): {:?}, an octal mode like 0700", self.unix_mask)))
+        u32::from_str_radix(self.unix_mask.trim(), 8).ok().filter(|m| *m <= 0o777).ok_or_else(|| {
+            ConfigError(format!("invalid unix socket mask (-a): {:?}, an octal mode like 0700", self.unix_mask))
+        })
     }
 
     /// `stats settings`' unix socket lines, as memcached prints them.
     pub(super) fn unix_settings(&self) -> Vec<(String, String)> {
         let path = if self.unix_socket.is_empty() { "NULL".into() } else { self.unix_socket.clone() };
-        vec![
-            ("domain_socket".into(), path),
-            ("umask".into(), format!("{:o}", self.unix_mask_bits().unwrap_or(0o700))),
-        ]
+        vec![("domain_socket".into(), path), ("umask".into(), format!("{:o}", self.unix_mask_bits().unwrap_or(0o700)))]
     }
 
     /// `stats settings`' TLS lines, as memcached prints them (an unset
