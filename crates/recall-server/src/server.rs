@@ -195,6 +195,8 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
         let engine = acceptor_engine;
         let listener = bound.into_listener()?;
         let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        // SIGHUP reloads the TLS certificates, as in memcached.
+        let mut sighup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
         let mut next = 0usize;
         loop {
             tokio::select! {
@@ -221,6 +223,11 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
                 }
                 _ = tokio::signal::ctrl_c() => { tracing::info!("SIGINT: shutting down"); break; }
                 _ = sigterm.recv() => { tracing::info!("SIGTERM: shutting down"); break; }
+                _ = sighup.recv() => match engine.gauges.tls.get().map(|t| t.refresh(engine.now())) {
+                    Some(Ok(())) => tracing::info!("SIGHUP: TLS certificates reloaded"),
+                    Some(Err(e)) => tracing::error!("SIGHUP: could not reload TLS certificates: {e}"),
+                    None => {}
+                },
                 _ = shutdown.notified() => { tracing::info!("shutdown command: shutting down"); break; }
             }
         }

@@ -3,7 +3,10 @@
 //!
 //! Every file error names the file and stops the server at start, as
 //! memcached does: a server that came up without the certificate it was
-//! given would be worse than one that refused to start. The handshake runs
+//! given would be worse than one that refused to start. `refresh_certs`
+//! and SIGHUP read the files again: new connections get the new
+//! configuration, open ones keep theirs, and a failed reload keeps the old
+//! one (and answers with the error). The handshake runs
 //! on the connection's worker (memcached starts it on the listener thread
 //! and finishes it on the worker; here the acceptor only accepts), and a
 //! failed one is counted in `ssl_handshake_errors`.
@@ -11,7 +14,7 @@
 use std::io;
 use std::path::Path;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -29,10 +32,11 @@ use crate::config::Config;
 /// Sessions the cache keeps (`ssl_session_cache`); the oldest go first.
 const SESSION_CACHE_SIZE: usize = 4096;
 
-/// What every TLS connection shares: the acceptor and the counters.
+/// What every TLS connection shares: the acceptor (replaced whole by a
+/// reload) and the counters.
 #[derive(Clone)]
 pub struct Tls {
-    acceptor: TlsAcceptor,
+    acceptor: Arc<RwLock<TlsAcceptor>>,
     stats: Arc<TlsStats>,
 }
 
@@ -41,46 +45,15 @@ impl Tls {
     /// name and build the server's TLS configuration. `now` stamps the
     /// certificates' load time (`time_since_server_cert_refresh`).
     pub fn load(cfg: &Config, now: recall_store::UnixSecs) -> Result<Tls, String> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let versions: &[&rustls::SupportedProtocolVersion] = match cfg.ssl_min_version.as_str() {
-            "tlsv1.3" => &[&rustls::version::TLS13],
-            _ => &[&rustls::version::TLS12, &rustls::version::TLS13],
-        };
-        let builder = ServerConfig::builder_with_provider(provider.clone())
-            .with_protocol_versions(versions)
-            .map_err(|e| format!("TLS: {e}"))?;
-        let builder = if cfg.ssl_verify_mode == 0 {
-            builder.with_no_client_auth()
-        } else {
-            let roots = load_roots(Path::new(&cfg.ssl_ca_cert))?;
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
-            // Mode 1 (memcached's SSL_VERIFY_PEER alone): ask for a
-            // certificate and check one that is sent, but let a client
-            // without one in. Modes 2 and 3 refuse it.
-            let verifier = if cfg.ssl_verify_mode == 1 { verifier.allow_unauthenticated() } else { verifier };
-            let verifier =
-                verifier.build().map_err(|e| format!("cannot use the CA certificates in {}: {e}", cfg.ssl_ca_cert))?;
-            builder.with_client_cert_verifier(verifier)
-        };
-        let chain = load_chain(Path::new(&cfg.ssl_chain_cert))?;
-        // memcached: "private key, if not part of the ssl_chain_cert".
-        let key_path = if cfg.ssl_key.is_empty() { &cfg.ssl_chain_cert } else { &cfg.ssl_key };
-        let key =
-            PrivateKeyDer::from_pem_file(key_path).map_err(|e| format!("Error loading the key: {key_path}: {e}"))?;
-        let mut server = builder.with_single_cert(chain, key).map_err(|e| {
-            format!("Error validating the certificate: the key {key_path} does not fit {}: {e}", cfg.ssl_chain_cert)
-        })?;
         let stats = Arc::new(TlsStats::new(cfg.ssl_session_cache, now));
-        if cfg.ssl_session_cache {
-            server.session_storage = Arc::new(CountingCache {
-                inner: ServerSessionMemoryCache::new(SESSION_CACHE_SIZE),
-                stats: stats.clone(),
-            });
-        } else {
-            server.session_storage = Arc::new(NoServerSessionStorage {});
-            server.send_tls13_tickets = 0;
-        }
-        Ok(Tls { acceptor: TlsAcceptor::from(Arc::new(server)), stats })
+        let acceptor = Arc::new(RwLock::new(server_config(cfg, &stats)?));
+        let (files, target, counters) = (cfg.clone(), acceptor.clone(), stats.clone());
+        stats.set_reload(Box::new(move || {
+            let fresh = server_config(&files, &counters)?;
+            *target.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = fresh;
+            Ok(())
+        }));
+        Ok(Tls { acceptor, stats })
     }
 
     pub fn stats(&self) -> &Arc<TlsStats> {
@@ -90,7 +63,8 @@ impl Tls {
     /// Run the server's side of the handshake; `None` (counted) if it
     /// fails or, with an idle timeout, takes longer than that.
     pub async fn accept(&self, tcp: TcpStream, idle: Option<Duration>) -> Option<TlsConn> {
-        let handshake = self.acceptor.accept(tcp);
+        let acceptor = self.acceptor.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
+        let handshake = acceptor.accept(tcp);
         let done = match idle {
             Some(d) => tokio::time::timeout(d, handshake).await.unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into())),
             None => handshake.await,
@@ -104,6 +78,47 @@ impl Tls {
             }
         }
     }
+}
+
+/// The rustls configuration the settings describe, from the files as
+/// they are now.
+fn server_config(cfg: &Config, stats: &Arc<TlsStats>) -> Result<TlsAcceptor, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let versions: &[&rustls::SupportedProtocolVersion] = match cfg.ssl_min_version.as_str() {
+        "tlsv1.3" => &[&rustls::version::TLS13],
+        _ => &[&rustls::version::TLS12, &rustls::version::TLS13],
+    };
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(versions)
+        .map_err(|e| format!("TLS: {e}"))?;
+    let builder = if cfg.ssl_verify_mode == 0 {
+        builder.with_no_client_auth()
+    } else {
+        let roots = load_roots(Path::new(&cfg.ssl_ca_cert))?;
+        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+        // Mode 1 (memcached's SSL_VERIFY_PEER alone): ask for a
+        // certificate and check one that is sent, but let a client
+        // without one in. Modes 2 and 3 refuse it.
+        let verifier = if cfg.ssl_verify_mode == 1 { verifier.allow_unauthenticated() } else { verifier };
+        let verifier =
+            verifier.build().map_err(|e| format!("cannot use the CA certificates in {}: {e}", cfg.ssl_ca_cert))?;
+        builder.with_client_cert_verifier(verifier)
+    };
+    let chain = load_chain(Path::new(&cfg.ssl_chain_cert))?;
+    // memcached: "private key, if not part of the ssl_chain_cert".
+    let key_path = if cfg.ssl_key.is_empty() { &cfg.ssl_chain_cert } else { &cfg.ssl_key };
+    let key = PrivateKeyDer::from_pem_file(key_path).map_err(|e| format!("Error loading the key: {key_path}: {e}"))?;
+    let mut server = builder.with_single_cert(chain, key).map_err(|e| {
+        format!("Error validating the certificate: the key {key_path} does not fit {}: {e}", cfg.ssl_chain_cert)
+    })?;
+    if cfg.ssl_session_cache {
+        server.session_storage =
+            Arc::new(CountingCache { inner: ServerSessionMemoryCache::new(SESSION_CACHE_SIZE), stats: stats.clone() });
+    } else {
+        server.session_storage = Arc::new(NoServerSessionStorage {});
+        server.send_tls13_tickets = 0;
+    }
+    Ok(TlsAcceptor::from(Arc::new(server)))
 }
 
 fn load_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {

@@ -90,6 +90,7 @@ fn unix_socket_serves_alone_with_its_mask_and_replaces_a_stale_socket() {
     assert!(conns.contains(&format!("STAT 0:addr unix:{p}\r\nSTAT 0:state conn_listening")), "{conns}");
     assert!(!conns.contains("tcp:"), "{conns}");
     assert!(conns.contains(&format!(":listen_addr unix:{p}\r\n")), "{conns}");
+    assert_eq!(ask(&mut s, b"refresh_certs\r\n", b"\r\n"), b"Error TLS not enabled\r\n", "memcached's answer");
     drop(srv);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -317,4 +318,57 @@ fn bad_certificate_files_stop_the_start_naming_the_file() {
         &format!("ssl_chain_cert={server},ssl_key={server_key},ssl_verify_mode=2,ssl_ca_cert={ca}")
     ])
     .is_ok());
+}
+
+/// A TLS client trusting the test CA completes a request on a new connection.
+fn serves_new_clients(pki: &Pki, srv: &Recalld) -> bool {
+    let mut s = pki.connect(srv, None);
+    s.write_all(b"version\r\n").and_then(|_| s.flush()).is_ok() && {
+        let mut line = String::new();
+        BufReader::new(&mut s).read_line(&mut line).is_ok() && line.starts_with("VERSION ")
+    }
+}
+
+#[test]
+fn refresh_certs_and_sighup_reload_the_files_and_a_bad_file_keeps_the_old_ones() {
+    let pki = Pki::new("tls-refresh");
+    let mut srv = pki.start(0, &[]).expect("recalld with TLS");
+    let mut open = pki.connect(&srv, None);
+    assert_eq!(ask(&mut open, b"version\r\n", b"\r\n")[..8], *b"VERSION ");
+    let (cert, key) = (pki.dir.join("server.pem"), pki.dir.join("server.key"));
+    let (good_cert, good_key) = (std::fs::read(&cert).unwrap(), std::fs::read(&key).unwrap());
+
+    // A broken file: memcached's error line, naming it; the old
+    // certificate keeps serving new connections.
+    std::fs::write(&cert, "garbage\n").unwrap();
+    let reply = String::from_utf8(ask(&mut open, b"refresh_certs\r\n", b"\r\n")).unwrap();
+    assert!(
+        reply.starts_with("Error loading the certificate chain: ") && reply.contains(&pki.path("server.pem")),
+        "{reply}"
+    );
+    assert!(serves_new_clients(&pki, &srv));
+
+    // Another CA's certificate: after the refresh, new connections get it
+    // (and a client trusting only the test CA refuses it); the open one
+    // goes on.
+    std::fs::copy(pki.dir.join("intruder.pem"), &cert).unwrap();
+    std::fs::copy(pki.dir.join("intruder.key"), &key).unwrap();
+    assert_eq!(ask(&mut open, b"refresh_certs\r\n", b"\r\n"), b"OK\r\n");
+    assert!(!serves_new_clients(&pki, &srv), "still the old certificate after refresh_certs");
+    assert_eq!(ask(&mut open, b"version\r\n", b"\r\n")[..8], *b"VERSION ");
+
+    // SIGHUP reloads too (asynchronously: retried, bounded).
+    std::fs::write(&cert, good_cert).unwrap();
+    std::fs::write(&key, good_key).unwrap();
+    let pid = srv.child_mut().expect("running").id() as libc::pid_t;
+    // SAFETY: kill(2) on the process this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    let reloaded = (0..500).any(|_| {
+        let ok = serves_new_clients(&pki, &srv);
+        if !ok {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        ok
+    });
+    assert!(reloaded, "SIGHUP did not bring the test CA's certificate back");
 }
