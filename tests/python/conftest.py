@@ -13,9 +13,15 @@ is cheaper than the debugging time shared state costs.
 Extra server flags for one test or class:
 
     @pytest.mark.server_args("-I", "2m")
+
+With RECALL_TLS=1 every server under test is started with TLS (-Z, fresh
+throwaway certificates from tlsfiles.py) and clients connect through
+`server.client_kwargs()` / `server.connect()`.
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 from mcserver import (
@@ -25,6 +31,7 @@ from mcserver import (
     reference_command,
     server_command_from_env,
 )
+from tlsfiles import TlsFiles
 
 
 def pytest_configure(config):
@@ -44,8 +51,27 @@ def server_command() -> list[str]:
     return server_command_from_env()
 
 
-def _start(command, args, name) -> ServerProcess:
-    srv = ServerProcess(command, args, name=name)
+@pytest.fixture(scope="session")
+def tls_files():
+    """Throwaway certificates (a CA, a server and client pair, an intruder)."""
+    files = TlsFiles()
+    yield files
+    files.close()
+
+
+@pytest.fixture(scope="session")
+def suite_tls(request):
+    """With RECALL_TLS=1: the certificates every server under test uses."""
+    if os.environ.get("RECALL_TLS") != "1":
+        return None
+    return request.getfixturevalue("tls_files")
+
+
+def _start(command, args, name, tls: TlsFiles | None = None) -> ServerProcess:
+    if tls is not None:
+        srv = ServerProcess(command, [*tls.server_args(), *args], name=name, tls_context=tls.client_context())
+    else:
+        srv = ServerProcess(command, args, name=name)
     try:
         return srv.start()
     except ServerStartError as e:
@@ -70,12 +96,12 @@ def _finish(servers) -> None:
 
 
 @pytest.fixture
-def server_factory(server_command):
+def server_factory(server_command, suite_tls):
     """Start additional servers under test: server_factory("-I", "2m")."""
     started: list[ServerProcess] = []
 
     def make(*args: str) -> ServerProcess:
-        srv = _start(server_command, args, "server under test")
+        srv = _start(server_command, args, "server under test", suite_tls)
         started.append(srv)
         return srv
 
@@ -94,7 +120,7 @@ def server(request, server_factory) -> ServerProcess:
 @pytest.fixture
 def raw(server):
     """A raw socket connection to `server`."""
-    conn = RawConn(server.address)
+    conn = server.connect()
     yield conn
     conn.close()
 

@@ -23,6 +23,7 @@ import shlex
 import shutil
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import tempfile
@@ -99,10 +100,19 @@ def _wants_binary_only(args: Sequence[str]) -> bool:
 class ServerProcess:
     """One server process listening on 127.0.0.1:<ephemeral port>."""
 
-    def __init__(self, command: Sequence[str], extra_args: Sequence[str] = (), name: str = "server"):
+    def __init__(
+        self,
+        command: Sequence[str],
+        extra_args: Sequence[str] = (),
+        name: str = "server",
+        tls_context: ssl.SSLContext | None = None,
+    ):
         self.command = list(command)
         self.extra_args = list(extra_args)
         self.name = name
+        # With TLS (the server's flags say -Z), the client side's context:
+        # the readiness probe and clients connect through it.
+        self.tls_context = tls_context
         self.port: int | None = None
         self.proc: subprocess.Popen | None = None
         self._log = None
@@ -157,7 +167,8 @@ class ServerProcess:
             if self.proc.poll() is not None:
                 return "exited"
             try:
-                with socket.create_connection((HOST, self.port), timeout=0.25) as s:
+                with socket.create_connection((HOST, self.port), timeout=0.25) as plain:
+                    s = self.tls_context.wrap_socket(plain, server_hostname=HOST) if self.tls_context else plain
                     s.settimeout(max(0.05, min(1.0, deadline - time.monotonic())))
                     if binary:
                         s.sendall(binary_request(OP_VERSION))
@@ -211,7 +222,11 @@ class ServerProcess:
         return f"{HOST}:{self.port}"
 
     def connect(self, timeout: float = 5.0) -> RawConn:
-        return RawConn(self.address, timeout=timeout)
+        return RawConn(self.address, timeout=timeout, tls_context=self.tls_context)
+
+    def client_kwargs(self) -> dict:
+        """Extra keyword arguments for a pymemcache client of this server."""
+        return {"tls_context": self.tls_context} if self.tls_context else {}
 
     def __enter__(self) -> ServerProcess:
         return self.start()
@@ -250,9 +265,11 @@ class RawConn:
     instead of hanging it.
     """
 
-    def __init__(self, address: tuple[str, int], timeout: float = 5.0):
+    def __init__(self, address: tuple[str, int], timeout: float = 5.0, tls_context: ssl.SSLContext | None = None):
         self.sock = socket.create_connection(address, timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls_context:
+            self.sock = tls_context.wrap_socket(self.sock, server_hostname=address[0])
         self.buf = b""
 
     def close(self) -> None:

@@ -1,5 +1,8 @@
 """pymemcache (text protocol) against the server under test.
 
+scripts/test runs this file twice: as is, and over TLS (RECALL_TLS=1, see
+conftest.py), so every client here passes `server.client_kwargs()`.
+
 Runs every test twice: with the plain Client and with a HashClient that has
 a single server (HashClient routes through its own key hashing and client
 pool, a common production setup).
@@ -42,7 +45,7 @@ class JsonSerde:
 def make_client(kind, server, **kwargs):
     # default_noreply=False: pymemcache defaults to noreply for storage
     # commands, which would make every set "succeed" without asking the server.
-    opts = dict(connect_timeout=5, timeout=5, default_noreply=False, **kwargs)
+    opts = dict(connect_timeout=5, timeout=5, default_noreply=False, **server.client_kwargs(), **kwargs)
     if kind == "client":
         return Client(server.address, **opts)
     return HashClient([server.address], **opts)
@@ -61,9 +64,9 @@ def mc(kind, server):
 
 
 def test_version_matches_stats(mc, server):
-    version = Client(server.address, timeout=5).version()
+    version = Client(server.address, **server.client_kwargs(), timeout=5).version()
     assert version and b" " not in version
-    stats = Client(server.address, timeout=5).stats()
+    stats = Client(server.address, **server.client_kwargs(), timeout=5).stats()
     assert stats[b"version"] == version
 
 
@@ -257,7 +260,7 @@ def test_key_length_limit(mc, server):
     with pytest.raises(MemcacheIllegalInputError):
         mc.set("k" * 251, b"v")
     # ...so also send one raw to check that the server rejects it too.
-    raw = Client(server.address, timeout=5)
+    raw = Client(server.address, **server.client_kwargs(), timeout=5)
     with pytest.raises(MemcacheClientError, match="bad command line format"):
         raw.raw_command(b"get " + b"k" * 251)
 
@@ -282,7 +285,7 @@ def test_noreply_commands_are_silent(kind, server):
 
 
 def test_stats_counters(server):
-    client = Client(server.address, timeout=5, default_noreply=False)
+    client = Client(server.address, **server.client_kwargs(), timeout=5, default_noreply=False)
     client.set("a", b"1")
     client.get("a")
     client.get("b")
@@ -305,7 +308,7 @@ def test_stats_counters(server):
 
 @pytest.mark.server_args("-m", "32")
 def test_stats_reflect_memory_flag(server):
-    stats = Client(server.address, timeout=5).stats()
+    stats = Client(server.address, **server.client_kwargs(), timeout=5).stats()
     assert stats[b"limit_maxbytes"] == 32 * ONE_MB
 
 
@@ -314,5 +317,5 @@ def test_hash_client_routes_to_single_server(server):
     hc = make_client("hash", server)
     keys = [f"key-{i}" for i in range(50)]
     hc.set_many({k: k.encode() for k in keys})
-    direct = Client(server.address, timeout=5)
+    direct = Client(server.address, **server.client_kwargs(), timeout=5)
     assert direct.get_many(keys) == {k: k.encode() for k in keys}

@@ -45,6 +45,9 @@
 < ERROR
 > version extra
 < VERSION {*}
+# refresh_certs without TLS (-Z), as memcached built with TLS answers it.
+> refresh_certs
+< Error TLS not enabled
 # An HTTP request line (a browser, a load balancer's health check): memcached hangs up.
 > GET / HTTP/1.0
 @close

@@ -58,6 +58,14 @@ impl Engine {
                 return Action::Watch(if streams == 0 { crate::watch::FETCHERS } else { streams });
             }
             Command::Durable => self.durable_line(out),
+            // memcached's replies: OK, or the loader's error line as is.
+            Command::RefreshCerts => match self.gauges.tls.get() {
+                None => reply::line(out, b"Error TLS not enabled"),
+                Some(tls) => match tls.refresh(self.now()) {
+                    Ok(()) => reply::line(out, b"OK"),
+                    Err(e) => reply::line(out, e.as_bytes()),
+                },
+            },
             Command::Snapshot => {
                 if self.durability.is_enabled() {
                     self.durability.request_snapshot();

@@ -113,6 +113,8 @@ pub struct ServerGauges {
     pub max_connections: AtomicU64,
     pub threads: AtomicU64,
     pub accepting: AtomicBool,
+    /// Set once at start when the server serves TLS.
+    pub tls: std::sync::OnceLock<Arc<stats::TlsStats>>,
 }
 
 /// The engine shared by all workers.

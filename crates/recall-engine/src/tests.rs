@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use recall_store::{ManualClock, Store, StoreConfig};
 
+use crate::stats::Endpoint;
 use crate::transcript;
 use crate::{Action, Engine, EngineConfig, ProtocolChoice, Session};
 
@@ -154,8 +155,9 @@ fn stats_conns_lists_registered_connections() {
     let e = engine(clock.clone());
     let listen: std::net::SocketAddr = "127.0.0.1:11211".parse().unwrap();
     e.conns.listening(listen);
-    let a = e.conns.open("127.0.0.1:40001".parse().unwrap(), listen, e.now());
-    let b = e.conns.open("127.0.0.1:40002".parse().unwrap(), listen, e.now());
+    let peer = |s: &str| s.parse::<std::net::SocketAddr>().unwrap();
+    let a = e.conns.open(peer("127.0.0.1:40001"), listen, e.now());
+    let b = e.conns.open(peer("127.0.0.1:40002"), listen, e.now());
     clock.advance(5);
     b.command(e.now());
     let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
@@ -170,6 +172,14 @@ fn stats_conns_lists_registered_connections() {
     drop(a);
     let (out, _) = run(&mut s, &e, &mut Vec::new(), b"stats conns\r\n", usize::MAX);
     assert!(!String::from_utf8(out).unwrap().contains("40001"));
+    // A unix socket listener and an (unnamed) client, as memcached prints them.
+    let path: Arc<str> = "/run/recall.sock".into();
+    e.conns.listening(Endpoint::Unix(path.clone()));
+    let _c = e.conns.open(Endpoint::Unix("".into()), Endpoint::Unix(path), e.now());
+    let (out, _) = run(&mut s, &e, &mut Vec::new(), b"stats conns\r\n", usize::MAX);
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.contains("STAT 3:addr unix:/run/recall.sock\r\nSTAT 3:state conn_listening\r\n"), "{text}");
+    assert!(text.contains("STAT 4:addr unix:<AF 1>\r\nSTAT 4:listen_addr unix:/run/recall.sock\r\n"), "{text}");
 }
 
 /// The general `stats` prints every key current memcached prints with its

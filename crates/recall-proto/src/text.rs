@@ -171,6 +171,8 @@ pub enum Command<'a> {
     Durable,
     /// recall extension: `snapshot` starts a snapshot now.
     Snapshot,
+    /// `refresh_certs`: reload the TLS certificates (memcached's command).
+    RefreshCerts,
     /// recall extension: `replay <key> <flags> <abs-exptime> <ts> <bytes>`
     /// re-applies a backed-up write after a crash, only if newer.
     Replay {
@@ -472,6 +474,7 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
         b"mn" => req(Command::MetaNoop),
         b"durable" if ntok == 1 => req(Command::Durable),
         b"snapshot" if ntok == 1 => req(Command::Snapshot),
+        b"refresh_certs" if ntok == 1 => req(Command::RefreshCerts),
         b"replay" => decode_replay(buf, &t, ntok, consumed, limits),
         b"replay_batch" => decode_replay_batch(buf, &t, ntok, consumed, limits),
         b"replay_delete" if ntok == 3 || ntok == 4 => {

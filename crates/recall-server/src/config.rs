@@ -12,6 +12,8 @@ use clap::{ArgAction, CommandFactory, Parser};
 use recall_store::{PolicyKind, PrioConfig};
 use serde::{Deserialize, Serialize};
 
+mod transport;
+
 /// The embedded default configuration, which is also the documented example.
 pub const DEFAULT_TOML: &str = include_str!("../recalld.toml");
 
@@ -57,6 +59,16 @@ pub struct Config {
     /// `-D <char>`: the `stats detail` prefix delimiter (default `:`).
     #[serde(skip)]
     pub prefix_delimiter: Option<u8>,
+    // Transport (config/transport.rs): the unix socket and TLS.
+    pub unix_socket: String,
+    pub unix_mask: String,
+    pub ssl_enabled: bool,
+    pub ssl_chain_cert: String,
+    pub ssl_key: String,
+    pub ssl_ca_cert: String,
+    pub ssl_verify_mode: u8,
+    pub ssl_min_version: String,
+    pub ssl_session_cache: bool,
 }
 
 impl Default for Config {
@@ -160,14 +172,20 @@ pub struct Cli {
     /// (saving the bytes cut aside), say what was dropped, and exit.
     #[arg(long = "repair-wal", value_name = "DIR")]
     pub repair_wal: Option<PathBuf>,
-
-    // memcached flags that recalld accepts and ignores, with a warning.
-    /// (ignored) Unix socket path.
+    /// Serve on this unix socket instead of TCP and UDP (a stale socket
+    /// file there is replaced).
     #[arg(short = 's', long = "unix-socket")]
     pub unix_socket: Option<String>,
-    /// (ignored) Unix socket access mask.
+    /// Access mask for the unix socket, in octal.
     #[arg(short = 'a', long = "unix-mask")]
     pub unix_mask: Option<String>,
+    /// TLS on every TCP connection (-o ssl_chain_cert=, ssl_key=,
+    /// ssl_ca_cert=, ssl_verify_mode=0..3, ssl_min_version=2|3,
+    /// ssl_session_cache).
+    #[arg(short = 'Z', long = "enable-ssl")]
+    pub enable_ssl: bool,
+
+    // memcached flags that recalld accepts and ignores, with a warning.
     /// (ignored) Run as a daemon; use your service manager instead.
     #[arg(short = 'd', long = "daemon")]
     pub daemon: bool,
@@ -223,7 +241,7 @@ impl Cli {
     pub fn command_with_defaults() -> clap::Command {
         let d = Config::default();
         let or_none = |s: &str| if s.is_empty() { "none".to_string() } else { s.to_string() };
-        let shown: [(&str, String); 16] = [
+        let shown: [(&str, String); 18] = [
             ("port", d.port.to_string()),
             ("udp_port", d.udp_port.to_string()),
             ("listen", d.listen.clone()),
@@ -240,6 +258,8 @@ impl Cli {
             ("snapshot_after_writes", d.snapshot_after_writes.to_string()),
             ("durability", d.durability.clone()),
             ("recovery_grace", d.recovery_grace.to_string()),
+            ("unix_socket", or_none(&d.unix_socket)),
+            ("unix_mask", d.unix_mask.clone()),
         ];
         shown.into_iter().fold(Cli::command(), |cmd, (id, default)| {
             cmd.mut_arg(id, |a| {
@@ -367,10 +387,14 @@ impl Config {
         if let Some(v) = cli.recovery_grace {
             cfg.recovery_grace = v;
         }
+        cfg.apply_transport_flags(cli);
         for opts in &cli.extended {
             for kv in opts.split(',').filter(|s| !s.is_empty()) {
                 let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
                 let num = || v.parse::<u64>().map_err(|_| ConfigError(format!("invalid value for -o {k}: {v:?}")));
+                if cfg.apply_ssl_option(k, v, &mut warnings)? {
+                    continue;
+                }
                 match k {
                     "idle_timeout" => cfg.idle_timeout = num()?,
                     "reply_budget" => cfg.reply_budget = v.to_string(),
@@ -417,9 +441,7 @@ impl Config {
                 }
             }
         }
-        let ignored: [(bool, &str); 9] = [
-            (cli.unix_socket.is_some(), "-s (unix sockets are not supported; listening on TCP only)"),
-            (cli.unix_mask.is_some(), "-a"),
+        let ignored: [(bool, &str); 7] = [
             (cli.daemon, "-d (use your service manager to daemonize)"),
             (cli.coredumps, "-r"),
             (cli.user.is_some(), "-u"),
@@ -434,6 +456,7 @@ impl Config {
             }
         }
         cfg.validate()?;
+        warnings.extend(cfg.transport_warnings());
         Ok((cfg, warnings))
     }
 
@@ -478,7 +501,7 @@ impl Config {
         if self.hot_lru_pct + self.warm_lru_pct >= 100 || self.hot_lru_pct == 0 {
             return Err(ConfigError("hot_lru_pct + warm_lru_pct must be below 100, and hot_lru_pct above 0".into()));
         }
-        Ok(())
+        self.validate_transport()
     }
 
     pub fn item_size_max_bytes(&self) -> Result<usize, ConfigError> {
@@ -528,7 +551,7 @@ impl Config {
     /// The settings as `stats settings` reports them (memcached's names).
     pub fn stats_settings(&self) -> Vec<(String, String)> {
         let b = |v: bool| if v { "yes" } else { "no" }.to_string();
-        vec![
+        let mut s: Vec<(String, String)> = vec![
             ("maxbytes".into(), (self.memory_limit_mb << 20).to_string()),
             ("maxconns".into(), self.max_connections.to_string()),
             ("tcpport".into(), self.port.to_string()),
@@ -536,6 +559,9 @@ impl Config {
             ("inter".into(), self.listen.clone()),
             ("verbosity".into(), self.verbosity.to_string()),
             ("evictions".into(), if self.disable_evictions { "off" } else { "on" }.into()),
+        ];
+        s.extend(self.unix_settings());
+        s.extend([
             ("num_threads".into(), self.effective_threads().to_string()),
             ("cas_enabled".into(), b(!self.disable_cas)),
             ("tcp_backlog".into(), self.listen_backlog.to_string()),
@@ -545,6 +571,9 @@ impl Config {
             ("flush_enabled".into(), b(!self.disable_flush_all)),
             ("shutdown_command".into(), b(self.enable_shutdown)),
             ("idle_timeout".into(), self.idle_timeout.to_string()),
+        ]);
+        s.extend(self.ssl_settings());
+        s.extend([
             ("recall_reply_budget".into(), self.reply_budget_bytes().unwrap_or(0).to_string()),
             ("hot_lru_pct".into(), self.hot_lru_pct.to_string()),
             ("warm_lru_pct".into(), self.warm_lru_pct.to_string()),
@@ -553,7 +582,8 @@ impl Config {
             ("lru_segmented".into(), b(self.policy == "slru")),
             ("recall_policy".into(), self.policy.clone()),
             ("recall_shards".into(), self.shards.to_string()),
-        ]
+        ]);
+        s
     }
 }
 

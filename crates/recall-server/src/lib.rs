@@ -5,10 +5,13 @@
 //! recall-store); this crate only moves bytes and runs the loops.
 
 pub mod config;
+pub mod conn;
+pub mod listeners;
 pub mod persist;
 mod portfile;
 pub mod schedule;
 pub mod server;
+pub mod tls;
 pub mod udp;
 pub mod walcheck;
 mod watch;

@@ -94,6 +94,9 @@ fn main() {
     }
     if let Err(e) = recall_server::server::run(cfg) {
         eprintln!("recalld: {e}");
-        std::process::exit(71);
+        // A settings problem found at start (a certificate file) is a
+        // usage error, as in memcached; anything else an OS error.
+        let usage = e.kind() == std::io::ErrorKind::InvalidInput;
+        std::process::exit(if usage { 64 } else { 71 });
     }
 }

@@ -3,6 +3,7 @@
 //! ```text
 //!            main thread (tokio current_thread)
 //!   listener ──accept──► round-robin ──► worker 0 (tokio current_thread) ─┐
+//!   (TCP, or -s unix)                      TLS handshake (-Z), then conn.rs
 //!   signals, shutdown                 └► worker 1 ...                     ├─► Engine ─► Store shards
 //!                                                                          │
 //!   maintenance thread: clock tick every second, expired-item reclaim ────┘
@@ -16,27 +17,22 @@
 //! only the store, whose shards have their own locks. See
 //! docs/design/threading.md for the measurements behind it.
 
-use std::io::{IoSlice, Write as _};
-use std::net::{SocketAddr, TcpListener as StdListener};
+use std::io::Write as _;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
-use recall_engine::{Action, Counters, Engine, EngineConfig, Out, ProtocolChoice, Segment, Session};
+use recall_engine::stats::Endpoint;
+use recall_engine::{Action, Engine, EngineConfig, ProtocolChoice};
 use recall_store::{Clock, PolicyConfig, SlruConfig, Store, StoreConfig, SystemClock};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Notify};
 
 use crate::config::Config;
+use crate::conn::{connection, ConnCtx};
+use crate::listeners::{unix_endpoints, Accepted, Bound};
+use crate::tls::Tls;
 use crate::udp;
 use recall_persist::wal::Wal;
-
-/// Read buffer growth step.
-const READ_CHUNK: usize = 16 * 1024;
-/// Read size while a large value streams in.
-const STREAM_READ: usize = 256 * 1024;
 
 /// Build the engine a configuration describes.
 pub fn build_engine(cfg: &Config, clock: Arc<dyn Clock>) -> Engine {
@@ -71,22 +67,6 @@ pub fn build_engine(cfg: &Config, clock: Arc<dyn Clock>) -> Engine {
     e
 }
 
-fn bind(cfg: &Config) -> std::io::Result<StdListener> {
-    let addr: SocketAddr = format!("{}:{}", cfg.listen, cfg.port).parse().or_else(|_| {
-        use std::net::ToSocketAddrs;
-        (cfg.listen.as_str(), cfg.port)
-            .to_socket_addrs()?
-            .next()
-            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no address"))
-    })?;
-    let sock = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)?;
-    sock.set_reuse_address(true)?;
-    sock.bind(&addr.into())?;
-    sock.listen(cfg.listen_backlog as i32)?;
-    sock.set_nonblocking(true)?;
-    Ok(sock.into())
-}
-
 /// Run the server until SIGINT/SIGTERM or an enabled `shutdown` command.
 /// `RECALL_FAILPOINT=<name>`, read once at start: test-only crash points
 /// for the crash harness (see `recall_persist::failpoint`).
@@ -103,8 +83,19 @@ fn failpoint_from_env() -> std::io::Result<Option<recall_persist::failpoint::Cra
 }
 
 pub fn run(cfg: Config) -> std::io::Result<()> {
+    // First, while this is the only thread: binding a unix socket sets the
+    // process's umask for a moment (see listeners.rs).
+    let bound = Bound::bind(&cfg)?;
     let clock = Arc::new(SystemClock::new());
     let engine = Arc::new(build_engine(&cfg, clock.clone()));
+    // A certificate problem stops the start, naming the file.
+    let tls = if cfg.ssl_enabled && cfg.unix_socket.is_empty() {
+        let t = Tls::load(&cfg, engine.now()).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let _ = engine.gauges.tls.set(t.stats().clone());
+        Some(t)
+    } else {
+        None
+    };
     let persist = if !cfg.data_dir.is_empty() && cfg.durability != "none" {
         let pc = crate::persist::PersistConfig {
             dir: cfg.data_dir.clone().into(),
@@ -129,9 +120,8 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
     } else {
         None
     };
-    let listener = bind(&cfg)?;
-    let local = listener.local_addr()?;
-    engine.conns.listening(local);
+    let local = bound.endpoint()?;
+    engine.conns.listening(local.clone());
     let shutdown = Arc::new(Notify::new());
 
     let choice = match cfg.protocol.as_str() {
@@ -145,14 +135,11 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
     // Workers.
     let mut senders = Vec::new();
     for i in 0..cfg.effective_threads() {
-        let (tx, rx) = mpsc::unbounded_channel::<std::net::TcpStream>();
+        let (tx, rx) = mpsc::unbounded_channel::<Accepted>();
         senders.push(tx);
-        let engine = engine.clone();
+        let w = Worker { engine: engine.clone(), choice, idle, wal: wal.clone(), tls: tls.clone() };
         let shutdown = shutdown.clone();
-        let wal = wal.clone();
-        std::thread::Builder::new()
-            .name(format!("recall-worker-{i}"))
-            .spawn(move || worker(engine, rx, choice, idle, shutdown, wal))?;
+        std::thread::Builder::new().name(format!("recall-worker-{i}")).spawn(move || w.run(rx, shutdown))?;
     }
 
     // Maintenance: the clock, and reclaim of expired items.
@@ -172,7 +159,8 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
     }
 
     let mut udp_local = None;
-    if cfg.udp_port != 0 {
+    // memcached serves a unix socket alone: no TCP, no UDP.
+    if cfg.udp_port != 0 && cfg.unix_socket.is_empty() {
         let sock = std::net::UdpSocket::bind((cfg.listen.as_str(), cfg.udp_port))?;
         let engine = engine.clone();
         let udp_addr = sock.local_addr()?;
@@ -182,31 +170,38 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
         println!("udp listening on {udp_addr}");
     }
 
-    if let Some(path) = std::env::var_os(crate::portfile::ENV) {
-        crate::portfile::write(path.as_ref(), local, udp_local)?;
+    // memcached writes the ports file only when it listens on TCP.
+    if let (Some(path), Endpoint::Tcp(tcp)) = (std::env::var_os(crate::portfile::ENV), &local) {
+        crate::portfile::write(path.as_ref(), *tcp, udp_local)?;
     }
 
     if !cfg.pid_file.is_empty() {
         std::fs::write(&cfg.pid_file, format!("{}\n", std::process::id()))?;
     }
 
-    // Tests and scripts read this line to learn the port when -p 0 is used.
-    println!("listening on {local}");
+    // Tests and scripts read this line to learn the port when -p 0 is used
+    // ("listening on 127.0.0.1:PORT", or "listening on unix:PATH").
+    match &local {
+        Endpoint::Tcp(a) => println!("listening on {a}"),
+        unix => println!("listening on {unix}"),
+    }
     let _ = std::io::stdout().flush();
-    tracing::info!(addr = %local, threads = cfg.effective_threads(), "recalld started");
+    tracing::info!(addr = %local, tls = tls.is_some(), threads = cfg.effective_threads(), "recalld started");
 
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let max_conns = cfg.max_connections as u64;
     let acceptor_engine = engine.clone();
     rt.block_on(async move {
         let engine = acceptor_engine;
-        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let listener = bound.into_listener()?;
         let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        // SIGHUP reloads the TLS certificates, as in memcached.
+        let mut sighup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
         let mut next = 0usize;
         loop {
             tokio::select! {
                 r = listener.accept() => {
-                    let (stream, _) = match r {
+                    let stream = match r {
                         Ok(s) => s,
                         Err(e) => {
                             // EMFILE and friends: back off briefly instead of spinning.
@@ -218,19 +213,21 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
                     let g = &engine.gauges;
                     if g.curr_connections.load(Ordering::Relaxed) >= max_conns {
                         g.rejected_connections.fetch_add(1, Ordering::Relaxed);
-                        let _ = stream.try_write(b"ERROR Too many open connections\r\n");
-                        drop(stream);
+                        stream.refuse();
                         continue;
                     }
                     g.curr_connections.fetch_add(1, Ordering::Relaxed);
                     g.total_connections.fetch_add(1, Ordering::Relaxed);
-                    let _ = stream.set_nodelay(true);
-                    let std_stream = stream.into_std()?;
-                    let _ = senders[next % senders.len()].send(std_stream);
+                    let _ = senders[next % senders.len()].send(stream);
                     next = next.wrapping_add(1);
                 }
                 _ = tokio::signal::ctrl_c() => { tracing::info!("SIGINT: shutting down"); break; }
                 _ = sigterm.recv() => { tracing::info!("SIGTERM: shutting down"); break; }
+                _ = sighup.recv() => match engine.gauges.tls.get().map(|t| t.refresh(engine.now())) {
+                    Some(Ok(())) => tracing::info!("SIGHUP: TLS certificates reloaded"),
+                    Some(Err(e)) => tracing::error!("SIGHUP: could not reload TLS certificates: {e}"),
+                    None => {}
+                },
                 _ = shutdown.notified() => { tracing::info!("shutdown command: shutting down"); break; }
             }
         }
@@ -252,227 +249,80 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
     Ok(())
 }
 
-fn worker(
+/// One worker thread: its runtime and what its connections share.
+struct Worker {
     engine: Arc<Engine>,
-    mut rx: mpsc::UnboundedReceiver<std::net::TcpStream>,
     choice: ProtocolChoice,
     idle: Option<Duration>,
-    shutdown: Arc<Notify>,
     wal: Option<Arc<Wal>>,
-) {
-    // The timer driver is only needed for idle timeouts; without it every
-    // park of the event loop skips the timer wheel.
-    let mut b = tokio::runtime::Builder::new_current_thread();
-    b.enable_io();
-    if idle.is_some() {
-        b.enable_time();
-    }
-    let rt = match b.build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            tracing::error!(error = %e, "worker runtime failed to start");
-            return;
-        }
-    };
-    let counters = engine.registry.register();
-    rt.block_on(async move {
-        while let Some(s) = rx.recv().await {
-            let Ok(stream) = TcpStream::from_std(s) else {
-                engine.gauges.curr_connections.fetch_sub(1, Ordering::Relaxed);
-                continue;
-            };
-            let engine = engine.clone();
-            let counters = counters.clone();
-            let shutdown = shutdown.clone();
-            let wal = wal.clone();
-            tokio::spawn(async move {
-                let action = connection(&engine, counters, stream, choice, idle, wal).await;
-                engine.gauges.curr_connections.fetch_sub(1, Ordering::Relaxed);
-                if action == Action::Shutdown {
-                    shutdown.notify_one();
-                }
-            });
-        }
-    });
+    tls: Option<Tls>,
 }
 
-/// Serve one connection until it closes.
-async fn connection(
-    engine: &Arc<Engine>,
-    counters: Arc<Counters>,
-    mut stream: TcpStream,
-    choice: ProtocolChoice,
-    idle: Option<Duration>,
-    wal: Option<Arc<Wal>>,
-) -> Action {
-    let mut session = Session::new(engine, counters.clone(), choice);
-    let mut buf = BytesMut::with_capacity(READ_CHUNK);
-    let mut out = Out::with_capacity(READ_CHUNK);
-    // This connection's row in `stats conns`, removed when it closes.
-    let conn = match (stream.peer_addr(), stream.local_addr()) {
-        (Ok(peer), Ok(local)) => Some(engine.conns.open(peer, local, engine.now())),
-        _ => None,
-    };
-    loop {
-        // Execute whatever complete requests the buffer holds.
-        let done = session.process(engine, &buf, &mut out);
-        let (used, action) = (done.used, done.action);
-        if let (Some(c), true) = (&conn, used > 0) {
-            c.command(engine.now());
+impl Worker {
+    fn run(self, mut rx: mpsc::UnboundedReceiver<Accepted>, shutdown: Arc<Notify>) {
+        // The timer driver is only needed for idle timeouts; without it every
+        // park of the event loop skips the timer wheel.
+        let mut b = tokio::runtime::Builder::new_current_thread();
+        b.enable_io();
+        if self.idle.is_some() {
+            b.enable_time();
         }
-        // (`advance` lowers what `capacity` reports; the allocation stays.)
-        let allocated = buf.capacity();
-        bytes::Buf::advance(&mut buf, used);
-        // The batch's writes must be durable before any of its replies go
-        // out: with a write-ahead log, its position (group commit across
-        // connections; if the log failed, close instead of acknowledging);
-        // without one, an immediate flush_all is durable once a snapshot
-        // covers it (one was requested).
-        let b = done.barrier;
-        if let (Some(w), true) = (&wal, b.log > 0) {
-            if let Err(e) = w.wait(b.log).await {
-                tracing::error!(error = %e, "write-ahead log failed; closing without acknowledging");
-                return Action::Close;
+        let rt = match b.build() {
+            Ok(rt) => rt,
+            Err(e) => {
+                tracing::error!(error = %e, "worker runtime failed to start");
+                return;
             }
-        }
-        if b.snapshot > 0 && wal.is_none() {
-            wait_for_snapshot(engine, b.snapshot).await;
-        }
-        if !out.is_empty() {
-            counters.bytes_written.add(out.wire_len() as u64);
-            if write_out(&mut stream, &out).await.is_err() {
-                return Action::Close;
-            }
-            out.clear();
-            // Don't let one huge reply pin its memory for the connection's life.
-            if out.capacity() > 4 * READ_CHUNK {
-                out = Out::with_capacity(READ_CHUNK);
-            }
-        }
-        if let Action::Watch(streams) = action {
-            match crate::watch::serve(engine, &mut stream, streams).await {
-                Action::Continue => continue,
-                other => return other,
-            }
-        }
-        if action != Action::Continue {
-            return action;
-        }
-        if b.recovery {
-            // A write waits for the end of recovery (see the engine's
-            // session); the replies before it have gone out.
-            wait_for_recovery(engine).await;
-            continue;
-        }
-        if done.more {
-            // The session stopped at the reply budget, and its replies have
-            // been written (waiting for the socket): run the requests left
-            // before reading more, so a client that never reads stalls here
-            // holding one budget of replies. After `-R` requests, the other
-            // connections on this worker run first (memcached flushes its
-            // replies and yields the same way).
-            if done.yielded {
-                tokio::task::yield_now().await;
-            }
-            continue;
-        }
-        // A value streaming in is read in large pieces (memcached reads a
-        // value straight into the item with one big read); everything else
-        // in 16 KiB steps.
-        let want = if session.streaming() { STREAM_READ } else { READ_CHUNK };
-        if buf.is_empty() && !session.streaming() && allocated > 16 * READ_CHUNK {
-            // A large request (a replay batch, a big value) is done: don't
-            // keep its buffer for the connection's life.
-            buf = BytesMut::with_capacity(READ_CHUNK);
-        } else if buf.capacity() - buf.len() < want / 4 {
-            buf.reserve(want);
-        }
-        let read = stream.read_buf(&mut buf);
-        let n = match idle {
-            Some(d) => match tokio::time::timeout(d, read).await {
-                Ok(r) => r,
-                Err(_) => {
-                    counters.idle_kicks.incr();
-                    return Action::Close;
-                }
-            },
-            None => read.await,
         };
-        match n {
-            Ok(0) | Err(_) => return Action::Close,
-            Ok(n) => counters.bytes_read.add(n as u64),
-        }
-    }
-}
-
-/// Wait until a durable snapshot covers timestamp `ts` (the flush asked
-/// for one; the snapshot thread announces it). If snapshots are failing,
-/// give up after 10 s with an error in the log rather than never answering.
-async fn wait_for_snapshot(engine: &Arc<Engine>, ts: u64) {
-    // On the blocking pool: the wait blocks on the engine's condition
-    // variable, and the workers run one connection task per thread.
-    let e = engine.clone();
-    let covered = tokio::task::spawn_blocking(move || e.durability.wait_watermark(ts, Duration::from_secs(10)))
-        .await
-        .unwrap_or(false);
-    if !covered {
-        tracing::error!(ts, "flush_all: no snapshot covers it after 10 s; replying anyway (a crash now would undo it)");
-    }
-}
-
-/// Wait until the server is no longer recovering (every registered client
-/// replayed, or the grace period ended: the snapshot thread ends it).
-async fn wait_for_recovery(engine: &Arc<Engine>) {
-    let e = engine.clone();
-    // Bounded waits on the blocking pool, so a task never pins a blocking
-    // thread for the whole grace period in one call.
-    while e.durability.is_recovering() {
-        let e2 = e.clone();
-        let _ = tokio::task::spawn_blocking(move || e2.durability.wait_recovery_end(Duration::from_secs(1))).await;
-    }
-}
-
-/// Write a reply in order with vectored writes: plain bytes and the chunks
-/// of big values go out together, up to `MAX_IOV` slices per `writev`, like
-/// memcached's `sendmsg` with an iovec. A slow reader holds one reference to
-/// a big value, never a copy of it, and each write waits for the socket.
-async fn write_out(stream: &mut TcpStream, out: &Out) -> std::io::Result<()> {
-    if let Some(b) = out.as_contiguous() {
-        return stream.write_all(b).await;
-    }
-    const MAX_IOV: usize = 64;
-    let segs = out.segments();
-    // Frame headers must outlive the slices that point at them.
-    let mut headers: Vec<[u8; 2]> = Vec::new();
-    for seg in &segs {
-        if let Segment::Big { value, framed: true } = seg {
-            headers.extend(value.chunks().iter().map(|c| (c.len() as u16).to_be_bytes()));
-        }
-    }
-    let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(MAX_IOV);
-    let mut h = 0;
-    for seg in &segs {
-        match seg {
-            Segment::Bytes(b) => slices.push(IoSlice::new(b)),
-            Segment::Big { value, framed } => {
-                for c in value.chunks() {
-                    if *framed {
-                        slices.push(IoSlice::new(&headers[h]));
-                        h += 1;
+        let cx = ConnCtx {
+            counters: self.engine.registry.register(),
+            engine: self.engine,
+            choice: self.choice,
+            idle: self.idle,
+            wal: self.wal,
+        };
+        let tls = self.tls;
+        rt.block_on(async move {
+            while let Some(s) = rx.recv().await {
+                let cx = cx.clone();
+                let shutdown = shutdown.clone();
+                let tls = tls.clone();
+                tokio::spawn(async move {
+                    let action = serve(&cx, s, tls.as_ref()).await;
+                    cx.engine.gauges.curr_connections.fetch_sub(1, Ordering::Relaxed);
+                    if action == Action::Shutdown {
+                        shutdown.notify_one();
                     }
-                    slices.push(IoSlice::new(c));
-                }
+                });
+            }
+        });
+    }
+}
+
+/// Put an accepted connection on this worker's runtime, register it in
+/// `stats conns`, and run it over its transport.
+async fn serve(cx: &ConnCtx, accepted: Accepted, tls: Option<&Tls>) -> Action {
+    let now = cx.engine.now();
+    match accepted {
+        Accepted::Tcp(s) => {
+            let Ok(stream) = tokio::net::TcpStream::from_std(s) else { return Action::Close };
+            let row = match (stream.peer_addr(), stream.local_addr()) {
+                (Ok(peer), Ok(local)) => Some(cx.engine.conns.open(peer, local, now)),
+                _ => None,
+            };
+            match tls {
+                None => connection(cx, stream, row).await,
+                Some(t) => match t.accept(stream, cx.idle).await {
+                    Some(stream) => connection(cx, stream, row).await,
+                    None => Action::Close,
+                },
             }
         }
-    }
-    let mut rest = &mut slices[..];
-    while !rest.is_empty() {
-        let batch = rest.len().min(MAX_IOV);
-        let n = stream.write_vectored(&rest[..batch]).await?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::WriteZero.into());
+        Accepted::Unix(s) => {
+            let Ok(stream) = tokio::net::UnixStream::from_std(s) else { return Action::Close };
+            let (peer, local) = unix_endpoints(&stream);
+            let row = Some(cx.engine.conns.open(peer, local, now));
+            connection(cx, stream, row).await
         }
-        IoSlice::advance_slices(&mut rest, n);
     }
-    Ok(())
 }

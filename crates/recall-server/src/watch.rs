@@ -10,17 +10,20 @@ use std::sync::Arc;
 
 use recall_engine::watch::WatchError;
 use recall_engine::{Action, Engine};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Serve `stream` as a watcher of `streams`. Returns `Continue` when the
 /// watcher was refused (the connection goes on taking commands), else
 /// `Close`.
-pub(crate) async fn serve(engine: &Arc<Engine>, stream: &mut TcpStream, streams: u8) -> Action {
+/// Any transport: each write is flushed (TLS buffers until flushed).
+pub(crate) async fn serve<S>(engine: &Arc<Engine>, stream: &mut S, streams: u8) -> Action
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let w = match engine.watchers.add(streams) {
         Ok(w) => w,
         Err(WatchError::TooMany) => {
-            let refused = stream.write_all(b"WATCHER_TOO_MANY log watcher limit reached\r\n").await;
+            let refused = write_flushed(stream, b"WATCHER_TOO_MANY log watcher limit reached\r\n").await;
             return if refused.is_ok() { Action::Continue } else { Action::Close };
         }
     };
@@ -32,15 +35,15 @@ pub(crate) async fn serve(engine: &Arc<Engine>, stream: &mut TcpStream, streams:
         }
     }
     let reg = Registered(engine, w);
-    if stream.write_all(b"OK\r\n").await.is_err() {
+    if write_flushed(stream, b"OK\r\n").await.is_err() {
         return Action::Close;
     }
-    let (mut rd, mut wr) = stream.split();
+    let (mut rd, mut wr) = tokio::io::split(stream);
     let mut scratch = [0u8; 1024];
     loop {
         tokio::select! {
             lines = std::future::poll_fn(|cx| reg.1.poll_lines(cx)) => {
-                if wr.write_all(&lines).await.is_err() {
+                if write_flushed(&mut wr, &lines).await.is_err() {
                     return Action::Close;
                 }
             }
@@ -51,4 +54,9 @@ pub(crate) async fn serve(engine: &Arc<Engine>, stream: &mut TcpStream, streams:
             }
         }
     }
+}
+
+async fn write_flushed<W: AsyncWrite + Unpin>(w: &mut W, bytes: &[u8]) -> std::io::Result<()> {
+    w.write_all(bytes).await?;
+    w.flush().await
 }

@@ -7,7 +7,9 @@
 //! stderr). The handle kills the process on drop, can kill it with SIGKILL
 //! at any moment ([`Recalld::kill9`]) and start it again with the same
 //! arguments on the same port ([`Recalld::restart`]), so a data directory
-//! given in the arguments is reused.
+//! given in the arguments is reused. With `-s PATH` it listens on that
+//! unix socket instead and says `listening on unix:PATH`
+//! ([`Recalld::unix_path`]).
 //!
 //! ```no_run
 //! let mut srv = recall_testkit::Recalld::start(["--data-dir", "/tmp/d"]).expect("recalld");
@@ -19,7 +21,7 @@
 use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::OnceLock;
@@ -56,6 +58,13 @@ pub fn recalld_bin() -> PathBuf {
         dir.join("recalld")
     })
     .clone()
+}
+
+/// Where a started recalld listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Listen {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
 }
 
 /// How to start recalld: binary, port, arguments, environment.
@@ -99,11 +108,11 @@ impl Spawn {
     /// Start it and wait until it listens; `Err` carries its stderr if it
     /// exits instead (a taken port, a refused data directory).
     pub fn start(self) -> Result<Recalld, String> {
-        let (child, addr, exited) = self.launch(self.port, &[])?;
-        Ok(Recalld { child: Some(child), addr, exited, spawn: self })
+        let (child, listen, exited) = self.launch(self.port, &[])?;
+        Ok(Recalld { child: Some(child), listen, exited, spawn: self })
     }
 
-    fn launch(&self, port: u16, extra_env: &[(&str, &str)]) -> Result<(Child, SocketAddr, Receiver<()>), String> {
+    fn launch(&self, port: u16, extra_env: &[(&str, &str)]) -> Result<(Child, Listen, Receiver<()>), String> {
         let bin = self.bin.clone().unwrap_or_else(recalld_bin);
         let mut child = Command::new(&bin)
             .args(["-p", &port.to_string(), "-l", "127.0.0.1"])
@@ -121,8 +130,11 @@ impl Spawn {
             match lines.next() {
                 Some(Ok(line)) => {
                     if let Some(a) = line.strip_prefix("listening on ") {
+                        if let Some(path) = a.strip_prefix("unix:") {
+                            break Listen::Unix(path.into());
+                        }
                         match a.parse() {
-                            Ok(addr) => break addr,
+                            Ok(addr) => break Listen::Tcp(addr),
                             Err(e) => {
                                 let _ = child.kill();
                                 let _ = child.wait();
@@ -155,7 +167,7 @@ impl Spawn {
 #[derive(Debug)]
 pub struct Recalld {
     child: Option<Child>,
-    addr: SocketAddr,
+    listen: Listen,
     /// Disconnected (or sent to) when the server's stdout closes.
     exited: Receiver<()>,
     spawn: Spawn,
@@ -176,13 +188,25 @@ impl Recalld {
         Recalld::builder().args(args).start()
     }
 
-    /// The address it printed (the same after a restart).
+    /// The address it printed (the same after a restart). Panics if it
+    /// listens on a unix socket ([`Recalld::unix_path`]).
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        match &self.listen {
+            Listen::Tcp(a) => *a,
+            Listen::Unix(p) => panic!("recalld listens on the unix socket {}, not TCP", p.display()),
+        }
+    }
+
+    /// The unix socket it listens on (`-s`), if it does.
+    pub fn unix_path(&self) -> Option<&Path> {
+        match &self.listen {
+            Listen::Tcp(_) => None,
+            Listen::Unix(p) => Some(p),
+        }
     }
 
     pub fn port(&self) -> u16 {
-        self.addr.port()
+        self.addr().port()
     }
 
     /// The process id, unless it was killed.
@@ -234,10 +258,14 @@ impl Recalld {
     pub fn restart_env(&mut self, env: &[(&str, &str)]) -> Result<(), String> {
         self.kill9();
         let mut last = String::new();
+        let port = match &self.listen {
+            Listen::Tcp(a) => a.port(),
+            Listen::Unix(_) => 0,
+        };
         for _ in 0..40 {
-            match self.spawn.launch(self.addr.port(), env) {
-                Ok((child, addr, exited)) => {
-                    debug_assert_eq!(addr.port(), self.addr.port());
+            match self.spawn.launch(port, env) {
+                Ok((child, listen, exited)) => {
+                    debug_assert_eq!(listen, self.listen);
                     self.child = Some(child);
                     self.exited = exited;
                     return Ok(());
@@ -245,7 +273,7 @@ impl Recalld {
                 Err(e) => last = e,
             }
         }
-        Err(format!("could not restart recalld on port {}: {last}", self.addr.port()))
+        Err(format!("could not restart recalld on {:?}: {last}", self.listen))
     }
 }
 

@@ -1,0 +1,233 @@
+//! Transport settings: the unix socket (`-s`, `-a`) and TLS (`-Z` and
+//! memcached's `-o ssl_*` options), with memcached's meanings:
+//!
+//! * `-s PATH` serves on the unix socket only (no TCP, no UDP); `-a` is the
+//!   socket file's access mask in octal, default 0700.
+//! * `-Z` puts TLS on every TCP connection. `ssl_chain_cert` is required;
+//!   `ssl_key` defaults to the chain file (a key "part of the chain");
+//!   `ssl_verify_mode` is 0 none, 1 request (a certificate, if sent, must
+//!   verify), 2 require, 3 once (as 2: TLS 1.3 has no renegotiation to
+//!   verify again on); `ssl_min_version` is 2 (tlsv1.2, the default) or 3
+//!   (tlsv1.3): rustls does not offer TLS 1.0 or 1.1.
+
+use super::{Cli, Config, ConfigError};
+
+/// The TLS versions `ssl_min_version` accepts, by memcached's number and
+/// by the name `stats settings` prints.
+const MIN_VERSIONS: [(&str, &str); 2] = [("2", "tlsv1.2"), ("3", "tlsv1.3")];
+
+impl Config {
+    /// `-s`, `-a` and `-Z` from the command line.
+    pub(super) fn apply_transport_flags(&mut self, cli: &Cli) {
+        if let Some(p) = &cli.unix_socket {
+            self.unix_socket = p.clone();
+        }
+        if let Some(m) = &cli.unix_mask {
+            self.unix_mask = m.clone();
+        }
+        self.ssl_enabled |= cli.enable_ssl;
+    }
+
+    /// One `-o ssl_*` option; `Ok(false)` if `k` is not one.
+    pub(super) fn apply_ssl_option(
+        &mut self,
+        k: &str,
+        v: &str,
+        warnings: &mut Vec<String>,
+    ) -> Result<bool, ConfigError> {
+        let path = || {
+            if v.is_empty() {
+                Err(ConfigError(format!("Missing {k} argument")))
+            } else {
+                Ok(v.to_string())
+            }
+        };
+        match k {
+            "ssl_chain_cert" => self.ssl_chain_cert = path()?,
+            "ssl_key" => self.ssl_key = path()?,
+            "ssl_ca_cert" => self.ssl_ca_cert = path()?,
+            "ssl_verify_mode" => {
+                self.ssl_verify_mode = v.parse().ok().filter(|m| *m <= 3).ok_or_else(|| {
+                    ConfigError(format!(
+                        "Invalid ssl_verify_mode {v:?}: 0 (none), 1 (request), 2 (require) or 3 (once)"
+                    ))
+                })?
+            }
+            "ssl_min_version" => self.ssl_min_version = min_version_name(v)?.to_string(),
+            "ssl_session_cache" => self.ssl_session_cache = true,
+            // PEM (1) is the only key format recalld reads.
+            "ssl_keyformat" if v == "1" => {}
+            "ssl_keyformat" => {
+                return Err(ConfigError(format!("ssl_keyformat {v:?}: recalld reads PEM keys only (ssl_keyformat=1)")))
+            }
+            // Refused rather than ignored: the operator asked for a
+            // restriction recalld would not apply.
+            "ssl_ciphers" => {
+                return Err(ConfigError(
+                    "ssl_ciphers is not supported: recalld offers rustls's cipher suites (TLS 1.3 AES-GCM and \
+                     ChaCha20-Poly1305, TLS 1.2 ECDHE with the same); use ssl_min_version=3 to allow TLS 1.3 only"
+                        .into(),
+                ))
+            }
+            "ssl_wbuf_size" | "ssl_kernel_tls" => warnings.push(format!("-o {k}: accepted, no effect in recalld")),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Check the transport settings (the certificate files are read, and
+    /// their errors reported, when the server starts).
+    pub(super) fn validate_transport(&self) -> Result<(), ConfigError> {
+        self.unix_mask_bits()?;
+        if self.ssl_verify_mode > 3 {
+            return Err(ConfigError(format!(
+                "Invalid ssl_verify_mode {}: 0 (none), 1 (request), 2 (require) or 3 (once)",
+                self.ssl_verify_mode
+            )));
+        }
+        min_version_name(&self.ssl_min_version)?;
+        if self.ssl_enabled {
+            if self.ssl_chain_cert.is_empty() {
+                return Err(ConfigError(
+                    "TLS (-Z) needs a certificate: -o ssl_chain_cert=FILE (and ssl_key=FILE unless the key is in it)"
+                        .into(),
+                ));
+            }
+            if self.ssl_verify_mode > 0 && self.ssl_ca_cert.is_empty() {
+                return Err(ConfigError(format!(
+                    "ssl_verify_mode {} checks client certificates: it needs -o ssl_ca_cert=FILE (the CAs they must chain to)",
+                    self.ssl_verify_mode
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// What to tell the operator about a transport setting that does less
+    /// than they may think.
+    pub(super) fn transport_warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        if self.ssl_enabled && !self.unix_socket.is_empty() {
+            w.push("-Z: TLS is for TCP; with -s recalld serves only the unix socket, without TLS".into());
+        }
+        w
+    }
+
+    /// `-a`: the unix socket's access mask (octal, like chmod).
+    pub fn unix_mask_bits(&self) -> Result<u32, ConfigError> {
+        u32::from_str_radix(self.unix_mask.trim(), 8).ok().filter(|m| *m <= 0o777).ok_or_else(|| {
+            ConfigError(format!("invalid unix socket mask (-a): {:?}, an octal mode like 0700", self.unix_mask))
+        })
+    }
+
+    /// `stats settings`' unix socket lines, as memcached prints them.
+    pub(super) fn unix_settings(&self) -> Vec<(String, String)> {
+        let path = if self.unix_socket.is_empty() { "NULL".into() } else { self.unix_socket.clone() };
+        vec![("domain_socket".into(), path), ("umask".into(), format!("{:o}", self.unix_mask_bits().unwrap_or(0o700)))]
+    }
+
+    /// `stats settings`' TLS lines, as memcached prints them (an unset
+    /// chain or key is C's "(null)" there, an unset CA "NULL").
+    pub(super) fn ssl_settings(&self) -> Vec<(String, String)> {
+        let b = |v: bool| if v { "yes" } else { "no" }.to_string();
+        let or = |s: &str, none: &str| if s.is_empty() { none.to_string() } else { s.to_string() };
+        vec![
+            ("ssl_enabled".into(), b(self.ssl_enabled)),
+            ("ssl_chain_cert".into(), or(&self.ssl_chain_cert, "(null)")),
+            ("ssl_key".into(), or(&self.ssl_key, "(null)")),
+            // memcached prints OpenSSL's flags for the mode: PEER (1),
+            // FAIL_IF_NO_PEER_CERT (2), CLIENT_ONCE (4).
+            ("ssl_verify_mode".into(), [0, 1, 3, 7][usize::from(self.ssl_verify_mode.min(3))].to_string()),
+            ("ssl_keyformat".into(), "1".into()),
+            ("ssl_ciphers".into(), "NULL".into()),
+            ("ssl_ca_cert".into(), or(&self.ssl_ca_cert, "NULL")),
+            // rustls writes at most one 16 KiB record per write, as
+            // memcached's default output buffer does.
+            ("ssl_wbuf_size".into(), "16384".into()),
+            ("ssl_session_cache".into(), b(self.ssl_session_cache)),
+            ("ssl_kernel_tls".into(), "no".into()),
+            ("ssl_min_version".into(), self.ssl_min_version.clone()),
+        ]
+    }
+}
+
+/// `ssl_min_version` by memcached's number or by name.
+fn min_version_name(v: &str) -> Result<&'static str, ConfigError> {
+    if let Some((_, name)) = MIN_VERSIONS.iter().find(|(n, name)| v == *n || v == *name) {
+        return Ok(name);
+    }
+    if matches!(v, "0" | "1" | "tlsv1.0" | "tlsv1.1") {
+        return Err(ConfigError(format!(
+            "ssl_min_version {v}: TLS 1.0 and 1.1 are not offered (recalld's TLS, rustls, supports 1.2 and 1.3): use 2 (tlsv1.2) or 3 (tlsv1.3)"
+        )));
+    }
+    Err(ConfigError(format!("Invalid ssl_min_version {v:?}: 2 (tlsv1.2) or 3 (tlsv1.3)")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Cli, Config};
+    use clap::Parser;
+
+    fn cfg(args: &[&str]) -> Result<Config, String> {
+        let cli = Cli::try_parse_from(std::iter::once("recalld").chain(args.iter().copied())).unwrap();
+        Config::from_cli(&cli).map(|(c, _)| c).map_err(|e| e.0)
+    }
+
+    fn setting(c: &Config, name: &str) -> String {
+        c.stats_settings().into_iter().find(|(k, _)| k == name).map(|(_, v)| v).unwrap_or_default()
+    }
+
+    #[test]
+    fn unix_socket_and_mask() {
+        let c = cfg(&[]).unwrap();
+        assert_eq!((setting(&c, "domain_socket"), setting(&c, "umask")), ("NULL".into(), "700".into()));
+        let c = cfg(&["-s", "/tmp/r.sock", "-a", "0755"]).unwrap();
+        assert_eq!(c.unix_mask_bits(), Ok(0o755));
+        assert_eq!((setting(&c, "domain_socket"), setting(&c, "umask")), ("/tmp/r.sock".into(), "755".into()));
+        for bad in ["0800", "rw", "1777"] {
+            let e = cfg(&["-s", "/tmp/r.sock", "-a", bad]).unwrap_err();
+            assert!(e.contains("-a") && e.contains(bad), "{e}");
+        }
+    }
+
+    #[test]
+    fn tls_options_with_memcached_meanings() {
+        let c = cfg(&[]).unwrap();
+        assert_eq!(setting(&c, "ssl_enabled"), "no");
+        assert_eq!(setting(&c, "ssl_chain_cert"), "(null)");
+        assert_eq!(setting(&c, "ssl_ca_cert"), "NULL");
+        assert_eq!(setting(&c, "ssl_min_version"), "tlsv1.2");
+        let c = cfg(&[
+            "-Z",
+            "-o",
+            "ssl_chain_cert=/c.pem,ssl_key=/k.pem,ssl_ca_cert=/ca.pem,ssl_verify_mode=2,ssl_min_version=3,ssl_session_cache",
+        ])
+        .unwrap();
+        assert!(c.ssl_enabled && c.ssl_session_cache);
+        assert_eq!((c.ssl_verify_mode, c.ssl_min_version.as_str()), (2, "tlsv1.3"));
+        assert_eq!(setting(&c, "ssl_key"), "/k.pem");
+        // As memcached prints it: OpenSSL's PEER | FAIL_IF_NO_PEER_CERT.
+        assert_eq!(setting(&c, "ssl_verify_mode"), "3");
+        assert_eq!(cfg(&["-o", "ssl_min_version=tlsv1.2"]).unwrap().ssl_min_version, "tlsv1.2");
+    }
+
+    #[test]
+    fn tls_settings_recalld_cannot_honour_are_refused() {
+        let e = cfg(&["-Z"]).unwrap_err();
+        assert!(e.contains("ssl_chain_cert"), "{e}");
+        let e = cfg(&["-Z", "-o", "ssl_chain_cert=/c.pem,ssl_verify_mode=2"]).unwrap_err();
+        assert!(e.contains("ssl_ca_cert"), "{e}");
+        for (opt, word) in [
+            ("ssl_min_version=1", "not offered"),
+            ("ssl_min_version=9", "Invalid ssl_min_version"),
+            ("ssl_verify_mode=4", "Invalid ssl_verify_mode"),
+            ("ssl_ciphers=HIGH", "ssl_ciphers"),
+            ("ssl_keyformat=2", "PEM"),
+            ("ssl_key=", "Missing ssl_key"),
+        ] {
+            let e = cfg(&["-o", opt]).unwrap_err();
+            assert!(e.contains(word), "{opt}: {e}");
+        }
+    }
+}

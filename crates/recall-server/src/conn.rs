@@ -1,0 +1,210 @@
+//! One connection's loop: read, run the session, wait for durability,
+//! write the replies. Written once for every transport (TCP, a unix
+//! socket, TLS over TCP): the stream is any `AsyncRead + AsyncWrite`, and
+//! the loop is compiled separately for each, so plain TCP pays nothing for
+//! the others.
+
+use std::io::IoSlice;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use recall_engine::stats::ConnGuard;
+use recall_engine::{Action, Counters, Engine, Out, ProtocolChoice, Segment, Session};
+use recall_persist::wal::Wal;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Read buffer growth step.
+const READ_CHUNK: usize = 16 * 1024;
+/// Read size while a large value streams in.
+const STREAM_READ: usize = 256 * 1024;
+
+/// What every connection of a worker shares.
+#[derive(Clone)]
+pub struct ConnCtx {
+    pub engine: Arc<Engine>,
+    pub counters: Arc<Counters>,
+    pub choice: ProtocolChoice,
+    pub idle: Option<Duration>,
+    pub wal: Option<Arc<Wal>>,
+}
+
+/// Serve one connection until it closes. `row` is its line in
+/// `stats conns`, removed when it closes.
+pub async fn connection<S>(cx: &ConnCtx, mut stream: S, row: Option<ConnGuard>) -> Action
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let (engine, counters, wal) = (&cx.engine, &cx.counters, &cx.wal);
+    let mut session = Session::new(engine, counters.clone(), cx.choice);
+    let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    let mut out = Out::with_capacity(READ_CHUNK);
+    loop {
+        // Execute whatever complete requests the buffer holds.
+        let done = session.process(engine, &buf, &mut out);
+        let (used, action) = (done.used, done.action);
+        if let (Some(c), true) = (&row, used > 0) {
+            c.command(engine.now());
+        }
+        // (`advance` lowers what `capacity` reports; the allocation stays.)
+        let allocated = buf.capacity();
+        bytes::Buf::advance(&mut buf, used);
+        // The batch's writes must be durable before any of its replies go
+        // out: with a write-ahead log, its position (group commit across
+        // connections; if the log failed, close instead of acknowledging);
+        // without one, an immediate flush_all is durable once a snapshot
+        // covers it (one was requested).
+        let b = done.barrier;
+        if let (Some(w), true) = (wal, b.log > 0) {
+            if let Err(e) = w.wait(b.log).await {
+                tracing::error!(error = %e, "write-ahead log failed; closing without acknowledging");
+                return Action::Close;
+            }
+        }
+        if b.snapshot > 0 && wal.is_none() {
+            wait_for_snapshot(engine, b.snapshot).await;
+        }
+        if !out.is_empty() {
+            counters.bytes_written.add(out.wire_len() as u64);
+            if write_out(&mut stream, &out).await.is_err() {
+                return Action::Close;
+            }
+            out.clear();
+            // Don't let one huge reply pin its memory for the connection's life.
+            if out.capacity() > 4 * READ_CHUNK {
+                out = Out::with_capacity(READ_CHUNK);
+            }
+        }
+        if let Action::Watch(streams) = action {
+            match crate::watch::serve(engine, &mut stream, streams).await {
+                Action::Continue => continue,
+                other => return other,
+            }
+        }
+        if action != Action::Continue {
+            return action;
+        }
+        if b.recovery {
+            // A write waits for the end of recovery (see the engine's
+            // session); the replies before it have gone out.
+            wait_for_recovery(engine).await;
+            continue;
+        }
+        if done.more {
+            // The session stopped at the reply budget, and its replies have
+            // been written (waiting for the socket): run the requests left
+            // before reading more, so a client that never reads stalls here
+            // holding one budget of replies. After `-R` requests, the other
+            // connections on this worker run first (memcached flushes its
+            // replies and yields the same way).
+            if done.yielded {
+                tokio::task::yield_now().await;
+            }
+            continue;
+        }
+        // A value streaming in is read in large pieces (memcached reads a
+        // value straight into the item with one big read); everything else
+        // in 16 KiB steps.
+        let want = if session.streaming() { STREAM_READ } else { READ_CHUNK };
+        if buf.is_empty() && !session.streaming() && allocated > 16 * READ_CHUNK {
+            // A large request (a replay batch, a big value) is done: don't
+            // keep its buffer for the connection's life.
+            buf = BytesMut::with_capacity(READ_CHUNK);
+        } else if buf.capacity() - buf.len() < want / 4 {
+            buf.reserve(want);
+        }
+        let read = stream.read_buf(&mut buf);
+        let n = match cx.idle {
+            Some(d) => match tokio::time::timeout(d, read).await {
+                Ok(r) => r,
+                Err(_) => {
+                    counters.idle_kicks.incr();
+                    return Action::Close;
+                }
+            },
+            None => read.await,
+        };
+        match n {
+            Ok(0) | Err(_) => return Action::Close,
+            Ok(n) => counters.bytes_read.add(n as u64),
+        }
+    }
+}
+
+/// Wait until a durable snapshot covers timestamp `ts` (the flush asked
+/// for one; the snapshot thread announces it). If snapshots are failing,
+/// give up after 10 s with an error in the log rather than never answering.
+async fn wait_for_snapshot(engine: &Arc<Engine>, ts: u64) {
+    // On the blocking pool: the wait blocks on the engine's condition
+    // variable, and the workers run one connection task per thread.
+    let e = engine.clone();
+    let covered = tokio::task::spawn_blocking(move || e.durability.wait_watermark(ts, Duration::from_secs(10)))
+        .await
+        .unwrap_or(false);
+    if !covered {
+        tracing::error!(ts, "flush_all: no snapshot covers it after 10 s; replying anyway (a crash now would undo it)");
+    }
+}
+
+/// Wait until the server is no longer recovering (every registered client
+/// replayed, or the grace period ended: the snapshot thread ends it).
+async fn wait_for_recovery(engine: &Arc<Engine>) {
+    let e = engine.clone();
+    // Bounded waits on the blocking pool, so a task never pins a blocking
+    // thread for the whole grace period in one call.
+    while e.durability.is_recovering() {
+        let e2 = e.clone();
+        let _ = tokio::task::spawn_blocking(move || e2.durability.wait_recovery_end(Duration::from_secs(1))).await;
+    }
+}
+
+/// Write a reply in order with vectored writes: plain bytes and the chunks
+/// of big values go out together, up to `MAX_IOV` slices per `writev`, like
+/// memcached's `sendmsg` with an iovec. A slow reader holds one reference to
+/// a big value, never a copy of it, and each write waits for the socket.
+///
+/// The flush at the end is for TLS, whose stream buffers a record until
+/// flushed (a no-op on a socket). The TLS stream encrypts each slice of a
+/// vectored write into its own bounded buffer, so big values still go out
+/// by reference, a record at a time.
+async fn write_out<S: AsyncWrite + Unpin>(stream: &mut S, out: &Out) -> std::io::Result<()> {
+    if let Some(b) = out.as_contiguous() {
+        stream.write_all(b).await?;
+        return stream.flush().await;
+    }
+    const MAX_IOV: usize = 64;
+    let segs = out.segments();
+    // Frame headers must outlive the slices that point at them.
+    let mut headers: Vec<[u8; 2]> = Vec::new();
+    for seg in &segs {
+        if let Segment::Big { value, framed: true } = seg {
+            headers.extend(value.chunks().iter().map(|c| (c.len() as u16).to_be_bytes()));
+        }
+    }
+    let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(MAX_IOV);
+    let mut h = 0;
+    for seg in &segs {
+        match seg {
+            Segment::Bytes(b) => slices.push(IoSlice::new(b)),
+            Segment::Big { value, framed } => {
+                for c in value.chunks() {
+                    if *framed {
+                        slices.push(IoSlice::new(&headers[h]));
+                        h += 1;
+                    }
+                    slices.push(IoSlice::new(c));
+                }
+            }
+        }
+    }
+    let mut rest = &mut slices[..];
+    while !rest.is_empty() {
+        let batch = rest.len().min(MAX_IOV);
+        let n = stream.write_vectored(&rest[..batch]).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        IoSlice::advance_slices(&mut rest, n);
+    }
+    stream.flush().await
+}

@@ -1,0 +1,137 @@
+//! The listening socket: TCP (`-l`, `-p`) or, with `-s`, a unix socket
+//! instead, as memcached serves one or the other.
+
+use std::io::{self, Write as _};
+use std::net::SocketAddr;
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use recall_engine::stats::Endpoint;
+
+use crate::config::Config;
+
+/// A bound, listening socket, not yet on a runtime.
+pub enum Bound {
+    Tcp(std::net::TcpListener),
+    Unix(std::os::unix::net::UnixListener, PathBuf),
+}
+
+/// A listener on the acceptor's runtime.
+pub enum Listener {
+    Tcp(tokio::net::TcpListener),
+    Unix(tokio::net::UnixListener),
+}
+
+/// An accepted connection on its way to a worker.
+pub enum Accepted {
+    Tcp(std::net::TcpStream),
+    Unix(std::os::unix::net::UnixStream),
+}
+
+impl Bound {
+    /// Bind what the configuration names: the unix socket if `-s` is set,
+    /// else TCP.
+    pub fn bind(cfg: &Config) -> io::Result<Bound> {
+        if cfg.unix_socket.is_empty() {
+            bind_tcp(cfg).map(Bound::Tcp)
+        } else {
+            let mask = cfg.unix_mask_bits().map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.0))?;
+            let path = PathBuf::from(&cfg.unix_socket);
+            bind_unix(&path, mask, cfg.listen_backlog as i32).map(|l| Bound::Unix(l, path.clone())).map_err(|e| {
+                io::Error::new(e.kind(), format!("failed to listen on UNIX socket {}: {e}", path.display()))
+            })
+        }
+    }
+
+    /// Where it listens, for `stats conns` and the "listening on" line.
+    pub fn endpoint(&self) -> io::Result<Endpoint> {
+        Ok(match self {
+            Bound::Tcp(l) => Endpoint::Tcp(l.local_addr()?),
+            Bound::Unix(_, path) => Endpoint::Unix(path.to_string_lossy().into()),
+        })
+    }
+
+    /// Move it onto the current tokio runtime.
+    pub fn into_listener(self) -> io::Result<Listener> {
+        Ok(match self {
+            Bound::Tcp(l) => Listener::Tcp(tokio::net::TcpListener::from_std(l)?),
+            Bound::Unix(l, _) => Listener::Unix(tokio::net::UnixListener::from_std(l)?),
+        })
+    }
+}
+
+impl Listener {
+    pub async fn accept(&self) -> io::Result<Accepted> {
+        Ok(match self {
+            Listener::Tcp(l) => {
+                let (s, _) = l.accept().await?;
+                let _ = s.set_nodelay(true);
+                Accepted::Tcp(s.into_std()?)
+            }
+            Listener::Unix(l) => Accepted::Unix(l.accept().await?.0.into_std()?),
+        })
+    }
+}
+
+impl Accepted {
+    /// Past the connection limit: say so (as memcached does, in plain
+    /// text, before any TLS) and close.
+    pub fn refuse(self) {
+        let msg = b"ERROR Too many open connections\r\n";
+        // The socket is non-blocking: one attempt, never a wait.
+        let _ = match self {
+            Accepted::Tcp(mut s) => s.write(msg),
+            Accepted::Unix(mut s) => s.write(msg),
+        };
+    }
+}
+
+/// This side's and the peer's address of a unix socket connection, as
+/// `stats conns` shows them.
+pub fn unix_endpoints(s: &tokio::net::UnixStream) -> (Endpoint, Endpoint) {
+    let name = |a: io::Result<tokio::net::unix::SocketAddr>| -> Arc<str> {
+        a.ok().and_then(|a| a.as_pathname().map(|p| p.to_string_lossy().into())).unwrap_or_else(|| "".into())
+    };
+    (Endpoint::Unix(name(s.peer_addr())), Endpoint::Unix(name(s.local_addr())))
+}
+
+fn bind_tcp(cfg: &Config) -> io::Result<std::net::TcpListener> {
+    let addr: SocketAddr = format!("{}:{}", cfg.listen, cfg.port).parse().or_else(|_| {
+        use std::net::ToSocketAddrs;
+        (cfg.listen.as_str(), cfg.port)
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address"))
+    })?;
+    let sock = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)?;
+    sock.set_reuse_address(true)?;
+    sock.bind(&addr.into())?;
+    sock.listen(cfg.listen_backlog as i32)?;
+    sock.set_nonblocking(true)?;
+    Ok(sock.into())
+}
+
+/// memcached's `server_socket_unix`: replace a stale socket file (only a
+/// socket: any other file at the path is an error), and bind under the
+/// umask that leaves exactly `mask`'s permissions, so the socket never
+/// exists with wider ones. The umask is process-wide: this runs before the
+/// server starts any thread.
+fn bind_unix(path: &Path, mask: u32, backlog: i32) -> io::Result<std::os::unix::net::UnixListener> {
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if meta.file_type().is_socket() {
+            std::fs::remove_file(path)?;
+        }
+    }
+    let sock = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
+    let addr = socket2::SockAddr::unix(path)?;
+    // SAFETY: umask only swaps the process's file mode mask.
+    let old = unsafe { libc::umask(!(mask as libc::mode_t) & 0o777) };
+    let bound = sock.bind(&addr);
+    // SAFETY: as above, restoring the previous mask.
+    unsafe { libc::umask(old) };
+    bound?;
+    sock.listen(backlog)?;
+    sock.set_nonblocking(true)?;
+    Ok(std::os::fd::OwnedFd::from(sock).into())
+}

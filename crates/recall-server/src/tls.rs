@@ -1,0 +1,232 @@
+//! TLS (`-Z`): memcached's `ssl_*` settings as one rustls `ServerConfig`,
+//! loaded once at start, and the TLS stream a connection runs over.
+//!
+//! Every file error names the file and stops the server at start, as
+//! memcached does: a server that came up without the certificate it was
+//! given would be worse than one that refused to start. `refresh_certs`
+//! and SIGHUP read the files again: new connections get the new
+//! configuration, open ones keep theirs, and a failed reload keeps the old
+//! one (and answers with the error). The handshake runs
+//! on the connection's worker (memcached starts it on the listener thread
+//! and finishes it on the worker; here the acceptor only accepts), and a
+//! failed one is counted in `ssl_handshake_errors`.
+
+use std::io;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use recall_engine::stats::TlsStats;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{NoServerSessionStorage, ServerSessionMemoryCache, StoresServerSessions, WebPkiClientVerifier};
+use rustls::{RootCertStore, ServerConfig};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsAcceptor;
+
+use crate::config::Config;
+
+/// Sessions the cache keeps (`ssl_session_cache`); the oldest go first.
+const SESSION_CACHE_SIZE: usize = 4096;
+
+/// What every TLS connection shares: the acceptor (replaced whole by a
+/// reload) and the counters.
+#[derive(Clone)]
+pub struct Tls {
+    acceptor: Arc<RwLock<TlsAcceptor>>,
+    stats: Arc<TlsStats>,
+}
+
+impl Tls {
+    /// Read the certificate chain, the key and the client CAs the settings
+    /// name and build the server's TLS configuration. `now` stamps the
+    /// certificates' load time (`time_since_server_cert_refresh`).
+    pub fn load(cfg: &Config, now: recall_store::UnixSecs) -> Result<Tls, String> {
+        let stats = Arc::new(TlsStats::new(cfg.ssl_session_cache, now));
+        let acceptor = Arc::new(RwLock::new(server_config(cfg, &stats)?));
+        let (files, target, counters) = (cfg.clone(), acceptor.clone(), stats.clone());
+        stats.set_reload(Box::new(move || {
+            let fresh = server_config(&files, &counters)?;
+            *target.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = fresh;
+            Ok(())
+        }));
+        Ok(Tls { acceptor, stats })
+    }
+
+    pub fn stats(&self) -> &Arc<TlsStats> {
+        &self.stats
+    }
+
+    /// Run the server's side of the handshake; `None` (counted) if it
+    /// fails or, with an idle timeout, takes longer than that.
+    pub async fn accept(&self, tcp: TcpStream, idle: Option<Duration>) -> Option<TlsConn> {
+        let acceptor = self.acceptor.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
+        let handshake = acceptor.accept(tcp);
+        let done = match idle {
+            Some(d) => tokio::time::timeout(d, handshake).await.unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into())),
+            None => handshake.await,
+        };
+        match done {
+            Ok(inner) => Some(TlsConn { inner, stats: self.stats.clone() }),
+            Err(e) => {
+                self.stats.handshake_error();
+                tracing::debug!(error = %e, "TLS handshake failed");
+                None
+            }
+        }
+    }
+}
+
+/// The rustls configuration the settings describe, from the files as
+/// they are now.
+fn server_config(cfg: &Config, stats: &Arc<TlsStats>) -> Result<TlsAcceptor, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let versions: &[&rustls::SupportedProtocolVersion] = match cfg.ssl_min_version.as_str() {
+        "tlsv1.3" => &[&rustls::version::TLS13],
+        _ => &[&rustls::version::TLS12, &rustls::version::TLS13],
+    };
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(versions)
+        .map_err(|e| format!("TLS: {e}"))?;
+    let builder = if cfg.ssl_verify_mode == 0 {
+        builder.with_no_client_auth()
+    } else {
+        let roots = load_roots(Path::new(&cfg.ssl_ca_cert))?;
+        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+        // Mode 1 (memcached's SSL_VERIFY_PEER alone): ask for a
+        // certificate and check one that is sent, but let a client
+        // without one in. Modes 2 and 3 refuse it.
+        let verifier = if cfg.ssl_verify_mode == 1 { verifier.allow_unauthenticated() } else { verifier };
+        let verifier =
+            verifier.build().map_err(|e| format!("cannot use the CA certificates in {}: {e}", cfg.ssl_ca_cert))?;
+        builder.with_client_cert_verifier(verifier)
+    };
+    let chain = load_chain(Path::new(&cfg.ssl_chain_cert))?;
+    // memcached: "private key, if not part of the ssl_chain_cert".
+    let key_path = if cfg.ssl_key.is_empty() { &cfg.ssl_chain_cert } else { &cfg.ssl_key };
+    let key = PrivateKeyDer::from_pem_file(key_path).map_err(|e| format!("Error loading the key: {key_path}: {e}"))?;
+    let mut server = builder.with_single_cert(chain, key).map_err(|e| {
+        format!("Error validating the certificate: the key {key_path} does not fit {}: {e}", cfg.ssl_chain_cert)
+    })?;
+    if cfg.ssl_session_cache {
+        server.session_storage =
+            Arc::new(CountingCache { inner: ServerSessionMemoryCache::new(SESSION_CACHE_SIZE), stats: stats.clone() });
+    } else {
+        server.session_storage = Arc::new(NoServerSessionStorage {});
+        server.send_tls13_tickets = 0;
+    }
+    Ok(TlsAcceptor::from(Arc::new(server)))
+}
+
+fn load_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let what = |e: &dyn std::fmt::Display| format!("Error loading the certificate chain: {}: {e}", path.display());
+    let chain = CertificateDer::pem_file_iter(path)
+        .map_err(|e| what(&e))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| what(&e))?;
+    if chain.is_empty() {
+        return Err(what(&"no PEM certificate in it"));
+    }
+    Ok(chain)
+}
+
+fn load_roots(path: &Path) -> Result<RootCertStore, String> {
+    let what = |e: &dyn std::fmt::Display| format!("Error loading the CA certificate: {}: {e}", path.display());
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(path).map_err(|e| what(&e))? {
+        roots.add(cert.map_err(|e| what(&e))?).map_err(|e| what(&e))?;
+    }
+    if roots.is_empty() {
+        return Err(what(&"no PEM certificate in it"));
+    }
+    Ok(roots)
+}
+
+/// rustls's session cache, counting the sessions it stores
+/// (`ssl_new_sessions`, memcached's new-session callback).
+#[derive(Debug)]
+struct CountingCache {
+    inner: Arc<ServerSessionMemoryCache>,
+    stats: Arc<TlsStats>,
+}
+
+impl StoresServerSessions for CountingCache {
+    fn put(&self, key: Vec<u8>, value: Vec<u8>) -> bool {
+        let stored = self.inner.put(key, value);
+        if stored {
+            self.stats.new_session();
+        }
+        stored
+    }
+
+    fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.inner.get(key)
+    }
+
+    fn take(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.inner.take(key)
+    }
+
+    fn can_cache(&self) -> bool {
+        true
+    }
+}
+
+/// A TLS connection after its handshake. It counts the records rustls
+/// refuses (`ssl_proto_errors`) and otherwise passes everything through,
+/// vectored writes included. Like a `BufWriter`, it must be flushed.
+pub struct TlsConn {
+    inner: tokio_rustls::server::TlsStream<TcpStream>,
+    stats: Arc<TlsStats>,
+}
+
+impl TlsConn {
+    fn count<T>(&self, r: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        // rustls reports a bad record (or alert) as InvalidData.
+        if let Poll::Ready(Err(e)) = &r {
+            if e.kind() == io::ErrorKind::InvalidData {
+                self.stats.proto_error();
+            }
+        }
+        r
+    }
+}
+
+impl AsyncRead for TlsConn {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        self.count(r)
+    }
+}
+
+impl AsyncWrite for TlsConn {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.count(r)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.count(r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let r = Pin::new(&mut self.inner).poll_flush(cx);
+        self.count(r)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
