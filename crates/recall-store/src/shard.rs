@@ -200,6 +200,20 @@ impl Shard {
         Admit { hash: h, size: fp, class: Class::of_expiry(slot.exptime) }
     }
 
+    /// A new expiry for the item in slot `i`, in place. The item's class
+    /// follows its expiry (see `Class`), so the policy hears of a change of
+    /// class.
+    fn set_expiry(&mut self, i: u32, t: UnixSecs) {
+        let s = &mut self.slots[i as usize];
+        let was = Class::of_expiry(s.exptime);
+        s.exptime = t;
+        self.has_ttl |= t != 0;
+        let class = Class::of_expiry(t);
+        if class != was {
+            self.policy.on_class(i, class);
+        }
+    }
+
     /// Memory of a slot about to be linked, with its big value if any.
     fn fp_new(&self, s: &Slot, big: Option<&Arc<BigValue>>) -> usize {
         let inline = footprint(s.klen(), s.len() - s.klen(), self.policy_overhead());
@@ -426,8 +440,7 @@ impl Shard {
         let atime = s.atime;
         let fetched = s.bits() & bit::FETCHED != 0;
         if let Some(t) = opts.touch {
-            s.exptime = t;
-            self.has_ttl |= t != 0;
+            self.set_expiry(i, t);
         }
         let s = &mut self.slots[i as usize];
         if !opts.no_bump {
@@ -607,12 +620,11 @@ impl Shard {
             v[..digits.len()].copy_from_slice(digits);
             v[digits.len()..].fill(b' ');
             s.cas = cas;
-            if let Some(t) = a.touch {
-                s.exptime = t;
-            }
             s.atime = ctx.now;
-            let exptime = s.exptime;
-            self.has_ttl |= exptime != 0;
+            if let Some(t) = a.touch {
+                self.set_expiry(i, t);
+            }
+            let exptime = self.slots[i as usize].exptime;
             self.policy.on_access(i);
             self.log_slot(ctx, i);
             return ArithOutcome::Done { value, cas, exptime, created: false };
@@ -640,9 +652,8 @@ impl Shard {
             s.clear_bits(bit::WIN_SENT);
             s.cas = ctx.draw_cas(d.explicit_cas);
             if let Some(t) = d.touch {
-                s.exptime = t;
+                self.set_expiry(i, t);
             }
-            self.has_ttl |= d.touch.is_some_and(|t| t != 0);
             self.log_slot(ctx, i);
             return DeleteOutcome::Deleted;
         }

@@ -692,3 +692,21 @@ fn prioritized_keeps_permanent_and_hot_items_through_a_burst_of_temporary_ones()
     let (perm, _, _) = lost(PolicyKind::SegmentedLru, 1024);
     assert!(perm > 100, "control: the segmented LRU lost only {perm} permanent items");
 }
+
+/// An item's class follows its expiry when a touch changes it in place,
+/// not only when the item is written: a permanent item touched to an
+/// expiry is temporary (and evicted as one), and back.
+#[test]
+fn prioritized_touch_moves_an_item_between_classes() {
+    let policy = PolicyConfig { kind: PolicyKind::Prioritized, ..Default::default() };
+    let s = Store::new(StoreConfig { mem_limit: 1 << 20, shards: 4, policy, ..Default::default() });
+    set(&s, b"k", b"v", 0, 1);
+    set(&s, b"t", b"v", 1_000_000, 1);
+    assert_eq!(s.stats().policy.prio_items, [1, 1, 0]);
+    assert!(s.touch(b"k", 1_000_000, 2));
+    assert_eq!(s.stats().policy.prio_items, [0, 2, 0]);
+    assert!(s.touch(b"t", 0, 2));
+    assert!(s.touch(b"k", 0, 2));
+    assert_eq!(s.stats().policy.prio_items, [2, 0, 0]);
+    assert_eq!(get(&s, b"k", 3).as_deref(), Some(&b"v"[..]));
+}

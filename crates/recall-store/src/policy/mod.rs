@@ -118,6 +118,12 @@ pub trait Policy: Send + 'static {
         self.on_remove(slot);
         self.on_insert(slot, admit);
     }
+    /// The item in `slot` changed class in place (a touch, `gat` or an
+    /// in-place `incr` gave it an expiry, or took its expiry away). Only
+    /// policies that treat the classes differently care.
+    fn on_class(&mut self, slot: u32, class: Class) {
+        let _ = (slot, class);
+    }
     /// The item in `slot` is gone (deleted, expired or replaced).
     fn on_remove(&mut self, slot: u32);
     /// The item in `slot`, whose key hashes to `hash`, was evicted.
@@ -398,6 +404,9 @@ impl Policy for AnyPolicy {
     #[inline]
     fn on_replace(&mut self, slot: u32, admit: Admit) {
         dispatch!(self, p => p.on_replace(slot, admit))
+    }
+    fn on_class(&mut self, slot: u32, class: Class) {
+        dispatch!(self, p => p.on_class(slot, class))
     }
     #[inline]
     fn on_remove(&mut self, slot: u32) {

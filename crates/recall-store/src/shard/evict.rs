@@ -22,7 +22,9 @@
 //! deletes and replacements only make the candidate younger, and an insert
 //! that ranks below it republishes), so a stale entry can only attract a
 //! look, which corrects it before anything is evicted, never hide an old
-//! item. A group minimum is lowered atomically (`fetch_min`) and recomputed
+//! item (except under the prioritized policies, whose ranks also move with
+//! store-wide class totals: see `policy/prioritized.rs`). A group minimum
+//! is lowered atomically (`fetch_min`) and recomputed
 //! when its minimum shard's rank rises; two shards of one group publishing
 //! at once can leave it briefly too high, which the next publish corrects.
 //!
