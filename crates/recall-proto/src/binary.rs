@@ -204,6 +204,9 @@ pub mod status {
     pub const EINVAL: u16 = 0x04;
     pub const NOT_STORED: u16 = 0x05;
     pub const DELTA_BADVAL: u16 = 0x06;
+    /// memcached's `PROTOCOL_BINARY_RESPONSE_AUTH_CONTINUE`: a SASL
+    /// exchange needs another step.
+    pub const AUTH_CONTINUE: u16 = 0x21;
     pub const UNKNOWN_COMMAND: u16 = 0x81;
     pub const ENOMEM: u16 = 0x82;
 }
@@ -223,15 +226,17 @@ pub fn error_status(s: crate::reply::Status, op: u8) -> u16 {
         },
         Status::StoreNoMemory | Status::NoMemory => status::ENOMEM,
         Status::NonNumeric => status::DELTA_BADVAL,
-        Status::FlushDisabled => STATUS_AUTH_ERROR,
+        Status::FlushDisabled | Status::AuthFailed => STATUS_AUTH_ERROR,
         Status::TooLarge => status::E2BIG,
         Status::BadChunk => status::EINVAL,
         Status::Stored | Status::Deleted | Status::Touched | Status::Ok => status::NO_ERROR,
     }
 }
 
-/// memcached's `PROTOCOL_BINARY_RESPONSE_AUTH_ERROR`, which it sends for a
-/// FLUSH when flush_all is disabled (with the body "Auth failure.").
+/// memcached's `PROTOCOL_BINARY_RESPONSE_AUTH_ERROR` (with the body "Auth
+/// failure."), which it sends for a failed SASL exchange, for any command
+/// before authentication with SASL on, and for a FLUSH when flush_all is
+/// disabled.
 pub const STATUS_AUTH_ERROR: u16 = 0x20;
 
 /// The body memcached's `write_bin_error` sends for a status (empty for
@@ -577,6 +582,17 @@ fn stores_value(op: u8) -> bool {
 /// value into an item, so it too is bounded by the item size; a SASL
 /// PLAIN message is a user name and a password, far below either.
 pub const SASL_DATA_MAX: usize = 16 * 1024;
+
+/// The opcode and opaque of the request whose header is at the front of
+/// `buf`, once the header is in and its lengths are consistent (the checks
+/// memcached makes before it looks at authentication), else `None`.
+pub fn request_head(buf: &[u8]) -> Option<(u8, u32)> {
+    if buf.len() < HEADER_LEN || buf[0] != MAGIC_REQUEST {
+        return None;
+    }
+    let h = Header::parse(buf);
+    (h.keylen + h.extlen <= h.bodylen).then_some((h.opcode, h.opaque))
+}
 
 /// Decode one request from the front of `buf`.
 ///

@@ -34,6 +34,10 @@
 //! Whether the user and password are right is not the codec's business: the
 //! engine checks them (recall-engine `auth.rs`).
 
+/// The reply to a token whose user and password are not in the auth file
+/// (a good one is answered `STORED`).
+pub const FAILURE: &str = "CLIENT_ERROR authentication failure";
+
 /// memcached's `MAX_AUTH_REQ_LEN`: the longest `<user> <password>` value.
 pub const AUTH_TOKEN_MAX: usize = 16384;
 /// memcached's `MIN_AUTH_REQ_LEN`: shorter lines close the connection.
