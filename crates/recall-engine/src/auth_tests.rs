@@ -18,7 +18,8 @@ struct Conn {
 impl Conn {
     fn new(sasl: bool, ascii: bool) -> Conn {
         let creds = Some(Arc::new(Credentials::parse(b"user:pencil\n").unwrap()));
-        let auth = AuthConfig { sasl: if sasl { creds.clone() } else { None }, ascii: if ascii { creds } else { None } };
+        let auth =
+            AuthConfig { sasl: if sasl { creds.clone() } else { None }, ascii: if ascii { creds } else { None } };
         let cfg = EngineConfig { auth, ..Default::default() };
         let e = Engine::new(Store::new(StoreConfig::default()), Arc::new(ManualClock::new(1_700_000_000)), cfg);
         let s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);

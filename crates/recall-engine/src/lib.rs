@@ -210,10 +210,10 @@ impl Engine {
 }
 
 #[cfg(test)]
+mod auth_tests;
+#[cfg(test)]
 mod reply_budget_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod write_path_tests;
-#[cfg(test)]
-mod auth_tests;

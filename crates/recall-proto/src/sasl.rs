@@ -50,7 +50,8 @@ mod tests {
 
     #[test]
     fn plain_has_exactly_three_fields() {
-        let p = |a: &'static [u8], c: &'static [u8], w: &'static [u8]| Some(Plain { authzid: a, authcid: c, password: w });
+        let p =
+            |a: &'static [u8], c: &'static [u8], w: &'static [u8]| Some(Plain { authzid: a, authcid: c, password: w });
         assert_eq!(parse_plain(b"\0user\0pencil"), p(b"", b"user", b"pencil"));
         assert_eq!(parse_plain(b"admin\0user\0"), p(b"admin", b"user", b""));
         assert_eq!(parse_plain(b"\0\0"), p(b"", b"", b""));

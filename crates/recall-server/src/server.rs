@@ -87,8 +87,9 @@ fn failpoint_from_env() -> std::io::Result<Option<recall_persist::failpoint::Cra
 pub fn run(cfg: Config) -> std::io::Result<()> {
     // Before anything else: a credentials file that cannot be read stops
     // the start, naming the file.
-    let auth = crate::auth::load(&cfg, std::env::var_os(crate::auth::SASL_PWDB_ENV).as_deref().map(std::path::Path::new))
-        .map_err(std::io::Error::other)?;
+    let auth =
+        crate::auth::load(&cfg, std::env::var_os(crate::auth::SASL_PWDB_ENV).as_deref().map(std::path::Path::new))
+            .map_err(std::io::Error::other)?;
     // First, while this is the only thread: binding a unix socket sets the
     // process's umask for a moment (see listeners.rs).
     let bound = Bound::bind(&cfg)?;

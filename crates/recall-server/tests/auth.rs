@@ -96,7 +96,11 @@ fn sasl_wrong_then_right_password() {
     // The counters and settings memcached reports.
     s.write_all(&bin_req(0x10, 7, &[], &[], &[])).unwrap();
     let (stats, _) = read_until(&mut s, Duration::from_secs(10), |b| contains(b, b"auth_errors"));
-    assert!(contains(&stats, b"auth_cmds2") && contains(&stats, b"auth_errors1"), "{}", String::from_utf8_lossy(&stats));
+    assert!(
+        contains(&stats, b"auth_cmds2") && contains(&stats, b"auth_errors1"),
+        "{}",
+        String::from_utf8_lossy(&stats)
+    );
 }
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
