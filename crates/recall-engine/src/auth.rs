@@ -158,12 +158,18 @@ impl AuthState {
         self.ascii_required && !self.authenticated
     }
 
+    /// Whether binary requests must pass [`AuthState::binary_admits`]
+    /// (`-S`, not yet authenticated); one test on the request path
+    /// otherwise.
+    pub fn binary_locked(&self) -> bool {
+        self.sasl_required && !self.authenticated
+    }
+
     /// Whether a binary request with this opcode may run (memcached's
     /// `authenticated()`): always without `-S`; with it, only the SASL
     /// commands and VERSION until an exchange succeeded.
     pub fn binary_admits(&self, op: u8) -> bool {
-        !self.sasl_required
-            || self.authenticated
+        !self.binary_locked()
             || matches!(op, opcode::SASL_LIST_MECHS | opcode::SASL_AUTH | opcode::SASL_STEP | opcode::VERSION)
     }
 

@@ -330,9 +330,11 @@ impl Session {
     fn step_binary(&mut self, engine: &Engine, buf: &[u8], cx: &mut Cx<'_>, out: &mut Out) -> (usize, Action) {
         // memcached refuses an unauthenticated command from its header, so
         // nothing of its body is buffered.
-        if let Some((op, opaque)) = recall_proto::binary::request_head(buf) {
-            if !self.auth.binary_admits(op) {
-                return (0, engine.binary_unauthenticated(op, opaque, out));
+        if self.auth.binary_locked() {
+            if let Some((op, opaque)) = recall_proto::binary::request_head(buf) {
+                if !self.auth.binary_admits(op) {
+                    return (0, engine.binary_unauthenticated(op, opaque, out));
+                }
             }
         }
         match recall_proto::binary::decode(buf, &self.limits) {
