@@ -13,7 +13,9 @@
 //! order it checks (reproduced here):
 //!
 //! * fewer than 3 bytes, or no `\n` yet within 2048 bytes: wait;
-//! * no `\n` in more than 2048 bytes: close, no reply;
+//! * no `\n` in more than 2048 bytes: close, no reply (here: no `\n` in
+//!   the first 2049 bytes, so that the answer does not depend on how the
+//!   bytes arrived);
 //! * a line (without its `\n`) shorter than 6 bytes: close, no reply (so
 //!   `quit` closes);
 //! * fewer than 5 tokens, no `set`, or a length that is not a `u32`:
@@ -88,7 +90,11 @@ pub fn decode(buf: &[u8]) -> AuthDecoded<'_> {
     if buf.len() < 3 {
         return AuthDecoded::Incomplete;
     }
-    let Some(nl) = buf.iter().position(|&b| b == b'\n') else {
+    // memcached looks for the newline in whatever it has read, so whether a
+    // line over 2048 bytes closes depends on how the bytes arrived; looking
+    // only within the first 2049 makes it close however they arrive.
+    let window = &buf[..buf.len().min(NO_NEWLINE_MAX + 1)];
+    let Some(nl) = window.iter().position(|&b| b == b'\n') else {
         return if buf.len() > NO_NEWLINE_MAX { AuthDecoded::Close } else { AuthDecoded::Incomplete };
     };
     if nl < LINE_MIN {
@@ -171,6 +177,12 @@ mod tests {
         }
         assert_eq!(decode(&[b'x'; NO_NEWLINE_MAX]), AuthDecoded::Incomplete);
         assert_eq!(decode(&[b'x'; NO_NEWLINE_MAX + 1]), AuthDecoded::Close);
+        // A line too long closes whether its newline has arrived or not.
+        let mut long = vec![b'x'; NO_NEWLINE_MAX + 1];
+        long.extend_from_slice(b"\r\n");
+        assert_eq!(decode(&long), AuthDecoded::Close);
+        long[NO_NEWLINE_MAX] = b'\n';
+        assert!(matches!(decode(&long), AuthDecoded::Refused { consumed, .. } if consumed == NO_NEWLINE_MAX + 1));
     }
 
     #[test]
