@@ -17,9 +17,10 @@
 //! Invariants:
 //! * no panic (which includes debug overflow checks and ASan);
 //! * every call uses at most the bytes it was given;
-//! * after a call returns Continue, calling again with the leftover bytes
-//!   and nothing new uses nothing and writes nothing (the session executes
-//!   every complete request it has: the leftover is an incomplete one);
+//! * after a call returns Continue without `more`, calling again with the
+//!   leftover bytes and nothing new uses nothing and writes nothing (the
+//!   session executes every complete request it has: the leftover is an
+//!   incomplete one);
 //! * split independence: with the clock still, delivering the input in
 //!   chunks gives byte-identical replies and the same final action as
 //!   delivering it at once (skipped when the output holds `stats` rusage
@@ -66,12 +67,19 @@ fn run(s: &Setup, input: &[u8], chunk: usize, tick: u32) -> (Vec<u8>, Action) {
     for piece in input.chunks(chunk.max(1)) {
         clock.advance(tick);
         pending.extend_from_slice(piece);
-        let p = session.process(&e, &pending, &mut out);
-        let (used, action) = (p.used, p.action);
-        assert!(used <= pending.len(), "process used {used} of {} bytes", pending.len());
-        pending.drain(..used);
-        if action != Action::Continue {
-            return (out.flatten(), action);
+        // A call that stopped at the reply budget (`more`) is called again,
+        // as the server does once it has written the replies.
+        loop {
+            let p = session.process(&e, &pending, &mut out);
+            let (used, action) = (p.used, p.action);
+            assert!(used <= pending.len(), "process used {used} of {} bytes", pending.len());
+            pending.drain(..used);
+            if action != Action::Continue {
+                return (out.flatten(), action);
+            }
+            if !p.more {
+                break;
+            }
         }
         // Quiescent: nothing more can be done without more bytes.
         let before = out.wire_len();
