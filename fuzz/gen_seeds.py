@@ -317,6 +317,25 @@ def main():
     put("sim_lcs_csv", "tab", b"obj-id-col=1,time-col=0,obj-size-col=2,delimiter=tab,has-header=false\x00x\t5\ny\t6\n")
     put("sim_lcs_csv", "bad", b"\x00h\n1,a,x\n")
 
+    # Authentication (-Y token, SASL PLAIN, the auth file), and a session
+    # with both on (byte 1 bits 0..1 set: -S and -Y, user u, password p).
+    for name, b in [
+        ("token", b"set k 0 0 3\r\nu p\r\n"),
+        ("token-lf", b"set anykey 1 2 3\nu p\r\n"),
+        ("wrong", b"set k 0 0 9\r\nu nopenop\r\n"),
+        ("refused", b"get foo\r\n"),
+        ("too-long", b"set k 0 0 16385\r\n"),
+        ("plain", b"\x00u\x00p"),
+        ("plain-authzid", b"u\x00u\x00p"),
+    ]:
+        put("auth_token", name, b)
+    put("auth_file", "two", b"alice:wonder land\nbob:\r\n\n")
+    put("auth_file", "malformed", b"u:p\nnocolon\n")
+    put("engine_session", "auth-text", b"\x06\x03get k\r\nset k 0 0 3\r\nu p\r\nset k 0 0 1\r\nv\r\nget k\r\n")
+    put("engine_session", "auth-sasl", b"\x06\x03" + bin_req(0x00, key=b"k"))
+    put("engine_session", "auth-sasl-ok", b"\x06\x03" + bin_req(0x20) + bin_req(0x21, key=b"PLAIN", value=b"\x00u\x00p")
+        + bin_req(0x01, key=b"k", extras=b"\x00" * 8, value=b"v") + bin_req(0x00, key=b"k"))
+
     for t, n in sorted(counts.items()):
         print(f"{t}: {n} seeds")
     return 0

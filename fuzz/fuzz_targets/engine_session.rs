@@ -9,15 +9,18 @@
 //! with short inputs), expansion (bit 7: `FE FE n b` in the stream stands
 //! for (n + 1) KiB of byte `b`, and chunks are 997 times larger, so values
 //! past the 128 KiB big-value threshold are reachable); byte 1 = protocol
-//! choice (mod 3: auto, ascii, binary) and seconds the clock moves per
-//! chunk (bits 2..7) in the third run. The rest is the byte stream.
+//! choice (mod 3: auto, ascii, binary), authentication (bits 0..1 both
+//! set: `-S` and `-Y` both on, with the user `u` and password `p`, so the
+//! login paths and the refusals before it run) and seconds the clock moves
+//! per chunk (bits 2..7) in the third run. The rest is the byte stream.
 //!
 //! Invariants:
 //! * no panic (which includes debug overflow checks and ASan);
 //! * every call uses at most the bytes it was given;
-//! * after a call returns Continue, calling again with the leftover bytes
-//!   and nothing new uses nothing and writes nothing (the session executes
-//!   every complete request it has: the leftover is an incomplete one);
+//! * after a call returns Continue without `more`, calling again with the
+//!   leftover bytes and nothing new uses nothing and writes nothing (the
+//!   session executes every complete request it has: the leftover is an
+//!   incomplete one);
 //! * split independence: with the clock still, delivering the input in
 //!   chunks gives byte-identical replies and the same final action as
 //!   delivering it at once (skipped when the output holds `stats` rusage
@@ -27,6 +30,7 @@
 use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
+use recall_engine::auth::{AuthConfig, Credentials};
 use recall_engine::{Action, Engine, EngineConfig, Out, ProtocolChoice, Session};
 use recall_store::{ManualClock, Store, StoreConfig};
 
@@ -35,13 +39,18 @@ struct Setup {
     small_items: bool,
     choice: ProtocolChoice,
     tick: u32,
+    auth: bool,
 }
 
-fn engine(clock: Arc<ManualClock>, small_items: bool) -> Engine {
+fn engine(clock: Arc<ManualClock>, small_items: bool, auth: bool) -> Engine {
     let store = Store::new(StoreConfig { mem_limit: 64 << 20, shards: 16, ..Default::default() });
     let mut cfg = EngineConfig { shutdown_enabled: false, ..Default::default() };
     if small_items {
         cfg.item_size_max = 2048;
+    }
+    if auth {
+        let users = Arc::new(Credentials::parse(b"u:p\n").expect("valid"));
+        cfg.auth = AuthConfig { sasl: Some(users.clone()), ascii: Some(users) };
     }
     Engine::new(store, clock, cfg)
 }
@@ -50,7 +59,7 @@ fn engine(clock: Arc<ManualClock>, small_items: bool) -> Engine {
 /// that ended the run (Continue if the input ran out).
 fn run(s: &Setup, input: &[u8], chunk: usize, tick: u32) -> (Vec<u8>, Action) {
     let clock = Arc::new(ManualClock::new(1_700_000_000));
-    let e = engine(clock.clone(), s.small_items);
+    let e = engine(clock.clone(), s.small_items, s.auth);
     let counters = e.registry.register();
     let mut session = Session::new(&e, counters, s.choice);
     let mut pending: Vec<u8> = Vec::new();
@@ -58,12 +67,19 @@ fn run(s: &Setup, input: &[u8], chunk: usize, tick: u32) -> (Vec<u8>, Action) {
     for piece in input.chunks(chunk.max(1)) {
         clock.advance(tick);
         pending.extend_from_slice(piece);
-        let p = session.process(&e, &pending, &mut out);
-        let (used, action) = (p.used, p.action);
-        assert!(used <= pending.len(), "process used {used} of {} bytes", pending.len());
-        pending.drain(..used);
-        if action != Action::Continue {
-            return (out.flatten(), action);
+        // A call that stopped at the reply budget (`more`) is called again,
+        // as the server does once it has written the replies.
+        loop {
+            let p = session.process(&e, &pending, &mut out);
+            let (used, action) = (p.used, p.action);
+            assert!(used <= pending.len(), "process used {used} of {} bytes", pending.len());
+            pending.drain(..used);
+            if action != Action::Continue {
+                return (out.flatten(), action);
+            }
+            if !p.more {
+                break;
+            }
         }
         // Quiescent: nothing more can be done without more bytes.
         let before = out.wire_len();
@@ -113,6 +129,7 @@ fuzz_target!(|data: &[u8]| {
             _ => ProtocolChoice::Binary,
         },
         tick: (data[1] >> 2) as u32,
+        auth: data[1] & 3 == 3,
     };
     let expanded;
     let mut s = s;

@@ -86,9 +86,12 @@ def free_port() -> int:
 
 
 def _wants_binary_only(args: Sequence[str]) -> bool:
-    """True when the server was told to speak only the binary protocol, so the
-    readiness probe must not use a text command."""
+    """True when the server was told to speak only the binary protocol (-B
+    binary, or -S: SASL is binary-only), so the readiness probe must not use
+    a text command."""
     args = list(args)
+    if "-S" in args or "--enable-sasl" in args:
+        return True
     for i, a in enumerate(args):
         if a == "-B" and i + 1 < len(args) and args[i + 1] == "binary":
             return True
@@ -176,7 +179,9 @@ class ServerProcess:
                         ok = header[0] == RES_MAGIC
                     else:
                         s.sendall(b"version\r\n")
-                        ok = _recv_line(s).startswith(b"VERSION ")
+                        # With -Y (an auth file) every command before the
+                        # login token gets this refusal: it is up, too.
+                        ok = _recv_line(s).startswith((b"VERSION ", b"CLIENT_ERROR unauthenticated"))
                 if ok and self.proc.poll() is None:
                     return "ready"
                 # Something answered, but not our server (or not correctly):

@@ -146,7 +146,11 @@ impl Engine {
             BinCommand::Noop => binary::write_ok(out, op, opaque, 0),
             BinCommand::Version => binary::write_version(out, opaque, MEMCACHED_COMPAT_VERSION.as_bytes()),
             BinCommand::Stat { group } => self.bin_stats(group, opaque, out),
-            BinCommand::Verbosity { .. } => binary::write_error(out, op, opaque, status::UNKNOWN_COMMAND),
+            // With SASL on the session runs these (auth.rs); without, they
+            // are unknown, as in a memcached without -S.
+            BinCommand::Verbosity { .. } | BinCommand::SaslListMechs | BinCommand::Sasl { .. } => {
+                binary::write_error(out, op, opaque, status::UNKNOWN_COMMAND)
+            }
         }
         Action::Continue
     }

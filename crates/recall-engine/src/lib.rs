@@ -11,6 +11,7 @@
 //! and the [`Barrier`] the replies must wait for).
 
 mod admin;
+pub mod auth;
 mod binary;
 pub mod durability;
 mod execute;
@@ -85,6 +86,8 @@ pub struct EngineConfig {
     /// returns with `yielded` set, so the connection lets the others on
     /// its worker run (memcached's `reqs_per_event`). 0 = no limit.
     pub reqs_per_event: usize,
+    /// `-S` / `-Y`: what clients must prove before they are served.
+    pub auth: auth::AuthConfig,
 }
 
 impl Default for EngineConfig {
@@ -100,6 +103,7 @@ impl Default for EngineConfig {
             watch_enabled: true,
             prefix_delimiter: b':',
             reqs_per_event: 0,
+            auth: auth::AuthConfig::default(),
         }
     }
 }
@@ -205,6 +209,8 @@ impl Engine {
     }
 }
 
+#[cfg(test)]
+mod auth_tests;
 #[cfg(test)]
 mod reply_budget_tests;
 #[cfg(test)]

@@ -21,12 +21,13 @@
 
 use std::sync::Arc;
 
-use recall_proto::binary::BinDecoded;
+use recall_proto::binary::{BinCommand, BinDecoded};
 use recall_proto::stream::{FrameEvent, FrameReader};
 use recall_proto::text::{self, Command, Decoded, StoreCmd, StreamBody};
 use recall_proto::Limits;
 use recall_store::{BigBuilder, BIG_THRESHOLD};
 
+use crate::auth::AuthState;
 use crate::{Action, Barrier, Counters, Cx, Engine, Out};
 
 /// What one call of [`Session::process`] did.
@@ -127,6 +128,8 @@ pub struct Session {
     reqs_per_event: usize,
     /// The last `process` stopped at `reqs_per_event`.
     yielded: bool,
+    /// What this connection has proved (`-S`, `-Y`): see `auth.rs`.
+    auth: AuthState,
 }
 
 impl Session {
@@ -146,6 +149,7 @@ impl Session {
             more: false,
             reqs_per_event: engine.config.reqs_per_event,
             yielded: false,
+            auth: AuthState::new(&engine.config.auth),
         }
     }
 
@@ -236,6 +240,11 @@ impl Session {
                 }
             };
             let (used, action) = match proto {
+                // Authentication is checked here, once per request, before
+                // any command runs: a locked text connection is read as
+                // memcached's auth token only, and step_binary refuses
+                // from the header.
+                Proto::Text if self.auth.text_locked() => engine.text_login(&mut self.auth, buf, cx.counters, out),
                 Proto::Text => self.step_text(engine, buf, limit, &mut cx, out),
                 Proto::Binary => self.step_binary(engine, buf, &mut cx, out),
             };
@@ -319,10 +328,32 @@ impl Session {
 
     /// One binary request. Returns bytes used (0 = need more input).
     fn step_binary(&mut self, engine: &Engine, buf: &[u8], cx: &mut Cx<'_>, out: &mut Out) -> (usize, Action) {
+        // memcached refuses an unauthenticated command from its header, so
+        // nothing of its body is buffered.
+        if self.auth.binary_locked() {
+            if let Some((op, opaque)) = recall_proto::binary::request_head(buf) {
+                if !self.auth.binary_admits(op) {
+                    return (0, engine.binary_unauthenticated(op, opaque, out));
+                }
+            }
+        }
         match recall_proto::binary::decode(buf, &self.limits) {
             Ok(BinDecoded::Incomplete) => (0, Action::Continue),
             Ok(BinDecoded::Request(req, _)) if self.hold(engine, req.cmd.mutates()) => (0, Action::Continue),
-            Ok(BinDecoded::Request(req, used)) => (used, engine.binary_exec(req.opcode, req.opaque, &req.cmd, cx, out)),
+            Ok(BinDecoded::Request(req, used)) => {
+                let sasl = match req.cmd {
+                    BinCommand::SaslListMechs => Some(None),
+                    BinCommand::Sasl { step, mech, data } => Some(Some((step, mech, data))),
+                    _ => None,
+                };
+                match sasl {
+                    Some(cmd) if self.auth.sasl_enabled() => {
+                        engine.binary_sasl(&mut self.auth, req.opcode, req.opaque, cmd, cx.counters, out);
+                        (used, Action::Continue)
+                    }
+                    _ => (used, engine.binary_exec(req.opcode, req.opaque, &req.cmd, cx, out)),
+                }
+            }
             Err(e) => {
                 self.swallow = e.swallow;
                 (e.consumed, engine.binary_error(&e, cx, out))

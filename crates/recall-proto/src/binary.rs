@@ -49,9 +49,8 @@
 //!    magic; STAT + value → close with nothing sent). We reject a value on
 //!    these as Invalid arguments + close instead: the connection dies either
 //!    way, and no state is changed on garbage.
-//! 5. Unknown opcode (anything not listed in [`opcode`], SASL with SASL
-//!    disabled, and VERBOSITY, which memcached 1.6.18 does not implement in
-//!    binary) → 0x81 "Unknown command", body swallowed, connection kept
+//! 5. Unknown opcode (anything not listed in [`opcode`], and VERBOSITY,
+//!    which memcached 1.6.18 does not implement in binary) → 0x81 "Unknown command", body swallowed, connection kept
 //!    ([`BinErrorKind::UnknownCommand`]). memcached swallows `bodylen` bytes
 //!    *after* the extras and key it already consumed, i.e. too many whenever
 //!    extlen + keylen > 0 (observed: 0x50 with key "abc" followed by a NOOP
@@ -135,6 +134,8 @@
 //! Unknown opcode 0x50, empty body, opaque 35: connection stays open
 //!   81 50 0000 00 00 0081 0000000f 00000035 0000000000000000 | "Unknown command"
 //! SASL_LIST_MECHS (SASL off) → 0x81 "Unknown command", connection stays open
+//! (the engine gives that answer; the codec decodes the SASL opcodes so the
+//! engine can run them when SASL is on, see recall-engine's `auth.rs`)
 //! VERBOSITY without extras → 0x81 "Unknown command"
 //! SET with a 2 MiB value (-I 1m), opaque 44: value swallowed, stays open
 //!   81 01 0000 00 00 0003 0000000a 00000044 0000000000000000 | "Too large."
@@ -203,6 +204,9 @@ pub mod status {
     pub const EINVAL: u16 = 0x04;
     pub const NOT_STORED: u16 = 0x05;
     pub const DELTA_BADVAL: u16 = 0x06;
+    /// memcached's `PROTOCOL_BINARY_RESPONSE_AUTH_CONTINUE`: a SASL
+    /// exchange needs another step.
+    pub const AUTH_CONTINUE: u16 = 0x21;
     pub const UNKNOWN_COMMAND: u16 = 0x81;
     pub const ENOMEM: u16 = 0x82;
 }
@@ -222,15 +226,17 @@ pub fn error_status(s: crate::reply::Status, op: u8) -> u16 {
         },
         Status::StoreNoMemory | Status::NoMemory => status::ENOMEM,
         Status::NonNumeric => status::DELTA_BADVAL,
-        Status::FlushDisabled => STATUS_AUTH_ERROR,
+        Status::FlushDisabled | Status::AuthFailed => STATUS_AUTH_ERROR,
         Status::TooLarge => status::E2BIG,
         Status::BadChunk => status::EINVAL,
         Status::Stored | Status::Deleted | Status::Touched | Status::Ok => status::NO_ERROR,
     }
 }
 
-/// memcached's `PROTOCOL_BINARY_RESPONSE_AUTH_ERROR`, which it sends for a
-/// FLUSH when flush_all is disabled (with the body "Auth failure.").
+/// memcached's `PROTOCOL_BINARY_RESPONSE_AUTH_ERROR` (with the body "Auth
+/// failure."), which it sends for a failed SASL exchange, for any command
+/// before authentication with SASL on, and for a FLUSH when flush_all is
+/// disabled.
 pub const STATUS_AUTH_ERROR: u16 = 0x20;
 
 /// The body memcached's `write_bin_error` sends for a status (empty for
@@ -384,6 +390,16 @@ pub enum BinCommand<'a> {
     /// with 0x81 "Unknown command".
     Verbosity {
         level: u32,
+    },
+    /// SASL_LIST_MECHS: which mechanisms the server offers.
+    SaslListMechs,
+    /// SASL_AUTH (`step == false`) or SASL_STEP: the mechanism's name is the
+    /// key, the client's message the value. A server without SASL answers
+    /// 0x81 "Unknown command", as memcached does.
+    Sasl {
+        step: bool,
+        mech: &'a [u8],
+        data: &'a [u8],
     },
 }
 
@@ -551,9 +567,6 @@ fn shape(op: u8, extlen: usize, keylen: usize, vlen: usize) -> Shape {
     };
     if !ok {
         Shape::Invalid
-    } else if matches!(op, SASL_LIST_MECHS | SASL_AUTH | SASL_STEP) {
-        // recall has no SASL: answered like memcached with SASL disabled.
-        Shape::Unknown
     } else {
         Shape::Ok
     }
@@ -563,6 +576,22 @@ fn shape(op: u8, extlen: usize, keylen: usize, vlen: usize) -> Shape {
 fn stores_value(op: u8) -> bool {
     use opcode::*;
     matches!(op, SET | SETQ | ADD | ADDQ | REPLACE | REPLACEQ | APPEND | APPENDQ | PREPEND | PREPENDQ)
+}
+
+/// The largest SASL message buffered. memcached reads a SASL_AUTH/STEP
+/// value into an item, so it too is bounded by the item size; a SASL
+/// PLAIN message is a user name and a password, far below either.
+pub const SASL_DATA_MAX: usize = 16 * 1024;
+
+/// The opcode and opaque of the request whose header is at the front of
+/// `buf`, once the header is in and its lengths are consistent (the checks
+/// memcached makes before it looks at authentication), else `None`.
+pub fn request_head(buf: &[u8]) -> Option<(u8, u32)> {
+    if buf.len() < HEADER_LEN || buf[0] != MAGIC_REQUEST {
+        return None;
+    }
+    let h = Header::parse(buf);
+    (h.keylen + h.extlen <= h.bodylen).then_some((h.opcode, h.opaque))
 }
 
 /// Decode one request from the front of `buf`.
@@ -620,6 +649,12 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<BinDecoded<'a>, BinE
         Shape::Ok => {}
         Shape::Invalid => return fail(BinErrorKind::Invalid),
         Shape::Unknown => return swallowing(BinErrorKind::UnknownCommand, None),
+    }
+    if matches!(h.opcode, opcode::SASL_AUTH | opcode::SASL_STEP) && vlen > SASL_DATA_MAX {
+        // Refused from the header, never buffered. (memcached with SASL on
+        // answers 0x82 when the item cannot be allocated; without SASL,
+        // "Unknown command" as here.)
+        return swallowing(BinErrorKind::UnknownCommand, None);
     }
     if stores_value(h.opcode) {
         // The size depends on the flags, and a refused SET must name its key:
@@ -685,6 +720,8 @@ fn command<'a>(op: u8, cas: u64, extras: &'a [u8], key: &'a [u8], value: &'a [u8
         VERSION => BinCommand::Version,
         STAT => BinCommand::Stat { group: key },
         VERBOSITY => BinCommand::Verbosity { level: be32(extras) },
+        SASL_LIST_MECHS => BinCommand::SaslListMechs,
+        SASL_AUTH | SASL_STEP => BinCommand::Sasl { step: op == SASL_STEP, mech: key, data: value },
         _ => unreachable!("shape() admits only the opcodes above"),
     }
 }

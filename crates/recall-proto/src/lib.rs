@@ -19,6 +19,7 @@ pub mod meta;
 pub mod num;
 pub mod replay;
 pub mod reply;
+pub mod sasl;
 pub mod stream;
 pub mod text;
 

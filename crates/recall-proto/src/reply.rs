@@ -140,6 +140,9 @@ pub enum Status {
     TooLarge,
     /// A streamed value whose framing broke.
     BadChunk,
+    /// A login (the text auth token, a SASL exchange) with a user and
+    /// password that are not on file.
+    AuthFailed,
 }
 
 impl Status {
@@ -159,6 +162,7 @@ impl Status {
             Status::FlushDisabled => b"CLIENT_ERROR flush_all not allowed",
             Status::TooLarge => b"SERVER_ERROR object too large for cache",
             Status::BadChunk => crate::msg::BAD_CHUNK.as_bytes(),
+            Status::AuthFailed => crate::text::auth::FAILURE.as_bytes(),
         }
     }
 
@@ -175,7 +179,8 @@ impl Status {
             | Status::NonNumeric
             | Status::FlushDisabled
             | Status::TooLarge
-            | Status::BadChunk => None,
+            | Status::BadChunk
+            | Status::AuthFailed => None,
         }
     }
 }

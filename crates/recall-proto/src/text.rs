@@ -853,6 +853,8 @@ fn decode_meta_set<'a>(
     Ok(Decoded::Request(Request { cmd: Command::MetaSet { key, data, flags }, noreply: false }, end))
 }
 
+pub mod auth;
+
 mod admin;
 use admin::{decode_lru, decode_slabs};
 

@@ -69,6 +69,8 @@ pub struct Config {
     pub ssl_verify_mode: u8,
     pub ssl_min_version: String,
     pub ssl_session_cache: bool,
+    pub sasl: bool,
+    pub auth_file: String,
 }
 
 impl Default for Config {
@@ -220,12 +222,15 @@ pub struct Cli {
     /// (ignored) Memory file for warm restarts.
     #[arg(short = 'e', long = "memory-file")]
     pub memory_file: Option<String>,
-    /// Not supported: SASL authentication (recalld refuses to start rather
-    /// than run open while you expect authentication).
+    /// SASL PLAIN authentication for the binary protocol, against the
+    /// user:password file named by the MEMCACHED_SASL_PWDB environment
+    /// variable (binary protocol only).
     #[arg(short = 'S', long = "enable-sasl")]
     pub sasl: bool,
-    /// Not supported: authentication file (refused, see -S).
-    #[arg(short = 'Y', long = "auth-file")]
+    /// Text protocol authentication: a file of user:password lines; a
+    /// client's first command must be `set <key> <flags> <exptime>
+    /// <len>\r\n<user> <password>\r\n` (text protocol only).
+    #[arg(short = 'Y', long = "auth-file", value_name = "FILE")]
     pub auth_file: Option<String>,
     /// Print the licence (Apache License 2.0) and exit.
     #[arg(short = 'i', long = "license")]
@@ -314,13 +319,6 @@ impl Config {
             None => Config::default(),
         };
         let mut warnings = Vec::new();
-        if cli.sasl || cli.auth_file.is_some() {
-            return Err(ConfigError(
-                "SASL/authentication (-S/-Y) is not supported by recalld; refusing to start without the \
-                 authentication you asked for. Put recalld behind a network boundary instead."
-                    .into(),
-            ));
-        }
         if let Some(p) = cli.port {
             cfg.port = p;
         }
@@ -455,9 +453,47 @@ impl Config {
                 warnings.push(format!("{what}: accepted, no effect in recalld"));
             }
         }
+        cfg.sasl |= cli.sasl;
+        if let Some(f) = &cli.auth_file {
+            cfg.auth_file = f.clone();
+        }
+        cfg.auth_protocol(cli.protocol.is_some())?;
         cfg.validate()?;
         warnings.extend(cfg.transport_warnings());
         Ok((cfg, warnings))
+    }
+
+    /// memcached's rules for authentication and protocols (memcached.c):
+    /// SASL is binary-only and the auth file text-only, so each picks the
+    /// listener's protocol unless one was chosen (with both, the auth
+    /// file's text wins, as in memcached), and neither serves UDP.
+    /// `flag_given`: `-B` was on the command line (a config file's
+    /// protocol other than "auto" counts as chosen too).
+    fn auth_protocol(&mut self, flag_given: bool) -> Result<(), ConfigError> {
+        let chosen = flag_given || self.protocol != "auto";
+        if self.sasl {
+            if !chosen {
+                self.protocol = "binary".into();
+            } else if self.protocol != "binary" {
+                return Err(ConfigError("You cannot allow the ASCII protocol while using SASL.".into()));
+            }
+            if self.udp_port != 0 {
+                return Err(ConfigError("Cannot enable UDP while using binary SASL authentication.".into()));
+            }
+        }
+        if !self.auth_file.is_empty() {
+            if !chosen {
+                self.protocol = "ascii".into();
+            } else if self.protocol != "ascii" {
+                return Err(ConfigError(
+                    "You cannot allow the BINARY protocol while using ascii authentication tokens.".into(),
+                ));
+            }
+            if self.udp_port != 0 {
+                return Err(ConfigError("Cannot use UDP with ascii authentication enabled (-U 0 to disable)".into()));
+            }
+        }
+        Ok(())
     }
 
     /// Check the settings once; every later use can trust them.
@@ -582,6 +618,8 @@ impl Config {
             ("lru_segmented".into(), b(self.policy == "slru")),
             ("recall_policy".into(), self.policy.clone()),
             ("recall_shards".into(), self.shards.to_string()),
+            ("auth_enabled_sasl".into(), b(self.sasl)),
+            ("auth_enabled_ascii".into(), if self.auth_file.is_empty() { "no".into() } else { self.auth_file.clone() }),
         ]);
         s
     }
@@ -646,7 +684,6 @@ mod tests {
         let e = Config::from_cli(&cli(&["-I", "64m", "-m", "64"])).unwrap_err();
         assert!(e.0.contains("1/2 of memory"));
         assert!(Config::from_cli(&cli(&["-B", "udp"])).is_err());
-        assert!(Config::from_cli(&cli(&["-S"])).is_err(), "SASL is refused, not silently dropped");
         let e = Config::from_cli(&cli(&["-t", "0"])).unwrap_err();
         assert!(e.0.contains("Number of threads must be greater than 0"), "{}", e.0);
         let e = Config::from_cli(&cli(&["-R", "0"])).unwrap_err();
@@ -701,6 +738,34 @@ mod tests {
         assert_eq!(c.policy_kind(), Ok(PolicyKind::PrioritizedAdaptive));
         assert_eq!(c.prio_config().map(|p| (p.shares_pct, p.threshold)), Ok(([20, 40, 40], 12)));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn authentication_picks_the_protocol_as_memcached_does() {
+        let (c, w) = Config::from_cli(&cli(&["-S"])).unwrap();
+        assert_eq!((c.sasl, c.protocol.as_str(), w.len()), (true, "binary", 0));
+        let (c, _) = Config::from_cli(&cli(&["-Y", "/etc/recalld/auth"])).unwrap();
+        assert_eq!((c.auth_file.as_str(), c.protocol.as_str()), ("/etc/recalld/auth", "ascii"));
+        // Both: the auth file's text protocol wins, as in memcached.
+        assert_eq!(Config::from_cli(&cli(&["-S", "-Y", "f"])).unwrap().0.protocol, "ascii");
+        assert_eq!(Config::from_cli(&cli(&["-S", "-B", "binary"])).unwrap().0.protocol, "binary");
+        let refused: [(&[&str], &str); 5] = [
+            (&["-S", "-B", "auto"], "cannot allow the ASCII protocol while using SASL"),
+            (&["-S", "-B", "ascii"], "cannot allow the ASCII protocol while using SASL"),
+            (&["-Y", "f", "-B", "binary"], "cannot allow the BINARY protocol"),
+            (&["-S", "-U", "11211"], "Cannot enable UDP while using binary SASL"),
+            (&["-Y", "f", "-U", "11211"], "Cannot use UDP with ascii authentication"),
+        ];
+        for (args, msg) in refused {
+            let e = Config::from_cli(&cli(args)).unwrap_err();
+            assert!(e.0.contains(msg), "{args:?}: {}", e.0);
+        }
+        let settings = |args: &[&str]| Config::from_cli(&cli(args)).unwrap().0.stats_settings();
+        let get = |s: &[(String, String)], k: &str| s.iter().find(|(n, _)| n == k).unwrap().1.clone();
+        let s = settings(&["-Y", "/a/file"]);
+        assert_eq!((get(&s, "auth_enabled_sasl"), get(&s, "auth_enabled_ascii")), ("no".into(), "/a/file".into()));
+        let s = settings(&["-S"]);
+        assert_eq!((get(&s, "auth_enabled_sasl"), get(&s, "auth_enabled_ascii")), ("yes".into(), "no".into()));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! cache-shaped lives in the crates below (recall-engine, recall-proto,
 //! recall-store); this crate only moves bytes and runs the loops.
 
+pub mod auth;
 pub mod config;
 pub mod conn;
 pub mod listeners;

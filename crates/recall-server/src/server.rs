@@ -59,6 +59,8 @@ pub fn build_engine(cfg: &Config, clock: Arc<dyn Clock>) -> Engine {
         dump_enabled: !cfg.disable_dumping,
         watch_enabled: !cfg.disable_watch,
         prefix_delimiter: cfg.prefix_delimiter.unwrap_or(b':'),
+        // `run` loads the credentials (file reads, which can fail).
+        auth: Default::default(),
     };
     let e = Engine::new(store, clock, ecfg);
     e.gauges.max_connections.store(cfg.max_connections as u64, Ordering::Relaxed);
@@ -83,11 +85,18 @@ fn failpoint_from_env() -> std::io::Result<Option<recall_persist::failpoint::Cra
 }
 
 pub fn run(cfg: Config) -> std::io::Result<()> {
+    // Before anything else: a credentials file that cannot be read stops
+    // the start, naming the file.
+    let auth =
+        crate::auth::load(&cfg, std::env::var_os(crate::auth::SASL_PWDB_ENV).as_deref().map(std::path::Path::new))
+            .map_err(std::io::Error::other)?;
     // First, while this is the only thread: binding a unix socket sets the
     // process's umask for a moment (see listeners.rs).
     let bound = Bound::bind(&cfg)?;
     let clock = Arc::new(SystemClock::new());
-    let engine = Arc::new(build_engine(&cfg, clock.clone()));
+    let mut engine = build_engine(&cfg, clock.clone());
+    engine.config.auth = auth;
+    let engine = Arc::new(engine);
     // A certificate problem stops the start, naming the file.
     let tls = if cfg.ssl_enabled && cfg.unix_socket.is_empty() {
         let t = Tls::load(&cfg, engine.now()).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;

@@ -301,12 +301,10 @@ fn unknown_opcodes_swallow_exactly_the_body() {
     let e = err(&raw_header(0x50, 0, 0, u32::MAX, 0));
     assert_eq!((e.consumed, e.swallow), (HEADER_LEN, u32::MAX as usize));
 
-    // SASL is unsupported, as in memcached without SASL; VERBOSITY that is
-    // not exactly 4 bytes of extras is just unknown.
+    // VERBOSITY that is not exactly 4 bytes of extras is just unknown, as
+    // is a SASL message too long to be one.
     for p in [
-        pkt(SASL_LIST_MECHS, 1, 0, &[], &[], &[]),
-        pkt(SASL_AUTH, 1, 0, &[], b"PLAIN", b"\0u\0p"),
-        pkt(SASL_STEP, 1, 0, &[], b"PLAIN", b""),
+        pkt(SASL_AUTH, 1, 0, &[], b"PLAIN", &vec![b'x'; SASL_DATA_MAX + 1]),
         pkt(VERBOSITY, 1, 0, &[], &[], &[]),
         pkt(VERBOSITY, 1, 0, &[0; 4], &[], b"x"),
         pkt(0x1f, 1, 0, &[], &[], &[]),
@@ -587,4 +585,21 @@ proptest! {
         prop_assert_eq!((r.opcode, r.opaque, r.cas), (op, opaque, cas));
         prop_assert_eq!((r.extras, r.key, r.value), (&extras[..], &key[..], &value[..]));
     }
+}
+
+#[test]
+fn sasl_opcodes_decode_for_the_engine() {
+    let p = pkt(SASL_LIST_MECHS, 7, 0, &[], &[], &[]);
+    let (r, n) = req(&p);
+    assert_eq!((r.cmd, r.opaque, n), (BinCommand::SaslListMechs, 7, HEADER_LEN));
+    let p = pkt(SASL_AUTH, 8, 0, &[], b"PLAIN", b"\0u\0p");
+    let (r, n) = req(&p);
+    assert_eq!((r.cmd, n), (BinCommand::Sasl { step: false, mech: b"PLAIN", data: b"\0u\0p" }, p.len()));
+    let p = pkt(SASL_STEP, 9, 0, &[], b"PLAIN", b"");
+    let (r, _) = req(&p);
+    assert_eq!(r.cmd, BinCommand::Sasl { step: true, mech: b"PLAIN", data: b"" });
+    // The largest message is waited for in full.
+    let p = pkt(SASL_AUTH, 1, 0, &[], b"PLAIN", &vec![0; SASL_DATA_MAX]);
+    assert_eq!(decode(&p[..p.len() - 1], &Limits::default()), Ok(BinDecoded::Incomplete));
+    assert_eq!(req(&p).1, p.len());
 }
