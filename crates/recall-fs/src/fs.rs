@@ -55,7 +55,9 @@ pub struct Config {
 /// nothing at all (`--servers` empty).
 pub trait Remote: Send {
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>, String>;
-    fn set(&self, key: &str, value: &[u8], exptime: i32) -> Result<(), String>;
+    /// `Ok(false)`: the server answered but did not store (for example a
+    /// value over its item size limit); `Err`: it did not answer.
+    fn set(&self, key: &str, value: &[u8], exptime: i32) -> Result<bool, String>;
     fn delete(&self, key: &str) -> Result<(), String>;
 }
 
@@ -63,10 +65,11 @@ impl Remote for recall_client::blocking::Client {
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
         recall_client::blocking::Client::get(self, key).map(|o| o.map(|i| i.value)).map_err(|e| e.to_string())
     }
-    fn set(&self, key: &str, value: &[u8], exptime: i32) -> Result<(), String> {
+    fn set(&self, key: &str, value: &[u8], exptime: i32) -> Result<bool, String> {
+        use recall_client::Error;
         match recall_client::blocking::Client::set(self, key, value, 0, exptime) {
-            Ok(recall_client::StoreStatus::Stored) => Ok(()),
-            Ok(other) => Err(format!("set answered {other:?}")),
+            Ok(status) => Ok(status == recall_client::StoreStatus::Stored),
+            Err(Error::Server { .. } | Error::Client { .. }) => Ok(false),
             Err(e) => Err(e.to_string()),
         }
     }
@@ -412,7 +415,12 @@ impl RecallFs {
             let v = value::encode(&fresh, &bytes);
             let res = self.remote.as_ref().map(|r| r.set(&key, &v, self.cfg.exptime));
             match res {
-                Some(Ok(())) => self.remote_ok(),
+                Some(Ok(stored)) => {
+                    self.remote_ok();
+                    if !stored {
+                        self.stats.store_refused += 1;
+                    }
+                }
                 Some(Err(e)) => self.remote_failed("set", &e),
                 None => {}
             }

@@ -16,19 +16,24 @@ pub struct Stats {
     pub fallbacks: u64,
     /// Reads of files over the size limit (never cached).
     pub passthrough: u64,
+    /// Stores recall answered but refused (e.g. over its item size limit:
+    /// recalld's default `-I 1m` leaves no room for the header of a file
+    /// of exactly 1 MiB).
+    pub store_refused: u64,
 }
 
 impl Stats {
     pub fn render(&self) -> String {
         format!(
-            "hits {}\nmisses {}\nstale {}\nbytes_from_cache {}\ninvalidations {}\nfallbacks {}\npassthrough {}\n",
+            "hits {}\nmisses {}\nstale {}\nbytes_from_cache {}\ninvalidations {}\nfallbacks {}\npassthrough {}\nstore_refused {}\n",
             self.hits,
             self.misses,
             self.stale,
             self.bytes_from_cache,
             self.invalidations,
             self.fallbacks,
-            self.passthrough
+            self.passthrough,
+            self.store_refused
         )
     }
 

@@ -170,6 +170,17 @@ fn second_read_hits_and_no_stale_copy_is_served() {
     set_mtime(&b, old_mtime + Duration::from_secs(1));
     assert_eq!(fs::read(&f).unwrap(), b"THREE\n");
     assert_eq!(m.stat("stale"), 2);
+
+    // A file of exactly the default limit (1 MiB) plus the value's header
+    // is over recalld's default item size (1m): refused, read from the
+    // backing file every time, never an error.
+    let mib: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 253) as u8).collect();
+    fs::write(backing.0.join("mib"), &mib).unwrap();
+    let hits = m.stat("hits");
+    assert_eq!(fs::read(m.path("mib")).unwrap(), mib);
+    assert_eq!(fs::read(m.path("mib")).unwrap(), mib);
+    assert_eq!(m.stat("store_refused"), 2);
+    assert_eq!(m.stat("hits"), hits);
     assert_eq!(m.stat("fallbacks"), 0);
 }
 
@@ -205,9 +216,18 @@ fn common_file_operations_pass_through() {
     if !fuse_available() {
         return;
     }
-    let srv = Recalld::start(Vec::<String>::new()).expect("recalld");
+    // Items up to 2 MiB: room for a 1 MiB file and its header.
+    let srv = Recalld::start(["-I", "2m"]).expect("recalld");
     let backing = TempDir::new("backing");
     let m = Mount::start(&backing.0, &srv.addr().to_string());
+
+    // A file of exactly the size limit is cached.
+    let mib: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 253) as u8).collect();
+    fs::write(m.path("mib"), &mib).unwrap();
+    assert_eq!(fs::read(m.path("mib")).unwrap(), mib);
+    assert_eq!(fs::read(m.path("mib")).unwrap(), mib);
+    assert_eq!((m.stat("hits"), m.stat("bytes_from_cache"), m.stat("store_refused")), (1, 1 << 20, 0));
+    fs::remove_file(m.path("mib")).unwrap();
 
     // create, write, read back, append
     let a = m.path("a.txt");
