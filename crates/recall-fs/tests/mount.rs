@@ -273,3 +273,31 @@ fn common_file_operations_pass_through() {
     fs::remove_dir(m.path("d")).unwrap();
     assert_eq!(fs::read_dir(&backing.0).unwrap().count(), 0);
 }
+
+#[test]
+fn concurrent_reader_sees_the_last_write_once_writes_stop() {
+    if !fuse_available() {
+        return;
+    }
+    let srv = Recalld::start(Vec::<String>::new()).expect("recalld");
+    let backing = TempDir::new("backing");
+    let m = Mount::start(&backing.0, &srv.addr().to_string());
+    let f = m.path("shared");
+    fs::write(&f, b"start").unwrap();
+    let version = |i: u32| format!("version {i} {}", "x".repeat((i % 7) as usize)).into_bytes();
+    std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            for _ in 0..200 {
+                // Any content is fine mid-write; the read must succeed.
+                fs::read(&f).expect("read while another thread writes");
+            }
+        });
+        for i in 0..200 {
+            fs::write(&f, version(i)).unwrap();
+        }
+        reader.join().unwrap();
+    });
+    assert_eq!(fs::read(&f).unwrap(), version(199));
+    assert_eq!(fs::read(&f).unwrap(), version(199));
+    assert_eq!(m.stat("fallbacks"), 0);
+}
