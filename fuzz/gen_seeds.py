@@ -336,6 +336,16 @@ def main():
     put("engine_session", "auth-sasl-ok", b"\x06\x03" + bin_req(0x20) + bin_req(0x21, key=b"PLAIN", value=b"\x00u\x00p")
         + bin_req(0x01, key=b"k", extras=b"\x00" * 8, value=b"v") + bin_req(0x00, key=b"k"))
 
+    # recall-fs cached values: "RFS1", size, mtime ns, ctime ns, inode
+    # (little-endian), then the file's bytes.
+    def fs_value(body, size=None):
+        n = len(body) if size is None else size
+        return b"RFS1" + struct.pack("<QqqQ", n, 1700000000123456789, 1700000000123456789, 42) + body
+    put("fs_value", "small", fs_value(b"hello\n"))
+    put("fs_value", "empty", fs_value(b""))
+    put("fs_value", "size-too-big", fs_value(b"abc", size=4))
+    put("fs_value", "short", fs_value(b"")[:20])
+
     for t, n in sorted(counts.items()):
         print(f"{t}: {n} seeds")
     return 0

@@ -1,0 +1,150 @@
+//! The read cache's decisions, as pure functions of what was observed:
+//! the backing file's fresh identity and recall's answer in, what to do
+//! out. No FUSE, no sockets; the file system (`fs.rs`) carries them out.
+
+use std::path::{Path, PathBuf};
+
+use crate::value::{self, Identity};
+
+/// Before asking recall: is this file small enough to be cached whole?
+#[derive(Debug, PartialEq, Eq)]
+pub enum Plan {
+    /// Larger than the limit (or not a regular file): read the backing
+    /// file directly, no cache traffic.
+    PassThrough,
+    /// Ask recall for the whole file.
+    Ask,
+}
+
+pub fn plan(limit: u64, fresh: &Identity, regular_file: bool) -> Plan {
+    if regular_file && fresh.size <= limit {
+        Plan::Ask
+    } else {
+        Plan::PassThrough
+    }
+}
+
+/// recall's answer to the get.
+#[derive(Debug)]
+pub enum Answer<'a> {
+    Found(&'a [u8]),
+    Missing,
+    /// Timeout, connection refused, server error: recall is not usable now.
+    Unreachable,
+}
+
+/// What to do with the answer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome<'a> {
+    /// Serve these bytes: the stored identity equals the fresh one.
+    Hit(&'a [u8]),
+    /// Nothing cached: read the backing file and store it.
+    Miss,
+    /// A copy of another version of the file (or of another file that had
+    /// this path): never served; read the backing file and overwrite it.
+    Stale,
+    /// Not a value this format decodes (foreign or damaged): treated like
+    /// a miss and overwritten.
+    Corrupt,
+    /// recall is unreachable: read the backing file, store nothing.
+    Fallback,
+}
+
+pub fn decide<'a>(fresh: &Identity, answer: Answer<'a>) -> Outcome<'a> {
+    match answer {
+        Answer::Unreachable => Outcome::Fallback,
+        Answer::Missing => Outcome::Miss,
+        Answer::Found(raw) => match value::decode(raw) {
+            Err(_) => Outcome::Corrupt,
+            Ok((stored, bytes)) if stored == *fresh => Outcome::Hit(bytes),
+            Ok(_) => Outcome::Stale,
+        },
+    }
+}
+
+/// After reading the backing file for a miss: store the bytes only if the
+/// file's identity did not change while they were read (else they may mix
+/// two versions) and they are as long as that identity says.
+pub fn should_store(before: &Identity, after: &Identity, read_len: usize) -> bool {
+    before == after && before.size == read_len as u64
+}
+
+/// A change made through the mount.
+#[derive(Debug)]
+pub enum Change<'a> {
+    /// write, truncate, setattr (mode, owner, times, size), open with O_TRUNC,
+    /// create over an existing file.
+    Modified(&'a Path),
+    Unlinked(&'a Path),
+    Renamed {
+        from: &'a Path,
+        to: &'a Path,
+    },
+}
+
+/// The paths whose cached copies a change invalidates (deletes in recall).
+/// A rename invalidates both: the old name no longer holds the file, the
+/// new name no longer holds what it held before.
+pub fn invalidations(change: &Change<'_>) -> Vec<PathBuf> {
+    match change {
+        Change::Modified(p) | Change::Unlinked(p) => vec![p.to_path_buf()],
+        Change::Renamed { from, to } => vec![from.to_path_buf(), to.to_path_buf()],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::value::encode;
+
+    fn id(size: u64, mtime_ns: i64) -> Identity {
+        Identity { size, mtime_ns, ctime_ns: mtime_ns, ino: 7 }
+    }
+
+    #[test]
+    fn plan_caches_small_regular_files_only() {
+        assert_eq!(plan(10, &id(10, 1), true), Plan::Ask);
+        assert_eq!(plan(10, &id(11, 1), true), Plan::PassThrough);
+        assert_eq!(plan(10, &id(0, 1), false), Plan::PassThrough);
+    }
+
+    #[test]
+    fn hit_only_when_identity_matches() {
+        let fresh = id(3, 100);
+        let v = encode(&fresh, b"abc");
+        assert_eq!(decide(&fresh, Answer::Found(&v)), Outcome::Hit(b"abc"));
+        // Same size, newer mtime: a write behind the mount's back.
+        assert_eq!(decide(&id(3, 101), Answer::Found(&v)), Outcome::Stale);
+        // Same times, other size.
+        assert_eq!(decide(&id(4, 100), Answer::Found(&encode(&id(4, 99), b"abcd"))), Outcome::Stale);
+        // Replaced by another file (rename over it): other inode.
+        let other = Identity { ino: 8, ..fresh };
+        assert_eq!(decide(&other, Answer::Found(&v)), Outcome::Stale);
+        // mtime restored (touch -d) but ctime moved.
+        let touched = Identity { ctime_ns: 200, ..fresh };
+        assert_eq!(decide(&touched, Answer::Found(&v)), Outcome::Stale);
+    }
+
+    #[test]
+    fn misses_corrupt_values_and_fallback() {
+        let fresh = id(3, 100);
+        assert_eq!(decide(&fresh, Answer::Missing), Outcome::Miss);
+        assert_eq!(decide(&fresh, Answer::Found(b"abc")), Outcome::Corrupt);
+        assert_eq!(decide(&fresh, Answer::Unreachable), Outcome::Fallback);
+    }
+
+    #[test]
+    fn store_only_a_consistent_read() {
+        assert!(should_store(&id(3, 1), &id(3, 1), 3));
+        assert!(!should_store(&id(3, 1), &id(3, 2), 3));
+        assert!(!should_store(&id(3, 1), &id(3, 1), 2));
+    }
+
+    #[test]
+    fn rename_invalidates_both_names() {
+        let (a, b) = (Path::new("/d/a"), Path::new("/d/b"));
+        assert_eq!(invalidations(&Change::Renamed { from: a, to: b }), vec![a.to_path_buf(), b.to_path_buf()]);
+        assert_eq!(invalidations(&Change::Modified(a)), vec![a.to_path_buf()]);
+        assert_eq!(invalidations(&Change::Unlinked(b)), vec![b.to_path_buf()]);
+    }
+}

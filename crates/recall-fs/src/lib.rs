@@ -1,0 +1,18 @@
+//! # recall-fs
+//!
+//! A FUSE file system that mounts a backing directory and passes every
+//! operation through to it, with a read cache in recall: regular files up
+//! to a size limit are stored whole under MD5(full backing path), with the
+//! file's identity (size, mtime, ctime, inode) in front of the bytes, and
+//! a cached copy is served only when that identity equals a fresh `fstat`
+//! of the backing file. See docs/design/recall-fs.md.
+//!
+//! * [`value`]: the stored value's format (one definition, fuzzed).
+//! * [`cache`]: the hit/miss/stale/fallback and invalidation decisions, pure.
+//! * [`stats`]: the counters behind `.recall-fs/stats`.
+//! * [`fs`]: the `fuser::Filesystem` carrying the decisions out.
+
+pub mod cache;
+pub mod fs;
+pub mod stats;
+pub mod value;

@@ -1,0 +1,125 @@
+//! `recall-fs`: mount a directory through a read cache in recall.
+//!
+//! ```text
+//! recall-fs --backing /srv/data --mount /mnt/data --servers 127.0.0.1:11211,10.0.0.2:11211
+//! recall-fs --stats --mount /mnt/data
+//! ```
+//! Prints `mounted at MNT` on stdout once the mount is up; unmounts on
+//! SIGINT, SIGTERM and SIGHUP.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use clap::Parser;
+use fuser::MountOption;
+use recall_fs::fs::{Config, RecallFs, Remote, CTL_DIR};
+
+#[derive(Parser, Debug)]
+#[command(name = "recall-fs", about = "Mount a directory through a small-file read cache in recall")]
+struct Args {
+    /// The directory to pass through.
+    #[arg(long, required_unless_present = "stats")]
+    backing: Option<PathBuf>,
+    /// Where to mount it (with --stats: the mount to report on).
+    #[arg(long)]
+    mount: PathBuf,
+    /// recall servers, HOST:PORT, comma-separated (keys spread by ketama).
+    #[arg(long, value_delimiter = ',', required_unless_present = "stats")]
+    servers: Vec<String>,
+    /// Regular files up to this many bytes are cached whole.
+    #[arg(long, default_value_t = 1 << 20)]
+    max_file_size: u64,
+    /// Bound on each recall call (connect and request), in milliseconds;
+    /// past it the backing directory answers.
+    #[arg(long, default_value_t = 200)]
+    timeout_ms: u64,
+    /// Expiry of cached files in seconds (0: none).
+    #[arg(long, default_value_t = 0)]
+    exptime: i32,
+    /// Let other users than the mounting one use the mount.
+    #[arg(long)]
+    allow_other: bool,
+    /// Print the statistics of the mount at --mount and exit.
+    #[arg(long)]
+    stats: bool,
+}
+
+/// Block the termination signals in this thread (and so in every thread
+/// spawned after), and turn them into a message from a waiting thread.
+fn signals(tx: mpsc::Sender<()>) -> Result<(), String> {
+    // SAFETY: plain signal-set manipulation on a local sigset_t.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, s);
+        }
+        let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        if rc != 0 {
+            return Err(format!("pthread_sigmask failed: {rc}"));
+        }
+        let set = set;
+        std::thread::spawn(move || {
+            let mut sig = 0;
+            libc::sigwait(&set, &mut sig);
+            let _ = tx.send(());
+        });
+    }
+    Ok(())
+}
+
+fn run(args: Args) -> Result<(), String> {
+    if args.stats {
+        let p = args.mount.join(CTL_DIR).join("stats");
+        let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+        print!("{text}");
+        return Ok(());
+    }
+    let backing = args.backing.expect("clap requires --backing");
+    let backing = backing.canonicalize().map_err(|e| format!("{}: {e}", backing.display()))?;
+    if !backing.is_dir() {
+        return Err(format!("{}: not a directory", backing.display()));
+    }
+    let timeout = Duration::from_millis(args.timeout_ms);
+    let builder = args
+        .servers
+        .iter()
+        .fold(recall_client::Client::builder(), |b, s| b.server(s.as_str()))
+        .connect_timeout(timeout)
+        .request_timeout(timeout);
+    let client = recall_client::blocking::Client::from_builder(builder).map_err(|e| format!("recall client: {e}"))?;
+    let (tx, rx) = mpsc::channel();
+    signals(tx.clone())?;
+    let cfg = Config { backing: backing.clone(), max_file_size: args.max_file_size, exptime: args.exptime };
+    let fs = RecallFs::new(cfg, Some(Box::new(client) as Box<dyn Remote>), Some(tx));
+    let mut opts = vec![
+        MountOption::FSName(format!("recall-fs:{}", backing.display())),
+        MountOption::Subtype("recall-fs".into()),
+        MountOption::DefaultPermissions,
+    ];
+    if args.allow_other {
+        opts.push(MountOption::AllowOther);
+    }
+    let session =
+        fuser::spawn_mount2(fs, &args.mount, &opts).map_err(|e| format!("mount at {}: {e}", args.mount.display()))?;
+    println!("mounted at {}", args.mount.display());
+    let _ = std::io::stdout().flush();
+    // A signal, or the session ending (unmounted from outside).
+    let _ = rx.recv();
+    drop(session);
+    eprintln!("recall-fs: unmounted {}", args.mount.display());
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("recall-fs: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
