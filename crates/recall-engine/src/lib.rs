@@ -16,6 +16,7 @@ pub mod durability;
 mod execute;
 mod meta;
 pub mod op;
+pub mod replicated;
 pub mod out;
 mod session;
 pub mod stats;
@@ -31,6 +32,7 @@ use recall_store::{Clock, Store, UnixSecs};
 
 pub use execute::Cx;
 pub use op::{Op, Outcome};
+pub use replicated::{Applied, Replicator};
 pub use out::{Out, Segment};
 pub use session::{Processed, ProtocolChoice, Session};
 pub use stats::{Counters, Registry};
@@ -134,6 +136,8 @@ pub struct Engine {
     pub conns: Arc<stats::ConnTable>,
     /// `watch`: the log watchers (see `watch.rs`).
     pub watchers: Arc<watch::Watchers>,
+    /// Cluster mode (`replicated.rs`): set once before serving.
+    replication: replicated::Slot,
     started: UnixSecs,
     verbosity: AtomicU64,
 }
@@ -155,6 +159,7 @@ impl Engine {
             prefix,
             conns: Default::default(),
             watchers,
+            replication: Default::default(),
             started,
             verbosity: AtomicU64::new(0),
         }

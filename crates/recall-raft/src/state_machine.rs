@@ -1,0 +1,209 @@
+//! The group's state machine: committed effects applied to the node's
+//! recall-store `Store`, in log order, through `Store::apply`.
+//!
+//! An effect is a `recall_record::Record` (the one definition of a
+//! mutation: a value with its flags and absolute expiry, a delete, or the
+//! flush marker). Its write timestamp is not in the entry: it is the
+//! entry's log index, so every replica stamps a mutation alike and the
+//! timestamps grow with the log across leader changes.
+//!
+//! A snapshot is the store's live items as records (the same encoding,
+//! back to back). Building one holds the state machine's lock, so no
+//! effect is applied halfway through it: the items are exactly the state
+//! as of the last applied entry.
+
+use std::io::Cursor;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::{
+    BasicNode, Entry, EntryPayload, LogId, RaftSnapshotBuilder, SnapshotMeta, StorageError, StorageIOError,
+    StoredMembership,
+};
+use recall_engine::Engine;
+use recall_record::Record;
+use recall_store::ApplyOutcome;
+
+use crate::{ApplyResult, NodeId, TypeConfig};
+
+/// What the state machine has applied (guarded with the store's
+/// mutations: see the module note).
+#[derive(Debug, Default)]
+struct Applied {
+    last: Option<LogId<NodeId>>,
+    membership: StoredMembership<NodeId, BasicNode>,
+}
+
+#[derive(Debug)]
+struct Stored {
+    meta: SnapshotMeta<NodeId, BasicNode>,
+    data: Vec<u8>,
+}
+
+pub struct StateMachine {
+    engine: Arc<Engine>,
+    applied: Mutex<Applied>,
+    snapshot: Mutex<Option<Stored>>,
+    snapshots_built: AtomicU64,
+}
+
+impl StateMachine {
+    pub fn new(engine: Arc<Engine>) -> Arc<StateMachine> {
+        Arc::new(StateMachine {
+            engine,
+            applied: Mutex::new(Applied::default()),
+            snapshot: Mutex::new(None),
+            snapshots_built: AtomicU64::new(0),
+        })
+    }
+
+    /// Apply one effect at log index `ts`.
+    fn apply_effect(&self, bytes: &[u8], ts: u64) -> Result<ApplyOutcome, recall_record::RecordError> {
+        let (mut r, used) = Record::decode(bytes)?;
+        if used != bytes.len() {
+            return Err(recall_record::RecordError::Truncated);
+        }
+        r.ts = ts;
+        let store = &self.engine.store;
+        let now = self.engine.now();
+        if r.is_flush() {
+            store.flush_all(now, now);
+            store.raise_cas_floor(ts);
+            return Ok(ApplyOutcome::Applied);
+        }
+        Ok(store.apply(&r, now))
+    }
+}
+
+fn outcome_code(o: ApplyOutcome) -> u8 {
+    match o {
+        ApplyOutcome::Applied => 0,
+        ApplyOutcome::Stale => 1,
+        ApplyOutcome::OutOfMemory => 2,
+    }
+}
+
+/// The inverse of [`outcome_code`].
+pub fn outcome_of(code: u8) -> ApplyOutcome {
+    match code {
+        0 => ApplyOutcome::Applied,
+        1 => ApplyOutcome::Stale,
+        _ => ApplyOutcome::OutOfMemory,
+    }
+}
+
+#[derive(Debug)]
+struct BadRecord(recall_record::RecordError);
+
+impl std::fmt::Display for BadRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "not a mutation record: {:?}", self.0)
+    }
+}
+
+impl std::error::Error for BadRecord {}
+
+impl RaftSnapshotBuilder<TypeConfig> for Arc<StateMachine> {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
+        let (data, meta) = {
+            let applied = self.applied.lock().expect("state machine lock");
+            let mut data = Vec::new();
+            let now = self.engine.now();
+            self.engine.store.for_each(now, |it| {
+                let value = it.value.to_vec();
+                Record { tombstone: false, key: it.key, value: &value, flags: it.flags, exptime: it.exptime, ts: it.cas }
+                    .encode(&mut data);
+            });
+            let n = self.snapshots_built.fetch_add(1, Ordering::Relaxed) + 1;
+            let snapshot_id = match applied.last {
+                Some(l) => format!("{}-{}-{n}", l.leader_id, l.index),
+                None => format!("--{n}"),
+            };
+            (data, SnapshotMeta { last_log_id: applied.last, last_membership: applied.membership.clone(), snapshot_id })
+        };
+        *self.snapshot.lock().expect("snapshot lock") = Some(Stored { meta: meta.clone(), data: data.clone() });
+        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for Arc<StateMachine> {
+    type SnapshotBuilder = Self;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId<NodeId>>, StoredMembership<NodeId, BasicNode>), StorageError<NodeId>> {
+        let a = self.applied.lock().expect("state machine lock");
+        Ok((a.last, a.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<ApplyResult>, StorageError<NodeId>>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + Send,
+    {
+        let mut out = Vec::new();
+        let mut applied = self.applied.lock().expect("state machine lock");
+        for e in entries {
+            applied.last = Some(e.log_id);
+            let ts = e.log_id.index;
+            let outcome = match e.payload {
+                EntryPayload::Blank => ApplyOutcome::Applied,
+                EntryPayload::Normal(effect) => self
+                    .apply_effect(&effect.0, ts)
+                    .map_err(|err| StorageIOError::apply(e.log_id, &BadRecord(err)))?,
+                EntryPayload::Membership(m) => {
+                    applied.membership = StoredMembership::new(Some(e.log_id), m);
+                    ApplyOutcome::Applied
+                }
+            };
+            out.push(ApplyResult { ts, outcome: outcome_code(outcome) });
+        }
+        Ok(out)
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<NodeId, BasicNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError<NodeId>> {
+        let data = snapshot.into_inner();
+        {
+            let mut applied = self.applied.lock().expect("state machine lock");
+            let store = &self.engine.store;
+            let now = self.engine.now();
+            // Check the whole snapshot before the store loses anything.
+            let mut records = Vec::new();
+            let mut at = 0;
+            while at < data.len() {
+                let (r, used) = Record::decode(&data[at..])
+                    .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &BadRecord(e)))?;
+                records.push(r);
+                at += used;
+            }
+            store.flush_all(now, now);
+            for r in &records {
+                store.apply(r, now);
+            }
+            if let Some(l) = meta.last_log_id {
+                store.raise_cas_floor(l.index);
+            }
+            applied.last = meta.last_log_id;
+            applied.membership = meta.last_membership.clone();
+        }
+        *self.snapshot.lock().expect("snapshot lock") = Some(Stored { meta: meta.clone(), data });
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
+        let s = self.snapshot.lock().expect("snapshot lock");
+        Ok(s.as_ref().map(|s| Snapshot { meta: s.meta.clone(), snapshot: Box::new(Cursor::new(s.data.clone())) }))
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+}
