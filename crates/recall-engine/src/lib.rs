@@ -16,8 +16,8 @@ pub mod durability;
 mod execute;
 mod meta;
 pub mod op;
-pub mod replicated;
 pub mod out;
+pub mod replicated;
 mod session;
 pub mod stats;
 mod text;
@@ -32,8 +32,8 @@ use recall_store::{Clock, Store, UnixSecs};
 
 pub use execute::Cx;
 pub use op::{Op, Outcome};
-pub use replicated::{Applied, Replicator};
 pub use out::{Out, Segment};
+pub use replicated::{Applied, Replicator};
 pub use session::{Processed, ProtocolChoice, Session};
 pub use stats::{Counters, Registry};
 pub use write_path::{Barrier, Observer, Observers};
@@ -210,6 +210,8 @@ impl Engine {
     }
 }
 
+#[cfg(test)]
+mod replicated_tests;
 #[cfg(test)]
 mod reply_budget_tests;
 #[cfg(test)]

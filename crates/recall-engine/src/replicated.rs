@@ -266,8 +266,11 @@ impl Engine {
         s.store.flush_all(now, now);
         scratch.captured.0.lock().clear();
         if !key.is_empty() {
-            let current = self.store.read(key, now, recall_store::ReadOpts { no_bump: true, ..Default::default() }, |r| {
-                match r {
+            let current = self.store.read(
+                key,
+                now,
+                recall_store::ReadOpts { no_bump: true, ..Default::default() },
+                |r| match r {
                     recall_store::Read::Hit(v) => Some(OwnedRecord {
                         tombstone: false,
                         key: key.to_vec(),
@@ -277,8 +280,8 @@ impl Engine {
                         ts: v.cas,
                     }),
                     recall_store::Read::Miss { .. } => None,
-                }
-            });
+                },
+            );
             if let Some(cur) = current {
                 if s.store.apply(&cur.as_record(), now) != ApplyOutcome::Applied {
                     return Decided::Other(Refusal::ClusterInternal);
@@ -309,6 +312,24 @@ impl Engine {
             Some(a) => decided.with_ts(a.ts),
         }
     }
+}
+
+/// Apply a committed effect at log index `ts` to a replica's store: the
+/// one definition of "apply", for every replica of every group. The
+/// effect's own `ts` is ignored: the log's index is the timestamp, so every
+/// replica stamps it alike.
+pub fn apply_effect(
+    store: &Store,
+    effect: &recall_record::Record<'_>,
+    ts: u64,
+    now: recall_store::UnixSecs,
+) -> ApplyOutcome {
+    if effect.is_flush() {
+        store.flush_all(now, now);
+        store.raise_cas_floor(ts);
+        return ApplyOutcome::Applied;
+    }
+    store.apply(&recall_record::Record { ts, ..*effect }, now)
 }
 
 /// The slot the engine keeps its replicated mode in (set once).

@@ -22,8 +22,8 @@ mod state_machine;
 use std::collections::BTreeMap;
 use std::future::Future;
 // `declare_raft_types!` names `Cursor` for its default snapshot type.
-use std::io::Cursor;
 use std::io;
+use std::io::Cursor;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;

@@ -60,19 +60,11 @@ impl StateMachine {
 
     /// Apply one effect at log index `ts`.
     fn apply_effect(&self, bytes: &[u8], ts: u64) -> Result<ApplyOutcome, recall_record::RecordError> {
-        let (mut r, used) = Record::decode(bytes)?;
+        let (r, used) = Record::decode(bytes)?;
         if used != bytes.len() {
             return Err(recall_record::RecordError::Truncated);
         }
-        r.ts = ts;
-        let store = &self.engine.store;
-        let now = self.engine.now();
-        if r.is_flush() {
-            store.flush_all(now, now);
-            store.raise_cas_floor(ts);
-            return Ok(ApplyOutcome::Applied);
-        }
-        Ok(store.apply(&r, now))
+        Ok(recall_engine::replicated::apply_effect(&self.engine.store, &r, ts, self.engine.now()))
     }
 }
 
@@ -112,8 +104,15 @@ impl RaftSnapshotBuilder<TypeConfig> for Arc<StateMachine> {
             let now = self.engine.now();
             self.engine.store.for_each(now, |it| {
                 let value = it.value.to_vec();
-                Record { tombstone: false, key: it.key, value: &value, flags: it.flags, exptime: it.exptime, ts: it.cas }
-                    .encode(&mut data);
+                Record {
+                    tombstone: false,
+                    key: it.key,
+                    value: &value,
+                    flags: it.flags,
+                    exptime: it.exptime,
+                    ts: it.cas,
+                }
+                .encode(&mut data);
             });
             let n = self.snapshots_built.fetch_add(1, Ordering::Relaxed) + 1;
             let snapshot_id = match applied.last {
@@ -148,9 +147,9 @@ impl RaftStateMachine<TypeConfig> for Arc<StateMachine> {
             let ts = e.log_id.index;
             let outcome = match e.payload {
                 EntryPayload::Blank => ApplyOutcome::Applied,
-                EntryPayload::Normal(effect) => self
-                    .apply_effect(&effect.0, ts)
-                    .map_err(|err| StorageIOError::apply(e.log_id, &BadRecord(err)))?,
+                EntryPayload::Normal(effect) => {
+                    self.apply_effect(&effect.0, ts).map_err(|err| StorageIOError::apply(e.log_id, &BadRecord(err)))?
+                }
                 EntryPayload::Membership(m) => {
                     applied.membership = StoredMembership::new(Some(e.log_id), m);
                     ApplyOutcome::Applied

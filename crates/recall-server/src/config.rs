@@ -102,7 +102,9 @@ impl ClusterSection {
     pub fn to_raft(&self) -> Result<Option<recall_raft::ClusterConfig>, ConfigError> {
         if self.node_id == 0 {
             if !self.peers.is_empty() || self.bootstrap {
-                return Err(ConfigError("cluster: peers or bootstrap given without a node id (--cluster-node-id)".into()));
+                return Err(ConfigError(
+                    "cluster: peers or bootstrap given without a node id (--cluster-node-id)".into(),
+                ));
             }
             return Ok(None);
         }
@@ -110,7 +112,8 @@ impl ClusterSection {
         for p in &self.peers {
             let bad = |why: &str| ConfigError(format!("cluster peer {p:?}: {why} (expected ID=RAFT_ADDR/CLIENT_ADDR)"));
             let (id, addrs) = p.split_once('=').ok_or_else(|| bad("no '='"))?;
-            let id: u64 = id.trim().parse().ok().filter(|&i| i != 0).ok_or_else(|| bad("the id is not a number above 0"))?;
+            let id: u64 =
+                id.trim().parse().ok().filter(|&i| i != 0).ok_or_else(|| bad("the id is not a number above 0"))?;
             let (raft, client) = addrs.split_once('/').ok_or_else(|| bad("no '/'"))?;
             let raft: std::net::SocketAddr = raft.trim().parse().map_err(|_| bad("the Raft address is not IP:PORT"))?;
             let client = client.trim();

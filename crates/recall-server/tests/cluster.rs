@@ -35,7 +35,7 @@ fn start_cluster(n: usize) -> Cluster {
         let peers: Vec<String> =
             (0..n).map(|i| format!("{}=127.0.0.1:{}/127.0.0.1:{}", i + 1, raft[i], client[i])).collect();
         let mut nodes = Vec::new();
-        for i in 0..n {
+        for (i, &port) in client.iter().enumerate() {
             let mut args = vec!["--cluster-node-id".to_string(), (i + 1).to_string()];
             for p in &peers {
                 args.push("--cluster-peer".into());
@@ -45,7 +45,7 @@ fn start_cluster(n: usize) -> Cluster {
             if i == 0 {
                 args.push("--cluster-bootstrap".into());
             }
-            match Recalld::builder().port(client[i]).args(&args).start() {
+            match Recalld::builder().port(port).args(&args).start() {
                 Ok(r) => nodes.push(Some(r)),
                 Err(e) => {
                     last_err = e;
@@ -168,8 +168,8 @@ fn cluster_flags_are_checked() {
     let err = Recalld::start(["--cluster-node-id", "4", "--cluster-peer", "1=127.0.0.1:1/127.0.0.1:2"])
         .expect_err("node 4 is not a peer");
     assert!(err.contains("node 4 is not among the peers"), "{err}");
-    let err = Recalld::start(["--cluster-node-id", "1", "--cluster-peer", "1=nowhere/127.0.0.1:2"])
-        .expect_err("bad peer");
+    let err =
+        Recalld::start(["--cluster-node-id", "1", "--cluster-peer", "1=nowhere/127.0.0.1:2"]).expect_err("bad peer");
     assert!(err.contains("the Raft address is not IP:PORT"), "{err}");
     let err = Recalld::start([
         "--cluster-node-id",
