@@ -56,12 +56,16 @@ fn replicated() -> (Arc<Engine>, Arc<Group>) {
     (e, g)
 }
 
-fn send(e: &Engine, bytes: &[u8]) -> String {
+fn send_bytes(e: &Engine, bytes: &[u8]) -> Vec<u8> {
     let mut s = Session::new(e, e.registry.register(), ProtocolChoice::Auto);
     let mut out = Out::new();
     let p = s.process(e, bytes, &mut out);
     assert_eq!(p.used, bytes.len(), "the whole batch is used");
-    String::from_utf8_lossy(&out.flatten()).into_owned()
+    out.flatten()
+}
+
+fn send(e: &Engine, bytes: &[u8]) -> String {
+    String::from_utf8_lossy(&send_bytes(e, bytes)).into_owned()
 }
 
 /// The proposed effects as (tombstone, key, value, flags) for asserts.
@@ -146,6 +150,15 @@ fn a_follower_names_the_leader_for_reads_and_writes() {
     assert_eq!(send(&e, b"mg k v\r\n"), line);
     assert_eq!(send(&e, b"incr k 1\r\ndelete k\r\nflush_all\r\n"), line.repeat(3));
     assert!(effects(&g).len() == 1, "only the leader's write was proposed");
+    // Binary clients hear "not my vbucket" (0x0007), for a quiet get too.
+    for opcode in [recall_proto::binary::opcode::GET, recall_proto::binary::opcode::GETQ] {
+        let mut get = vec![0x80, opcode, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1];
+        get.extend_from_slice(&[0; 12]);
+        get.push(b'k');
+        let reply = send_bytes(&e, &get);
+        assert_eq!(reply[..2], [0x81, opcode]);
+        assert_eq!(u16::from_be_bytes([reply[6], reply[7]]), recall_proto::binary::status::NOT_MY_VBUCKET);
+    }
 }
 
 #[test]
