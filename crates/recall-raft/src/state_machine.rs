@@ -206,3 +206,92 @@ impl RaftStateMachine<TypeConfig> for Arc<StateMachine> {
         self.clone()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+    use recall_engine::{Engine, EngineConfig};
+    use recall_record::OwnedRecord;
+    use recall_store::{ManualClock, ReadOpts, Store, StoreConfig};
+
+    use super::*;
+    use crate::Effect;
+
+    fn engine() -> Arc<Engine> {
+        let store = Store::new(StoreConfig { shards: 4, ..Default::default() });
+        Arc::new(Engine::new(store, Arc::new(ManualClock::new(1_700_000_000)), EngineConfig::default()))
+    }
+
+    fn entry(index: u64, r: OwnedRecord) -> Entry<TypeConfig> {
+        let mut bytes = Vec::new();
+        r.as_record().encode(&mut bytes);
+        Entry { log_id: LogId::new(CommittedLeaderId::new(1, 1), index), payload: EntryPayload::Normal(Effect(bytes)) }
+    }
+
+    fn value(key: &[u8], value: &[u8]) -> OwnedRecord {
+        OwnedRecord { key: key.to_vec(), value: value.to_vec(), flags: 3, ..Default::default() }
+    }
+
+    /// key → (value, flags, cas) of every live item.
+    fn items(e: &Engine) -> Vec<(Vec<u8>, Vec<u8>, u32, u64)> {
+        let mut v = Vec::new();
+        e.store.for_each(e.now(), |it| v.push((it.key.to_vec(), it.value.to_vec(), it.flags, it.cas)));
+        v.sort();
+        v
+    }
+
+    #[tokio::test]
+    async fn effects_apply_at_their_log_index_and_a_snapshot_rebuilds_the_same_store() {
+        let a = engine();
+        let mut sm = StateMachine::new(a.clone());
+        let big = vec![b'x'; 100_000];
+        let entries = vec![
+            entry(5, value(b"k1", b"one")),
+            entry(6, value(b"k2", b"two")),
+            entry(7, OwnedRecord { tombstone: true, key: b"k1".to_vec(), ..Default::default() }),
+            entry(8, value(b"big", &big)),
+        ];
+        let res = sm.apply(entries).await.expect("applied");
+        assert_eq!(res.iter().map(|r| (r.ts, r.outcome)).collect::<Vec<_>>(), [(5, 0), (6, 0), (7, 0), (8, 0)]);
+        let got = items(&a);
+        assert_eq!(
+            got.iter().map(|(k, v, f, c)| (k.as_slice(), v.len(), *f, *c)).collect::<Vec<_>>(),
+            [(&b"big"[..], 100_000, 3, 8), (&b"k2"[..], 3, 3, 6)]
+        );
+
+        let snap = sm.build_snapshot().await.expect("snapshot");
+        assert_eq!(snap.meta.last_log_id.map(|l| l.index), Some(8));
+        let b = engine();
+        b.store.apply(&value(b"stale", b"gone after install").as_record(), b.now());
+        let mut sm_b = StateMachine::new(b.clone());
+        sm_b.install_snapshot(&snap.meta, snap.snapshot).await.expect("installed");
+        assert_eq!(items(&b), got, "the same items, flags and timestamps");
+        assert_eq!(sm_b.applied_state().await.expect("state").0.map(|l| l.index), Some(8));
+
+        // The flush marker empties the store; later writes stamp above it.
+        let flush = OwnedRecord { tombstone: true, ..Default::default() };
+        sm_b.apply(vec![entry(9, flush), entry(10, value(b"k3", b"3"))]).await.expect("applied");
+        assert_eq!(items(&b).iter().map(|i| (i.0.clone(), i.3)).collect::<Vec<_>>(), [(b"k3".to_vec(), 10)]);
+        assert!(b.store.read(b"k2", b.now(), ReadOpts::default(), |r| matches!(r, recall_store::Read::Miss { .. })));
+    }
+
+    #[tokio::test]
+    async fn a_damaged_effect_or_snapshot_is_an_error_not_a_guess() {
+        let a = engine();
+        let mut sm = StateMachine::new(a.clone());
+        let bad = Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), 1),
+            payload: EntryPayload::Normal(Effect(vec![9, 9, 9])),
+        };
+        assert!(sm.apply(vec![bad]).await.is_err());
+        sm.apply(vec![entry(2, value(b"k", b"v"))]).await.expect("applied");
+        let snap = sm.build_snapshot().await.expect("snapshot");
+        let mut data = snap.snapshot.into_inner();
+        data.truncate(data.len() - 1);
+        let b = engine();
+        b.store.apply(&value(b"kept", b"v").as_record(), b.now());
+        let mut sm_b = StateMachine::new(b.clone());
+        assert!(sm_b.install_snapshot(&snap.meta, Box::new(Cursor::new(data))).await.is_err());
+        assert_eq!(items(&b).len(), 1, "a refused snapshot leaves the store as it was");
+    }
+}
