@@ -123,6 +123,10 @@ fn three_nodes_survive_the_leader_s_kill_9() {
         assert_eq!(ask(c.clients[leader], &format!("set {k} 0 0 {}\r\n{v}\r\n", v.len())), "STORED\r\n");
         acked.push((k, v));
     }
+    // A value over the store's chunking threshold (16 KiB) travels whole.
+    let big: String = (0..200_000).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+    assert_eq!(ask(c.clients[leader], &format!("set big 1 0 {}\r\n{big}\r\n", big.len())), "STORED\r\n");
+    acked.push(("big".to_string(), big));
     // Effects, not commands: the leader decides append and incr once.
     assert_eq!(ask(c.clients[leader], "set s 5 0 2\r\nab\r\n"), "STORED\r\n");
     assert_eq!(ask(c.clients[leader], "append s 0 0 2\r\ncd\r\n"), "STORED\r\n");
@@ -141,7 +145,9 @@ fn three_nodes_survive_the_leader_s_kill_9() {
     let new = c.leader();
     assert_ne!(new, leader);
     for (k, v) in &acked {
-        assert_eq!(ask(c.clients[new], &format!("get {k}\r\n")), format!("VALUE {k} 0 {}\r\n{v}\r\nEND\r\n", v.len()));
+        let flags = if k == "big" { 1 } else { 0 };
+        let want = format!("VALUE {k} {flags} {}\r\n{v}\r\nEND\r\n", v.len());
+        assert!(ask(c.clients[new], &format!("get {k}\r\n")) == want, "{k} differs on the new leader");
     }
     // The same items with the same timestamps: they were assigned by the
     // log, not by each replica.
