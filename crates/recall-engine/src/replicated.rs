@@ -259,8 +259,16 @@ impl Engine {
             _ => &[],
         };
         // Held until the effects are applied: the next write of this key
-        // is decided on the state this one leaves.
-        let scratch = rep.stripe(key).lock();
+        // is decided on the state this one leaves. A flush holds every
+        // stripe (in order; a write holds one, so nobody waits in a
+        // cycle): an append decided before it must not commit after it.
+        let (scratch, _all) = if key.is_empty() {
+            let mut all: Vec<_> = rep.stripes.iter().map(|s| s.lock()).collect();
+            let first = all.remove(0);
+            (first, all)
+        } else {
+            (rep.stripe(key).lock(), Vec::new())
+        };
         let now = self.now();
         let s = &scratch.engine;
         s.store.flush_all(now, now);

@@ -23,6 +23,10 @@ struct Group {
     follower: AtomicBool,
     log: Mutex<Vec<OwnedRecord>>,
     reads: AtomicU64,
+    /// Replication's round trip, simulated: the time between a proposal
+    /// and its apply, in which a badly serialized write could decide on
+    /// the same state as another.
+    slow: AtomicBool,
 }
 
 impl Replicator for Group {
@@ -40,8 +44,12 @@ impl Replicator for Group {
     }
 
     fn propose(&self, effect: &Record<'_>) -> Result<Applied, Refusal> {
+        if self.slow.load(Ordering::Relaxed) {
+            std::thread::sleep(std::time::Duration::from_micros(300));
+        }
+        let mut log = self.log.lock().unwrap();
         let ts = self.index.fetch_add(1, Ordering::Relaxed) + 1;
-        self.log.lock().unwrap().push(effect.to_owned());
+        log.push(effect.to_owned());
         let e = self.engine.get().and_then(Weak::upgrade).expect("engine alive");
         Ok(Applied { ts, outcome: apply_effect(&e.store, effect, ts, e.now()) })
     }
@@ -172,4 +180,29 @@ fn reads_pass_the_read_barrier_and_unsupported_operations_are_refused() {
     assert_eq!(send(&e, b"ms k 1 E5\r\na\r\n"), refused);
     assert_eq!(send(&e, b"md k I\r\n"), refused);
     assert!(effects(&g).is_empty());
+}
+
+#[test]
+fn concurrent_writes_of_one_key_are_decided_one_after_the_other() {
+    let (e, g) = replicated();
+    assert_eq!(send(&e, b"set n 0 0 1\r\n0\r\n"), "STORED\r\n");
+    g.slow.store(true, Ordering::Relaxed);
+    let (threads, each) = (8, 25);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                for _ in 0..each {
+                    let r = send(&e, b"incr n 1\r\nappend log 0 0 1\r\n.\r\n");
+                    assert!(r.ends_with("\r\nNOT_STORED\r\n") || r.ends_with("\r\nSTORED\r\n"), "{r}");
+                }
+            });
+        }
+    });
+    let total = threads * each;
+    assert_eq!(send(&e, b"get n\r\n"), format!("VALUE n 0 {}\r\n{total}\r\nEND\r\n", total.to_string().len()));
+    // Every proposed counter value is the one before it plus one: no two
+    // increments were decided on the same state.
+    let values: Vec<u64> =
+        effects(&g).into_iter().filter(|e| e.1 == "n").map(|e| e.2.trim().parse().unwrap()).collect();
+    assert_eq!(values, (0..=total as u64).collect::<Vec<_>>());
 }
