@@ -137,7 +137,7 @@ pub struct Engine {
     /// `watch`: the log watchers (see `watch.rs`).
     pub watchers: Arc<watch::Watchers>,
     /// Cluster mode (`replicated.rs`): set once before serving.
-    replication: replicated::Slot,
+    pub(crate) replication: replicated::Slot,
     started: UnixSecs,
     verbosity: AtomicU64,
 }

@@ -71,6 +71,11 @@ pub trait Replicator: Send + Sync {
     /// Append `effect` (its `ts` is ignored: the log assigns it) to the
     /// group's log, and return once it is committed and applied here.
     fn propose(&self, effect: &recall_record::Record<'_>) -> Result<Applied, Refusal>;
+    /// `stats` lines about the group as this node sees it (role, leader,
+    /// term, log positions), names starting with `cluster_`.
+    fn stats(&self) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
 }
 
 /// Scratch engines, one per stripe. More stripes let more writes of
@@ -184,6 +189,10 @@ impl Replication {
             })
             .collect();
         Replication { replicator, stripes, hasher: Default::default() }
+    }
+
+    pub(crate) fn stats(&self) -> Vec<(&'static str, String)> {
+        self.replicator.stats()
     }
 
     fn stripe(&self, key: &[u8]) -> &Mutex<Scratch> {

@@ -234,4 +234,24 @@ impl Replicator for Node {
             Err(RaftError::Fatal(_)) => Err(Refusal::Replication(SHUT_DOWN)),
         }
     }
+
+    fn stats(&self) -> Vec<(&'static str, String)> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        let role = match m.state {
+            ServerState::Leader => "leader",
+            ServerState::Follower => "follower",
+            ServerState::Candidate => "candidate",
+            ServerState::Learner => "learner",
+            ServerState::Shutdown => "shutdown",
+        };
+        vec![
+            ("cluster_node_id", m.id.to_string()),
+            ("cluster_role", role.to_string()),
+            ("cluster_leader", m.current_leader.unwrap_or(0).to_string()),
+            ("cluster_term", m.current_term.to_string()),
+            ("cluster_last_log_index", m.last_log_index.unwrap_or(0).to_string()),
+            ("cluster_last_applied", m.last_applied.map_or(0, |l| l.index).to_string()),
+        ]
+    }
 }

@@ -87,6 +87,25 @@ fn ask(addr: SocketAddr, req: &str) -> String {
     }
 }
 
+/// `stats` lines of one node, as name → value.
+fn stats(addr: SocketAddr) -> std::collections::HashMap<String, String> {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    s.write_all(b"stats\r\n").expect("send");
+    let mut m = std::collections::HashMap::new();
+    for line in BufReader::new(s).lines() {
+        let line = line.expect("a stats line");
+        if line == "END" {
+            break;
+        }
+        let mut f = line.splitn(3, ' ');
+        if let (Some("STAT"), Some(k), Some(v)) = (f.next(), f.next(), f.next()) {
+            m.insert(k.to_string(), v.to_string());
+        }
+    }
+    m
+}
+
 impl Cluster {
     /// The node that answers a read (the leader: followers refuse), among
     /// the live ones, probed until one does.
@@ -161,6 +180,11 @@ fn three_nodes_survive_the_leader_s_kill_9() {
     let new_cas: u64 = after.lines().next().and_then(|l| l.rsplit(' ').next()).and_then(|c| c.parse().ok()).unwrap();
     assert!(new_cas > old_cas, "{after:?} after {before:?}");
     let survivor = (0..3).find(|&i| i != leader && i != new).expect("a third node");
+    let (ls, ss) = (stats(c.clients[new]), stats(c.clients[survivor]));
+    assert_eq!(ls["cluster_role"], "leader");
+    assert_eq!(ss["cluster_role"], "follower");
+    assert_eq!(ss["cluster_leader"], (new + 1).to_string());
+    assert_eq!(ls["cluster_leader"], (new + 1).to_string());
     assert_eq!(
         ask(c.clients[survivor], "get after\r\n"),
         format!("SERVER_ERROR not leader; leader is {}\r\n", c.clients[new])
