@@ -189,6 +189,14 @@ fn three_nodes_survive_the_leader_s_kill_9() {
         ask(c.clients[survivor], "get after\r\n"),
         format!("SERVER_ERROR not leader; leader is {}\r\n", c.clients[new])
     );
+
+    // One node left: no majority, so no write may be acknowledged. It
+    // times out (3 s here) or finds itself no longer leader; either way
+    // the client hears an error, never STORED.
+    c.nodes[survivor].as_mut().expect("running").kill9();
+    c.nodes[survivor] = None;
+    let alone = ask(c.clients[new], "set lonely 0 0 1\r\nz\r\n");
+    assert!(alone.starts_with("SERVER_ERROR "), "{alone:?}");
 }
 
 #[test]
