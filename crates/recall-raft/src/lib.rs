@@ -117,9 +117,12 @@ impl Node {
             .build()?;
         let raft_cfg = openraft::Config {
             cluster_name: "recall".into(),
-            heartbeat_interval: 100,
-            election_timeout_min: 400,
-            election_timeout_max: 800,
+            // Generous for loopback: the nodes share a busy machine in tests
+            // and CI, where a heartbeat late by a few hundred milliseconds
+            // must not depose a healthy leader. A failover takes 1–2 s.
+            heartbeat_interval: 150,
+            election_timeout_min: 1000,
+            election_timeout_max: 2000,
             ..Default::default()
         }
         .validate()
