@@ -25,6 +25,7 @@ use std::future::Future;
 use std::io;
 use std::io::Cursor;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -95,12 +96,23 @@ pub struct Node {
     rt: tokio::runtime::Runtime,
     timeout: Duration,
     not_leader: BTreeMap<NodeId, &'static str>,
+    /// Proposals whose proposer stopped waiting (timed out) before they
+    /// resolved. While any is unresolved no write is decided: the
+    /// proposer's stripe was released, and a write of the same key decided
+    /// now could miss an effect that still commits before it.
+    unresolved: Arc<AtomicUsize>,
 }
+
+/// A proposal's wait, between the proposer and the task running it.
+const PENDING: u8 = 0;
+const DONE: u8 = 1;
+const ABANDONED: u8 = 2;
 
 const NO_LEADER: &str = "SERVER_ERROR not leader; no leader elected yet";
 const TIMED_OUT: &str = "SERVER_ERROR cluster timed out; the write may or may not have been applied";
 const FAILED: &str = "SERVER_ERROR cluster failed; the write may or may not have been applied";
 const SHUT_DOWN: &str = "SERVER_ERROR cluster node is shutting down";
+const UNRESOLVED: &str = "SERVER_ERROR cluster busy; an earlier write's outcome is not known yet";
 
 impl Node {
     /// Start this node's Raft (its own runtime, two threads) and its RPC
@@ -163,7 +175,7 @@ impl Node {
                 (*id, line)
             })
             .collect();
-        Ok(Arc::new(Node { raft, rt, timeout: cfg.timeout, not_leader }))
+        Ok(Arc::new(Node { raft, rt, timeout: cfg.timeout, not_leader, unresolved: Default::default() }))
     }
 
     /// The line that tells a client who leads (or that nobody does yet).
@@ -183,6 +195,37 @@ impl Node {
             std::sync::mpsc::RecvTimeoutError::Timeout => Refusal::Replication(TIMED_OUT),
             std::sync::mpsc::RecvTimeoutError::Disconnected => Refusal::Replication(SHUT_DOWN),
         })
+    }
+
+    /// [`Node::wait`] for a proposal: one given up on is counted in
+    /// `unresolved` until it resolves.
+    fn wait_proposal<T: Send + 'static>(&self, fut: impl Future<Output = T> + Send + 'static) -> Result<T, Refusal> {
+        let state = Arc::new(AtomicU8::new(PENDING));
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let (st, unresolved) = (state.clone(), self.unresolved.clone());
+        self.rt.spawn(async move {
+            let out = fut.await;
+            if st.compare_exchange(PENDING, DONE, Ordering::AcqRel, Ordering::Acquire).is_err() {
+                // Abandoned: the proposer counted it before it let go.
+                unresolved.fetch_sub(1, Ordering::AcqRel);
+            }
+            let _ = tx.send(out);
+        });
+        match rx.recv_timeout(self.timeout) {
+            Ok(v) => Ok(v),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                // Counted before the state says so, so the task's
+                // decrement can never come first.
+                self.unresolved.fetch_add(1, Ordering::AcqRel);
+                if state.compare_exchange(PENDING, ABANDONED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                    return Err(Refusal::Replication(TIMED_OUT));
+                }
+                // It resolved at this very moment: take its answer.
+                self.unresolved.fetch_sub(1, Ordering::AcqRel);
+                rx.recv().map_err(|_| Refusal::Replication(SHUT_DOWN))
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(Refusal::Replication(SHUT_DOWN)),
+        }
     }
 
     /// The current leader, as this node knows it.
@@ -219,6 +262,9 @@ impl Replicator for Node {
             let settled = m.last_applied.is_some_and(|l| l.leader_id.term == m.current_term);
             (m.state == ServerState::Leader, settled, m.current_leader)
         };
+        if self.unresolved.load(Ordering::Acquire) > 0 {
+            return Err(Refusal::Replication(UNRESOLVED));
+        }
         match (leader, settled) {
             (true, true) => Ok(()),
             (true, false) => self.read_barrier(),
@@ -230,7 +276,7 @@ impl Replicator for Node {
         let mut bytes = Vec::with_capacity(effect.encoded_len());
         effect.encode(&mut bytes);
         let raft = self.raft.clone();
-        match self.wait(async move { raft.client_write(Effect(bytes)).await })? {
+        match self.wait_proposal(async move { raft.client_write(Effect(bytes)).await })? {
             Ok(resp) => Ok(Applied { ts: resp.data.ts, outcome: state_machine::outcome_of(resp.data.outcome) }),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(self.not_leader(f.leader_id)),
             Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(_))) => Err(Refusal::Replication(FAILED)),
