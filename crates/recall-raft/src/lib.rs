@@ -112,6 +112,7 @@ const NO_LEADER: &str = "SERVER_ERROR not leader; no leader elected yet";
 const TIMED_OUT: &str = "SERVER_ERROR cluster timed out; the write may or may not have been applied";
 const FAILED: &str = "SERVER_ERROR cluster failed; the write may or may not have been applied";
 const SHUT_DOWN: &str = "SERVER_ERROR cluster node is shutting down";
+const NO_QUORUM: &str = "SERVER_ERROR cluster has no quorum";
 const UNRESOLVED: &str = "SERVER_ERROR cluster busy; an earlier write's outcome is not known yet";
 
 impl Node {
@@ -246,7 +247,7 @@ impl Replicator for Node {
         match self.wait(async move { raft.ensure_linearizable().await })? {
             Ok(_) => Ok(()),
             Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => Err(self.not_leader(f.leader_id)),
-            Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_))) => Err(self.not_leader(None)),
+            Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_))) => Err(Refusal::Replication(NO_QUORUM)),
             Err(RaftError::Fatal(_)) => Err(Refusal::Replication(SHUT_DOWN)),
         }
     }
