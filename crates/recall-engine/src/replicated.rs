@@ -231,13 +231,9 @@ impl Engine {
         self.replication.set(Replication::new(self, replicator)).is_ok()
     }
 
-    /// Whether the engine serves a consensus group (cluster mode).
-    pub fn is_replicated(&self) -> bool {
-        self.replication.get().is_some()
-    }
-
-    /// Replicated mode's part of `execute`: `None` lets a plain read go on
-    /// to the local store (after its barrier); `Some` is the rendered reply.
+    /// Replicated mode's part of `execute`: `Err(render)` hands a plain
+    /// read back, to go on to the local store (its barrier passed); `Ok`
+    /// is the rendered reply.
     pub(crate) fn execute_replicated<R, F: FnOnce(Outcome<'_>) -> R>(
         &self,
         rep: &Replication,
