@@ -185,6 +185,12 @@ impl Engine {
                 }
                 true
             }
+            // Cluster mode's refusals are errors even for a quiet get: a
+            // miss would pass for an answer.
+            Outcome::Refused(r) => {
+                binary::write_error(out, op, opaque, refusal_status(r));
+                false
+            }
             _ if quiet => false,
             _ => {
                 binary::write_get_miss(out, op, opaque, key, with_key);
@@ -262,7 +268,11 @@ fn render(out: &mut Vec<u8>, op: u8, opaque: u32, quiet: bool, o: Outcome<'_>) {
         Outcome::Delete(d) => delete_status(d),
         Outcome::Arith(a) => arith_status(a),
         Outcome::FlushDisabled => Status::FlushDisabled,
-        Outcome::Refused(_) | Outcome::Replayed(_) | Outcome::Read(_) | Outcome::ReadLost => {
+        Outcome::Refused(r) => {
+            binary::write_error(out, op, opaque, refusal_status(r));
+            return;
+        }
+        Outcome::Replayed(_) | Outcome::Read(_) | Outcome::ReadLost => {
             binary::write_error(out, op, opaque, status::EINVAL);
             return;
         }
@@ -271,5 +281,15 @@ fn render(out: &mut Vec<u8>, op: u8, opaque: u32, quiet: bool, o: Outcome<'_>) {
         status::NO_ERROR if quiet => {}
         status::NO_ERROR => binary::write_ok(out, op, opaque, 0),
         st => binary::write_error(out, op, opaque, st),
+    }
+}
+
+/// The binary status of a refusal: "not my vbucket" (0x07) for a node that
+/// does not lead the key's group, the protocol's own word for "ask another
+/// server"; "invalid arguments" otherwise.
+fn refusal_status(r: crate::op::Refusal) -> u16 {
+    match r {
+        crate::op::Refusal::NotLeader(_) => status::NOT_MY_VBUCKET,
+        _ => status::EINVAL,
     }
 }

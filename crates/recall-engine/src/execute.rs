@@ -27,6 +27,15 @@ impl Engine {
     /// hit is rendered while the item is borrowed under its shard lock, so
     /// `render` must only copy into a buffer.
     pub fn execute<R>(&self, op: &Op<'_>, cx: &mut Cx<'_>, render: impl FnOnce(Outcome<'_>) -> R) -> R {
+        // Cluster mode: mutations go through the group's log; a plain read
+        // comes back here once it may read the local store.
+        let render = match self.replication.get() {
+            Some(rep) => match self.execute_replicated(rep, op, cx, render) {
+                Ok(done) => return done,
+                Err(render) => render,
+            },
+            None => render,
+        };
         let now = self.now();
         if let Err(r) = self.admit(op) {
             return render(Outcome::Refused(r));

@@ -18,6 +18,7 @@ mod execute;
 mod meta;
 pub mod op;
 pub mod out;
+pub mod replicated;
 mod session;
 pub mod stats;
 mod text;
@@ -33,6 +34,7 @@ use recall_store::{Clock, Store, UnixSecs};
 pub use execute::Cx;
 pub use op::{Op, Outcome};
 pub use out::{Out, Segment};
+pub use replicated::{Applied, Replicator};
 pub use session::{Processed, ProtocolChoice, Session};
 pub use stats::{Counters, Registry};
 pub use write_path::{Barrier, Observer, Observers};
@@ -138,6 +140,8 @@ pub struct Engine {
     pub conns: Arc<stats::ConnTable>,
     /// `watch`: the log watchers (see `watch.rs`).
     pub watchers: Arc<watch::Watchers>,
+    /// Cluster mode (`replicated.rs`): set once before serving.
+    pub(crate) replication: replicated::Slot,
     started: UnixSecs,
     verbosity: AtomicU64,
 }
@@ -159,6 +163,7 @@ impl Engine {
             prefix,
             conns: Default::default(),
             watchers,
+            replication: Default::default(),
             started,
             verbosity: AtomicU64::new(0),
         }
@@ -211,6 +216,8 @@ impl Engine {
 
 #[cfg(test)]
 mod auth_tests;
+#[cfg(test)]
+mod replicated_tests;
 #[cfg(test)]
 mod reply_budget_tests;
 #[cfg(test)]

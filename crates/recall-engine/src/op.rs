@@ -180,6 +180,19 @@ pub enum Refusal {
     /// counter into that timestamp's epoch, so every later write would name
     /// the wrong instance.
     ReplayNeverIssued,
+    /// Cluster mode: this node does not lead the key's group. The line
+    /// names the leader's client address when one is known (memcached
+    /// clients cannot follow a redirect, so the operator or a cluster-aware
+    /// client can); the replicator builds it once per peer.
+    NotLeader(&'static str),
+    /// Cluster mode: the group did not answer in time, or failed; the
+    /// write may or may not have been committed.
+    Replication(&'static str),
+    /// Cluster mode does not support this operation yet (see
+    /// docs/design/replication.md).
+    ClusterUnsupported,
+    /// Cluster mode: the scratch engine returned something a write cannot.
+    ClusterInternal,
 }
 
 impl Refusal {
@@ -188,6 +201,9 @@ impl Refusal {
         match self {
             Refusal::ExplicitCasDurable => b"CLIENT_ERROR the E flag cannot set a timestamp while durability is on",
             Refusal::ReplayNeverIssued => b"CLIENT_ERROR replay timestamp was never handed out",
+            Refusal::NotLeader(line) | Refusal::Replication(line) => line.as_bytes(),
+            Refusal::ClusterUnsupported => b"SERVER_ERROR not supported in cluster mode yet",
+            Refusal::ClusterInternal => b"SERVER_ERROR internal: cluster write decided nothing",
         }
     }
 }

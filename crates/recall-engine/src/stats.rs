@@ -649,6 +649,11 @@ impl Engine {
         if let Some(tls) = g.tls.get() {
             tls.write(out, self.now());
         }
+        if let Some(rep) = self.replication.get() {
+            for (name, v) in rep.stats() {
+                stat(out, name, v);
+            }
+        }
     }
 }
 

@@ -50,8 +50,20 @@ impl Engine {
         let mut keys = keys(&raw[from..]).peekable();
         while let Some(key) = keys.next() {
             let op = Op::Read(ReadOp { key, touch, count_get: true, ..Default::default() });
+            let mut refused = false;
             let hit = self.execute(&op, cx, |o| {
-                let Outcome::Read(Read::Hit(v)) = o else { return false };
+                let v = match o {
+                    Outcome::Read(Read::Hit(v)) => v,
+                    // Cluster mode's refusals (not the leader, say): the
+                    // error line ends the reply, as memcached ends a get
+                    // on an error, so no miss is mistaken for an answer.
+                    Outcome::Refused(r) => {
+                        reply::line(out, r.line());
+                        refused = true;
+                        return false;
+                    }
+                    _ => return false,
+                };
                 let cas = with_cas.then_some(v.cas);
                 if framed {
                     reply::stream_header(out, key, v.flags, cas);
@@ -64,6 +76,9 @@ impl Engine {
                 }
                 true
             });
+            if refused {
+                return None;
+            }
             self.prefix.get(key, hit);
             if let (true, Some(next)) = (out.wire_len() > limit, keys.peek()) {
                 // Keys are slices of `raw`: the offset of the next one.
@@ -97,6 +112,7 @@ impl Engine {
                 let op = Op::Read(ReadOp { key, touch: Some(*exptime as i64), ..Default::default() });
                 self.execute(&op, cx, |o| match o {
                     Outcome::Read(Read::Hit(_)) => reply::text_status(out, Status::Touched, None),
+                    Outcome::Refused(r) => reply::line(out, r.line()),
                     _ => reply::text_status(out, Status::NotFound, None),
                 });
             }

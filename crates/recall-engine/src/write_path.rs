@@ -10,9 +10,9 @@
 //!
 //! * **Before** (`Engine::admit`): rules that decide whether a mutation
 //!   may reach the store at all. Today: a client-chosen timestamp (meta
-//!   `E`) is refused while durability is on. Replication hooks in here: a
-//!   replicated group proposes the operation and applies it after commit
-//!   (docs/design/write-path.md).
+//!   `E`) is refused while durability is on. In cluster mode the before
+//!   stage is replicated mode's (`replicated.rs`): the mutation is decided
+//!   on a scratch store, proposed to the group, and applied after commit.
 //! * **After** ([`Observer`]s): each mutation is handed to every observer
 //!   while the key's shard lock is held, so each key's mutations arrive in
 //!   timestamp order (the write-ahead log relies on it). An observer

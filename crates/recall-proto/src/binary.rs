@@ -204,6 +204,9 @@ pub mod status {
     pub const EINVAL: u16 = 0x04;
     pub const NOT_STORED: u16 = 0x05;
     pub const DELTA_BADVAL: u16 = 0x06;
+    /// "Vbucket belongs to another server": recall's cluster mode answers
+    /// it on a node that does not lead the key's group.
+    pub const NOT_MY_VBUCKET: u16 = 0x07;
     /// memcached's `PROTOCOL_BINARY_RESPONSE_AUTH_CONTINUE`: a SASL
     /// exchange needs another step.
     pub const AUTH_CONTINUE: u16 = 0x21;

@@ -71,6 +71,75 @@ pub struct Config {
     pub ssl_session_cache: bool,
     pub sasl: bool,
     pub auth_file: String,
+    /// Cluster mode (replication): off unless `node_id` is set.
+    #[serde(default)]
+    pub cluster: ClusterSection,
+}
+
+/// The `[cluster]` section: one Raft group of every listed peer
+/// (docs/design/replication.md). `node_id = 0` is single-node recalld.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterSection {
+    /// This node's id among `peers` (0: cluster mode off).
+    pub node_id: u64,
+    /// Every member, this node included: `ID=RAFT_ADDR/CLIENT_ADDR`, the
+    /// address its Raft RPC listens on and the one its clients use.
+    pub peers: Vec<String>,
+    /// Initialize the group from `peers` (exactly one node of a new
+    /// cluster; the log is in memory, so every start is a new cluster).
+    pub bootstrap: bool,
+    /// Milliseconds a request waits for the group before its error.
+    pub timeout_ms: u64,
+}
+
+impl Default for ClusterSection {
+    fn default() -> Self {
+        ClusterSection { node_id: 0, peers: Vec::new(), bootstrap: false, timeout_ms: 5000 }
+    }
+}
+
+impl ClusterSection {
+    /// The node's cluster settings, checked; `None` when cluster mode is off.
+    pub fn to_raft(&self) -> Result<Option<recall_raft::ClusterConfig>, ConfigError> {
+        if self.node_id == 0 {
+            if !self.peers.is_empty() || self.bootstrap {
+                return Err(ConfigError(
+                    "cluster: peers or bootstrap given without a node id (--cluster-node-id)".into(),
+                ));
+            }
+            return Ok(None);
+        }
+        let mut peers = std::collections::BTreeMap::new();
+        for p in &self.peers {
+            let bad = |why: &str| ConfigError(format!("cluster peer {p:?}: {why} (expected ID=RAFT_ADDR/CLIENT_ADDR)"));
+            let (id, addrs) = p.split_once('=').ok_or_else(|| bad("no '='"))?;
+            let id: u64 =
+                id.trim().parse().ok().filter(|&i| i != 0).ok_or_else(|| bad("the id is not a number above 0"))?;
+            let (raft, client) = addrs.split_once('/').ok_or_else(|| bad("no '/'"))?;
+            let raft: std::net::SocketAddr = raft.trim().parse().map_err(|_| bad("the Raft address is not IP:PORT"))?;
+            let client = client.trim();
+            if client.is_empty() {
+                return Err(bad("no client address"));
+            }
+            let peer = recall_raft::Peer { raft, client: client.to_string() };
+            if peers.insert(id, peer).is_some() {
+                return Err(bad("the id is listed twice"));
+            }
+        }
+        if !peers.contains_key(&self.node_id) {
+            return Err(ConfigError(format!("cluster: node {} is not among the peers", self.node_id)));
+        }
+        if self.timeout_ms == 0 {
+            return Err(ConfigError("cluster: timeout_ms must be at least 1".into()));
+        }
+        Ok(Some(recall_raft::ClusterConfig {
+            node_id: self.node_id,
+            peers,
+            bootstrap: self.bootstrap,
+            timeout: std::time::Duration::from_millis(self.timeout_ms),
+        }))
+    }
 }
 
 impl Default for Config {
@@ -163,6 +232,18 @@ pub struct Cli {
     /// Seconds to accept replays as a recovering server after a restart.
     #[arg(long = "recovery-grace")]
     pub recovery_grace: Option<u64>,
+    /// Cluster mode: this node's id among the peers (0 or unset: off).
+    #[arg(long = "cluster-node-id")]
+    pub cluster_node_id: Option<u64>,
+    /// Cluster mode: a member, ID=RAFT_ADDR/CLIENT_ADDR (repeat for each, this node included).
+    #[arg(long = "cluster-peer")]
+    pub cluster_peer: Vec<String>,
+    /// Cluster mode: initialize the group (one node of a new cluster).
+    #[arg(long = "cluster-bootstrap")]
+    pub cluster_bootstrap: bool,
+    /// Cluster mode: milliseconds a request waits for the group.
+    #[arg(long = "cluster-timeout-ms")]
+    pub cluster_timeout_ms: Option<u64>,
     /// Verify a snapshot file, print a summary and exit.
     #[arg(long = "check-snapshot")]
     pub check_snapshot: Option<PathBuf>,
@@ -386,6 +467,16 @@ impl Config {
             cfg.recovery_grace = v;
         }
         cfg.apply_transport_flags(cli);
+        if let Some(v) = cli.cluster_node_id {
+            cfg.cluster.node_id = v;
+        }
+        if !cli.cluster_peer.is_empty() {
+            cfg.cluster.peers = cli.cluster_peer.clone();
+        }
+        cfg.cluster.bootstrap |= cli.cluster_bootstrap;
+        if let Some(v) = cli.cluster_timeout_ms {
+            cfg.cluster.timeout_ms = v;
+        }
         for opts in &cli.extended {
             for kv in opts.split(',').filter(|s| !s.is_empty()) {
                 let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
@@ -524,6 +615,13 @@ impl Config {
             }
             "wal" => {}
             other => return Err(ConfigError(format!("invalid durability: {other} (none | client-backup | wal)"))),
+        }
+        if self.cluster.to_raft()?.is_some() && !self.data_dir.is_empty() && self.durability != "none" {
+            return Err(ConfigError(
+                "cluster mode does not combine with durability yet (the group's log is in memory; \
+                 leave --data-dir unset or use --durability none)"
+                    .into(),
+            ));
         }
         if self.snapshot_interval == 0 {
             return Err(ConfigError("snapshot_interval must be at least 1 second".into()));

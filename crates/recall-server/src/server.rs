@@ -129,6 +129,18 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
     } else {
         None
     };
+    // Cluster mode: the group starts (and its RPC listener is bound)
+    // before any connection is accepted, so every request sees the engine
+    // already replicated.
+    let _cluster =
+        match cfg.cluster.to_raft().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.0))? {
+            Some(cc) => {
+                let node = recall_raft::Node::start(engine.clone(), cc)?;
+                engine.replicate(node.clone());
+                Some(node)
+            }
+            None => None,
+        };
     let local = bound.endpoint()?;
     engine.conns.listening(local.clone());
     let shutdown = Arc::new(Notify::new());

@@ -1,0 +1,349 @@
+//! Replicated mode: the write path's *before* stage proposes, the store
+//! applies after commit (docs/design/replication.md).
+//!
+//! ```text
+//!   Op ─► route ─► write barrier ─► decide (scratch store) ─► propose ─► commit ─► apply ─► reply
+//!          │            │                 │                      (the Replicator: a Raft group)
+//!          │            └─ not leader ─► Refused("SERVER_ERROR not leader; leader is …")
+//!          └─ plain read ─► read barrier ─► the local store
+//! ```
+//!
+//! The log carries *effects*, not commands: the leader decides what a
+//! mutation does (the resulting value, flags and expiry, or a delete) and
+//! the group's log carries that record; every replica applies it with
+//! [`recall_store::Store::apply`], so an `append` or an `incr` cannot come
+//! out differently on two replicas that evicted different items. The
+//! write timestamp (CAS) is the entry's log index, assigned by the log's
+//! order, identical on every replica and monotonic across leader changes.
+//!
+//! **Deciding without applying.** The leader must know a mutation's result
+//! before the log commits it, without changing its own store. It runs the
+//! operation on a *scratch* engine: a one-shard store seeded with the key's
+//! current item, through the same [`Engine::execute`] every single-node
+//! write takes, with an observer that captures the mutation. So memcached's
+//! rules (add/replace/cas, append, incr's padding, a refused write dropping
+//! the old value) are written once, in the store, and the captured mutation
+//! is the effect. Scratch engines live in stripes chosen by the key's hash;
+//! a stripe is held from the decision until the effect is applied, so two
+//! writes of one key are decided one after the other, each on the state
+//! the other left.
+//!
+//! **What this slice does not do** (refused with a clear error in cluster
+//! mode): a client-chosen timestamp (meta `E`), meta's invalidate (`I`),
+//! reads that write (touch, gat, mg `T`/`N`/`R`), a delayed `flush_all`,
+//! and seed 000's replay. The engine thread waits for the commit: see the
+//! design note for why and what replaces it.
+
+use std::hash::BuildHasher as _;
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+use recall_record::OwnedRecord;
+use recall_store::{ApplyOutcome, ArithOutcome, DeleteOutcome, Mutation, Store, StoreConfig, WriteOutcome};
+
+use crate::op::{Op, Outcome, Refusal};
+use crate::write_path::{Barrier, Observer};
+use crate::{Counters, Cx, Engine};
+
+/// A committed and applied effect, as the replica that proposed it saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Applied {
+    /// The write timestamp the log gave it (its index).
+    pub ts: u64,
+    pub outcome: ApplyOutcome,
+}
+
+/// A consensus group, as the engine needs it. recall-raft implements it
+/// over openraft; the engine sees no consensus library's types.
+///
+/// Every method may block the calling thread until the group answers (or
+/// its own timeout passes); a refusal carries the reply line the client
+/// gets.
+pub trait Replicator: Send + Sync {
+    /// Return once a read of the local store is linearizable: this node
+    /// leads the group and has applied every entry committed before the
+    /// read (a read index).
+    fn read_barrier(&self) -> Result<(), Refusal>;
+    /// Return once this node may decide a write: it leads the group and has
+    /// applied every entry of earlier terms, so its store holds every
+    /// committed effect.
+    fn write_barrier(&self) -> Result<(), Refusal>;
+    /// Append `effect` (its `ts` is ignored: the log assigns it) to the
+    /// group's log, and return once it is committed and applied here.
+    fn propose(&self, effect: &recall_record::Record<'_>) -> Result<Applied, Refusal>;
+    /// `stats` lines about the group as this node sees it (role, leader,
+    /// term, log positions), names starting with `cluster_`.
+    fn stats(&self) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
+}
+
+/// Scratch engines, one per stripe. More stripes let more writes of
+/// different keys be decided at once; each costs a one-shard store.
+const STRIPES: usize = 64;
+
+/// The engine's replicated mode: the group and the scratch stripes.
+pub struct Replication {
+    replicator: Arc<dyn Replicator>,
+    stripes: Box<[Mutex<Scratch>]>,
+    hasher: std::hash::RandomState,
+}
+
+impl std::fmt::Debug for Replication {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Replication({} stripes)", self.stripes.len())
+    }
+}
+
+/// One stripe's scratch engine and what its observer captured.
+struct Scratch {
+    engine: Engine,
+    captured: Arc<Capture>,
+}
+
+/// Captures the mutations the scratch store reports: they are the effects.
+#[derive(Default)]
+struct Capture(Mutex<Vec<OwnedRecord>>);
+
+impl Observer for Capture {
+    fn observe(&self, m: &Mutation<'_>) -> Barrier {
+        self.0.lock().push(OwnedRecord {
+            tombstone: m.tombstone,
+            key: m.key.to_vec(),
+            value: m.value.to_vec(),
+            flags: m.flags,
+            exptime: m.exptime,
+            ts: 0,
+        });
+        Barrier::default()
+    }
+}
+
+/// What a decided operation answers, held by value until its effects
+/// commit (the scratch engine's outcome borrows nothing).
+#[derive(Debug, Clone, Copy)]
+enum Decided {
+    Write(WriteOutcome),
+    Delete(DeleteOutcome),
+    Arith(ArithOutcome),
+    Flushed,
+    FlushDisabled,
+    Other(Refusal),
+}
+
+impl Decided {
+    /// The outcome after commit: the timestamps are the log's.
+    fn with_ts(self, ts: u64) -> Self {
+        match self {
+            Decided::Write(WriteOutcome::Stored { .. }) => Decided::Write(WriteOutcome::Stored { cas: ts }),
+            Decided::Arith(ArithOutcome::Done { value, exptime, created, .. }) => {
+                Decided::Arith(ArithOutcome::Done { value, cas: ts, exptime, created })
+            }
+            Decided::Delete(DeleteOutcome::Stamped { .. }) => Decided::Delete(DeleteOutcome::Stamped { ts }),
+            d => d,
+        }
+    }
+
+    /// The outcome when an effect could not be stored on the leader.
+    fn out_of_memory(self) -> Self {
+        match self {
+            Decided::Write(_) => Decided::Write(WriteOutcome::OutOfMemory),
+            Decided::Arith(_) => Decided::Arith(ArithOutcome::OutOfMemory),
+            d => d,
+        }
+    }
+
+    fn outcome(self) -> Outcome<'static> {
+        match self {
+            Decided::Write(w) => Outcome::Write(w),
+            Decided::Delete(d) => Outcome::Delete(d),
+            Decided::Arith(a) => Outcome::Arith(a),
+            Decided::Flushed => Outcome::Flushed,
+            Decided::FlushDisabled => Outcome::FlushDisabled,
+            Decided::Other(r) => Outcome::Refused(r),
+        }
+    }
+}
+
+impl Replication {
+    /// Replicated mode over `replicator`, for an engine configured like
+    /// `engine` (the scratch engines share its settings and clock).
+    pub fn new(engine: &Engine, replicator: Arc<dyn Replicator>) -> Replication {
+        // A scratch store holds one item (and, for a moment, its new
+        // version): room for two of the largest, with eviction off so a
+        // write is refused only for the reasons memcached refuses it.
+        let mem = engine.config.item_size_max.saturating_mul(4).max(1 << 20);
+        let stripes = (0..STRIPES)
+            .map(|_| {
+                let store = Store::new(StoreConfig {
+                    mem_limit: mem,
+                    evict: false,
+                    shards: 1,
+                    cas_enabled: engine.config.cas_enabled,
+                    policy: Default::default(),
+                });
+                let scratch = Engine::new(store, engine.clock.clone(), engine.config.clone());
+                let captured = Arc::new(Capture::default());
+                scratch.observers.install(vec![captured.clone()]);
+                Mutex::new(Scratch { engine: scratch, captured })
+            })
+            .collect();
+        Replication { replicator, stripes, hasher: Default::default() }
+    }
+
+    pub(crate) fn stats(&self) -> Vec<(&'static str, String)> {
+        self.replicator.stats()
+    }
+
+    fn stripe(&self, key: &[u8]) -> &Mutex<Scratch> {
+        &self.stripes[self.hasher.hash_one(key) as usize % self.stripes.len()]
+    }
+}
+
+/// How replicated mode takes an operation.
+enum Route {
+    /// A plain read: the local store, after a read barrier.
+    Read,
+    /// A mutation: decided, proposed, applied after commit.
+    Write,
+    Refuse(Refusal),
+}
+
+fn route(op: &Op<'_>) -> Route {
+    match op {
+        Op::Read(r) if r.touch.is_some() || r.vivify.is_some() || r.recache_below.is_some() => {
+            Route::Refuse(Refusal::ClusterUnsupported)
+        }
+        Op::Read(_) => Route::Read,
+        Op::Write(w) if w.explicit_cas != 0 || w.invalidate => Route::Refuse(Refusal::ClusterUnsupported),
+        Op::Delete(d) if d.explicit_cas != 0 || d.invalidate => Route::Refuse(Refusal::ClusterUnsupported),
+        Op::Arith(a) if a.explicit_cas != 0 => Route::Refuse(Refusal::ClusterUnsupported),
+        Op::Flush { delay } if *delay > 0 => Route::Refuse(Refusal::ClusterUnsupported),
+        Op::Replay(_) => Route::Refuse(Refusal::ClusterUnsupported),
+        Op::Write(_) | Op::Delete(_) | Op::Arith(_) | Op::Flush { .. } => Route::Write,
+    }
+}
+
+impl Engine {
+    /// Switch this engine to replicated mode, once, before serving.
+    /// Returns false if it already was.
+    pub fn replicate(&self, replicator: Arc<dyn Replicator>) -> bool {
+        self.replication.set(Replication::new(self, replicator)).is_ok()
+    }
+
+    /// Replicated mode's part of `execute`: `Err(render)` hands a plain
+    /// read back, to go on to the local store (its barrier passed); `Ok`
+    /// is the rendered reply.
+    pub(crate) fn execute_replicated<R, F: FnOnce(Outcome<'_>) -> R>(
+        &self,
+        rep: &Replication,
+        op: &Op<'_>,
+        cx: &mut Cx<'_>,
+        render: F,
+    ) -> Result<R, F> {
+        match route(op) {
+            Route::Refuse(r) => Ok(render(Outcome::Refused(r))),
+            Route::Read => match rep.replicator.read_barrier() {
+                Ok(()) => Err(render),
+                Err(r) => Ok(render(Outcome::Refused(r))),
+            },
+            Route::Write => Ok(render(self.replicate_write(rep, op, cx.counters).outcome())),
+        }
+    }
+
+    /// Decide `op` on a scratch engine, propose its effects, wait for them
+    /// to apply here, and say what the client hears.
+    fn replicate_write(&self, rep: &Replication, op: &Op<'_>, counters: &Counters) -> Decided {
+        if let Err(r) = rep.replicator.write_barrier() {
+            return Decided::Other(r);
+        }
+        let key = match op {
+            Op::Write(w) => w.key,
+            Op::Delete(d) => d.key,
+            Op::Arith(a) => a.key,
+            _ => &[],
+        };
+        // Held until the effects are applied: the next write of this key
+        // is decided on the state this one leaves. A flush holds every
+        // stripe (in order; a write holds one, so nobody waits in a
+        // cycle): an append decided before it must not commit after it.
+        let (scratch, _all) = if key.is_empty() {
+            let mut all: Vec<_> = rep.stripes.iter().map(|s| s.lock()).collect();
+            let first = all.remove(0);
+            (first, all)
+        } else {
+            (rep.stripe(key).lock(), Vec::new())
+        };
+        let now = self.now();
+        let s = &scratch.engine;
+        s.store.flush_all(now, now);
+        scratch.captured.0.lock().clear();
+        if !key.is_empty() {
+            let current = self.store.read(
+                key,
+                now,
+                recall_store::ReadOpts { no_bump: true, ..Default::default() },
+                |r| match r {
+                    recall_store::Read::Hit(v) => Some(OwnedRecord {
+                        tombstone: false,
+                        key: key.to_vec(),
+                        value: v.value.to_vec(),
+                        flags: v.flags,
+                        exptime: v.exptime,
+                        ts: v.cas,
+                    }),
+                    recall_store::Read::Miss { .. } => None,
+                },
+            );
+            if let Some(cur) = current {
+                if s.store.apply(&cur.as_record(), now) != ApplyOutcome::Applied {
+                    return Decided::Other(Refusal::ClusterInternal);
+                }
+            }
+        }
+        let mut barrier = Barrier::default();
+        let decided = s.execute(op, &mut Cx { counters, barrier: &mut barrier }, |o| match o {
+            Outcome::Write(w) => Decided::Write(w),
+            Outcome::Delete(d) => Decided::Delete(d),
+            Outcome::Arith(a) => Decided::Arith(a),
+            Outcome::Flushed => Decided::Flushed,
+            Outcome::FlushDisabled => Decided::FlushDisabled,
+            Outcome::Refused(r) => Decided::Other(r),
+            Outcome::Read(_) | Outcome::ReadLost | Outcome::Replayed(_) => Decided::Other(Refusal::ClusterInternal),
+        });
+        let effects = std::mem::take(&mut *scratch.captured.0.lock());
+        let mut last = None;
+        for e in &effects {
+            match rep.replicator.propose(&e.as_record()) {
+                Ok(a) => last = Some(a),
+                Err(r) => return Decided::Other(r),
+            }
+        }
+        match last {
+            None => decided,
+            Some(Applied { outcome: ApplyOutcome::OutOfMemory, .. }) => decided.out_of_memory(),
+            Some(a) => decided.with_ts(a.ts),
+        }
+    }
+}
+
+/// Apply a committed effect at log index `ts` to a replica's store: the
+/// one definition of "apply", for every replica of every group. The
+/// effect's own `ts` is ignored: the log's index is the timestamp, so every
+/// replica stamps it alike.
+pub fn apply_effect(
+    store: &Store,
+    effect: &recall_record::Record<'_>,
+    ts: u64,
+    now: recall_store::UnixSecs,
+) -> ApplyOutcome {
+    if effect.is_flush() {
+        store.flush_all(now, now);
+        store.raise_cas_floor(ts);
+        return ApplyOutcome::Applied;
+    }
+    store.apply(&recall_record::Record { ts, ..*effect }, now)
+}
+
+/// The slot the engine keeps its replicated mode in (set once).
+pub(crate) type Slot = OnceLock<Replication>;

@@ -1,0 +1,208 @@
+//! Replicated mode without sockets: an in-process group that applies each
+//! effect at the next log index stands in for Raft, so the tests see what
+//! the leader decides, what it proposes, and what the client hears.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use recall_record::{OwnedRecord, Record};
+use recall_store::ManualClock;
+
+use crate::op::Refusal;
+use crate::replicated::{apply_effect, Applied, Replicator};
+use crate::tests::engine;
+use crate::{Engine, Out, ProtocolChoice, Session};
+
+const NOT_LEADER: &str = "SERVER_ERROR not leader; leader is 10.0.0.2:11211";
+
+/// A group of one: proposals apply at once, at the next index.
+#[derive(Default)]
+struct Group {
+    engine: OnceLock<Weak<Engine>>,
+    index: AtomicU64,
+    follower: AtomicBool,
+    log: Mutex<Vec<OwnedRecord>>,
+    reads: AtomicU64,
+    /// Replication's round trip, simulated: the time between a proposal
+    /// and its apply, in which a badly serialized write could decide on
+    /// the same state as another.
+    slow: AtomicBool,
+}
+
+impl Replicator for Group {
+    fn read_barrier(&self) -> Result<(), Refusal> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.write_barrier()
+    }
+
+    fn write_barrier(&self) -> Result<(), Refusal> {
+        if self.follower.load(Ordering::Relaxed) {
+            Err(Refusal::NotLeader(NOT_LEADER))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn propose(&self, effect: &Record<'_>) -> Result<Applied, Refusal> {
+        if self.slow.load(Ordering::Relaxed) {
+            std::thread::sleep(std::time::Duration::from_micros(300));
+        }
+        let mut log = self.log.lock().unwrap();
+        let ts = self.index.fetch_add(1, Ordering::Relaxed) + 1;
+        log.push(effect.to_owned());
+        let e = self.engine.get().and_then(Weak::upgrade).expect("engine alive");
+        Ok(Applied { ts, outcome: apply_effect(&e.store, effect, ts, e.now()) })
+    }
+}
+
+fn replicated() -> (Arc<Engine>, Arc<Group>) {
+    let e = Arc::new(engine(Arc::new(ManualClock::new(1_700_000_000))));
+    let g = Arc::new(Group::default());
+    let _ = g.engine.set(Arc::downgrade(&e));
+    assert!(e.replicate(g.clone()));
+    assert!(!e.replicate(g.clone()), "replicated mode is set once");
+    (e, g)
+}
+
+fn send_bytes(e: &Engine, bytes: &[u8]) -> Vec<u8> {
+    let mut s = Session::new(e, e.registry.register(), ProtocolChoice::Auto);
+    let mut out = Out::new();
+    let p = s.process(e, bytes, &mut out);
+    assert_eq!(p.used, bytes.len(), "the whole batch is used");
+    out.flatten()
+}
+
+fn send(e: &Engine, bytes: &[u8]) -> String {
+    String::from_utf8_lossy(&send_bytes(e, bytes)).into_owned()
+}
+
+/// The proposed effects as (tombstone, key, value, flags) for asserts.
+fn effects(g: &Group) -> Vec<(bool, String, String, u32)> {
+    let log = std::mem::take(&mut *g.log.lock().unwrap());
+    log.into_iter()
+        .map(|r| (r.tombstone, String::from_utf8(r.key).unwrap(), String::from_utf8(r.value).unwrap(), r.flags))
+        .collect()
+}
+
+#[test]
+fn the_log_carries_what_the_leader_decided_not_the_command() {
+    let (e, g) = replicated();
+    assert_eq!(
+        send(&e, b"set s 7 0 2\r\nab\r\nappend s 0 0 2\r\ncd\r\nprepend s 0 0 1\r\n>\r\n"),
+        "STORED\r\n".repeat(3)
+    );
+    // append and prepend are logged as the whole resulting value, with the
+    // item's own flags (an append's flags are ignored, as in memcached).
+    assert_eq!(
+        effects(&g),
+        vec![
+            (false, "s".into(), "ab".into(), 7),
+            (false, "s".into(), "abcd".into(), 7),
+            (false, "s".into(), ">abcd".into(), 7)
+        ]
+    );
+    assert_eq!(send(&e, b"set n 0 0 3\r\n100\r\nincr n 5\r\ndecr n 97\r\n"), "STORED\r\n105\r\n8\r\n");
+    // memcached's in-place padding is in the effect, so every replica
+    // holds the same bytes.
+    assert_eq!(
+        effects(&g),
+        vec![
+            (false, "n".into(), "100".into(), 0),
+            (false, "n".into(), "105".into(), 0),
+            (false, "n".into(), "8  ".into(), 0)
+        ]
+    );
+    assert_eq!(send(&e, b"delete s\r\nflush_all\r\n"), "DELETED\r\nOK\r\n");
+    assert_eq!(effects(&g), vec![(true, "s".into(), "".into(), 0), (true, "".into(), "".into(), 0)]);
+    assert_eq!(send(&e, b"get n\r\n"), "END\r\n", "the flush marker applied");
+}
+
+#[test]
+fn refusals_decided_by_the_leader_propose_nothing() {
+    let (e, g) = replicated();
+    assert_eq!(send(&e, b"add k 0 0 1\r\na\r\nadd k 0 0 1\r\nb\r\n"), "STORED\r\nNOT_STORED\r\n");
+    assert_eq!(
+        send(&e, b"replace q 0 0 1\r\na\r\nappend q 0 0 1\r\na\r\nincr q 1\r\ndelete q\r\n"),
+        "NOT_STORED\r\nNOT_STORED\r\nNOT_FOUND\r\nNOT_FOUND\r\n"
+    );
+    assert_eq!(send(&e, b"cas k 0 0 1 999\r\nc\r\n"), "EXISTS\r\n");
+    assert_eq!(
+        send(&e, b"set t 0 0 3\r\nabc\r\nincr t 1\r\n"),
+        "STORED\r\nCLIENT_ERROR cannot increment or decrement non-numeric value\r\n"
+    );
+    assert_eq!(effects(&g), vec![(false, "k".into(), "a".into(), 0), (false, "t".into(), "abc".into(), 0)]);
+}
+
+#[test]
+fn timestamps_are_the_log_s_indexes() {
+    let (e, g) = replicated();
+    g.index.store(41, Ordering::Relaxed);
+    assert_eq!(send(&e, b"set k 0 0 1\r\na\r\ngets k\r\n"), "STORED\r\nVALUE k 0 1 42\r\na\r\nEND\r\n");
+    // A CAS names the log's timestamp; the new version gets the next one.
+    assert_eq!(send(&e, b"cas k 0 0 1 42\r\nb\r\ngets k\r\n"), "STORED\r\nVALUE k 0 1 43\r\nb\r\nEND\r\n");
+    assert_eq!(
+        send(&e, b"mg k c\r\nma k\r\nmg k c v\r\n"),
+        "HD c43\r\nCLIENT_ERROR cannot increment or decrement non-numeric value\r\nVA 1 c43\r\nb\r\n"
+    );
+}
+
+#[test]
+fn a_follower_names_the_leader_for_reads_and_writes() {
+    let (e, g) = replicated();
+    assert_eq!(send(&e, b"set k 0 0 1\r\na\r\n"), "STORED\r\n");
+    g.follower.store(true, Ordering::Relaxed);
+    let line = format!("{NOT_LEADER}\r\n");
+    assert_eq!(send(&e, b"set k 0 0 1\r\nb\r\n"), line);
+    // A get ends at the refusal: no END that could pass for a miss.
+    assert_eq!(send(&e, b"get k other\r\n"), line);
+    assert_eq!(send(&e, b"mg k v\r\n"), line);
+    assert_eq!(send(&e, b"incr k 1\r\ndelete k\r\nflush_all\r\n"), line.repeat(3));
+    assert!(effects(&g).len() == 1, "only the leader's write was proposed");
+    // Binary clients hear "not my vbucket" (0x0007), for a quiet get too.
+    for opcode in [recall_proto::binary::opcode::GET, recall_proto::binary::opcode::GETQ] {
+        let mut get = vec![0x80, opcode, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1];
+        get.extend_from_slice(&[0; 12]);
+        get.push(b'k');
+        let reply = send_bytes(&e, &get);
+        assert_eq!(reply[..2], [0x81, opcode]);
+        assert_eq!(u16::from_be_bytes([reply[6], reply[7]]), recall_proto::binary::status::NOT_MY_VBUCKET);
+    }
+}
+
+#[test]
+fn reads_pass_the_read_barrier_and_unsupported_operations_are_refused() {
+    let (e, g) = replicated();
+    assert_eq!(send(&e, b"get a b c\r\n"), "END\r\n");
+    assert_eq!(g.reads.load(Ordering::Relaxed), 3, "one barrier per key in this slice");
+    let refused = "SERVER_ERROR not supported in cluster mode yet\r\n";
+    assert_eq!(send(&e, b"touch k 10\r\n"), refused);
+    assert_eq!(send(&e, b"flush_all 10\r\n"), refused);
+    assert_eq!(send(&e, b"ms k 1 E5\r\na\r\n"), refused);
+    assert_eq!(send(&e, b"md k I\r\n"), refused);
+    assert!(effects(&g).is_empty());
+}
+
+#[test]
+fn concurrent_writes_of_one_key_are_decided_one_after_the_other() {
+    let (e, g) = replicated();
+    assert_eq!(send(&e, b"set n 0 0 1\r\n0\r\n"), "STORED\r\n");
+    g.slow.store(true, Ordering::Relaxed);
+    let (threads, each) = (8, 25);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                for _ in 0..each {
+                    let r = send(&e, b"incr n 1\r\nappend log 0 0 1\r\n.\r\n");
+                    assert!(r.ends_with("\r\nNOT_STORED\r\n") || r.ends_with("\r\nSTORED\r\n"), "{r}");
+                }
+            });
+        }
+    });
+    let total = threads * each;
+    assert_eq!(send(&e, b"get n\r\n"), format!("VALUE n 0 {}\r\n{total}\r\nEND\r\n", total.to_string().len()));
+    // Every proposed counter value is the one before it plus one: no two
+    // increments were decided on the same state.
+    let values: Vec<u64> =
+        effects(&g).into_iter().filter(|e| e.1 == "n").map(|e| e.2.trim().parse().unwrap()).collect();
+    assert_eq!(values, (0..=total as u64).collect::<Vec<_>>());
+}

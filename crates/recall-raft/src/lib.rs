@@ -1,0 +1,307 @@
+//! # recall-raft
+//!
+//! recalld's replicated mode: one Raft group (openraft) whose log carries
+//! write *effects*, applied to the node's recall-store `Store` after
+//! commit. The engine sees only its own narrow trait,
+//! [`recall_engine::Replicator`]; this crate implements it over openraft,
+//! so openraft's types stay here.
+//!
+//! * `log_store.rs`: the Raft log (in memory in this slice);
+//! * `state_machine.rs`: committed effects → `Store::apply`, snapshots;
+//! * `network.rs`: the RPC between nodes (length-prefixed frames on TCP);
+//! * this file: the type configuration, starting a node, and the
+//!   blocking bridge from the engine's threads to the group.
+//!
+//! Layout, guarantees and what is not done yet:
+//! docs/design/replication.md.
+
+mod log_store;
+pub mod network;
+mod state_machine;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+// `declare_raft_types!` names `Cursor` for its default snapshot type.
+use std::io;
+use std::io::Cursor;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
+use openraft::{BasicNode, ServerState};
+use recall_engine::op::Refusal;
+use recall_engine::{Applied, Engine, Replicator};
+use serde::{Deserialize, Serialize};
+
+pub type NodeId = u64;
+
+/// One log entry's payload: a `recall_record::Record` in its one encoding
+/// (its timestamp field is 0; the entry's log index is the timestamp).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Effect(pub Vec<u8>);
+
+impl std::fmt::Display for Effect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "effect({} bytes)", self.0.len())
+    }
+}
+
+/// What applying an entry did: its timestamp (the log index) and the
+/// store's outcome (see `state_machine::outcome_of`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct ApplyResult {
+    pub ts: u64,
+    pub outcome: u8,
+}
+
+openraft::declare_raft_types!(
+    /// recall's Raft types: effects in, apply results out.
+    pub TypeConfig:
+        D = Effect,
+        R = ApplyResult,
+);
+
+pub type Raft = openraft::Raft<TypeConfig>;
+
+/// One member of the group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    /// Where its Raft RPC listens.
+    pub raft: SocketAddr,
+    /// Where its memcached clients connect (named to clients that wrote to
+    /// a follower).
+    pub client: String,
+}
+
+/// A node's cluster settings.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    pub node_id: NodeId,
+    /// Every member, this node included.
+    pub peers: BTreeMap<NodeId, Peer>,
+    /// Initialize the group with `peers` as its members if this node's log
+    /// is empty. Exactly one node of a new cluster does it.
+    pub bootstrap: bool,
+    /// How long a client's request waits for the group before it gets an
+    /// error.
+    pub timeout: Duration,
+}
+
+/// A running node: its Raft, the runtime its Raft and RPC run on, and the
+/// reply lines that name each possible leader.
+pub struct Node {
+    raft: Raft,
+    rt: tokio::runtime::Runtime,
+    timeout: Duration,
+    not_leader: BTreeMap<NodeId, &'static str>,
+    /// Proposals whose proposer stopped waiting (timed out) before they
+    /// resolved. While any is unresolved no write is decided: the
+    /// proposer's stripe was released, and a write of the same key decided
+    /// now could miss an effect that still commits before it.
+    unresolved: Arc<AtomicUsize>,
+}
+
+/// A proposal's wait, between the proposer and the task running it.
+const PENDING: u8 = 0;
+const DONE: u8 = 1;
+const ABANDONED: u8 = 2;
+
+const NO_LEADER: &str = "SERVER_ERROR not leader; no leader elected yet";
+const TIMED_OUT: &str = "SERVER_ERROR cluster timed out; the write may or may not have been applied";
+const FAILED: &str = "SERVER_ERROR cluster failed; the write may or may not have been applied";
+const SHUT_DOWN: &str = "SERVER_ERROR cluster node is shutting down";
+const NO_QUORUM: &str = "SERVER_ERROR cluster has no quorum";
+const UNRESOLVED: &str = "SERVER_ERROR cluster busy; an earlier write's outcome is not known yet";
+
+impl Node {
+    /// Start this node's Raft (its own runtime, two threads) and its RPC
+    /// listener, and with `bootstrap`, initialize the group. Returns once
+    /// the listener is bound; an election follows on its own.
+    pub fn start(engine: Arc<Engine>, cfg: ClusterConfig) -> io::Result<Arc<Node>> {
+        let me = cfg.peers.get(&cfg.node_id).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, format!("cluster: node {} is not among the peers", cfg.node_id))
+        })?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("recall-raft")
+            .enable_all()
+            .build()?;
+        let raft_cfg = openraft::Config {
+            cluster_name: "recall".into(),
+            // Generous for loopback: the nodes share a busy machine in tests
+            // and CI, where a heartbeat late by a few hundred milliseconds
+            // must not depose a healthy leader. A failover takes 1–2 s.
+            heartbeat_interval: 150,
+            election_timeout_min: 1000,
+            election_timeout_max: 2000,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("raft config: {e}")))?;
+        let listen = me.raft;
+        let members: BTreeMap<NodeId, BasicNode> =
+            cfg.peers.iter().map(|(id, p)| (*id, BasicNode { addr: p.raft.to_string() })).collect();
+        let raft = rt.block_on(async {
+            let raft = Raft::new(
+                cfg.node_id,
+                Arc::new(raft_cfg),
+                network::Network,
+                log_store::LogStore::default(),
+                state_machine::StateMachine::new(engine),
+            )
+            .await
+            .map_err(|e| io::Error::other(format!("raft: {e}")))?;
+            let listener = tokio::net::TcpListener::bind(listen)
+                .await
+                .map_err(|e| io::Error::new(e.kind(), format!("cluster listen {listen}: {e}")))?;
+            tokio::spawn(network::serve(listener, raft.clone()));
+            if cfg.bootstrap {
+                match raft.initialize(members).await {
+                    Ok(()) => {}
+                    // Already initialized: its log is not empty.
+                    Err(RaftError::APIError(e)) => tracing::info!("cluster bootstrap skipped: {e}"),
+                    Err(e) => return Err(io::Error::other(format!("cluster bootstrap: {e}"))),
+                }
+            }
+            Ok::<_, io::Error>(raft)
+        })?;
+        // One line per peer, made once: a refusal carries a static line.
+        let not_leader = cfg
+            .peers
+            .iter()
+            .map(|(id, p)| {
+                let line: &'static str = format!("SERVER_ERROR not leader; leader is {}", p.client).leak();
+                (*id, line)
+            })
+            .collect();
+        Ok(Arc::new(Node { raft, rt, timeout: cfg.timeout, not_leader, unresolved: Default::default() }))
+    }
+
+    /// The line that tells a client who leads (or that nobody does yet).
+    fn not_leader(&self, leader: Option<NodeId>) -> Refusal {
+        Refusal::NotLeader(leader.and_then(|l| self.not_leader.get(&l).copied()).unwrap_or(NO_LEADER))
+    }
+
+    /// Run `fut` on the Raft runtime and wait for it on this thread, for
+    /// at most the request timeout. The engine's threads are not the Raft
+    /// runtime's, so this cannot deadlock it.
+    fn wait<T: Send + 'static>(&self, fut: impl Future<Output = T> + Send + 'static) -> Result<T, Refusal> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.rt.spawn(async move {
+            let _ = tx.send(fut.await);
+        });
+        rx.recv_timeout(self.timeout).map_err(|e| match e {
+            std::sync::mpsc::RecvTimeoutError::Timeout => Refusal::Replication(TIMED_OUT),
+            std::sync::mpsc::RecvTimeoutError::Disconnected => Refusal::Replication(SHUT_DOWN),
+        })
+    }
+
+    /// [`Node::wait`] for a proposal: one given up on is counted in
+    /// `unresolved` until it resolves.
+    fn wait_proposal<T: Send + 'static>(&self, fut: impl Future<Output = T> + Send + 'static) -> Result<T, Refusal> {
+        let state = Arc::new(AtomicU8::new(PENDING));
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let (st, unresolved) = (state.clone(), self.unresolved.clone());
+        self.rt.spawn(async move {
+            let out = fut.await;
+            if st.compare_exchange(PENDING, DONE, Ordering::AcqRel, Ordering::Acquire).is_err() {
+                // Abandoned: the proposer counted it before it let go.
+                unresolved.fetch_sub(1, Ordering::AcqRel);
+            }
+            let _ = tx.send(out);
+        });
+        match rx.recv_timeout(self.timeout) {
+            Ok(v) => Ok(v),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                // Counted before the state says so, so the task's
+                // decrement can never come first.
+                self.unresolved.fetch_add(1, Ordering::AcqRel);
+                if state.compare_exchange(PENDING, ABANDONED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                    return Err(Refusal::Replication(TIMED_OUT));
+                }
+                // It resolved at this very moment: take its answer.
+                self.unresolved.fetch_sub(1, Ordering::AcqRel);
+                rx.recv().map_err(|_| Refusal::Replication(SHUT_DOWN))
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(Refusal::Replication(SHUT_DOWN)),
+        }
+    }
+
+    /// The current leader, as this node knows it.
+    pub fn leader(&self) -> Option<NodeId> {
+        self.raft.metrics().borrow().current_leader
+    }
+
+    /// Stop the Raft core (the process is ending).
+    pub fn shutdown(&self) {
+        let raft = self.raft.clone();
+        let _ = self.wait(async move { raft.shutdown().await });
+    }
+}
+
+impl Replicator for Node {
+    fn read_barrier(&self) -> Result<(), Refusal> {
+        let raft = self.raft.clone();
+        match self.wait(async move { raft.ensure_linearizable().await })? {
+            Ok(_) => Ok(()),
+            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => Err(self.not_leader(f.leader_id)),
+            Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_))) => Err(Refusal::Replication(NO_QUORUM)),
+            Err(RaftError::Fatal(_)) => Err(Refusal::Replication(SHUT_DOWN)),
+        }
+    }
+
+    fn write_barrier(&self) -> Result<(), Refusal> {
+        // A leader that applied an entry of its own term applied its term's
+        // first entry, and so everything committed before it: its store
+        // holds every committed effect. Only until then does it need a
+        // read barrier (once per term, in practice).
+        let (leader, settled, known) = {
+            let m = self.raft.metrics();
+            let m = m.borrow();
+            let settled = m.last_applied.is_some_and(|l| l.leader_id.term == m.current_term);
+            (m.state == ServerState::Leader, settled, m.current_leader)
+        };
+        if self.unresolved.load(Ordering::Acquire) > 0 {
+            return Err(Refusal::Replication(UNRESOLVED));
+        }
+        match (leader, settled) {
+            (true, true) => Ok(()),
+            (true, false) => self.read_barrier(),
+            (false, _) => Err(self.not_leader(known)),
+        }
+    }
+
+    fn propose(&self, effect: &recall_record::Record<'_>) -> Result<Applied, Refusal> {
+        let mut bytes = Vec::with_capacity(effect.encoded_len());
+        effect.encode(&mut bytes);
+        let raft = self.raft.clone();
+        match self.wait_proposal(async move { raft.client_write(Effect(bytes)).await })? {
+            Ok(resp) => Ok(Applied { ts: resp.data.ts, outcome: state_machine::outcome_of(resp.data.outcome) }),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(self.not_leader(f.leader_id)),
+            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(_))) => Err(Refusal::Replication(FAILED)),
+            Err(RaftError::Fatal(_)) => Err(Refusal::Replication(SHUT_DOWN)),
+        }
+    }
+
+    fn stats(&self) -> Vec<(&'static str, String)> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        let role = match m.state {
+            ServerState::Leader => "leader",
+            ServerState::Follower => "follower",
+            ServerState::Candidate => "candidate",
+            ServerState::Learner => "learner",
+            ServerState::Shutdown => "shutdown",
+        };
+        vec![
+            ("cluster_node_id", m.id.to_string()),
+            ("cluster_role", role.to_string()),
+            ("cluster_leader", m.current_leader.unwrap_or(0).to_string()),
+            ("cluster_term", m.current_term.to_string()),
+            ("cluster_last_log_index", m.last_log_index.unwrap_or(0).to_string()),
+            ("cluster_last_applied", m.last_applied.map_or(0, |l| l.index).to_string()),
+        ]
+    }
+}

@@ -1,0 +1,231 @@
+//! Raft's messages between nodes: one small RPC over TCP.
+//!
+//! A frame is a 4-byte big-endian length and that many bytes of JSON (the
+//! serde form openraft gives its messages). A connection carries one call
+//! at a time: request frame out, response frame back. openraft keeps one
+//! client per target and calls it sequentially, so one connection per
+//! (node, target) pair is enough. A failed call drops its connection; the
+//! next call dials again.
+//!
+//! JSON is the simple, certain choice for this slice (every openraft type
+//! round-trips through it); a binary encoding is a measured next step.
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
+    VoteResponse,
+};
+use openraft::BasicNode;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::{NodeId, Raft, TypeConfig};
+
+/// The largest frame either side accepts. openraft sends snapshots in
+/// chunks (3 MiB by default) and batches of log entries whose values are
+/// bounded by the item size limit (1 GiB at most, far less by default).
+pub const FRAME_MAX: usize = 64 << 20;
+
+/// A call from one node's Raft to another's.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Rpc {
+    Append(AppendEntriesRequest<TypeConfig>),
+    Vote(VoteRequest<NodeId>),
+    Snapshot(InstallSnapshotRequest<TypeConfig>),
+}
+
+/// Read one frame's body. `Ok(None)` is a clean end of stream before a
+/// frame began.
+pub async fn read_frame(s: &mut TcpStream) -> io::Result<Option<Vec<u8>>> {
+    let mut len = [0u8; 4];
+    match s.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = frame_len(len)?;
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).await?;
+    Ok(Some(body))
+}
+
+/// A frame's declared length, checked against [`FRAME_MAX`].
+pub fn frame_len(header: [u8; 4]) -> io::Result<usize> {
+    let len = u32::from_be_bytes(header) as usize;
+    if len > FRAME_MAX {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("raft frame of {len} bytes is over the {FRAME_MAX}-byte limit"),
+        ));
+    }
+    Ok(len)
+}
+
+async fn write_frame(s: &mut TcpStream, body: &[u8]) -> io::Result<()> {
+    let len = u32::try_from(body.len()).ok().filter(|&l| l as usize <= FRAME_MAX).ok_or_else(|| {
+        io::Error::new(io::ErrorKind::InvalidInput, format!("raft frame of {} bytes is too large", body.len()))
+    })?;
+    s.write_all(&len.to_be_bytes()).await?;
+    s.write_all(body).await?;
+    s.flush().await
+}
+
+fn to_json<T: Serialize>(v: &T) -> io::Result<Vec<u8>> {
+    serde_json::to_vec(v).map_err(io::Error::other)
+}
+
+/// Decode a frame's body: a call on the serving side, its reply on the
+/// calling side. Bad bytes are an `InvalidData` error that closes the
+/// connection (fuzzed: `fuzz/fuzz_targets/raft_rpc.rs`).
+pub fn decode<T: DeserializeOwned>(b: &[u8]) -> io::Result<T> {
+    serde_json::from_slice(b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// Serve Raft calls from the other nodes until the listener fails.
+pub async fn serve(listener: TcpListener, raft: Raft) {
+    loop {
+        let (sock, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!("raft listener: accept failed: {e}");
+                continue;
+            }
+        };
+        let _ = sock.set_nodelay(true);
+        let raft = raft.clone();
+        tokio::spawn(async move {
+            if let Err(e) = serve_conn(sock, raft).await {
+                tracing::info!("raft connection from {peer} closed: {e}");
+            }
+        });
+    }
+}
+
+async fn serve_conn(mut sock: TcpStream, raft: Raft) -> io::Result<()> {
+    while let Some(body) = read_frame(&mut sock).await? {
+        let reply = match decode::<Rpc>(&body)? {
+            Rpc::Append(r) => to_json(&raft.append_entries(r).await)?,
+            Rpc::Vote(r) => to_json(&raft.vote(r).await)?,
+            Rpc::Snapshot(r) => to_json(&raft.install_snapshot(r).await)?,
+        };
+        write_frame(&mut sock, &reply).await?;
+    }
+    Ok(())
+}
+
+/// Makes a client per target node.
+#[derive(Clone, Default)]
+pub struct Network;
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = Client;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Client {
+        Client { target, addr: node.addr.clone(), conn: None }
+    }
+}
+
+/// One node's connection to one target.
+pub struct Client {
+    target: NodeId,
+    addr: String,
+    conn: Option<TcpStream>,
+}
+
+/// Why a call failed, before it is sorted into openraft's error kinds.
+enum CallError {
+    /// No connection could be made: openraft backs off.
+    Unreachable(io::Error),
+    /// The call was sent (or half sent) and failed.
+    Network(io::Error),
+}
+
+impl Client {
+    async fn call<Resp: DeserializeOwned>(&mut self, rpc: &Rpc, ttl: Duration) -> Result<Resp, CallError> {
+        let body = to_json(rpc).map_err(CallError::Network)?;
+        let res = tokio::time::timeout(ttl, self.call_inner(&body)).await;
+        let res = res.unwrap_or_else(|_| {
+            Err(CallError::Network(io::Error::new(io::ErrorKind::TimedOut, format!("no answer within {ttl:?}"))))
+        });
+        match res {
+            Ok(reply) => decode(&reply).map_err(|e| {
+                self.conn = None;
+                CallError::Network(e)
+            }),
+            Err(e) => {
+                self.conn = None;
+                Err(e)
+            }
+        }
+    }
+
+    async fn call_inner(&mut self, body: &[u8]) -> Result<Vec<u8>, CallError> {
+        if self.conn.is_none() {
+            let addr: SocketAddr = self.addr.parse().map_err(|e| {
+                CallError::Unreachable(io::Error::new(io::ErrorKind::InvalidInput, format!("{}: {e}", self.addr)))
+            })?;
+            let s = TcpStream::connect(addr).await.map_err(CallError::Unreachable)?;
+            let _ = s.set_nodelay(true);
+            self.conn = Some(s);
+        }
+        let s = self.conn.as_mut().expect("connected above");
+        write_frame(s, body).await.map_err(CallError::Network)?;
+        match read_frame(s).await {
+            Ok(Some(reply)) => Ok(reply),
+            Ok(None) => Err(CallError::Network(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed"))),
+            Err(e) => Err(CallError::Network(e)),
+        }
+    }
+
+    /// Sort a call's result into openraft's error kinds.
+    async fn rpc<Resp, E>(
+        &mut self,
+        rpc: Rpc,
+        option: RPCOption,
+    ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
+    where
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        match self.call::<Result<Resp, RaftError<NodeId, E>>>(&rpc, option.hard_ttl()).await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(remote)) => Err(RPCError::RemoteError(RemoteError::new(self.target, remote))),
+            Err(CallError::Unreachable(e)) => Err(RPCError::Unreachable(Unreachable::new(&e))),
+            Err(CallError::Network(e)) => Err(RPCError::Network(NetworkError::new(&e))),
+        }
+    }
+}
+
+impl RaftNetwork<TypeConfig> for Client {
+    async fn append_entries(
+        &mut self,
+        req: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        self.rpc(Rpc::Append(req), option).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        req: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>>
+    {
+        self.rpc(Rpc::Snapshot(req), option).await
+    }
+
+    async fn vote(
+        &mut self,
+        req: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        self.rpc(Rpc::Vote(req), option).await
+    }
+}

@@ -1,0 +1,297 @@
+//! The group's state machine: committed effects applied to the node's
+//! recall-store `Store`, in log order, through `Store::apply`.
+//!
+//! An effect is a `recall_record::Record` (the one definition of a
+//! mutation: a value with its flags and absolute expiry, a delete, or the
+//! flush marker). Its write timestamp is not in the entry: it is the
+//! entry's log index, so every replica stamps a mutation alike and the
+//! timestamps grow with the log across leader changes.
+//!
+//! A snapshot is the store's live items as records (the same encoding,
+//! back to back). Building one holds the state machine's lock, so no
+//! effect is applied halfway through it: the items are exactly the state
+//! as of the last applied entry.
+
+use std::io::Cursor;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::{
+    BasicNode, Entry, EntryPayload, LogId, RaftSnapshotBuilder, SnapshotMeta, StorageError, StorageIOError,
+    StoredMembership,
+};
+use recall_engine::Engine;
+use recall_record::Record;
+use recall_store::ApplyOutcome;
+
+use crate::{ApplyResult, NodeId, TypeConfig};
+
+/// What the state machine has applied (guarded with the store's
+/// mutations: see the module note).
+#[derive(Debug, Default)]
+struct Applied {
+    last: Option<LogId<NodeId>>,
+    membership: StoredMembership<NodeId, BasicNode>,
+}
+
+#[derive(Debug)]
+struct Stored {
+    meta: SnapshotMeta<NodeId, BasicNode>,
+    data: Vec<u8>,
+}
+
+pub struct StateMachine {
+    engine: Arc<Engine>,
+    applied: Mutex<Applied>,
+    snapshot: Mutex<Option<Stored>>,
+    snapshots_built: AtomicU64,
+}
+
+impl StateMachine {
+    pub fn new(engine: Arc<Engine>) -> Arc<StateMachine> {
+        Arc::new(StateMachine {
+            engine,
+            applied: Mutex::new(Applied::default()),
+            snapshot: Mutex::new(None),
+            snapshots_built: AtomicU64::new(0),
+        })
+    }
+
+    /// Apply one effect at log index `ts`.
+    fn apply_effect(&self, bytes: &[u8], ts: u64) -> Result<ApplyOutcome, recall_record::RecordError> {
+        let (r, used) = Record::decode(bytes)?;
+        if used != bytes.len() {
+            return Err(recall_record::RecordError::Truncated);
+        }
+        Ok(recall_engine::replicated::apply_effect(&self.engine.store, &r, ts, self.engine.now()))
+    }
+}
+
+fn outcome_code(o: ApplyOutcome) -> u8 {
+    match o {
+        ApplyOutcome::Applied => 0,
+        ApplyOutcome::Stale => 1,
+        ApplyOutcome::OutOfMemory => 2,
+    }
+}
+
+/// The inverse of [`outcome_code`].
+pub fn outcome_of(code: u8) -> ApplyOutcome {
+    match code {
+        0 => ApplyOutcome::Applied,
+        1 => ApplyOutcome::Stale,
+        _ => ApplyOutcome::OutOfMemory,
+    }
+}
+
+#[derive(Debug)]
+struct BadRecord(recall_record::RecordError);
+
+impl std::fmt::Display for BadRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "not a mutation record: {:?}", self.0)
+    }
+}
+
+impl std::error::Error for BadRecord {}
+
+impl RaftSnapshotBuilder<TypeConfig> for Arc<StateMachine> {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
+        let (data, meta) = {
+            let applied = self.applied.lock().expect("state machine lock");
+            let mut data = Vec::new();
+            let now = self.engine.now();
+            self.engine.store.for_each(now, |it| {
+                let value = it.value.to_vec();
+                Record {
+                    tombstone: false,
+                    key: it.key,
+                    value: &value,
+                    flags: it.flags,
+                    exptime: it.exptime,
+                    ts: it.cas,
+                }
+                .encode(&mut data);
+            });
+            let n = self.snapshots_built.fetch_add(1, Ordering::Relaxed) + 1;
+            let snapshot_id = match applied.last {
+                Some(l) => format!("{}-{}-{n}", l.leader_id, l.index),
+                None => format!("--{n}"),
+            };
+            (data, SnapshotMeta { last_log_id: applied.last, last_membership: applied.membership.clone(), snapshot_id })
+        };
+        *self.snapshot.lock().expect("snapshot lock") = Some(Stored { meta: meta.clone(), data: data.clone() });
+        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for Arc<StateMachine> {
+    type SnapshotBuilder = Self;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId<NodeId>>, StoredMembership<NodeId, BasicNode>), StorageError<NodeId>> {
+        let a = self.applied.lock().expect("state machine lock");
+        Ok((a.last, a.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<ApplyResult>, StorageError<NodeId>>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + Send,
+    {
+        let mut out = Vec::new();
+        let mut applied = self.applied.lock().expect("state machine lock");
+        for e in entries {
+            applied.last = Some(e.log_id);
+            let ts = e.log_id.index;
+            let outcome = match e.payload {
+                EntryPayload::Blank => ApplyOutcome::Applied,
+                EntryPayload::Normal(effect) => {
+                    self.apply_effect(&effect.0, ts).map_err(|err| StorageIOError::apply(e.log_id, &BadRecord(err)))?
+                }
+                EntryPayload::Membership(m) => {
+                    applied.membership = StoredMembership::new(Some(e.log_id), m);
+                    ApplyOutcome::Applied
+                }
+            };
+            out.push(ApplyResult { ts, outcome: outcome_code(outcome) });
+        }
+        Ok(out)
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<NodeId, BasicNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError<NodeId>> {
+        let data = snapshot.into_inner();
+        {
+            let mut applied = self.applied.lock().expect("state machine lock");
+            let store = &self.engine.store;
+            let now = self.engine.now();
+            // Check the whole snapshot before the store loses anything.
+            let mut records = Vec::new();
+            let mut at = 0;
+            while at < data.len() {
+                let (r, used) = Record::decode(&data[at..])
+                    .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &BadRecord(e)))?;
+                records.push(r);
+                at += used;
+            }
+            store.flush_all(now, now);
+            for r in &records {
+                store.apply(r, now);
+            }
+            if let Some(l) = meta.last_log_id {
+                store.raise_cas_floor(l.index);
+            }
+            applied.last = meta.last_log_id;
+            applied.membership = meta.last_membership.clone();
+        }
+        *self.snapshot.lock().expect("snapshot lock") = Some(Stored { meta: meta.clone(), data });
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
+        let s = self.snapshot.lock().expect("snapshot lock");
+        Ok(s.as_ref().map(|s| Snapshot { meta: s.meta.clone(), snapshot: Box::new(Cursor::new(s.data.clone())) }))
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+    use recall_engine::{Engine, EngineConfig};
+    use recall_record::OwnedRecord;
+    use recall_store::{ManualClock, ReadOpts, Store, StoreConfig};
+
+    use super::*;
+    use crate::Effect;
+
+    fn engine() -> Arc<Engine> {
+        let store = Store::new(StoreConfig { shards: 4, ..Default::default() });
+        Arc::new(Engine::new(store, Arc::new(ManualClock::new(1_700_000_000)), EngineConfig::default()))
+    }
+
+    fn entry(index: u64, r: OwnedRecord) -> Entry<TypeConfig> {
+        let mut bytes = Vec::new();
+        r.as_record().encode(&mut bytes);
+        Entry { log_id: LogId::new(CommittedLeaderId::new(1, 1), index), payload: EntryPayload::Normal(Effect(bytes)) }
+    }
+
+    fn value(key: &[u8], value: &[u8]) -> OwnedRecord {
+        OwnedRecord { key: key.to_vec(), value: value.to_vec(), flags: 3, ..Default::default() }
+    }
+
+    /// key → (value, flags, cas) of every live item.
+    fn items(e: &Engine) -> Vec<(Vec<u8>, Vec<u8>, u32, u64)> {
+        let mut v = Vec::new();
+        e.store.for_each(e.now(), |it| v.push((it.key.to_vec(), it.value.to_vec(), it.flags, it.cas)));
+        v.sort();
+        v
+    }
+
+    #[tokio::test]
+    async fn effects_apply_at_their_log_index_and_a_snapshot_rebuilds_the_same_store() {
+        let a = engine();
+        let mut sm = StateMachine::new(a.clone());
+        let big = vec![b'x'; 100_000];
+        let entries = vec![
+            entry(5, value(b"k1", b"one")),
+            entry(6, value(b"k2", b"two")),
+            entry(7, OwnedRecord { tombstone: true, key: b"k1".to_vec(), ..Default::default() }),
+            entry(8, value(b"big", &big)),
+        ];
+        let res = sm.apply(entries).await.expect("applied");
+        assert_eq!(res.iter().map(|r| (r.ts, r.outcome)).collect::<Vec<_>>(), [(5, 0), (6, 0), (7, 0), (8, 0)]);
+        let got = items(&a);
+        assert_eq!(
+            got.iter().map(|(k, v, f, c)| (k.as_slice(), v.len(), *f, *c)).collect::<Vec<_>>(),
+            [(&b"big"[..], 100_000, 3, 8), (&b"k2"[..], 3, 3, 6)]
+        );
+
+        let snap = sm.build_snapshot().await.expect("snapshot");
+        assert_eq!(snap.meta.last_log_id.map(|l| l.index), Some(8));
+        let b = engine();
+        b.store.apply(&value(b"stale", b"gone after install").as_record(), b.now());
+        let mut sm_b = StateMachine::new(b.clone());
+        sm_b.install_snapshot(&snap.meta, snap.snapshot).await.expect("installed");
+        assert_eq!(items(&b), got, "the same items, flags and timestamps");
+        assert_eq!(sm_b.applied_state().await.expect("state").0.map(|l| l.index), Some(8));
+
+        // The flush marker empties the store; later writes stamp above it.
+        let flush = OwnedRecord { tombstone: true, ..Default::default() };
+        sm_b.apply(vec![entry(9, flush), entry(10, value(b"k3", b"3"))]).await.expect("applied");
+        assert_eq!(items(&b).iter().map(|i| (i.0.clone(), i.3)).collect::<Vec<_>>(), [(b"k3".to_vec(), 10)]);
+        assert!(b.store.read(b"k2", b.now(), ReadOpts::default(), |r| matches!(r, recall_store::Read::Miss { .. })));
+    }
+
+    #[tokio::test]
+    async fn a_damaged_effect_or_snapshot_is_an_error_not_a_guess() {
+        let a = engine();
+        let mut sm = StateMachine::new(a.clone());
+        let bad = Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), 1),
+            payload: EntryPayload::Normal(Effect(vec![9, 9, 9])),
+        };
+        assert!(sm.apply(vec![bad]).await.is_err());
+        sm.apply(vec![entry(2, value(b"k", b"v"))]).await.expect("applied");
+        let snap = sm.build_snapshot().await.expect("snapshot");
+        let mut data = snap.snapshot.into_inner();
+        data.truncate(data.len() - 1);
+        let b = engine();
+        b.store.apply(&value(b"kept", b"v").as_record(), b.now());
+        let mut sm_b = StateMachine::new(b.clone());
+        assert!(sm_b.install_snapshot(&snap.meta, Box::new(Cursor::new(data))).await.is_err());
+        assert_eq!(items(&b).len(), 1, "a refused snapshot leaves the store as it was");
+    }
+}
