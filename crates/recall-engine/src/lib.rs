@@ -212,6 +212,8 @@ impl Engine {
 #[cfg(test)]
 mod auth_tests;
 #[cfg(test)]
+mod ingest_tests;
+#[cfg(test)]
 mod reply_budget_tests;
 #[cfg(test)]
 mod tests;

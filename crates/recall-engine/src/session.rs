@@ -18,6 +18,13 @@
 //! arrive, so the input buffer never has to hold the whole value. The value
 //! is stored when it is complete; a connection that drops mid-value stores
 //! nothing, and the previous value stays readable throughout.
+//!
+//! The bytes of a value being built count against `-m`: the session
+//! reserves them from the store before it accepts them (a sized value all
+//! at once when its command line arrives, as memcached allocates the item;
+//! a framed one in steps as it grows). When the store cannot make room the
+//! value is read to its end and dropped, and the reply is memcached's
+//! `SERVER_ERROR out of memory storing object`.
 
 use std::sync::Arc;
 
@@ -25,7 +32,7 @@ use recall_proto::binary::{BinCommand, BinDecoded};
 use recall_proto::stream::{FrameEvent, FrameReader};
 use recall_proto::text::{self, Command, Decoded, StoreCmd, StreamBody};
 use recall_proto::Limits;
-use recall_store::{BigBuilder, BIG_THRESHOLD};
+use recall_store::{BigBuilder, Reservation, BIG_THRESHOLD};
 
 use crate::auth::AuthState;
 use crate::{Action, Barrier, Counters, Cx, Engine, Out};
@@ -80,6 +87,12 @@ pub(crate) struct StreamIn {
     pub builder: BigBuilder,
     /// Past the size limit: keep reading to the end, then refuse.
     pub too_large: bool,
+    /// The store could not make room for the value: keep reading to the
+    /// end, then refuse.
+    pub no_memory: bool,
+    /// The builder's memory, counted against `-m`; released when the
+    /// value is stored or the connection goes away.
+    pub reserved: Option<Reservation>,
     /// The connection's `timestamps on` at the time of the command.
     pub timestamps: bool,
 }
@@ -92,6 +105,9 @@ enum BodyState {
         crlf: Vec<u8>,
     },
 }
+
+/// A framed value's reservation grows in steps of this many bytes.
+const RESERVE_STEP: usize = 256 * 1024;
 
 /// How a stream ended.
 pub(crate) enum StreamEnd {
@@ -196,7 +212,7 @@ impl Session {
                 }
             }
             if self.stream.is_some() {
-                let (used, end) = self.feed_stream(&input[pos..]);
+                let (used, end) = self.feed_stream(engine, &input[pos..]);
                 pos += used;
                 match end {
                     None => return (pos, Action::Continue),
@@ -273,6 +289,15 @@ impl Session {
             Ok(Decoded::Request(req, _)) if self.hold(engine, req.cmd.mutates()) => (0, Action::Continue),
             Ok(Decoded::Request(req, n)) => {
                 if let Command::StoreStream { cmd, key, flags, exptime, cas, body } = req.cmd {
+                    // A sized value's memory is had before its bytes are
+                    // read; a framed one's as it grows (`StreamIn::accept`).
+                    let reserved = match body {
+                        StreamBody::Sized(len) => {
+                            engine.store.reserve(engine.store.footprint(key.len(), len), engine.now())
+                        }
+                        StreamBody::Framed => None,
+                    };
+                    let no_memory = matches!(body, StreamBody::Sized(_)) && reserved.is_none();
                     self.stream = Some(StreamIn {
                         cmd,
                         key: key.to_vec(),
@@ -286,6 +311,8 @@ impl Session {
                         },
                         builder: BigBuilder::new(),
                         too_large: false,
+                        no_memory,
+                        reserved,
                         timestamps: self.timestamps,
                     });
                     return (n, Action::Continue);
@@ -380,7 +407,7 @@ impl Session {
     }
 
     /// Feed value bytes into the stream in progress.
-    fn feed_stream(&mut self, mut input: &[u8]) -> (usize, Option<StreamEnd>) {
+    fn feed_stream(&mut self, engine: &Engine, mut input: &[u8]) -> (usize, Option<StreamEnd>) {
         let limits = self.limits;
         let st = self.stream.as_mut().expect("stream in progress");
         let mut used = 0;
@@ -391,7 +418,7 @@ impl Session {
                     used += n;
                     input = &input[n..];
                     match ev {
-                        Some(FrameEvent::Data(d)) => st.accept(d, &limits),
+                        Some(FrameEvent::Data(d)) => st.accept(engine, d, &limits),
                         Some(FrameEvent::End) => return (used, Some(StreamEnd::Complete)),
                         Some(FrameEvent::BadTerminator) => return (used, Some(StreamEnd::BadChunk)),
                         None => {}
@@ -404,7 +431,7 @@ impl Session {
                         *left -= n;
                         used += n;
                         input = rest;
-                        st.accept(d, &limits);
+                        st.accept(engine, d, &limits);
                         continue;
                     }
                     let n = (2 - crlf.len()).min(input.len());
@@ -423,15 +450,36 @@ impl Session {
 }
 
 impl StreamIn {
-    fn accept(&mut self, d: &[u8], limits: &Limits) {
-        if self.too_large {
+    fn accept(&mut self, engine: &Engine, d: &[u8], limits: &Limits) {
+        if self.too_large || self.no_memory {
             return;
         }
-        if !limits.item_fits(self.key.len(), self.builder.len() + d.len(), self.flags) {
+        let len = self.builder.len() + d.len();
+        if !limits.item_fits(self.key.len(), len, self.flags) {
             // Stop holding memory for a value we will refuse.
             self.too_large = true;
             self.builder = BigBuilder::new();
+            self.reserved = None;
             return;
+        }
+        let need = engine.store.footprint(self.key.len(), len);
+        let have = self.reserved.as_ref().map_or(0, Reservation::bytes);
+        if need > have {
+            let step = (need - have).max(RESERVE_STEP);
+            let now = engine.now();
+            let ok = match &mut self.reserved {
+                Some(r) => engine.store.grow(r, step, now),
+                None => {
+                    self.reserved = engine.store.reserve(step, now);
+                    self.reserved.is_some()
+                }
+            };
+            if !ok {
+                self.no_memory = true;
+                self.builder = BigBuilder::new();
+                self.reserved = None;
+                return;
+            }
         }
         self.builder.push(d);
     }

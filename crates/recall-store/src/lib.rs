@@ -24,9 +24,9 @@
 
 mod arena;
 pub mod big;
-mod ingest;
 pub mod clock;
 pub mod front;
+mod ingest;
 pub mod item;
 pub mod policy;
 mod shard;
