@@ -109,6 +109,22 @@ enum BodyState {
 /// A framed value's reservation grows in steps of this many bytes.
 const RESERVE_STEP: usize = 256 * 1024;
 
+/// A multi-key get paused at the reply budget, as offsets into the input
+/// (which the caller passes again, unchanged at the front): resuming does
+/// not decode the line again, so a long key list paused many times costs
+/// one decode, not one per pause.
+#[derive(Debug, Clone, Copy)]
+struct PausedGet {
+    kind: text::GetKind,
+    exptime: i32,
+    /// Where the key list is.
+    keys: (usize, usize),
+    /// Where, in the key list, the next key starts.
+    next: usize,
+    /// The whole request's length.
+    len: usize,
+}
+
 /// How a stream ended.
 pub(crate) enum StreamEnd {
     Complete,
@@ -134,10 +150,9 @@ pub struct Session {
     held: bool,
     /// See `EngineConfig::reply_budget`.
     reply_budget: usize,
-    /// A text get at the front of the input paused at the reply budget:
-    /// the byte of its key list where the next key starts (0 = none). The
-    /// request stays in the input until its last key has run.
-    get_from: usize,
+    /// A text get at the front of the input paused at the reply budget.
+    /// The request stays in the input until its last key has run.
+    paused_get: Option<PausedGet>,
     /// The last `process` stopped at the reply budget.
     more: bool,
     /// See `EngineConfig::reqs_per_event` (0 = no limit).
@@ -161,7 +176,7 @@ impl Session {
             durable_client: false,
             held: false,
             reply_budget: engine.config.reply_budget,
-            get_from: 0,
+            paused_get: None,
             more: false,
             reqs_per_event: engine.config.reqs_per_event,
             yielded: false,
@@ -285,6 +300,9 @@ impl Session {
         cx: &mut Cx<'_>,
         out: &mut Out,
     ) -> (usize, Action) {
+        if let Some(p) = self.paused_get {
+            return self.run_get(engine, buf, p, limit, cx, out);
+        }
         match text::decode(buf, &self.limits) {
             Ok(Decoded::Request(req, _)) if self.hold(engine, req.cmd.mutates()) => (0, Action::Continue),
             Ok(Decoded::Request(req, n)) => {
@@ -328,17 +346,9 @@ impl Session {
                     | Command::ReplayBatch { .. }
                     | Command::ReplayDone { .. } => self.durable_client = true,
                     Command::Get { kind, exptime, keys } if !req.noreply => {
-                        return match engine.text_get(kind, exptime, keys, self.get_from, limit, cx, out) {
-                            Some(next) => {
-                                self.get_from = next;
-                                self.more = true;
-                                (0, Action::Continue)
-                            }
-                            None => {
-                                self.get_from = 0;
-                                (n, Action::Continue)
-                            }
-                        };
+                        let at = keys.as_ptr() as usize - buf.as_ptr() as usize;
+                        let p = PausedGet { kind, exptime, keys: (at, at + keys.len()), next: 0, len: n };
+                        return self.run_get(engine, buf, p, limit, cx, out);
                     }
                     _ => {}
                 }
@@ -349,6 +359,31 @@ impl Session {
                 self.swallow = e.swallow;
                 let action = engine.text_error(&e, cx, out);
                 (e.consumed, action)
+            }
+        }
+    }
+
+    /// Run a text get's keys from `p.next` until the reply passes `limit`
+    /// (pause: 0 bytes used) or the keys run out (the request is used).
+    fn run_get(
+        &mut self,
+        engine: &Engine,
+        buf: &[u8],
+        p: PausedGet,
+        limit: usize,
+        cx: &mut Cx<'_>,
+        out: &mut Out,
+    ) -> (usize, Action) {
+        let keys = &buf[p.keys.0..p.keys.1];
+        match engine.text_get(p.kind, p.exptime, keys, p.next, limit, cx, out) {
+            Some(next) => {
+                self.paused_get = Some(PausedGet { next, ..p });
+                self.more = true;
+                (0, Action::Continue)
+            }
+            None => {
+                self.paused_get = None;
+                (p.len, Action::Continue)
             }
         }
     }
