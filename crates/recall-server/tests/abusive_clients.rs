@@ -75,7 +75,7 @@ fn check_rounds(s: &Server, c: &mut TcpStream, bound: u64, what: &str) {
 #[test]
 fn stalled_uploads_live_inside_the_memory_limit() {
     const CONNS: usize = 400;
-    const VALUE: usize = 1 << 20;
+    const VALUE: usize = 1_000_000;
     const MEM_MIB: u64 = 64;
     let s = recalld(&["-t", "1", "-m", &MEM_MIB.to_string()]);
     let mut good = s.connect();
