@@ -98,7 +98,7 @@ impl Default for EngineConfig {
             shutdown_enabled: false,
             cas_enabled: true,
             settings: Vec::new(),
-            reply_budget: 1 << 20,
+            reply_budget: 64 << 10,
             dump_enabled: true,
             watch_enabled: true,
             prefix_delimiter: b':',
