@@ -691,6 +691,8 @@ fn prioritized_keeps_permanent_and_hot_items_through_a_burst_of_temporary_ones()
     // they sit in WARM), but the burst flushes the permanent ones.
     let (perm, _, _) = lost(PolicyKind::SegmentedLru, 1024);
     assert!(perm > 100, "control: the segmented LRU lost only {perm} permanent items");
+}
+
 #[test]
 fn a_reservation_evicts_to_make_room_and_is_released_on_drop() {
     let limit = 256 * 1024;
