@@ -100,7 +100,7 @@ impl Default for EngineConfig {
             shutdown_enabled: false,
             cas_enabled: true,
             settings: Vec::new(),
-            reply_budget: 1 << 20,
+            reply_budget: 64 << 10,
             dump_enabled: true,
             watch_enabled: true,
             prefix_delimiter: b':',
@@ -218,6 +218,8 @@ impl Engine {
 mod auth_tests;
 #[cfg(test)]
 mod replicated_tests;
+#[cfg(test)]
+mod ingest_tests;
 #[cfg(test)]
 mod reply_budget_tests;
 #[cfg(test)]

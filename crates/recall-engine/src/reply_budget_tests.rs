@@ -115,7 +115,7 @@ fn a_multi_key_get_pauses_between_keys() {
 fn the_default_budget_keeps_small_pipelines_in_one_call() {
     let input: Vec<u8> = (0..KEYS).flat_map(|i| format!("get k{i}\r\n").into_bytes()).collect();
     let e = EngineConfig::default();
-    assert_eq!(e.reply_budget, 1 << 20);
+    assert_eq!(e.reply_budget, 64 << 10);
     assert_eq!(calls(e.reply_budget, &text_setup(), &input).len(), 1);
 }
 

@@ -18,6 +18,13 @@
 //! arrive, so the input buffer never has to hold the whole value. The value
 //! is stored when it is complete; a connection that drops mid-value stores
 //! nothing, and the previous value stays readable throughout.
+//!
+//! The bytes of a value being built count against `-m`: the session
+//! reserves them from the store before it accepts them (a sized value all
+//! at once when its command line arrives, as memcached allocates the item;
+//! a framed one in steps as it grows). When the store cannot make room the
+//! value is read to its end and dropped, and the reply is memcached's
+//! `SERVER_ERROR out of memory storing object`.
 
 use std::sync::Arc;
 
@@ -25,7 +32,7 @@ use recall_proto::binary::{BinCommand, BinDecoded};
 use recall_proto::stream::{FrameEvent, FrameReader};
 use recall_proto::text::{self, Command, Decoded, StoreCmd, StreamBody};
 use recall_proto::Limits;
-use recall_store::{BigBuilder, BIG_THRESHOLD};
+use recall_store::{BigBuilder, Reservation, BIG_THRESHOLD};
 
 use crate::auth::AuthState;
 use crate::{Action, Barrier, Counters, Cx, Engine, Out};
@@ -80,6 +87,12 @@ pub(crate) struct StreamIn {
     pub builder: BigBuilder,
     /// Past the size limit: keep reading to the end, then refuse.
     pub too_large: bool,
+    /// The store could not make room for the value: keep reading to the
+    /// end, then refuse.
+    pub no_memory: bool,
+    /// The builder's memory, counted against `-m`; released when the
+    /// value is stored or the connection goes away.
+    pub reserved: Option<Reservation>,
     /// The connection's `timestamps on` at the time of the command.
     pub timestamps: bool,
 }
@@ -91,6 +104,25 @@ enum BodyState {
         left: usize,
         crlf: Vec<u8>,
     },
+}
+
+/// A framed value's reservation grows in steps of this many bytes.
+const RESERVE_STEP: usize = 256 * 1024;
+
+/// A multi-key get paused at the reply budget, as offsets into the input
+/// (which the caller passes again, unchanged at the front): resuming does
+/// not decode the line again, so a long key list paused many times costs
+/// one decode, not one per pause.
+#[derive(Debug, Clone, Copy)]
+struct PausedGet {
+    kind: text::GetKind,
+    exptime: i32,
+    /// Where the key list is.
+    keys: (usize, usize),
+    /// Where, in the key list, the next key starts.
+    next: usize,
+    /// The whole request's length.
+    len: usize,
 }
 
 /// How a stream ended.
@@ -118,10 +150,9 @@ pub struct Session {
     held: bool,
     /// See `EngineConfig::reply_budget`.
     reply_budget: usize,
-    /// A text get at the front of the input paused at the reply budget:
-    /// the byte of its key list where the next key starts (0 = none). The
-    /// request stays in the input until its last key has run.
-    get_from: usize,
+    /// A text get at the front of the input paused at the reply budget.
+    /// The request stays in the input until its last key has run.
+    paused_get: Option<PausedGet>,
     /// The last `process` stopped at the reply budget.
     more: bool,
     /// See `EngineConfig::reqs_per_event` (0 = no limit).
@@ -145,7 +176,7 @@ impl Session {
             durable_client: false,
             held: false,
             reply_budget: engine.config.reply_budget,
-            get_from: 0,
+            paused_get: None,
             more: false,
             reqs_per_event: engine.config.reqs_per_event,
             yielded: false,
@@ -196,7 +227,7 @@ impl Session {
                 }
             }
             if self.stream.is_some() {
-                let (used, end) = self.feed_stream(&input[pos..]);
+                let (used, end) = self.feed_stream(engine, &input[pos..]);
                 pos += used;
                 match end {
                     None => return (pos, Action::Continue),
@@ -269,10 +300,22 @@ impl Session {
         cx: &mut Cx<'_>,
         out: &mut Out,
     ) -> (usize, Action) {
+        if let Some(p) = self.paused_get {
+            return self.run_get(engine, buf, p, limit, cx, out);
+        }
         match text::decode(buf, &self.limits) {
             Ok(Decoded::Request(req, _)) if self.hold(engine, req.cmd.mutates()) => (0, Action::Continue),
             Ok(Decoded::Request(req, n)) => {
                 if let Command::StoreStream { cmd, key, flags, exptime, cas, body } = req.cmd {
+                    // A sized value's memory is had before its bytes are
+                    // read; a framed one's as it grows (`StreamIn::accept`).
+                    let reserved = match body {
+                        StreamBody::Sized(len) => {
+                            engine.store.reserve(engine.store.footprint(key.len(), len), engine.now())
+                        }
+                        StreamBody::Framed => None,
+                    };
+                    let no_memory = matches!(body, StreamBody::Sized(_)) && reserved.is_none();
                     self.stream = Some(StreamIn {
                         cmd,
                         key: key.to_vec(),
@@ -286,6 +329,8 @@ impl Session {
                         },
                         builder: BigBuilder::new(),
                         too_large: false,
+                        no_memory,
+                        reserved,
                         timestamps: self.timestamps,
                     });
                     return (n, Action::Continue);
@@ -301,17 +346,9 @@ impl Session {
                     | Command::ReplayBatch { .. }
                     | Command::ReplayDone { .. } => self.durable_client = true,
                     Command::Get { kind, exptime, keys } if !req.noreply => {
-                        return match engine.text_get(kind, exptime, keys, self.get_from, limit, cx, out) {
-                            Some(next) => {
-                                self.get_from = next;
-                                self.more = true;
-                                (0, Action::Continue)
-                            }
-                            None => {
-                                self.get_from = 0;
-                                (n, Action::Continue)
-                            }
-                        };
+                        let at = keys.as_ptr() as usize - buf.as_ptr() as usize;
+                        let p = PausedGet { kind, exptime, keys: (at, at + keys.len()), next: 0, len: n };
+                        return self.run_get(engine, buf, p, limit, cx, out);
                     }
                     _ => {}
                 }
@@ -322,6 +359,31 @@ impl Session {
                 self.swallow = e.swallow;
                 let action = engine.text_error(&e, cx, out);
                 (e.consumed, action)
+            }
+        }
+    }
+
+    /// Run a text get's keys from `p.next` until the reply passes `limit`
+    /// (pause: 0 bytes used) or the keys run out (the request is used).
+    fn run_get(
+        &mut self,
+        engine: &Engine,
+        buf: &[u8],
+        p: PausedGet,
+        limit: usize,
+        cx: &mut Cx<'_>,
+        out: &mut Out,
+    ) -> (usize, Action) {
+        let keys = &buf[p.keys.0..p.keys.1];
+        match engine.text_get(p.kind, p.exptime, keys, p.next, limit, cx, out) {
+            Some(next) => {
+                self.paused_get = Some(PausedGet { next, ..p });
+                self.more = true;
+                (0, Action::Continue)
+            }
+            None => {
+                self.paused_get = None;
+                (p.len, Action::Continue)
             }
         }
     }
@@ -380,7 +442,7 @@ impl Session {
     }
 
     /// Feed value bytes into the stream in progress.
-    fn feed_stream(&mut self, mut input: &[u8]) -> (usize, Option<StreamEnd>) {
+    fn feed_stream(&mut self, engine: &Engine, mut input: &[u8]) -> (usize, Option<StreamEnd>) {
         let limits = self.limits;
         let st = self.stream.as_mut().expect("stream in progress");
         let mut used = 0;
@@ -391,7 +453,7 @@ impl Session {
                     used += n;
                     input = &input[n..];
                     match ev {
-                        Some(FrameEvent::Data(d)) => st.accept(d, &limits),
+                        Some(FrameEvent::Data(d)) => st.accept(engine, d, &limits),
                         Some(FrameEvent::End) => return (used, Some(StreamEnd::Complete)),
                         Some(FrameEvent::BadTerminator) => return (used, Some(StreamEnd::BadChunk)),
                         None => {}
@@ -404,7 +466,7 @@ impl Session {
                         *left -= n;
                         used += n;
                         input = rest;
-                        st.accept(d, &limits);
+                        st.accept(engine, d, &limits);
                         continue;
                     }
                     let n = (2 - crlf.len()).min(input.len());
@@ -423,15 +485,36 @@ impl Session {
 }
 
 impl StreamIn {
-    fn accept(&mut self, d: &[u8], limits: &Limits) {
-        if self.too_large {
+    fn accept(&mut self, engine: &Engine, d: &[u8], limits: &Limits) {
+        if self.too_large || self.no_memory {
             return;
         }
-        if !limits.item_fits(self.key.len(), self.builder.len() + d.len(), self.flags) {
+        let len = self.builder.len() + d.len();
+        if !limits.item_fits(self.key.len(), len, self.flags) {
             // Stop holding memory for a value we will refuse.
             self.too_large = true;
             self.builder = BigBuilder::new();
+            self.reserved = None;
             return;
+        }
+        let need = engine.store.footprint(self.key.len(), len);
+        let have = self.reserved.as_ref().map_or(0, Reservation::bytes);
+        if need > have {
+            let step = (need - have).max(RESERVE_STEP);
+            let now = engine.now();
+            let ok = match &mut self.reserved {
+                Some(r) => engine.store.grow(r, step, now),
+                None => {
+                    self.reserved = engine.store.reserve(step, now);
+                    self.reserved.is_some()
+                }
+            };
+            if !ok {
+                self.no_memory = true;
+                self.builder = BigBuilder::new();
+                self.reserved = None;
+                return;
+            }
         }
         self.builder.push(d);
     }

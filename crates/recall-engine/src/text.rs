@@ -207,8 +207,18 @@ impl Engine {
                 self.drop_refused(&st.key, cx.barrier);
             }
             reply::text_status(out, Status::TooLarge, None);
+        } else if st.no_memory {
+            // memcached's answer when the item cannot be allocated; a
+            // `set` drops the old value, as any refused set does.
+            cx.counters.store_no_memory.incr();
+            if st.cmd == StoreCmd::Set {
+                self.drop_refused(&st.key, cx.barrier);
+            }
+            reply::text_status(out, Status::StoreNoMemory, None);
         } else {
             let built = st.builder.finish();
+            // The write accounts for the item itself, evicting as needed.
+            drop(st.reserved);
             let big;
             let small;
             let data = if built.len() <= recall_store::BIG_THRESHOLD {

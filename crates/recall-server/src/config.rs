@@ -760,7 +760,7 @@ mod tests {
         assert_eq!(c.item_size_max_bytes().unwrap(), 2 << 20);
         assert_eq!(c.idle_timeout, 5);
         assert_eq!(c.reply_budget_bytes().unwrap(), 64 << 10);
-        assert_eq!(Config::default().reply_budget_bytes().unwrap(), 1 << 20);
+        assert_eq!(Config::default().reply_budget_bytes().unwrap(), 64 << 10);
         let e = Config::from_cli(&cli(&["-o", "reply_budget=lots"])).unwrap_err();
         assert!(e.0.contains("reply_budget"), "{}", e.0);
         assert!(c.disable_evictions && c.disable_cas && c.disable_flush_all && c.enable_shutdown);

@@ -14,9 +14,10 @@ use recall_engine::{Action, Counters, Engine, Out, ProtocolChoice, Segment, Sess
 use recall_persist::wal::Wal;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-/// Read buffer growth step.
+/// Read buffer growth step, and the buffer an idle connection keeps.
 const READ_CHUNK: usize = 16 * 1024;
-/// Read size while a large value streams in.
+/// Read size while a large value streams in. Only held while bytes are
+/// ready: see `read_streaming`.
 const STREAM_READ: usize = 256 * 1024;
 
 /// What every connection of a worker shares.
@@ -94,26 +95,32 @@ where
             // The session stopped at the reply budget, and its replies have
             // been written (waiting for the socket): run the requests left
             // before reading more, so a client that never reads stalls here
-            // holding one budget of replies. After `-R` requests, the other
-            // connections on this worker run first (memcached flushes its
-            // replies and yields the same way).
-            if done.yielded {
-                tokio::task::yield_now().await;
-            }
+            // holding one budget of replies. Either way (the budget, or
+            // `-R` requests) the other connections on this worker run
+            // first (memcached flushes its replies and yields the same
+            // way): a long pipeline or multi-key get takes one budget per
+            // turn instead of holding the worker until its socket fills.
+            tokio::task::yield_now().await;
             continue;
         }
         // A value streaming in is read in large pieces (memcached reads a
         // value straight into the item with one big read); everything else
         // in 16 KiB steps.
-        let want = if session.streaming() { STREAM_READ } else { READ_CHUNK };
-        if buf.is_empty() && !session.streaming() && allocated > 16 * READ_CHUNK {
-            // A large request (a replay batch, a big value) is done: don't
-            // keep its buffer for the connection's life.
-            buf = BytesMut::with_capacity(READ_CHUNK);
-        } else if buf.capacity() - buf.len() < want / 4 {
-            buf.reserve(want);
-        }
-        let read = stream.read_buf(&mut buf);
+        let big = allocated > 2 * READ_CHUNK;
+        let streaming = session.streaming();
+        let read = async {
+            if streaming {
+                return read_streaming(&mut stream, &mut buf, big).await;
+            }
+            if buf.is_empty() && big {
+                // A large request (a replay batch, a long get line) is
+                // done: don't keep its buffer for the connection's life.
+                buf = BytesMut::with_capacity(READ_CHUNK);
+            } else if buf.capacity() - buf.len() < READ_CHUNK / 4 {
+                buf.reserve(READ_CHUNK);
+            }
+            stream.read_buf(&mut buf).await
+        };
         let n = match cx.idle {
             Some(d) => match tokio::time::timeout(d, read).await {
                 Ok(r) => r,
@@ -129,6 +136,47 @@ where
             Ok(n) => counters.bytes_read.add(n as u64),
         }
     }
+}
+
+/// Read a streaming value's next bytes into `buf`, with room for
+/// `STREAM_READ` of them.
+///
+/// Whenever the read must wait, a buffer that holds nothing is given back
+/// first (`big`: its allocation is larger than an idle connection's, which
+/// `capacity` no longer shows once the buffer was advanced), and the room
+/// is made again when the stream is polled next. So a connection that
+/// stalls in the middle of a streamed value holds no empty 256 KiB buffer:
+/// the value's own bytes are counted against `-m` (the session reserves
+/// them).
+async fn read_streaming<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut BytesMut,
+    mut big: bool,
+) -> std::io::Result<usize> {
+    std::future::poll_fn(|cx| {
+        if buf.capacity() - buf.len() < STREAM_READ / 4 {
+            buf.reserve(STREAM_READ);
+        }
+        let mut rb = tokio::io::ReadBuf::uninit(buf.spare_capacity_mut());
+        match std::pin::Pin::new(&mut *stream).poll_read(cx, &mut rb) {
+            std::task::Poll::Ready(Ok(())) => {
+                let n = rb.filled().len();
+                // SAFETY: `poll_read` initialised the first `n` bytes of
+                // the spare capacity (`ReadBuf::filled`).
+                unsafe { buf.set_len(buf.len() + n) };
+                std::task::Poll::Ready(Ok(n))
+            }
+            std::task::Poll::Ready(Err(e)) => std::task::Poll::Ready(Err(e)),
+            std::task::Poll::Pending => {
+                if buf.is_empty() && (big || buf.capacity() > READ_CHUNK) {
+                    *buf = BytesMut::with_capacity(READ_CHUNK);
+                    big = false;
+                }
+                std::task::Poll::Pending
+            }
+        }
+    })
+    .await
 }
 
 /// Wait until a durable snapshot covers timestamp `ts` (the flush asked

@@ -7,29 +7,13 @@ mod common;
 use std::io::Write;
 use std::time::Duration;
 
-use common::{read_until, recalld, roundtrip};
+use common::{read_until, recalld, roundtrip, rss_kib, stat};
 
 /// Values just under the 16 KiB big-value threshold: copied into replies.
 const VALUE: usize = 16_000;
 const KEYS: usize = 50;
 /// Keys named by the stalled get: 320 MB of replies if all were buffered.
 const NAMED: usize = 20_000;
-
-fn stat(s: &mut std::net::TcpStream, name: &str) -> u64 {
-    let text = String::from_utf8(roundtrip(s, b"stats\r\n", b"END\r\n")).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("STAT {name} ")).map(|v| v.trim().parse().unwrap()))
-        .unwrap_or_else(|| panic!("no stat {name}"))
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/<pid>/status")
-}
 
 #[test]
 fn a_client_that_never_reads_holds_one_budget_not_every_reply() {

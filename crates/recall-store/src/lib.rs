@@ -19,11 +19,14 @@
 //! the best (by the policy's rank) of the writer's shard's candidate and
 //! those other shards publish, so eviction follows the policy's order across
 //! the whole store, not shard by shard (`shard/evict.rs`).
+//! Values still arriving are counted too: a connection reserves their bytes
+//! ([`Store::reserve`], `ingest.rs`) before it accepts them.
 
 mod arena;
 pub mod big;
 pub mod clock;
 pub mod front;
+mod ingest;
 pub mod item;
 pub mod policy;
 mod shard;
@@ -35,6 +38,7 @@ use parking_lot::Mutex;
 
 pub use big::{BigBuilder, BigValue, Value, BIG_THRESHOLD};
 pub use clock::{Clock, ManualClock, SystemClock, UnixSecs};
+pub use ingest::Reservation;
 pub use item::footprint;
 pub use policy::{
     Admit, Age, Class, Policy, PolicyConfig, PolicyCounters, PolicyKind, PrioConfig, S3Fifo, S3FifoConfig,
@@ -316,7 +320,9 @@ pub struct Store {
     /// `shards.len() - 1`; the shard index comes from bits 32.. of the hash.
     shard_mask: usize,
     hasher: ahash::RandomState,
-    mem_used: AtomicUsize,
+    /// Bytes used by items, plus values still arriving (`ingest.rs`);
+    /// shared with those values' reservations.
+    mem: Arc<ingest::Memory>,
     mem_limit: AtomicUsize,
     next_cas: AtomicU64,
     /// memcached's `oldest_live`: items last accessed at or before this time
@@ -353,7 +359,7 @@ impl Store {
                 0xa409_3822_299f_31d0,
                 0x082e_fa98_ec4e_6c89,
             ),
-            mem_used: AtomicUsize::new(0),
+            mem: Arc::default(),
             mem_limit: AtomicUsize::new(cfg.mem_limit),
             next_cas: AtomicU64::new(1),
             oldest_live: AtomicU32::new(0),
@@ -418,7 +424,7 @@ impl Store {
         shard::Ctx {
             now,
             oldest_live: self.oldest_live.load(Ordering::Relaxed),
-            mem_used: &self.mem_used,
+            mem_used: &self.mem.used,
             mem_limit: self.mem_limit.load(Ordering::Relaxed),
             evict: self.evict,
             next_cas: &self.next_cas,
@@ -540,7 +546,7 @@ impl Store {
             }
             self.oldest_live.store(0, Ordering::Relaxed);
             for s in self.shards.iter() {
-                s.lock().clear(&self.mem_used);
+                s.lock().clear(&self.mem.used);
             }
             ts
         } else {
@@ -609,8 +615,9 @@ impl Store {
         self.mem_limit.load(Ordering::Relaxed)
     }
 
+    /// Bytes used by items and by values still arriving.
     pub fn mem_used(&self) -> usize {
-        self.mem_used.load(Ordering::Relaxed)
+        self.mem.used.load(Ordering::Relaxed)
     }
 
     /// The eviction policy the store was built with.
@@ -628,7 +635,8 @@ impl Store {
         for s in self.shards.iter() {
             total += s.lock().stats();
         }
-        total.bytes = self.mem_used() as u64;
+        // memcached's `bytes` counts stored items only.
+        total.bytes = self.mem_used().saturating_sub(self.ingest_bytes()) as u64;
         total
     }
 

@@ -693,6 +693,57 @@ fn prioritized_keeps_permanent_and_hot_items_through_a_burst_of_temporary_ones()
     assert!(perm > 100, "control: the segmented LRU lost only {perm} permanent items");
 }
 
+#[test]
+fn a_reservation_evicts_to_make_room_and_is_released_on_drop() {
+    let limit = 256 * 1024;
+    let s = store(limit);
+    for i in 0..200u32 {
+        set(&s, format!("k{i}").as_bytes(), &[1; 1000], 0, 1);
+    }
+    let items = s.stats().curr_items;
+    let used = s.mem_used();
+    let r = s.reserve(100 * 1024, 1).expect("room by eviction");
+    assert_eq!(r.bytes(), 100 * 1024);
+    assert!(s.stats().curr_items < items, "nothing was evicted");
+    assert!(s.mem_used() <= limit);
+    assert_eq!(s.ingest_bytes(), 100 * 1024);
+    // `bytes` (memcached's stat) counts stored items only.
+    assert_eq!(s.stats().bytes as usize, s.mem_used() - 100 * 1024);
+    drop(r);
+    assert_eq!(s.ingest_bytes(), 0);
+    assert!(s.mem_used() < used);
+}
+
+#[test]
+fn values_in_flight_hold_at_most_half_the_limit_but_one_may_take_it_all() {
+    let limit = 256 * 1024;
+    let s = store(limit);
+    // One value alone may try for the whole limit.
+    let mut big = s.reserve(200 * 1024, 1).expect("the first value in flight");
+    assert!(s.reserve(16 * 1024, 1).is_none(), "a second value past half the limit");
+    drop(big);
+    let a = s.reserve(100 * 1024, 1).expect("under half");
+    assert!(s.reserve(100 * 1024, 1).is_none(), "together past half the limit");
+    let b = s.reserve(20 * 1024, 1).expect("together under half");
+    big = a;
+    assert!(!s.grow(&mut big, 64 * 1024, 1), "growing past half the limit");
+    assert_eq!(big.bytes(), 100 * 1024, "a refused growth leaves the reservation as it was");
+    drop((big, b));
+    assert_eq!((s.ingest_bytes(), s.mem_used()), (0, 0));
+}
+
+#[test]
+fn without_evictions_a_reservation_past_the_limit_is_refused() {
+    let s = Store::new(StoreConfig { mem_limit: 64 * 1024, shards: 2, evict: false, ..Default::default() });
+    for i in 0..40u32 {
+        set(&s, format!("k{i}").as_bytes(), &[0; 1000], 0, 1);
+    }
+    let used = s.mem_used();
+    assert!(s.reserve(64 * 1024 - used + 1, 1).is_none());
+    assert_eq!(s.mem_used(), used, "a refused reservation holds nothing");
+    assert!(s.reserve(64 * 1024 - used, 1).is_some());
+}
+
 /// An item's class follows its expiry when a touch changes it in place,
 /// not only when the item is written: a permanent item touched to an
 /// expiry is temporary (and evicted as one), and back.

@@ -139,3 +139,21 @@ pub fn roundtrip(s: &mut TcpStream, req: &[u8], terminator: &[u8]) -> Vec<u8> {
     s.write_all(req).unwrap();
     read_until(s, Duration::from_secs(10), |b| b.ends_with(terminator)).0
 }
+
+/// A counter from `stats`.
+pub fn stat(s: &mut TcpStream, name: &str) -> u64 {
+    let text = String::from_utf8(roundtrip(s, b"stats\r\n", b"END\r\n")).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("STAT {name} ")).map(|v| v.trim().parse().unwrap()))
+        .unwrap_or_else(|| panic!("no stat {name}"))
+}
+
+/// A process's resident set, from /proc/<pid>/status.
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/<pid>/status")
+}
