@@ -7,6 +7,14 @@
 //! item when it reaches the newest. Survivors are never moved, which is what
 //! separates SIEVE from CLOCK: new items meet the hand sooner than items that
 //! proved popular, so one-hit wonders leave quickly.
+//!
+//! A shard's SIEVE is one part of a store-wide one (`shard/evict.rs`
+//! compares the shards' candidates by rank). With few items per shard its
+//! hand reaches the newest item far sooner than a store-wide hand would, so
+//! it does not wrap at once: it waits past the newest item, items written
+//! meanwhile come first, and the items it passed rank after the store's
+//! current round ([`NEXT_ROUND`]). Only when they are the store's best
+//! victims does the hand go round.
 
 use super::list::{Lists, NIL, NONE};
 use super::{fifo_rank, Admit, Age, Policy, PolicyCounters, NEXT_ROUND};
