@@ -84,7 +84,20 @@ pub struct Age {
     /// so it orders writes within one second across shards. 0 when CAS is
     /// disabled (`-C`); then items of the same second tie.
     pub seq: u64,
+    /// The store's write sequence when the current eviction round began:
+    /// for a policy whose victims come in rounds (SIEVE's hand), whether an
+    /// item it passed was passed in this round. See [`NEXT_ROUND`].
+    pub round: u64,
 }
+
+/// A rank bit meaning "not before the current eviction round ends": a
+/// policy sets it on an item that must wait for every shard's current-round
+/// candidates (SIEVE's survivors of a pass in this round). When the lowest
+/// rank in the store carries it, the round is over: the store clears it
+/// from every published rank and starts a new round (`shard/evict.rs`).
+/// Ranks that never set it (insertion order, LRU order before 2038) are
+/// unaffected.
+pub const NEXT_ROUND: u64 = 1 << 62;
 
 /// The rank of LRU-ordered policies: last access, writes of the same second
 /// in write order.

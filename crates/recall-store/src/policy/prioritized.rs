@@ -552,8 +552,8 @@ mod tests {
             p.on_insert(s, admit(Class::Temporary, s as u64));
         }
         // Over-share victims rank before under-share ones at any age.
-        let old = Age { atime: 1, seq: 1 };
-        let new = Age { atime: 1000, seq: 1000 };
+        let old = Age { atime: 1, seq: 1, round: 0 };
+        let new = Age { atime: 1000, seq: 1000, round: 0 };
         assert!(p.rank(8, new) < p.rank(0, old));
         for want in 2..8 {
             let v = p.victim(0).unwrap();
@@ -601,13 +601,13 @@ mod tests {
     fn a_second_chance_ranks_the_item_at_the_clock() {
         let mut p = policy(PrioConfig::default(), false);
         p.on_insert(0, admit(Class::Permanent, 0));
-        let age = Age { atime: 1, seq: 8 };
+        let age = Age { atime: 1, seq: 8, round: 0 };
         assert_eq!(p.rank(0, age) << 1, 8);
         p.on_access(0);
         assert_eq!(p.victim(500), Some(0), "the only item is still the victim");
         assert_eq!(p.rank(0, age) << 1, 500, "but ranked as of its second chance");
         // The 32-bit stamp widens against the write's sequence.
-        let late = Age { atime: 1, seq: (1 << 32) + 4 };
+        let late = Age { atime: 1, seq: (1 << 32) + 4, round: 0 };
         p.on_access(0);
         p.victim((1 << 32) + 10);
         assert_eq!(p.rank(0, late) << 1, (1 << 32) + 10);

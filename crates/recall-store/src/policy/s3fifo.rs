@@ -314,7 +314,7 @@ mod tests {
     #[test]
     fn a_full_round_of_main_raises_the_rank_floor_to_the_clock() {
         let mut p = S3Fifo::default();
-        let age = Age { atime: 1, seq: 7 };
+        let age = Age { atime: 1, seq: 7, round: 0 };
         p.on_insert(0, admit(0));
         p.on_insert(1, admit(1));
         p.on_access(0);

@@ -7,9 +7,17 @@
 //! item when it reaches the newest. Survivors are never moved, which is what
 //! separates SIEVE from CLOCK: new items meet the hand sooner than items that
 //! proved popular, so one-hit wonders leave quickly.
+//!
+//! A shard's SIEVE is one part of a store-wide one (`shard/evict.rs`
+//! compares the shards' candidates by rank). With few items per shard its
+//! hand reaches the newest item far sooner than a store-wide hand would, so
+//! it does not wrap at once: it waits past the newest item, items written
+//! meanwhile come first, and the items it passed rank after the store's
+//! current round ([`NEXT_ROUND`]). Only when they are the store's best
+//! victims does the hand go round.
 
 use super::list::{Lists, NIL, NONE};
-use super::{fifo_rank, Admit, Age, Policy, PolicyCounters};
+use super::{fifo_rank, Admit, Age, Policy, PolicyCounters, NEXT_ROUND};
 
 /// SIEVE has no settings; the struct keeps the per-policy configuration
 /// shape uniform (see [`super::PolicyConfig`]).
@@ -26,14 +34,25 @@ pub struct Sieve {
     /// The next item the hand looks at (`NIL`: start from the tail).
     hand: u32,
     /// The store's write sequence when the hand last wrapped around: every
-    /// item now in the queue is next looked at after everything written
-    /// before then, so no candidate ranks below it. Without it, a shard of
-    /// one hot item (many shards, a small cache) would offer that item at
-    /// its old insertion rank right after clearing its visited bit.
+    /// item written before then was passed by the hand. One SIEVE over the
+    /// whole store looks at an item it passed again only in its next round,
+    /// after every item not yet passed, new ones included; so if this
+    /// wrap happened in the store's current round (see [`Age::round`]),
+    /// those items rank after the round ([`NEXT_ROUND`]), ordered among
+    /// themselves by insertion as the hand will meet them. With few items
+    /// per shard a hand wraps after almost every eviction; ranking its
+    /// survivors at the wrap's time instead made a sharded SIEVE a CLOCK
+    /// (a survivor re-queued behind only what was written after its pass).
     floor: u64,
-    /// The hand left the newest item (its eviction moved the hand off the
-    /// head): the next look starts a new round, which raises `floor`.
+    /// The hand went past the newest item and waits there (`hand` is
+    /// `NIL`): items written since are ahead of it and come first, as in
+    /// one store-wide queue whose hand is still on other shards' items. The
+    /// next victim is then only looked up from the tail, and the hand goes
+    /// round (clearing visited bits on its way) when it is evicted.
     lapped: bool,
+    /// `floor` is still to be raised for the hand's last lap (it went past
+    /// the head on a removal, which does not know the clock).
+    lap_pending: bool,
     counters: PolicyCounters,
 }
 
@@ -45,7 +64,14 @@ impl Default for Sieve {
 
 impl Sieve {
     pub fn new(_cfg: SieveConfig) -> Self {
-        Sieve { lists: Lists::new(), hand: NIL, floor: 0, lapped: false, counters: PolicyCounters::default() }
+        Sieve {
+            lists: Lists::new(),
+            hand: NIL,
+            floor: 0,
+            lapped: false,
+            lap_pending: false,
+            counters: PolicyCounters::default(),
+        }
     }
 
     /// Empty, with the same counters.
@@ -58,6 +84,12 @@ impl Policy for Sieve {
     fn on_insert(&mut self, slot: u32, _admit: Admit) {
         self.lists.node(slot).bits = 0;
         self.lists.push_head(QUEUE, slot);
+        if self.hand == NIL && self.lapped {
+            // Ahead of the waiting hand: next in this round.
+            self.hand = slot;
+            self.lapped = false;
+            self.lap_pending = false;
+        }
     }
 
     #[inline]
@@ -85,10 +117,32 @@ impl Policy for Sieve {
         if self.hand == slot {
             // Towards the newest, as after an eviction at the hand.
             self.hand = self.lists.at(slot).prev;
-            self.lapped |= self.hand == NIL;
+            if self.hand == NIL {
+                self.lapped = true;
+                self.lap_pending = true;
+            }
         }
         self.lists.unlink(slot);
         self.lists.at_mut(slot).bits = 0;
+    }
+
+    fn on_evict(&mut self, slot: u32, _hash: u64) {
+        if self.hand == NIL && self.lapped && self.lists.known(slot) && self.lists.at(slot).list != NONE {
+            // The waiting hand's victim (a round ended): the hand goes round,
+            // passing the visited items before it.
+            let mut at = self.lists.ends(QUEUE).tail;
+            while at != slot && at != NIL {
+                if self.lists.at(at).bits & VISITED != 0 {
+                    self.lists.at_mut(at).bits = 0;
+                    self.counters.sieve_hand_skips += 1;
+                }
+                at = self.lists.at(at).prev;
+            }
+            self.hand = slot;
+            self.lapped = false;
+            self.lap_pending = false;
+        }
+        self.on_remove(slot);
     }
 
     fn victim(&mut self, clock: u64) -> Option<u32> {
@@ -96,29 +150,53 @@ impl Policy for Sieve {
         if len == 0 {
             return None;
         }
-        if self.hand == NIL && std::mem::take(&mut self.lapped) {
+        if self.hand != NIL || !self.lapped {
+            let mut at = if self.hand == NIL { self.lists.ends(QUEUE).tail } else { self.hand };
+            // Towards the newest: this ends at the head within len steps.
+            while at != NIL {
+                if self.lists.at(at).bits & VISITED == 0 {
+                    self.hand = at;
+                    return Some(at);
+                }
+                self.lists.at_mut(at).bits = 0;
+                self.counters.sieve_hand_skips += 1;
+                at = self.lists.at(at).prev;
+            }
+            self.hand = NIL;
+            self.lapped = true;
+            self.lap_pending = true;
+        }
+        if std::mem::take(&mut self.lap_pending) {
             self.floor = clock;
         }
-        let mut at = if self.hand == NIL { self.lists.ends(QUEUE).tail } else { self.hand };
-        // One full sweep clears every bit, so this ends within len + 1 steps.
-        for _ in 0..=len {
+        // The hand waits past the head: the next victim is the first
+        // unvisited item from the tail, where it will resume.
+        let mut at = self.lists.ends(QUEUE).tail;
+        while at != NIL {
             if self.lists.at(at).bits & VISITED == 0 {
-                break;
+                return Some(at);
             }
+            at = self.lists.at(at).prev;
+        }
+        // Every item was visited: the next round passes them all first, so
+        // pass them now (they rank after this round again).
+        let mut at = self.lists.ends(QUEUE).tail;
+        while at != NIL {
             self.lists.at_mut(at).bits = 0;
             self.counters.sieve_hand_skips += 1;
             at = self.lists.at(at).prev;
-            if at == NIL {
-                at = self.lists.ends(QUEUE).tail;
-                self.floor = clock;
-            }
         }
-        self.hand = at;
-        Some(at)
+        self.floor = clock;
+        Some(self.lists.ends(QUEUE).tail)
     }
 
     fn rank(&self, _slot: u32, age: Age) -> u64 {
-        fifo_rank(age).max(self.floor)
+        let r = fifo_rank(age);
+        if r < self.floor && self.floor >= age.round {
+            r | NEXT_ROUND
+        } else {
+            r
+        }
     }
 
     fn overhead_per_slot(&self) -> usize {
@@ -193,17 +271,27 @@ mod tests {
     }
 
     #[test]
-    fn a_lap_raises_the_rank_floor_to_the_clock() {
+    fn a_passed_item_waits_for_the_round_and_new_items_come_first() {
+        use super::super::NEXT_ROUND;
         let mut p = Sieve::default();
-        let age = Age { atime: 1, seq: 7 };
+        let old = Age { atime: 1, seq: 7, round: 0 };
         p.on_insert(0, A);
         assert_eq!(p.victim(100), Some(0));
-        assert_eq!(p.rank(0, age), 7, "first round: insertion order");
+        assert_eq!(p.rank(0, old), 7, "first round: insertion order");
         p.on_access(0);
-        // The hand clears 0's bit, wraps, and comes back to it: 0 is next
-        // looked at after everything written before clock 200.
+        // The hand passes 0 (clearing its bit) and waits past the head: 0 is
+        // next looked at in the store's next round, after every item not yet
+        // passed, whenever those were written.
         assert_eq!(p.victim(200), Some(0));
-        assert_eq!(p.rank(0, age), 200);
+        assert_eq!(p.rank(0, old), NEXT_ROUND | 7);
+        // An item written now is ahead of the waiting hand and comes first.
+        p.on_insert(1, A);
+        assert_eq!(p.victim(210), Some(1));
+        let new = Age { atime: 1, seq: 205, round: 0 };
+        assert!(p.rank(1, new) < p.rank(0, old));
+        // Once the store's round has moved past the lap, 0 ranks by
+        // insertion again (it is the oldest of the new round).
+        assert_eq!(p.rank(0, Age { round: 201, ..old }), 7);
     }
 
     #[test]

@@ -250,8 +250,8 @@ mod tests {
         p.on_access(0);
         assert_eq!(p.victim(0), Some(0), "the only item is still the victim");
         assert_eq!(p.segment_lens(), (0, 1, 0), "but from WARM, which ranks it after COLD and HOT elsewhere");
-        let age = Age { atime: 1, seq: 1 };
-        assert!(p.rank(0, age) > SegmentedLru::default().rank(0, Age { atime: u32::MAX, seq: 0 }));
+        let age = Age { atime: 1, seq: 1, round: 0 };
+        assert!(p.rank(0, age) > SegmentedLru::default().rank(0, Age { atime: u32::MAX, seq: 0, round: 0 }));
     }
 
     #[test]

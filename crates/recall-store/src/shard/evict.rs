@@ -28,6 +28,15 @@
 //! when its minimum shard's rank rises; two shards of one group publishing
 //! at once can leave it briefly too high, which the next publish corrects.
 //!
+//! Rounds: a policy whose victims come in rounds (SIEVE's hand) ranks the
+//! items it passed in the current round with [`NEXT_ROUND`], so they wait
+//! for every shard's current-round candidates, as they would in one queue.
+//! When the lowest rank in the store carries that bit, no current-round
+//! candidate is left: [`Tails::next_round`] starts a new round (every shard
+//! that wrapped before now ranks its survivors by insertion again) and
+//! clears the bit from the published ranks, which lowers them, so they stay
+//! lower bounds.
+//!
 //! Locking: a writer holds its own shard's lock while it evicts, so it only
 //! `try_lock`s other shards (two writers evicting from each other's shards
 //! would otherwise deadlock); when that fails, or the writer's shard has
@@ -37,7 +46,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{Ctx, Shard, Why};
-use crate::policy::{Age, Policy};
+use crate::policy::{Age, Policy, NEXT_ROUND};
 
 /// Shards per group: 32 `u64`s are four cache lines.
 pub(crate) const GROUP: usize = 32;
@@ -53,16 +62,52 @@ const MAX_STALE: usize = 8;
 /// A published rank meaning "nothing to evict here".
 pub(crate) const EMPTY: u64 = u64::MAX;
 
-/// Each shard's published next-victim rank, and each group's minimum.
+/// Each shard's published next-victim rank, each group's minimum, and when
+/// the current eviction round began.
 pub(crate) struct Tails {
     shards: Box<[AtomicU64]>,
     groups: Box<[AtomicU64]>,
+    /// The write sequence the current round began at ([`Age::round`]).
+    round: AtomicU64,
 }
 
 impl Tails {
     pub fn new(n: usize) -> Tails {
         let empty = |_| AtomicU64::new(EMPTY);
-        Tails { shards: (0..n).map(empty).collect(), groups: (0..n.div_ceil(GROUP)).map(empty).collect() }
+        Tails {
+            shards: (0..n).map(empty).collect(),
+            groups: (0..n.div_ceil(GROUP)).map(empty).collect(),
+            round: AtomicU64::new(0),
+        }
+    }
+
+    /// The write sequence the current eviction round began at.
+    pub fn round(&self) -> u64 {
+        self.round.load(Ordering::Relaxed)
+    }
+
+    /// The lowest rank in the store is `r`: if it waits for the end of the
+    /// round, the round is over. Starts the next one at write sequence
+    /// `clock` (items passed at `clock` or later wait for its end) and
+    /// clears [`NEXT_ROUND`] from every published rank. Returns whether a
+    /// round ended (the caller's own ranks are then stale).
+    pub fn next_round(&self, r: u64, clock: u64) -> bool {
+        if r == EMPTY || r & NEXT_ROUND == 0 {
+            return false;
+        }
+        // A wrap at `clock` happened during the round that is ending.
+        self.round.fetch_max(clock.saturating_add(1), Ordering::Relaxed);
+        for (g, min) in self.groups.iter().enumerate() {
+            for x in &self.shards[self.group(g)] {
+                let r = x.load(Ordering::Relaxed);
+                if r != EMPTY && r & NEXT_ROUND != 0 {
+                    // Lost to a concurrent publish, which is newer anyway.
+                    let _ = x.compare_exchange(r, r & !NEXT_ROUND, Ordering::Relaxed, Ordering::Relaxed);
+                }
+            }
+            min.store(lowest(&self.shards[self.group(g)], usize::MAX).1, Ordering::Relaxed);
+        }
+        true
     }
 
     fn group(&self, g: usize) -> std::ops::Range<usize> {
@@ -164,6 +209,9 @@ pub(crate) fn evict_elsewhere(ctx: &Ctx<'_>, need: usize, skip: Option<usize>, m
                 .find(|&(_, r)| r != EMPTY)
         });
         let Some((j, r)) = best else { return };
+        if ctx.tails.next_round(r, ctx.next_cas.load(Ordering::Relaxed)) {
+            continue;
+        }
         if ctx.shards[j].lock().evict_if(ctx, r) {
             idle = 0;
         } else {
@@ -181,7 +229,7 @@ impl Shard {
         if ctx.dead(s).is_some() {
             return 0;
         }
-        self.policy.rank(v, Age { atime: s.atime, seq: s.cas })
+        self.policy.rank(v, Age { atime: s.atime, seq: s.cas, round: ctx.tails.round() })
     }
 
     /// Publish the rank of this shard's next victim for other shards'
@@ -245,6 +293,8 @@ impl Shard {
         // This shard's candidate; it only changes when this shard evicts.
         let mut own: Option<Option<(u32, u64)>> = None;
         let mut changed = false;
+        // At most one round ends per write (a bound on the work).
+        let mut turned = false;
         while !fits(ctx) {
             let (cand, own_rank) = match own {
                 Some(c) => (c, c.map_or(EMPTY, |(_, r)| r)),
@@ -255,7 +305,16 @@ impl Shard {
                 }
             };
             let rng = next_rand(&mut self.rng);
-            if let Some((j, r)) = ctx.tails.best(Some(self.idx), rng) {
+            let best = ctx.tails.best(Some(self.idx), rng);
+            let lowest = best.map_or(own_rank, |(_, r)| r.min(own_rank));
+            if !turned && ctx.tails.next_round(lowest, ctx.next_cas.load(Ordering::Relaxed)) {
+                // Every candidate waits for the round's end: it ended. Ranks
+                // (this shard's own too) are lower now; compare again.
+                turned = true;
+                own = None;
+                continue;
+            }
+            if let Some((j, r)) = best {
                 if r < own_rank && stale < MAX_STALE {
                     if let Some(mut other) = ctx.shards[j].try_lock() {
                         if !other.evict_if(ctx, r) {
@@ -325,5 +384,23 @@ mod tests {
         assert_eq!(t.best(None, 1), Some((3, 7)));
         t.publish(3, EMPTY);
         assert_eq!(t.best(None, 1), Some((97, 903)));
+    }
+
+    #[test]
+    fn a_round_ends_when_the_lowest_rank_waits_for_it() {
+        let t = Tails::new(40);
+        t.publish(1, NEXT_ROUND | 5);
+        t.publish(33, NEXT_ROUND | 9);
+        t.publish(2, 50);
+        assert!(!t.next_round(50, 100), "a current-round rank is left");
+        assert_eq!(t.round(), 0);
+        t.publish(2, EMPTY);
+        assert!(t.next_round(NEXT_ROUND | 5, 100));
+        assert_eq!(t.round(), 101);
+        // The waiting ranks are ordinary ones now, in insertion order.
+        assert_eq!(t.best(None, 1), Some((1, 5)));
+        t.publish(1, EMPTY);
+        assert_eq!(t.best(None, 1), Some((33, 9)));
+        assert!(!t.next_round(EMPTY, 200));
     }
 }
