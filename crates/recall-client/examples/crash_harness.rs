@@ -190,6 +190,11 @@ use ledger::{show, show_set, trim_padding, KeyLedger, Op, Outcome, State, MAX_ST
 #[path = "crash_harness/others.rs"]
 mod others;
 
+// ---- the replay gate of those modes: crash_harness/gate.rs --------------------
+
+#[path = "crash_harness/gate.rs"]
+mod gate;
+
 /// Key locks: every operation on a key, by whichever writer, runs under
 /// its stripe's lock, so the ledger sees one order per key.
 const KEY_STRIPES: usize = 64;
@@ -536,7 +541,10 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
     ]
     .into();
     let mut server = recalld(&dir.0, &args)?;
-    let spec = server.addr().to_string();
+    // In the plain-writer and `E` modes the durable clients reach the
+    // server through the replay gate (see `crash_harness/gate.rs`).
+    let gate = if cfg.plain_writer || cfg.meta_e { Some(gate::Gate::start(server.addr()).await?) } else { None };
+    let spec = gate.as_ref().map_or(server.addr(), gate::Gate::addr).to_string();
     let spills = TempDir::new("crash-spill");
     let build_client = |i: usize| {
         let mut b = DurableClient::builder()
@@ -680,11 +688,16 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
             }
             server.kill9();
         }
+        // No durable client reaches the new instance until the burst is
+        // held (or, unheld, acknowledged): the burst opens the gate.
+        if let Some(g) = &gate {
+            g.close().await;
+        }
         tokio::task::block_in_place(|| server.restart())?;
-        if let Some(paused) = paused {
-            // At once, before the durable clients have replayed: with the
-            // hold, the replies come when recovery ends.
-            let b = others::burst(&sh, paused, server.addr(), cfg, &mut rng, cycle, instance + 4).await?;
+        if let (Some(paused), Some(g)) = (paused, &gate) {
+            // Before the durable clients have replayed: with the hold, the
+            // replies come when recovery ends.
+            let b = others::burst(&sh, paused, g, server.addr(), cfg, &mut rng, cycle, instance + 4).await?;
             report.others.stored += b.stored;
             report.others.not_stored += b.not_stored;
             report.others.e_refused += b.e_refused;

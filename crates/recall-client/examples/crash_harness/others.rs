@@ -36,6 +36,7 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use super::ledger::{KeyLedger, Op, Outcome};
+use super::gate::Gate;
 use super::{lock, show, Config, Rng, Shared};
 
 /// What one burst did.
@@ -60,9 +61,11 @@ const E_REFUSED: &str = "CLIENT_ERROR the E flag cannot set a timestamp while du
 ///
 /// `paused` holds the durable tasks out (the harness took it after the
 /// kill) until the burst's replies are in.
+#[allow(clippy::too_many_arguments)]
 pub async fn burst(
     sh: &Shared,
     paused: tokio::sync::RwLockWriteGuard<'_, ()>,
+    gate: &Gate,
     addr: SocketAddr,
     cfg: &Config,
     rng: &mut Rng,
@@ -122,7 +125,14 @@ pub async fn burst(
         }
         req.extend_from_slice(b"\r\n");
     }
+    let before = held_writes(addr).await?;
     wr.write_all(&req).await.map_err(|e| format!("plain writer: {e}"))?;
+    if cfg.plain_held {
+        // The replies come only when recovery ends, which needs the
+        // clients' replays: open the gate once the server holds the burst.
+        wait_held(addr, before).await?;
+        gate.open().await;
+    }
     let mut b = Burst::default();
     let mut broken = false;
     for (key, op) in &ops {
@@ -174,9 +184,32 @@ pub async fn burst(
             lock(&sh.violations).push(v);
         }
     }
+    if !cfg.plain_held {
+        // Exempt from the hold, the burst was applied before any replay.
+        gate.open().await;
+    }
     drop(held);
     drop(paused);
     Ok(b)
+}
+
+/// Wait until the server reports a write held for recovery beyond
+/// `before` (the burst's first write: the rest of its pipeline waits
+/// behind it). Bounded; an error if recovery ended first (the grace
+/// period ran out before the burst arrived, so the run would not test the
+/// hold).
+async fn wait_held(addr: SocketAddr, before: u64) -> Result<(), String> {
+    for _ in 0..10_000 {
+        if held_writes(addr).await? > before {
+            return Ok(());
+        }
+        let (_, _, state) = super::durable(addr).await.map_err(|e| format!("durable: {e}"))?;
+        if state != "recovering" && held_writes(addr).await? <= before {
+            return Err(format!("recovery ended ({state}) before the plain writer's burst was held"));
+        }
+        tokio::task::yield_now().await;
+    }
+    Err("the server never reported the plain writer's burst held".into())
 }
 
 async fn read_line(
