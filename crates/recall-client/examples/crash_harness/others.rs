@@ -17,11 +17,14 @@
 //!   one is a violation.
 //!
 //! Every operation here runs under its key's lock, like the durable tasks'
-//! (see the ledger's module docs), and under the checker's pause lock. The
-//! burst is sent while the durable tasks are paused (from just before the
-//! kill, so in these modes a kill lands between operations): otherwise their failing writes poke the clients' pollers, which
-//! then replay the moment the server is back, before the burst arrives, and
-//! neither the hold nor its absence would be tested. The tasks resume once
+//! (see the ledger's module docs), and under the checker's pause lock.
+//! The durable clients cannot replay before the burst is in place: they
+//! reach the server through the replay gate (`gate.rs`), closed before
+//! each restart and opened by [`burst`] once the server reports the burst
+//! held (`recovery_held_writes` grew; its replies come only after the
+//! replays), or, unheld, once the burst is acknowledged. The burst is sent
+//! while the durable tasks are paused (from just before the kill, so in
+//! these modes a kill lands between operations). The tasks resume once
 //! the burst's replies are in (when recovery has ended, with the hold):
 //! a durable client's own data connections are held by the server too,
 //! and a write of theirs admitted before the client's replay stalls that
@@ -35,8 +38,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-use super::ledger::{KeyLedger, Op, Outcome};
 use super::gate::Gate;
+use super::ledger::{KeyLedger, Op, Outcome};
 use super::{lock, show, Config, Rng, Shared};
 
 /// What one burst did.
@@ -59,8 +62,9 @@ const E_REFUSED: &str = "CLIENT_ERROR the E flag cannot set a timestamp while du
 /// the values unique; `future_epoch` is an instance the server has not
 /// reached (the damaging `E` of issue 16).
 ///
-/// `paused` holds the durable tasks out (the harness took it after the
-/// kill) until the burst's replies are in.
+/// `paused` holds the durable tasks out (the harness took it before the
+/// kill) until the burst's replies are in; `gate` (closed by the harness
+/// before the restart) is opened here, see the module docs.
 #[allow(clippy::too_many_arguments)]
 pub async fn burst(
     sh: &Shared,
