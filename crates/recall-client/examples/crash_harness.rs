@@ -31,17 +31,20 @@
 //! them and crashed), `--no-spill` (with
 //! `--kill-clients`: no spill files, the negative control: the killed
 //! clients' writes must be reported lost), `--plain-writer` (after every
-//! restart, before the clients replay, a plain memcached client appends to
+//! restart, before the clients may replay, a plain memcached client appends to
 //! `--plain-keys N` (12) of the durable tasks' keys; recalld must hold those
 //! appends until recovery ends), `--plain-unheld` (its negative control:
 //! the plain connection exempts itself from the hold with `replay_done`,
 //! its appends land on the snapshot's values first, the replays are
 //! `STALE`, and the checker must report the losses), `--meta-e` (the same
 //! connection writes with meta `E`, a small value and one in a future
-//! epoch, which recalld must refuse), `--poll-ms N` (the durable
-//! clients' poll interval, 20; with the plain writer, a few hundred makes
-//! sure its writes reach the server before the clients replay),
-//! `--recovery-grace S` (1; it must be well above the poll interval),
+//! epoch, which recalld must refuse; in these modes the durable clients
+//! reach the server through a gate the harness closes before each restart
+//! and opens once the burst is held, or with `--plain-unheld`
+//! acknowledged: `crash_harness/gate.rs`), `--poll-ms N` (the durable
+//! clients' poll interval, 20), `--recovery-grace S` (1; it must be well
+//! above the poll interval, and in the plain-writer modes above the time
+//! from a restart to the burst being held, or the run fails),
 //! `--verbose`. recalld runs with
 //! `--snapshot-interval 2 --snapshot-after-writes 0 --recovery-grace 1`
 //! (see the `backup` module docs for why not `--snapshot-after-writes`).
@@ -75,7 +78,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use recall_client::backup::{BackupStatus, DurableClient, SpillSync};
-use recall_client::{Client, Error, MetaGet, MetaStatus, StoreStatus};
+use recall_client::Client;
 
 // ---- recalld processes --------------------------------------------------
 
@@ -183,12 +186,24 @@ impl Rng {
 #[path = "crash_harness/ledger.rs"]
 mod ledger;
 
-use ledger::{show, show_set, trim_padding, KeyLedger, Op, Outcome, State, MAX_STATES};
+use ledger::{show, KeyLedger, Op, Outcome};
 
 // ---- the other writers of the extra modes: crash_harness/others.rs ----------
 
 #[path = "crash_harness/others.rs"]
 mod others;
+
+// ---- the durable tasks and the checker: crash_harness/workload.rs ----------
+
+#[path = "crash_harness/workload.rs"]
+mod workload;
+
+use workload::{check, worker};
+
+// ---- the replay gate of those modes: crash_harness/gate.rs --------------------
+
+#[path = "crash_harness/gate.rs"]
+mod gate;
 
 /// Key locks: every operation on a key, by whichever writer, runs under
 /// its stripe's lock, so the ledger sees one order per key.
@@ -235,8 +250,8 @@ pub struct Config {
     pub meta_e: bool,
     pub plain_keys: usize,
     /// The durable clients' `poll_interval`: how soon they notice a
-    /// restart and replay (the plain-writer modes slow it down, so that the
-    /// plain writes surely come first).
+    /// restart and replay (in the plain-writer modes the gate, not this,
+    /// puts the plain writes first).
     pub poll_interval: Duration,
 }
 
@@ -360,158 +375,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Not sent at all, so certainly not applied.
-fn not_sent(e: &Error) -> bool {
-    match e {
-        Error::ServerDead { .. } => true,
-        Error::Connection { source, .. } => source.kind() == std::io::ErrorKind::ConnectionRefused,
-        _ => false,
-    }
-}
-
-/// A task: owns `keys` (value keys and counter keys) and runs one operation
-/// at a time until told to stop.
-/// `life` counts the task's incarnations (a killed client's tasks start
-/// again with the next one), so that its values stay unique.
-async fn worker(sh: Arc<Shared>, db: DurableClient, task: usize, keys: usize, seed: u64, life: u32) {
-    let mut rng =
-        Rng::new(seed ^ (task as u64).wrapping_mul(0x1234_5678_9abc) ^ (life as u64).wrapping_mul(0x9e37_79b9));
-    let mut seq = 0u64;
-    while !sh.stop.load(Ordering::Acquire) {
-        let _op_guard = sh.pause.read().await;
-        let k = rng.below(keys as u64);
-        let counter = k % 4 == 3; // a quarter of the keys are counters
-        let key = format!("t{task}{}{k}", if counter { "n" } else { "v" }).into_bytes();
-        let _key_guard = sh.keys[stripe(&key)].lock().await;
-        seq += 1;
-        let value = format!("t{task}.l{life}.k{k}.s{seq}.{:016x}", rng.next_u64()).into_bytes();
-        let r = rng.below(100);
-        let op = if counter {
-            match r {
-                0..=9 => Op::Set(rng.below(1000).to_string().into_bytes()),
-                10..=19 => Op::Add(rng.below(1000).to_string().into_bytes()),
-                20..=64 => Op::Incr(1 + rng.below(9)),
-                65..=84 => Op::Decr(1 + rng.below(9)),
-                _ => Op::Delete,
-            }
-        } else {
-            match r {
-                0..=34 => Op::Set(value),
-                35..=44 => Op::Add(value),
-                45..=54 => Op::Replace(value),
-                55..=64 => Op::Append(format!("+a{life}.{seq}").into_bytes()),
-                65..=69 => Op::Prepend(format!("p{life}.{seq}+").into_bytes()),
-                _ => Op::Delete,
-            }
-        };
-        lock(&sh.inflight).insert(task, (key.clone(), op.clone()));
-        let stored = |w: Result<recall_client::backup::Written, Error>| match w {
-            Ok(w) if w.status == StoreStatus::Stored => Ok(w.ts.map(|ts| Outcome::Acked { ts, counter: None })),
-            Ok(_) => Ok(Some(Outcome::Refused)),
-            Err(e) => Err(e),
-        };
-        let res: Result<Option<Outcome>, Error> = match &op {
-            Op::Set(v) => stored(db.set(&key, v, 0, 0).await),
-            Op::Add(v) => stored(db.add(&key, v, 0, 0).await),
-            Op::Replace(v) => stored(db.replace(&key, v, 0, 0).await),
-            Op::Append(v) => stored(db.append(&key, v).await),
-            Op::Prepend(v) => stored(db.prepend(&key, v).await),
-            Op::Delete => db.delete(&key).await.map(|r| {
-                Some(match r {
-                    Some(ts) => Outcome::Acked { ts, counter: None },
-                    None => Outcome::Refused,
-                })
-            }),
-            Op::Incr(d) | Op::Decr(d) => {
-                let r = if matches!(op, Op::Incr(_)) { db.incr(&key, *d).await } else { db.decr(&key, *d).await };
-                r.map(|c| {
-                    Some(match c {
-                        Some(c) => Outcome::Acked { ts: c.ts, counter: Some(c.value) },
-                        None => Outcome::Refused,
-                    })
-                })
-            }
-            // Only the plain writer sends these (crash_harness/others.rs).
-            Op::SetWithE(_) => continue,
-        };
-        let outcome = match res {
-            Ok(Some(o)) => o,
-            Ok(None) => Outcome::Unknown, // stored without a timestamp: cannot happen with recalld
-            Err(e) if not_sent(&e) => {
-                lock(&sh.inflight).remove(&task);
-                drop(_op_guard);
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                continue;
-            }
-            Err(_) => Outcome::Unknown,
-        };
-        if matches!(outcome, Outcome::Refused) {
-            sh.refused.fetch_add(1, Ordering::Relaxed);
-        }
-        let violation = {
-            let mut l = lock(&sh.ledger);
-            let e = l.entry(key.clone()).or_insert_with(KeyLedger::new);
-            let v = e
-                .complete(&op, &outcome)
-                .map(|m| format!("{}: {m} (recent: {:?})", show(&Some(key.clone())), e.recent));
-            lock(&sh.inflight).remove(&task);
-            v
-        };
-        if let Some(v) = violation {
-            lock(&sh.violations).push(v);
-        }
-        if matches!(outcome, Outcome::Unknown) {
-            drop(_op_guard);
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-}
-
-/// Compare every key with the ledger (workers paused).
-async fn check(sh: &Shared, reader: &Client, cycle: u32) -> Result<(u64, u64), String> {
-    let keys: Vec<Vec<u8>> = lock(&sh.ledger).keys().cloned().collect();
-    let mut n = 0;
-    let mut imprecise = 0;
-    for key in keys {
-        // The reader's connection died with the server: retry past that.
-        let mut tries = 0;
-        let r = loop {
-            match reader.meta_get(&key, &MetaGet::new().value()).await {
-                Ok(r) => break r,
-                Err(e) if tries < 20 && e.is_connection_level() => {
-                    tries += 1;
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                Err(e) => return Err(format!("check read: {e}")),
-            }
-        };
-        let seen: State = match r.status {
-            // A decr that shortens a number leaves memcached's in-place
-            // padding (`10` decr 1 is `9 `); the ledger keeps numbers bare.
-            MetaStatus::Value => Some(trim_padding(r.value.unwrap_or_default())),
-            _ => None,
-        };
-        let l = lock(&sh.ledger);
-        let Some(e) = l.get(&key) else { continue };
-        n += 1;
-        if e.possible.len() > MAX_STATES {
-            imprecise += 1;
-            continue;
-        }
-        if !e.possible.contains(&seen) {
-            let kind = if seen.is_none() { "lost (absent)" } else { "lost or invented" };
-            lock(&sh.violations).push(format!(
-                "cycle {cycle}: key {}: server has {}, allowed {:?} ({kind}; recent: {:?})",
-                show(&Some(key.clone())),
-                show(&seen),
-                show_set(&e.possible),
-                e.recent
-            ));
-        }
-    }
-    Ok((n, imprecise))
-}
-
 /// Run the harness; `Err` for setup failures (the server would not start,
 /// the clients never replayed), `Ok` with the violations otherwise.
 pub fn run(cfg: &Config) -> Result<Report, String> {
@@ -536,7 +399,10 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
     ]
     .into();
     let mut server = recalld(&dir.0, &args)?;
-    let spec = server.addr().to_string();
+    // In the plain-writer and `E` modes the durable clients reach the
+    // server through the replay gate (see `crash_harness/gate.rs`).
+    let gate = if cfg.plain_writer || cfg.meta_e { Some(gate::Gate::start(server.addr()).await?) } else { None };
+    let spec = gate.as_ref().map_or(server.addr(), gate::Gate::addr).to_string();
     let spills = TempDir::new("crash-spill");
     let build_client = |i: usize| {
         let mut b = DurableClient::builder()
@@ -616,9 +482,9 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
     for cycle in 0..cfg.cycles {
         tokio::time::sleep(Duration::from_millis(rng.range(cfg.run_ms.0, cfg.run_ms.1))).await;
         // With the plain writer: the tasks stop (between operations) before
-        // the kill, so that no failing write pokes the clients' pollers into
-        // replaying the moment the server is back, and the plain writer's
-        // burst comes first (see `crash_harness/others.rs`). Taken after
+        // the kill and resume once the burst's replies are in, so that no
+        // task's write reaches the restarted server before the clients'
+        // replays (see `crash_harness/others.rs`). Taken after
         // the kill, the pause would wait for writers blocked on a full
         // backup, which nothing can trim while the server is down.
         let paused = if cfg.plain_writer || cfg.meta_e { Some(sh.pause.write().await) } else { None };
@@ -680,11 +546,16 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
             }
             server.kill9();
         }
+        // No durable client reaches the new instance until the burst is
+        // held (or, unheld, acknowledged): the burst opens the gate.
+        if let Some(g) = &gate {
+            g.close().await;
+        }
         tokio::task::block_in_place(|| server.restart())?;
-        if let Some(paused) = paused {
-            // At once, before the durable clients have replayed: with the
-            // hold, the replies come when recovery ends.
-            let b = others::burst(&sh, paused, server.addr(), cfg, &mut rng, cycle, instance + 4).await?;
+        if let (Some(paused), Some(g)) = (paused, &gate) {
+            // Before the durable clients have replayed: with the hold, the
+            // replies come when recovery ends.
+            let b = others::burst(&sh, paused, g, server.addr(), cfg, &mut rng, cycle, instance + 4).await?;
             report.others.stored += b.stored;
             report.others.not_stored += b.not_stored;
             report.others.e_refused += b.e_refused;

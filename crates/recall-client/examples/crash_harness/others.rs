@@ -17,11 +17,14 @@
 //!   one is a violation.
 //!
 //! Every operation here runs under its key's lock, like the durable tasks'
-//! (see the ledger's module docs), and under the checker's pause lock. The
-//! burst is sent while the durable tasks are paused (from just before the
-//! kill, so in these modes a kill lands between operations): otherwise their failing writes poke the clients' pollers, which
-//! then replay the moment the server is back, before the burst arrives, and
-//! neither the hold nor its absence would be tested. The tasks resume once
+//! (see the ledger's module docs), and under the checker's pause lock.
+//! The durable clients cannot replay before the burst is in place: they
+//! reach the server through the replay gate (`gate.rs`), closed before
+//! each restart and opened by [`burst`] once the server reports the burst
+//! held (`recovery_held_writes` grew; its replies come only after the
+//! replays), or, unheld, once the burst is acknowledged. The burst is sent
+//! while the durable tasks are paused (from just before the kill, so in
+//! these modes a kill lands between operations). The tasks resume once
 //! the burst's replies are in (when recovery has ended, with the hold):
 //! a durable client's own data connections are held by the server too,
 //! and a write of theirs admitted before the client's replay stalls that
@@ -35,6 +38,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
+use super::gate::Gate;
 use super::ledger::{KeyLedger, Op, Outcome};
 use super::{lock, show, Config, Rng, Shared};
 
@@ -58,11 +62,14 @@ const E_REFUSED: &str = "CLIENT_ERROR the E flag cannot set a timestamp while du
 /// the values unique; `future_epoch` is an instance the server has not
 /// reached (the damaging `E` of issue 16).
 ///
-/// `paused` holds the durable tasks out (the harness took it after the
-/// kill) until the burst's replies are in.
+/// `paused` holds the durable tasks out (the harness took it before the
+/// kill) until the burst's replies are in; `gate` (closed by the harness
+/// before the restart) is opened here, see the module docs.
+#[allow(clippy::too_many_arguments)]
 pub async fn burst(
     sh: &Shared,
     paused: tokio::sync::RwLockWriteGuard<'_, ()>,
+    gate: &Gate,
     addr: SocketAddr,
     cfg: &Config,
     rng: &mut Rng,
@@ -122,7 +129,14 @@ pub async fn burst(
         }
         req.extend_from_slice(b"\r\n");
     }
+    let before = held_writes(addr).await?;
     wr.write_all(&req).await.map_err(|e| format!("plain writer: {e}"))?;
+    if cfg.plain_held {
+        // The replies come only when recovery ends, which needs the
+        // clients' replays: open the gate once the server holds the burst.
+        wait_held(addr, before).await?;
+        gate.open().await;
+    }
     let mut b = Burst::default();
     let mut broken = false;
     for (key, op) in &ops {
@@ -174,9 +188,32 @@ pub async fn burst(
             lock(&sh.violations).push(v);
         }
     }
+    if !cfg.plain_held {
+        // Exempt from the hold, the burst was applied before any replay.
+        gate.open().await;
+    }
     drop(held);
     drop(paused);
     Ok(b)
+}
+
+/// Wait until the server reports a write held for recovery beyond
+/// `before` (the burst's first write: the rest of its pipeline waits
+/// behind it). Bounded; an error if recovery ended first (the grace
+/// period ran out before the burst arrived, so the run would not test the
+/// hold).
+async fn wait_held(addr: SocketAddr, before: u64) -> Result<(), String> {
+    for _ in 0..10_000 {
+        if held_writes(addr).await? > before {
+            return Ok(());
+        }
+        let (_, _, state) = super::durable(addr).await.map_err(|e| format!("durable: {e}"))?;
+        if state != "recovering" && held_writes(addr).await? <= before {
+            return Err(format!("recovery ended ({state}) before the plain writer's burst was held"));
+        }
+        tokio::task::yield_now().await;
+    }
+    Err("the server never reported the plain writer's burst held".into())
 }
 
 async fn read_line(
