@@ -217,9 +217,9 @@ impl Engine {
 #[cfg(test)]
 mod auth_tests;
 #[cfg(test)]
-mod replicated_tests;
-#[cfg(test)]
 mod ingest_tests;
+#[cfg(test)]
+mod replicated_tests;
 #[cfg(test)]
 mod reply_budget_tests;
 #[cfg(test)]
