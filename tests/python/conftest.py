@@ -17,6 +17,10 @@ Extra server flags for one test or class:
 With RECALL_TLS=1 every server under test is started with TLS (-Z, fresh
 throwaway certificates from tlsfiles.py) and clients connect through
 `server.client_kwargs()` / `server.connect()`.
+
+With RECALL_SASL=1 every server under test is started with -S (SASL PLAIN,
+users from a throwaway MEMCACHED_SASL_PWDB file) and binary clients log in
+with `server.sasl_kwargs()`; only the binary-protocol suites make sense so.
 """
 
 from __future__ import annotations
@@ -67,11 +71,28 @@ def suite_tls(request):
     return request.getfixturevalue("tls_files")
 
 
-def _start(command, args, name, tls: TlsFiles | None = None) -> ServerProcess:
+SASL_USER, SASL_PASSWORD = "suite", "a password: with spaces"
+
+
+@pytest.fixture(scope="session")
+def suite_sasl(tmp_path_factory):
+    """With RECALL_SASL=1: the password file every server under test uses."""
+    if os.environ.get("RECALL_SASL") != "1":
+        return None
+    path = tmp_path_factory.mktemp("sasl") / "pwdb"
+    path.write_text(f"{SASL_USER}:{SASL_PASSWORD}\n")
+    return path
+
+
+def _start(command, args, name, tls: TlsFiles | None = None, sasl_pwdb=None) -> ServerProcess:
+    kw = {}
+    if sasl_pwdb is not None:
+        args = ("-S", *args)
+        kw = {"env": {"MEMCACHED_SASL_PWDB": str(sasl_pwdb)}, "sasl_credentials": (SASL_USER, SASL_PASSWORD)}
     if tls is not None:
-        srv = ServerProcess(command, [*tls.server_args(), *args], name=name, tls_context=tls.client_context())
+        srv = ServerProcess(command, [*tls.server_args(), *args], name=name, tls_context=tls.client_context(), **kw)
     else:
-        srv = ServerProcess(command, args, name=name)
+        srv = ServerProcess(command, args, name=name, **kw)
     try:
         return srv.start()
     except ServerStartError as e:
@@ -96,12 +117,12 @@ def _finish(servers) -> None:
 
 
 @pytest.fixture
-def server_factory(server_command, suite_tls):
+def server_factory(server_command, suite_tls, suite_sasl):
     """Start additional servers under test: server_factory("-I", "2m")."""
     started: list[ServerProcess] = []
 
     def make(*args: str) -> ServerProcess:
-        srv = _start(server_command, args, "server under test", suite_tls)
+        srv = _start(server_command, args, "server under test", suite_tls, suite_sasl)
         started.append(srv)
         return srv
 

@@ -109,8 +109,14 @@ class ServerProcess:
         extra_args: Sequence[str] = (),
         name: str = "server",
         tls_context: ssl.SSLContext | None = None,
+        env: dict[str, str] | None = None,
+        sasl_credentials: tuple[str, str] | None = None,
     ):
         self.command = list(command)
+        # Extra environment for the server (MEMCACHED_SASL_PWDB with -S).
+        self.env = dict(env or {})
+        # With -S: the user and password binary clients log in with.
+        self.sasl_credentials = sasl_credentials
         self.extra_args = list(extra_args)
         self.name = name
         # With TLS (the server's flags say -Z), the client side's context:
@@ -157,6 +163,7 @@ class ServerProcess:
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
+            env={**os.environ, **self.env} if self.env else None,
             start_new_session=True,  # keep terminal signals (Ctrl-C) for pytest
         )
 
@@ -228,6 +235,13 @@ class ServerProcess:
 
     def connect(self, timeout: float = 5.0) -> RawConn:
         return RawConn(self.address, timeout=timeout, tls_context=self.tls_context)
+
+    def sasl_kwargs(self) -> dict:
+        """bmemcached's login arguments when the server runs with -S."""
+        if self.sasl_credentials is None:
+            return {}
+        user, password = self.sasl_credentials
+        return {"username": user, "password": password}
 
     def client_kwargs(self) -> dict:
         """Extra keyword arguments for a pymemcache client of this server."""

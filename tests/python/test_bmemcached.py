@@ -25,7 +25,7 @@ STATUS_INVALID_ARGUMENTS = 0x04
 
 @pytest.fixture
 def mc(server):
-    client = bmemcached.Client([server.addr_str], socket_timeout=5)
+    client = bmemcached.Client([server.addr_str], socket_timeout=5, **server.sasl_kwargs())
     yield client
     client.disconnect_all()
 
@@ -172,7 +172,7 @@ def test_key_length(mc, server):
     with pytest.raises(MemcachedException) as info:
         mc.set("k" * 251, b"v")
     assert info.value.code == STATUS_INVALID_ARGUMENTS
-    other = bmemcached.Client([server.addr_str], socket_timeout=5)
+    other = bmemcached.Client([server.addr_str], socket_timeout=5, **server.sasl_kwargs())
     assert other.get("k" * 250) == b"v"
     with pytest.raises(MemcachedException) as info:
         other.get("k" * 251)
