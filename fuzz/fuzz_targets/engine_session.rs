@@ -30,7 +30,7 @@
 use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
-use recall_engine::auth::{AuthConfig, Credentials};
+use recall_engine::auth::{AuthConfig, CredentialCell, Credentials};
 use recall_engine::{Action, Engine, EngineConfig, Out, ProtocolChoice, Session};
 use recall_store::{ManualClock, Store, StoreConfig};
 
@@ -49,8 +49,8 @@ fn engine(clock: Arc<ManualClock>, small_items: bool, auth: bool) -> Engine {
         cfg.item_size_max = 2048;
     }
     if auth {
-        let users = Arc::new(Credentials::parse(b"u:p\n").expect("valid"));
-        cfg.auth = AuthConfig { sasl: Some(users.clone()), ascii: Some(users) };
+        let users = || Credentials::parse(b"u:p\n").expect("valid");
+        cfg.auth = AuthConfig { sasl: Some(Arc::new(users())), ascii: Some(Arc::new(CredentialCell::new(users()))) };
     }
     Engine::new(store, clock, cfg)
 }

@@ -32,7 +32,7 @@
 //! Passwords are compared in constant time (`subtle`) and never logged or
 //! printed: [`Credentials`]'s `Debug` shows the number of users only.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use recall_proto::binary::{self, opcode, status, STATUS_AUTH_ERROR};
 use recall_proto::reply::{self, Status};
@@ -102,13 +102,38 @@ impl Credentials {
     }
 }
 
-/// What the server requires, fixed at start (`EngineConfig::auth`).
+/// What the server requires, fixed at start (`EngineConfig::auth`); which
+/// users the `-Y` file lists may change while it runs.
 #[derive(Debug, Clone, Default)]
 pub struct AuthConfig {
     /// `-S`: binary clients authenticate with SASL PLAIN against these.
     pub sasl: Option<Arc<Credentials>>,
     /// `-Y`: text clients authenticate with a token checked against these.
-    pub ascii: Option<Arc<Credentials>>,
+    /// memcached reads its auth file again on SIGHUP, so the server may
+    /// replace them; a login checks the set current at that moment.
+    pub ascii: Option<Arc<CredentialCell>>,
+}
+
+/// A set of credentials that can be replaced whole while the server runs
+/// (`-Y` on SIGHUP). Logins take the current set; a replacement never
+/// leaves a half-read file in place: it is parsed first, then swapped.
+#[derive(Debug)]
+pub struct CredentialCell(RwLock<Arc<Credentials>>);
+
+impl CredentialCell {
+    pub fn new(creds: Credentials) -> CredentialCell {
+        CredentialCell(RwLock::new(Arc::new(creds)))
+    }
+
+    /// The set a login checks against now.
+    pub fn current(&self) -> Arc<Credentials> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Put a new set in place; connections already logged in stay in.
+    pub fn replace(&self, creds: Credentials) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(creds);
+    }
 }
 
 /// One connection's authentication.
@@ -275,7 +300,7 @@ impl Engine {
         counters: &Counters,
         out: &mut Vec<u8>,
     ) -> (usize, Action) {
-        let Some(creds) = self.config.auth.ascii.as_deref() else {
+        let Some(cell) = self.config.auth.ascii.as_deref() else {
             // Not locked without -Y; the session never calls this then.
             return (0, Action::Close);
         };
@@ -287,7 +312,7 @@ impl Engine {
                 (consumed, Action::Continue)
             }
             AuthDecoded::Token { user, password, consumed } => {
-                let ok = state.login(creds, user, password);
+                let ok = state.login(&cell.current(), user, password);
                 count(counters, ok);
                 reply::text_status(out, if ok { Status::Stored } else { Status::AuthFailed }, None);
                 (consumed, Action::Continue)
@@ -305,8 +330,10 @@ mod tests {
     }
 
     fn state(sasl: bool, ascii: bool) -> AuthState {
-        let c = Some(Arc::new(creds()));
-        AuthState::new(&AuthConfig { sasl: if sasl { c.clone() } else { None }, ascii: if ascii { c } else { None } })
+        AuthState::new(&AuthConfig {
+            sasl: sasl.then(|| Arc::new(creds())),
+            ascii: ascii.then(|| Arc::new(CredentialCell::new(creds()))),
+        })
     }
 
     #[test]

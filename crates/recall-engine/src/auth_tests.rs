@@ -6,7 +6,7 @@ use std::sync::Arc;
 use recall_proto::binary::{opcode::*, write_request};
 use recall_store::{ManualClock, Store, StoreConfig};
 
-use crate::auth::{AuthConfig, Credentials};
+use crate::auth::{AuthConfig, CredentialCell, Credentials};
 use crate::{Action, Engine, EngineConfig, Out, ProtocolChoice, Session};
 
 struct Conn {
@@ -17,9 +17,11 @@ struct Conn {
 
 impl Conn {
     fn new(sasl: bool, ascii: bool) -> Conn {
-        let creds = Some(Arc::new(Credentials::parse(b"user:pencil\n").unwrap()));
-        let auth =
-            AuthConfig { sasl: if sasl { creds.clone() } else { None }, ascii: if ascii { creds } else { None } };
+        let creds = || Credentials::parse(b"user:pencil\n").unwrap();
+        let auth = AuthConfig {
+            sasl: sasl.then(|| Arc::new(creds())),
+            ascii: ascii.then(|| Arc::new(CredentialCell::new(creds()))),
+        };
         let cfg = EngineConfig { auth, ..Default::default() };
         let e = Engine::new(Store::new(StoreConfig::default()), Arc::new(ManualClock::new(1_700_000_000)), cfg);
         let s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
@@ -108,6 +110,20 @@ fn sasl_off_answers_unknown_command() {
     let (out, action) = c.send(&req(SASL_AUTH, 9, &[], b"PLAIN", b"\0user\0pencil"));
     assert_eq!(out, reply("81 21 0000 00 00 0081 0000000f 00000009 0000000000000000", b"Unknown command"));
     assert_eq!(action, Action::Continue);
+}
+
+#[test]
+fn a_replaced_auth_file_takes_effect_for_the_next_login() {
+    let mut before = Conn::new(false, true);
+    assert_eq!(before.send(b"set k 0 0 11\r\nuser pencil\r\n").0, b"STORED\r\n");
+    let cell = before.e.config.auth.ascii.clone().unwrap();
+    cell.replace(Credentials::parse(b"user:crayon\n").unwrap());
+    // A connection already in stays in.
+    assert_eq!(before.send(b"get k\r\n").0, b"END\r\n");
+    // New logins check the new file: the old password fails, the new one works.
+    let mut after = Conn { s: Session::new(&before.e, before.e.registry.register(), ProtocolChoice::Auto), ..before };
+    assert_eq!(after.send(b"set k 0 0 11\r\nuser pencil\r\n").0, b"CLIENT_ERROR authentication failure\r\n");
+    assert_eq!(after.send(b"set k 0 0 11\r\nuser crayon\r\n").0, b"STORED\r\n");
 }
 
 #[test]

@@ -11,7 +11,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use recall_engine::auth::{AuthConfig, Credentials};
+use recall_engine::auth::{AuthConfig, CredentialCell, Credentials};
 
 use crate::config::Config;
 
@@ -30,21 +30,29 @@ pub fn load(cfg: &Config, sasl_pwdb: Option<&Path>) -> Result<AuthConfig, String
                  against that file; it does not read Cyrus sasldb)"
             )
         })?;
-        auth.sasl = Some(read("SASL password file", path)?);
+        auth.sasl = Some(Arc::new(read("SASL password file", path)?));
     }
     if !cfg.auth_file.is_empty() {
-        auth.ascii = Some(read("auth file", Path::new(&cfg.auth_file))?);
+        auth.ascii = Some(Arc::new(CredentialCell::new(read("auth file", Path::new(&cfg.auth_file))?)));
     }
     Ok(auth)
 }
 
-fn read(what: &str, path: &Path) -> Result<Arc<Credentials>, String> {
+/// SIGHUP: read the `-Y` file again, as memcached does. A file that cannot
+/// be read or parsed leaves the users already loaded in place (memcached
+/// keeps them too), and the error names the file. `None` without `-Y`.
+pub fn reload_auth_file(cfg: &Config, auth: &AuthConfig) -> Option<Result<(), String>> {
+    let cell = auth.ascii.as_deref()?;
+    Some(read("auth file", Path::new(&cfg.auth_file)).map(|creds| cell.replace(creds)))
+}
+
+fn read(what: &str, path: &Path) -> Result<Credentials, String> {
     let text = std::fs::read(path).map_err(|e| format!("cannot read {what} {}: {e}", path.display()))?;
     let creds = Credentials::parse(&text).map_err(|e| format!("{what} {}: {e}", path.display()))?;
     if creds.is_empty() {
         return Err(format!("{what} {}: no user:password entries, so nobody could log in", path.display()));
     }
-    Ok(Arc::new(creds))
+    Ok(creds)
 }
 
 #[cfg(test)]
@@ -70,13 +78,24 @@ mod tests {
         let e = load(&ascii(&empty), None).unwrap_err();
         assert!(e.contains("nobody could log in"), "{e}");
         let a = load(&ascii(&good), None).unwrap();
-        assert!(a.ascii.unwrap().check(b"u", b"p") && a.sasl.is_none());
+        assert!(a.ascii.as_ref().unwrap().current().check(b"u", b"p") && a.sasl.is_none());
+
+        // SIGHUP: a good file replaces the users; a bad one keeps them and
+        // names the file.
+        std::fs::write(&good, "u:q\n").unwrap();
+        assert_eq!(reload_auth_file(&ascii(&good), &a), Some(Ok(())));
+        let users = a.ascii.as_ref().unwrap();
+        assert!(users.current().check(b"u", b"q") && !users.current().check(b"u", b"p"));
+        let e = reload_auth_file(&ascii(&bad), &a).unwrap().unwrap_err();
+        assert!(e.contains(&bad.display().to_string()), "{e}");
+        assert!(users.current().check(b"u", b"q"), "a failed reload keeps the users loaded");
+        assert_eq!(reload_auth_file(&Config::default(), &AuthConfig::default()), None);
 
         let sasl = Config { sasl: true, ..Config::default() };
         assert!(load(&sasl, None).unwrap_err().contains(SASL_PWDB_ENV));
         let e = load(&sasl, Some(&bad)).unwrap_err();
         assert!(e.starts_with("SASL password file") && e.contains(&bad.display().to_string()), "{e}");
-        assert!(load(&sasl, Some(&good)).unwrap().sasl.unwrap().check(b"u", b"p"));
+        assert!(load(&sasl, Some(&good)).unwrap().sasl.unwrap().check(b"u", b"q"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

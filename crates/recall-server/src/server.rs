@@ -216,7 +216,7 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
         let engine = acceptor_engine;
         let listener = bound.into_listener()?;
         let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        // SIGHUP reloads the TLS certificates, as in memcached.
+        // SIGHUP reloads the auth file and the TLS certificates, as in memcached.
         let mut sighup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
         let mut next = 0usize;
         loop {
@@ -244,11 +244,18 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
                 }
                 _ = tokio::signal::ctrl_c() => { tracing::info!("SIGINT: shutting down"); break; }
                 _ = sigterm.recv() => { tracing::info!("SIGTERM: shutting down"); break; }
-                _ = sighup.recv() => match engine.gauges.tls.get().map(|t| t.refresh(engine.now())) {
-                    Some(Ok(())) => tracing::info!("SIGHUP: TLS certificates reloaded"),
-                    Some(Err(e)) => tracing::error!("SIGHUP: could not reload TLS certificates: {e}"),
-                    None => {}
-                },
+                _ = sighup.recv() => {
+                    match crate::auth::reload_auth_file(&cfg, &engine.config.auth) {
+                        Some(Ok(())) => tracing::info!("SIGHUP: auth file {} reloaded", cfg.auth_file),
+                        Some(Err(e)) => tracing::error!("SIGHUP: could not reload the auth file, keeping its users: {e}"),
+                        None => {}
+                    }
+                    match engine.gauges.tls.get().map(|t| t.refresh(engine.now())) {
+                        Some(Ok(())) => tracing::info!("SIGHUP: TLS certificates reloaded"),
+                        Some(Err(e)) => tracing::error!("SIGHUP: could not reload TLS certificates: {e}"),
+                        None => {}
+                    }
+                }
                 _ = shutdown.notified() => { tracing::info!("shutdown command: shutting down"); break; }
             }
         }

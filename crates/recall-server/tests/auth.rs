@@ -166,6 +166,38 @@ fn auth_file_text_conversation() {
     assert!(settings.contains("STAT binding_protocol ascii\r\n"), "{settings}");
 }
 
+/// SIGHUP reads the `-Y` file again, as memcached does: new logins check
+/// the new users and a connection already in stays in. (A file that no
+/// longer parses keeps the users loaded: `auth::tests` in the crate.)
+#[test]
+fn sighup_reloads_the_auth_file() {
+    let file = scratch("authfile-reload", "user:pencil\n");
+    let srv = recalld(&["-Y", file.to_str().unwrap()]);
+    let login = |srv: &Server, password: &str| {
+        let mut s = srv.connect();
+        let token = format!("set k 0 0 {}\r\nuser {password}\r\n", 5 + password.len());
+        roundtrip(&mut s, token.as_bytes(), b"\r\n") == b"STORED\r\n"
+    };
+    let mut open = srv.connect();
+    assert_eq!(roundtrip(&mut open, b"set k 0 0 11\r\nuser pencil\r\n", b"\r\n"), b"STORED\r\n");
+    let pid = srv.pid() as libc::pid_t;
+
+    std::fs::write(&file, "user:crayon\n").unwrap();
+    // SAFETY: kill(2) on the process this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    // The reload happens on the acceptor thread: probe, bounded.
+    let reloaded = (0..500).any(|_| {
+        let ok = login(&srv, "crayon");
+        if !ok {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        ok
+    });
+    assert!(reloaded, "SIGHUP did not load the new auth file");
+    assert!(!login(&srv, "pencil"), "the old password still logs in after the reload");
+    assert_eq!(roundtrip(&mut open, b"get nothing\r\n", b"END\r\n"), b"END\r\n", "a connection already in stays in");
+}
+
 #[test]
 fn auth_file_conversation_matches_memcached() {
     let file = scratch("authfile-mc", "user:pencil\n");
