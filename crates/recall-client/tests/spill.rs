@@ -85,6 +85,31 @@ fn fsync_spill_survives_client_and_server_crashing_together() {
     client_and_server_crash_together(SpillSync::Fsync);
 }
 
+/// A client started on a spill file holds its first writes until it has
+/// replayed the file: an `append` to a key only the replay brings back
+/// must find it (the crash harness, seed 26, saw one refused).
+#[test]
+fn a_client_on_a_spill_file_writes_after_its_replay() {
+    let dir = TempDir::new("spill-first-write");
+    let spill = dir.0.join("client.spill");
+    let mut server = harness::recalld(&dir.0.join("data"), &args()).expect("recalld");
+    let addr = server.addr();
+    rt().block_on(async {
+        let db = client(addr, &spill, SpillSync::Os).build().expect("client");
+        db.poll_now().await.expect("poll");
+        db.set("k", "v", 0, 0).await.expect("set");
+    });
+    server.kill9();
+    server.restart().expect("restart");
+    assert_eq!(server_value(addr, "k"), None, "negative control: the server alone lost the write");
+    rt().block_on(async {
+        let db = client(addr, &spill, SpillSync::Os).build().expect("a new client on the spill file");
+        let w = db.append("k", "+a").await.expect("append");
+        assert_eq!(w.status, recall_client::StoreStatus::Stored, "the append ran before the replay: {:?}", db.status());
+    });
+    assert_eq!(server_value(addr, "k"), Some("v+a".to_string()));
+}
+
 /// Fill a spill file with `n` entries through a real server, and leave it
 /// as a killed client would.
 fn spill_with(addr: SocketAddr, spill: &Path, n: usize) {

@@ -261,6 +261,12 @@ impl DurableBuilder {
                         None => l.log.record_delete(&r.key, r.ts),
                     };
                 }
+                // Entries from the file are replayed by the first poll;
+                // until then this client's writes (an `append`, an `add`)
+                // would act on the state the server reloaded, without them.
+                for n in nodes.iter().filter(|n| !n.log().log.is_empty()) {
+                    n.set_suspect();
+                }
                 if dropped > 0 {
                     eprintln!(
                         "recall-client: spill file {}: dropped {dropped} entries of servers no longer configured",

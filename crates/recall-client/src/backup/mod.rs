@@ -98,8 +98,9 @@
 //!   crash harness caught the first version, which simply dropped the
 //!   entry.
 //! * **Writes wait while a restart is suspected** (a write failed at the
-//!   connection level, a poll failed, or an acknowledgement came from an
-//!   unseen instance) until the next poll has replayed, so that this
+//!   connection level, a poll failed, an acknowledgement came from an
+//!   unseen instance, or the client started on a spill file with entries)
+//!   until the next poll has replayed, so that this
 //!   client's conditional writes (`add`, `replace`, `delete`) do not act
 //!   on the state the server reloaded before its replay.
 //! * **A server without `--data-dir`** (`DURABLE 0 0 off`): nothing is

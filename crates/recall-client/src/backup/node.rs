@@ -25,10 +25,28 @@ pub(super) struct SpillCtx {
 }
 
 impl SpillCtx {
-    /// Rewrite the file with the live entries of every node.
+    /// Every node, or `None` once one is gone: the client is being dropped
+    /// while a poller's rewrite still runs on a blocking thread. A rewrite
+    /// then must not happen: without a node's log it would leave that
+    /// log's entries out of the file, which is all that is left of them
+    /// once the process is gone (a client killed with its server then lost
+    /// every write newer than the server's last snapshot).
+    fn nodes(&self) -> Option<Vec<Arc<Node>>> {
+        self.nodes.iter().map(Weak::upgrade).collect()
+    }
+
+    /// Rewrite the file with the live entries of every node (not at all
+    /// if the client is being dropped).
     pub(super) fn rewrite(&self) -> Result<()> {
+        match self.nodes() {
+            Some(nodes) => self.rewrite_from(&nodes),
+            None => Ok(()),
+        }
+    }
+
+    fn rewrite_from(&self, nodes: &[Arc<Node>]) -> Result<()> {
         self.spill.rewrite(|put| {
-            for n in self.nodes.iter().filter_map(Weak::upgrade) {
+            for n in nodes {
                 let l = n.log();
                 for e in l.log.iter() {
                     put(&n.addr, e);
@@ -39,9 +57,10 @@ impl SpillCtx {
 
     /// Rewrite if dead records outnumber the live entries.
     pub(super) fn maybe_rewrite(&self) -> Result<()> {
-        let live = self.nodes.iter().filter_map(Weak::upgrade).map(|n| n.sizes.len.load(Ordering::Acquire)).sum();
+        let Some(nodes) = self.nodes() else { return Ok(()) };
+        let live = nodes.iter().map(|n| n.sizes.len.load(Ordering::Acquire)).sum();
         if self.spill.wants_rewrite(live) {
-            self.rewrite()?;
+            self.rewrite_from(&nodes)?;
         }
         Ok(())
     }
@@ -234,5 +253,49 @@ impl Node {
         let c = Conn::connect(&self.addr, &self.name, &self.health, cfg.connect_timeout).await?;
         *slot = Some(c.clone());
         Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backup::log::Entry;
+    use crate::backup::spill::SpillSync;
+
+    /// A poller's rewrite can outlive the client (it runs on a blocking
+    /// thread, and the poller's abort does not stop it): once the nodes are
+    /// gone it must leave the file alone, or a client killed at that moment
+    /// comes back with an empty backup.
+    #[test]
+    fn a_rewrite_after_the_nodes_are_dropped_keeps_the_file() {
+        let dir = std::env::temp_dir().join(format!("recall-node-spill-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("client.spill");
+        let health =
+            HealthConfig { failure_limit: 1, retry_base: Duration::from_millis(10), retry_max: Duration::from_secs(1) };
+        let node = Arc::new(Node::new("127.0.0.1:1".into(), health));
+        let ts = 1u64 << 40;
+        let lock = Spill::lock_file(&path).unwrap();
+        let spill = Spill::create(&path, lock, SpillSync::Os, "client-1", std::iter::empty()).unwrap();
+        // Enough dead records (one key rewritten) that a rewrite is due.
+        for i in 0..2000u64 {
+            let value = format!("v{i}");
+            assert!(node.log().log.record_value(b"k", value.as_bytes(), 0, 0, ts + i));
+            spill
+                .append(
+                    &node.addr,
+                    &Entry::Value { key: b"k", value: value.as_bytes(), flags: 0, exptime: 0, ts: ts + i },
+                )
+                .unwrap();
+        }
+        let ctx = SpillCtx { spill, nodes: vec![Arc::downgrade(&node)] };
+        drop(node);
+        ctx.maybe_rewrite().unwrap();
+        ctx.rewrite().unwrap();
+        drop(ctx);
+        let (_, records) = Spill::load(&path).unwrap().expect("the file");
+        let _ = std::fs::remove_dir_all(&dir);
+        let newest = records.iter().map(|r| r.ts).max();
+        assert_eq!(newest, Some(ts + 1999), "the newest write is still in the file ({} records)", records.len());
     }
 }

@@ -39,7 +39,9 @@
 //! lets go of the lock once its background tasks have stopped (they are
 //! aborted by the drop and end on the runtime's threads, a moment later),
 //! and a client dropped while a rewrite of its file runs keeps the lock
-//! until the rewrite ends.
+//! until the rewrite ends. A rewrite that starts once the client's
+//! backup logs are gone (the poller's, outliving the drop on a blocking
+//! thread) leaves the file as it is: it is all that is left of them.
 //! On a file system that cannot lock, the client warns on stderr and goes
 //! on without the lock.
 //!
