@@ -12,6 +12,14 @@ fn vectors() -> Value {
     serde_json::from_str(text).expect("vector file is JSON")
 }
 
+/// The servers a recorded set marked dead (pylibmc's remove_failed).
+fn dead(set: &Value) -> Vec<usize> {
+    set["dead"]
+        .as_array()
+        .map(|d| d.iter().filter_map(|i| i.as_u64()).map(|i| i as usize).collect())
+        .unwrap_or_default()
+}
+
 fn nodes(set: &Value) -> Vec<Node> {
     set["servers"]
         .as_array()
@@ -38,10 +46,7 @@ fn continuum_matches_pylibmc_ketama_weighted() {
         let nodes = nodes(set);
         // A set with dead servers was recorded with pylibmc's remove_failed:
         // the continuum over the live servers only.
-        let dead: Vec<usize> = set["dead"]
-            .as_array()
-            .map(|d| d.iter().filter_map(|i| i.as_u64()).map(|i| i as usize).collect())
-            .unwrap_or_default();
+        let dead = dead(set);
         let c = Continuum::build(&nodes, |i| !dead.contains(&i));
         let placement = set["placement"].as_object().expect("placement");
         assert!(placement.len() >= 1000, "{} keys", placement.len());
@@ -96,10 +101,7 @@ fn unweighted_continuum_matches_pylibmc_ketama() {
         assert!(sets.iter().any(|s| !s["dead"].is_null()), "a remove_failed set is recorded");
         for set in sets {
             let nodes = nodes(set);
-            let dead: Vec<usize> = set["dead"]
-                .as_array()
-                .map(|d| d.iter().filter_map(|i| i.as_u64()).map(|i| i as usize).collect())
-                .unwrap_or_default();
+            let dead = dead(set);
             let c = Continuum::build_with(dist, &nodes, |i| !dead.contains(&i));
             let weighted = Continuum::build(&nodes, |i| !dead.contains(&i));
             let placement = set["placement"].as_object().expect("placement");
