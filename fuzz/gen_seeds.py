@@ -8,6 +8,14 @@ snapshot seeds are small valid snapshots (with a CRC32C computed here).
 Inputs over MAX bytes are skipped so the fuzzer's max_len stays small.
 
 Run from anywhere: python3 fuzz/gen_seeds.py   (idempotent; rewrites seeds/)
+                   python3 fuzz/gen_seeds.py --check
+                   (writes nothing; exits 1 naming every seed that differs,
+                   so a transcript edit that was not followed by a
+                   regeneration is caught by scripts/test)
+
+seeds/ holds only what this script makes. Inputs kept by hand (a fuzzer's
+finding, a seed written for a bug) live in seeds-kept/<target>/, which this
+script never touches; fuzz/run.sh passes both directories.
 """
 
 import hashlib
@@ -15,6 +23,7 @@ import os
 import shutil
 import struct
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -177,15 +186,54 @@ def frames(data, tail=True):
 
 
 def main():
-    assert crc32c(b"123456789") == 0xE3069283, "crc32c self-test"
+    check = sys.argv[1:] == ["--check"]
+    if sys.argv[1:] and not check:
+        print("usage: gen_seeds.py [--check]", file=sys.stderr)
+        return 2
+    if check:
+        with tempfile.TemporaryDirectory() as out:
+            write_seeds(out, quiet=True)
+            return compare(out, SEEDS)
     if os.path.isdir(SEEDS):
         shutil.rmtree(SEEDS)
+    return write_seeds(SEEDS, quiet=False)
+
+
+def listing(root):
+    """Relative path -> bytes of every file under root."""
+    files = {}
+    for dirpath, _, names in os.walk(root):
+        for n in names:
+            full = os.path.join(dirpath, n)
+            with open(full, "rb") as f:
+                files[os.path.relpath(full, root)] = f.read()
+    return files
+
+
+def compare(fresh, committed):
+    want, have = listing(fresh), listing(committed)
+    missing = sorted(set(want) - set(have))
+    stale = sorted(set(have) - set(want))
+    changed = sorted(p for p in set(want) & set(have) if want[p] != have[p])
+    for label, paths in (("missing", missing), ("stale", stale), ("changed", changed)):
+        for p in paths:
+            print(f"fuzz/seeds/{p}: {label}")
+    if missing or stale or changed:
+        print("fuzz/seeds/ is out of date with the transcripts: run python3 fuzz/gen_seeds.py"
+              " (inputs kept by hand belong in fuzz/seeds-kept/)")
+        return 1
+    print(f"fuzz/seeds/: {len(want)} seeds, up to date")
+    return 0
+
+
+def write_seeds(seeds, quiet):
+    assert crc32c(b"123456789") == 0xE3069283, "crc32c self-test"
     counts = {}
 
     def put(target, name, data):
         if len(data) > MAX:
             return
-        d = os.path.join(SEEDS, target)
+        d = os.path.join(seeds, target)
         os.makedirs(d, exist_ok=True)
         # Content-addressed names avoid duplicates; the prefix says where from.
         h = hashlib.sha1(data).hexdigest()[:12]
@@ -346,8 +394,9 @@ def main():
     put("fs_value", "size-too-big", fs_value(b"abc", size=4))
     put("fs_value", "short", fs_value(b"")[:20])
 
-    for t, n in sorted(counts.items()):
-        print(f"{t}: {n} seeds")
+    if not quiet:
+        for t, n in sorted(counts.items()):
+            print(f"{t}: {n} seeds")
     return 0
 
 

@@ -22,6 +22,7 @@ for t in "${targets[@]}"; do
     mkdir -p "corpus/$t"
     dirs=("corpus/$t")
     [ -d "seeds/$t" ] && dirs+=("seeds/$t")
+    [ -d "seeds-kept/$t" ] && dirs+=("seeds-kept/$t")
     echo "== $t (${secs}s)"
     # -malloc_limit_mb: a single allocation over 64 MB is a finding (no
     # parser should allocate on the word of a length field);
