@@ -7,17 +7,20 @@ use std::path::{Path, PathBuf};
 use crate::value::{self, Identity};
 
 /// Before asking recall: is this file small enough to be cached whole?
+/// A file with several hard links is not cached: a write through one name
+/// invalidates only that name's key, and the identity check alone leaves
+/// the same-tick window open for the other names.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Plan {
-    /// Larger than the limit (or not a regular file): read the backing
+    /// Larger than the limit, not a regular file, or hard-linked: read the backing
     /// file directly, no cache traffic.
     PassThrough,
     /// Ask recall for the whole file.
     Ask,
 }
 
-pub fn plan(limit: u64, fresh: &Identity, regular_file: bool) -> Plan {
-    if regular_file && fresh.size <= limit {
+pub fn plan(limit: u64, fresh: &Identity, regular_file: bool, links: u64) -> Plan {
+    if regular_file && links <= 1 && fresh.size <= limit {
         Plan::Ask
     } else {
         Plan::PassThrough
@@ -103,9 +106,10 @@ mod tests {
 
     #[test]
     fn plan_caches_small_regular_files_only() {
-        assert_eq!(plan(10, &id(10, 1), true), Plan::Ask);
-        assert_eq!(plan(10, &id(11, 1), true), Plan::PassThrough);
-        assert_eq!(plan(10, &id(0, 1), false), Plan::PassThrough);
+        assert_eq!(plan(10, &id(10, 1), true, 1), Plan::Ask);
+        assert_eq!(plan(10, &id(11, 1), true, 1), Plan::PassThrough);
+        assert_eq!(plan(10, &id(0, 1), false, 1), Plan::PassThrough);
+        assert_eq!(plan(10, &id(3, 1), true, 2), Plan::PassThrough);
     }
 
     #[test]

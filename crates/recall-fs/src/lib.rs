@@ -10,9 +10,13 @@
 //! * [`value`]: the stored value's format (one definition, fuzzed).
 //! * [`cache`]: the hit/miss/stale/fallback and invalidation decisions, pure.
 //! * [`stats`]: the counters behind `.recall-fs/stats`.
+//! * [`wbuf`]: the per-handle write buffer, pure.
+//! * [`inodes`]: the mount's inode table (paths, lookup counts).
 //! * [`fs`]: the `fuser::Filesystem` carrying the decisions out.
 
 pub mod cache;
 pub mod fs;
+pub mod inodes;
 pub mod stats;
 pub mod value;
+pub mod wbuf;

@@ -39,6 +39,10 @@ struct Args {
     /// Expiry of cached files in seconds (0: none).
     #[arg(long, default_value_t = 0)]
     exptime: i32,
+    /// Bytes of writes each open file collects before they reach the
+    /// backing file (the paper's 512 KB; 0: write through at once).
+    #[arg(long, default_value_t = recall_fs::wbuf::DEFAULT_CAPACITY)]
+    write_buffer: usize,
     /// Let other users than the mounting one use the mount.
     #[arg(long)]
     allow_other: bool,
@@ -93,7 +97,12 @@ fn run(args: Args) -> Result<(), String> {
     let client = recall_client::blocking::Client::from_builder(builder).map_err(|e| format!("recall client: {e}"))?;
     let (tx, rx) = mpsc::channel();
     signals(tx.clone())?;
-    let cfg = Config { backing: backing.clone(), max_file_size: args.max_file_size, exptime: args.exptime };
+    let cfg = Config {
+        backing: backing.clone(),
+        max_file_size: args.max_file_size,
+        exptime: args.exptime,
+        write_buffer: args.write_buffer,
+    };
     let fs = RecallFs::new(cfg, Some(Box::new(client) as Box<dyn Remote>), Some(tx));
     let mut opts = vec![
         MountOption::FSName(format!("recall-fs:{}", backing.display())),

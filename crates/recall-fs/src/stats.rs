@@ -20,12 +20,17 @@ pub struct Stats {
     /// recalld's default `-I 1m` leaves no room for the header of a file
     /// of exactly 1 MiB).
     pub store_refused: u64,
+    /// FUSE write requests.
+    pub writes: u64,
+    /// Writes to backing files: fewer than `writes` when the write buffer
+    /// collected several into one.
+    pub backing_writes: u64,
 }
 
 impl Stats {
     pub fn render(&self) -> String {
         format!(
-            "hits {}\nmisses {}\nstale {}\nbytes_from_cache {}\ninvalidations {}\nfallbacks {}\npassthrough {}\nstore_refused {}\n",
+            "hits {}\nmisses {}\nstale {}\nbytes_from_cache {}\ninvalidations {}\nfallbacks {}\npassthrough {}\nstore_refused {}\nwrites {}\nbacking_writes {}\n",
             self.hits,
             self.misses,
             self.stale,
@@ -33,7 +38,9 @@ impl Stats {
             self.invalidations,
             self.fallbacks,
             self.passthrough,
-            self.store_refused
+            self.store_refused,
+            self.writes,
+            self.backing_writes
         )
     }
 
