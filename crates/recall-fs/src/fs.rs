@@ -233,7 +233,14 @@ fn give_to_caller(path: &Path, req: &Request<'_>) {
     }
 }
 
-fn set_times(path: &Path, atime: Option<TimeOrNow>, mtime: Option<TimeOrNow>) -> io::Result<()> {
+/// What a setattr works on: the backing path, or (for a file unlinked or
+/// renamed away while open) an open handle's descriptor.
+enum Target<'a> {
+    Path(&'a Path),
+    Open(&'a File),
+}
+
+fn set_times(target: &Target<'_>, atime: Option<TimeOrNow>, mtime: Option<TimeOrNow>) -> io::Result<()> {
     fn spec(t: Option<TimeOrNow>) -> libc::timespec {
         match t {
             None => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT },
@@ -244,11 +251,18 @@ fn set_times(path: &Path, atime: Option<TimeOrNow>, mtime: Option<TimeOrNow>) ->
             }
         }
     }
-    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     let times = [spec(atime), spec(mtime)];
-    // SAFETY: a NUL-terminated path and a two-element timespec array, as
-    // utimensat(2) requires.
-    let rc = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) };
+    let rc = match target {
+        Target::Path(path) => {
+            let c =
+                CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+            // SAFETY: a NUL-terminated path and a two-element timespec
+            // array, as utimensat(2) requires.
+            unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) }
+        }
+        // SAFETY: an open descriptor and a two-element timespec array.
+        Target::Open(file) => unsafe { libc::futimens(std::os::fd::AsRawFd::as_raw_fd(*file), times.as_ptr()) },
+    };
     if rc == 0 {
         Ok(())
     } else {
@@ -334,6 +348,14 @@ impl RecallFs {
         for fh in dirty {
             self.drain(fh);
         }
+    }
+
+    /// Any open handle's file of `ino`.
+    fn open_file_of(&self, ino: u64) -> Option<&File> {
+        self.handles.values().find_map(|h| match h {
+            Handle::File { file, ino: i, .. } if *i == ino => Some(file),
+            _ => None,
+        })
     }
 
     fn add_handle(&mut self, h: Handle) -> u64 {
@@ -578,9 +600,11 @@ impl Filesystem for RecallFs {
         self.drain_ino(ino);
         let meta = match fh.and_then(|fh| self.handles.get(&fh)) {
             Some(Handle::File { file, .. }) => file.metadata(),
-            _ => match self.inodes.path(ino) {
-                Some(rel) => fs::symlink_metadata(self.full(rel)),
-                None => return reply.error(libc::ENOENT),
+            _ => match (self.inodes.path(ino), self.open_file_of(ino)) {
+                (Some(rel), _) => fs::symlink_metadata(self.full(rel)),
+                // Unlinked (or renamed over) while open: the open file.
+                (None, Some(file)) => file.metadata(),
+                (None, None) => return reply.error(libc::ENOENT),
             },
         };
         match meta {
@@ -608,30 +632,52 @@ impl Filesystem for RecallFs {
         _flags: Option<u32>,
         reply: ReplyAttr,
     ) {
-        let Some(rel) = self.inodes.path(ino).cloned() else { return reply.error(libc::ENOENT) };
         // A truncate must come after the writes the kernel acknowledged.
         self.drain_ino(ino);
-        let full = self.full(&rel);
-        let result = (|| -> io::Result<()> {
+        let rel = self.inodes.path(ino).cloned();
+        let full = rel.as_ref().map(|r| self.full(r));
+        let open = match fh.and_then(|fh| self.handles.get(&fh)) {
+            Some(Handle::File { file, .. }) => Some(file),
+            _ => self.open_file_of(ino),
+        };
+        let target = match (&full, open) {
+            (Some(p), _) => Target::Path(p),
+            (None, Some(f)) => Target::Open(f),
+            (None, None) => return reply.error(libc::ENOENT),
+        };
+        let result = (|| -> io::Result<Metadata> {
             if let Some(m) = mode {
-                fs::set_permissions(&full, fs::Permissions::from_mode(m & 0o7777))?;
+                let perm = fs::Permissions::from_mode(m & 0o7777);
+                match &target {
+                    Target::Path(p) => fs::set_permissions(p, perm)?,
+                    Target::Open(f) => f.set_permissions(perm)?,
+                }
             }
             if uid.is_some() || gid.is_some() {
-                std::os::unix::fs::lchown(&full, uid, gid)?;
+                match &target {
+                    Target::Path(p) => std::os::unix::fs::lchown(p, uid, gid)?,
+                    Target::Open(f) => std::os::unix::fs::fchown(f, uid, gid)?,
+                }
             }
             if let Some(len) = size {
-                match fh.and_then(|fh| self.handles.get(&fh)) {
-                    Some(Handle::File { file, .. }) => file.set_len(len)?,
-                    _ => OpenOptions::new().write(true).open(&full)?.set_len(len)?,
+                match (open, &target) {
+                    (Some(f), _) => f.set_len(len)?,
+                    (None, Target::Path(p)) => OpenOptions::new().write(true).open(p)?.set_len(len)?,
+                    (None, Target::Open(f)) => f.set_len(len)?,
                 }
             }
             if atime.is_some() || mtime.is_some() {
-                set_times(&full, atime, mtime)?;
+                set_times(&target, atime, mtime)?;
             }
-            Ok(())
+            match &target {
+                Target::Path(p) => fs::symlink_metadata(p),
+                Target::Open(f) => f.metadata(),
+            }
         })();
-        self.changed(Change::Modified(&rel));
-        match result.and_then(|()| fs::symlink_metadata(&full)) {
+        if let Some(rel) = rel {
+            self.changed(Change::Modified(&rel));
+        }
+        match result {
             Ok(m) => reply.attr(&TTL, &attr(ino, &m)),
             Err(e) => reply.error(errno(&e)),
         }
