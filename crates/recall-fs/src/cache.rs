@@ -4,6 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
+use glob::{MatchOptions, Pattern};
+
 use crate::value::{self, Identity};
 
 /// Before asking recall: is this file small enough to be cached whole?
@@ -95,6 +97,42 @@ pub fn invalidations(change: &Change<'_>) -> Vec<PathBuf> {
     }
 }
 
+/// The cache class of a file, as the expiry its value is stored with:
+/// paths matching a `--permanent` glob get none (memcached exptime 0, the
+/// prioritized cache's permanent class), all others the TTL (its
+/// temporary classes). A TTL of 0 makes everything permanent.
+#[derive(Debug, Clone, Default)]
+pub struct Classes {
+    permanent: Vec<Pattern>,
+    ttl: i32,
+}
+
+/// Globs match the path relative to the backing directory; `*` and `?`
+/// stay within one path component, `**` crosses them.
+const GLOB: MatchOptions =
+    MatchOptions { case_sensitive: true, require_literal_separator: true, require_literal_leading_dot: false };
+
+impl Classes {
+    /// `Err` names the glob that does not parse.
+    pub fn new(permanent: &[String], ttl: i32) -> Result<Classes, String> {
+        let permanent = permanent
+            .iter()
+            .map(|g| Pattern::new(g).map_err(|e| format!("--permanent {g:?}: {e}")))
+            .collect::<Result<_, _>>()?;
+        Ok(Classes { permanent, ttl })
+    }
+
+    /// The exptime to store the file at `rel` (relative to the backing
+    /// directory) with.
+    pub fn exptime(&self, rel: &Path) -> i32 {
+        if self.permanent.iter().any(|p| p.matches_path_with(rel, GLOB)) {
+            0
+        } else {
+            self.ttl
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,6 +180,18 @@ mod tests {
         assert!(should_store(&id(3, 1), &id(3, 1), 3));
         assert!(!should_store(&id(3, 1), &id(3, 2), 3));
         assert!(!should_store(&id(3, 1), &id(3, 1), 2));
+    }
+
+    #[test]
+    fn permanent_globs_get_no_expiry_others_the_ttl() {
+        let c = Classes::new(&["*.idx".into(), "static/**".into()], 600).unwrap();
+        assert_eq!(c.exptime(Path::new("a.idx")), 0);
+        assert_eq!(c.exptime(Path::new("static/css/site.css")), 0);
+        assert_eq!(c.exptime(Path::new("dir/a.idx")), 600, "* stays within one component");
+        assert_eq!(c.exptime(Path::new("a.txt")), 600);
+        assert_eq!(Classes::new(&[], 0).unwrap().exptime(Path::new("a.txt")), 0);
+        let err = Classes::new(&["[".into()], 1).unwrap_err();
+        assert!(err.contains("--permanent \"[\""), "{err}");
     }
 
     #[test]

@@ -47,11 +47,36 @@ pub struct Config {
     pub backing: PathBuf,
     /// Regular files up to this many bytes are cached whole.
     pub max_file_size: u64,
-    /// Expiry of stored values in seconds (memcached exptime; 0: none).
-    pub exptime: i32,
+    /// The expiry each stored value gets (its cache class).
+    pub classes: cache::Classes,
     /// Bytes of writes each open file collects before they go to the
     /// backing file (0: every write goes straight through).
     pub write_buffer: usize,
+    /// Injected latency, for benchmarks only (see [`Delay`]).
+    pub delay: Delay,
+}
+
+/// Latency added to backing-directory operations, to emulate a backing
+/// store slower than memory (a network file system) in benchmarks. The
+/// sleep runs on the session thread, so requests queue behind it as they
+/// would behind a single-threaded client's round trips.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Delay {
+    /// Per backing read or write call (a READ/WRITE round trip).
+    pub data: Duration,
+    /// Per lookup, getattr, setattr, open and create (a GETATTR/LOOKUP/OPEN
+    /// round trip). Reads check the open file's identity with an `fstat`
+    /// that is not delayed: a network file system client answers it from
+    /// the attributes it revalidated at open (close-to-open consistency).
+    pub meta: Duration,
+}
+
+impl Delay {
+    fn wait(d: Duration) {
+        if !d.is_zero() {
+            std::thread::sleep(d);
+        }
+    }
 }
 
 /// Where cached files live: recall through the blocking client, or
@@ -301,6 +326,7 @@ impl RecallFs {
     fn write_out(&mut self, file: &File, extents: impl IntoIterator<Item = Extent>) -> io::Result<()> {
         for e in extents {
             self.stats.backing_writes += 1;
+            Delay::wait(self.cfg.delay.data);
             file.write_all_at(&e.bytes, e.offset)?;
         }
         Ok(())
@@ -440,6 +466,7 @@ impl RecallFs {
         let Some(Handle::File { file, .. }) = self.handles.get(&fh) else {
             return Err(io::Error::from_raw_os_error(libc::EBADF));
         };
+        Delay::wait(self.cfg.delay.data);
         let bytes = read_whole(file, fresh.size)?;
         let after = Identity::of(&file.metadata()?);
         if !cache::should_store(&fresh, &after, bytes.len()) {
@@ -449,7 +476,7 @@ impl RecallFs {
         }
         if store {
             let v = value::encode(&fresh, &bytes);
-            let res = self.remote.as_ref().map(|r| r.set(&key, &v, self.cfg.exptime));
+            let res = self.remote.as_ref().map(|r| r.set(&key, &v, self.cfg.classes.exptime(rel)));
             match res {
                 Some(Ok(stored)) => {
                     self.remote_ok();
@@ -501,6 +528,7 @@ impl RecallFs {
         let Some(Handle::File { file, .. }) = self.handles.get(&fh) else {
             return Err(io::Error::from_raw_os_error(libc::EBADF));
         };
+        Delay::wait(self.cfg.delay.data);
         let mut buf = vec![0u8; size as usize];
         let mut n = 0;
         while n < buf.len() {
@@ -525,6 +553,7 @@ impl RecallFs {
         let Some(rel) = self.inodes.path(ino).cloned() else { return reply.error(libc::ENOENT) };
         // Another handle's buffered writes land before this open's O_TRUNC.
         self.drain_ino(ino);
+        Delay::wait(self.cfg.delay.meta);
         let acc = flags & libc::O_ACCMODE;
         let mut o = OpenOptions::new();
         o.read(acc == libc::O_RDONLY || acc == libc::O_RDWR)
@@ -548,6 +577,7 @@ impl RecallFs {
         if let Some(i) = self.inodes.known(rel) {
             self.drain_ino(i);
         }
+        Delay::wait(self.cfg.delay.meta);
         let meta = fs::symlink_metadata(self.full(rel))?;
         let ino = self.inodes.entry(rel);
         Ok(attr(ino, &meta))
@@ -598,6 +628,7 @@ impl Filesystem for RecallFs {
             _ => {}
         }
         self.drain_ino(ino);
+        Delay::wait(self.cfg.delay.meta);
         let meta = match fh.and_then(|fh| self.handles.get(&fh)) {
             Some(Handle::File { file, .. }) => file.metadata(),
             _ => match (self.inodes.path(ino), self.open_file_of(ino)) {
@@ -634,6 +665,7 @@ impl Filesystem for RecallFs {
     ) {
         // A truncate must come after the writes the kernel acknowledged.
         self.drain_ino(ino);
+        Delay::wait(self.cfg.delay.meta);
         let rel = self.inodes.path(ino).cloned();
         let full = rel.as_ref().map(|r| self.full(r));
         let open = match fh.and_then(|fh| self.handles.get(&fh)) {
@@ -983,6 +1015,7 @@ impl Filesystem for RecallFs {
             .create(true)
             .mode(mode & !umask)
             .custom_flags(flags & (libc::O_APPEND | libc::O_TRUNC | libc::O_EXCL | libc::O_NOFOLLOW));
+        Delay::wait(self.cfg.delay.meta);
         match o.open(&full) {
             Ok(file) => {
                 give_to_caller(&full, req);

@@ -349,3 +349,43 @@ fn links_symlinks_and_fifos_pass_through() {
     use std::os::unix::fs::FileTypeExt;
     assert!(fs::metadata(backing.0.join("p")).unwrap().file_type().is_fifo());
 }
+
+/// The remaining TTL recalld reports for `key` (`mg KEY t`: -1 is none),
+/// or None when it holds no such item.
+fn ttl_of(srv: &Recalld, key: &str) -> Option<i64> {
+    use std::io::{BufRead, BufReader};
+    let mut s = std::net::TcpStream::connect(srv.addr()).expect("connect to recalld");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(format!("mg {key} t\r\n").as_bytes()).unwrap();
+    let mut line = String::new();
+    BufReader::new(&s).read_line(&mut line).unwrap();
+    if line.starts_with("EN") {
+        return None;
+    }
+    let t = line.split_whitespace().find_map(|f| f.strip_prefix('t')).unwrap_or_else(|| panic!("mg answer {line:?}"));
+    Some(t.parse().unwrap())
+}
+
+#[test]
+fn permanent_globs_are_cached_without_expiry_others_with_the_ttl() {
+    if !fuse_available() {
+        return;
+    }
+    let srv = Recalld::start(Vec::<String>::new()).expect("recalld");
+    let backing = TempDir::new("backing");
+    fs::create_dir(backing.0.join("static")).unwrap();
+    for name in ["a.idx", "a.txt", "static/logo.png"] {
+        fs::write(backing.0.join(name), name.as_bytes()).unwrap();
+    }
+    let args = ["--exptime", "600", "--permanent", "*.idx", "--permanent", "static/**"];
+    let m = Mount::start_with(&backing.0, &srv.addr().to_string(), &args);
+    for name in ["a.idx", "a.txt", "static/logo.png"] {
+        assert_eq!(fs::read(m.path(name)).unwrap(), name.as_bytes());
+    }
+    assert_eq!(m.stat("misses"), 3);
+    let key = |name: &str| recall_fs::fs::cache_key(&backing.0.canonicalize().unwrap().join(name));
+    assert_eq!(ttl_of(&srv, &key("a.idx")), Some(-1), "permanent: no expiry");
+    assert_eq!(ttl_of(&srv, &key("static/logo.png")), Some(-1));
+    let t = ttl_of(&srv, &key("a.txt")).expect("cached");
+    assert!((1..=600).contains(&t), "temporary: the TTL, got {t}");
+}
