@@ -19,11 +19,19 @@ pub enum Plan {
     PassThrough,
     /// Ask recall for the whole file.
     Ask,
+    /// Over the limit, chunked caching on: ask recall for the chunks a
+    /// read covers.
+    Chunks,
 }
 
-pub fn plan(limit: u64, fresh: &Identity, regular_file: bool, links: u64) -> Plan {
-    if regular_file && links <= 1 && fresh.size <= limit {
+/// `chunk_size` 0: chunked caching off.
+pub fn plan(limit: u64, chunk_size: u64, fresh: &Identity, regular_file: bool, links: u64) -> Plan {
+    if !regular_file || links > 1 {
+        Plan::PassThrough
+    } else if fresh.size <= limit {
         Plan::Ask
+    } else if chunk_size > 0 {
+        Plan::Chunks
     } else {
         Plan::PassThrough
     }
@@ -65,6 +73,26 @@ pub fn decide<'a>(fresh: &Identity, answer: Answer<'a>) -> Outcome<'a> {
             Ok(_) => Outcome::Stale,
         },
     }
+}
+
+/// The same decision for chunk `index` (of `chunk_size` bytes) of a big
+/// file: a hit only if the value is that very chunk of this version.
+pub fn decide_chunk<'a>(fresh: &Identity, chunk_size: u64, index: u64, answer: Answer<'a>) -> Outcome<'a> {
+    match answer {
+        Answer::Unreachable => Outcome::Fallback,
+        Answer::Missing => Outcome::Miss,
+        Answer::Found(raw) => match value::decode_chunk(raw) {
+            Err(_) => Outcome::Corrupt,
+            Ok(c) if c.id == *fresh && c.chunk_size == chunk_size && c.index == index => Outcome::Hit(c.bytes),
+            Ok(_) => Outcome::Stale,
+        },
+    }
+}
+
+/// After reading a chunk from the backing file: as [`should_store`], with
+/// the chunk's expected length.
+pub fn should_store_chunk(before: &Identity, after: &Identity, expected: u64, read_len: usize) -> bool {
+    before == after && expected == read_len as u64
 }
 
 /// After reading the backing file for a miss: store the bytes only if the
@@ -144,10 +172,12 @@ mod tests {
 
     #[test]
     fn plan_caches_small_regular_files_only() {
-        assert_eq!(plan(10, &id(10, 1), true, 1), Plan::Ask);
-        assert_eq!(plan(10, &id(11, 1), true, 1), Plan::PassThrough);
-        assert_eq!(plan(10, &id(0, 1), false, 1), Plan::PassThrough);
-        assert_eq!(plan(10, &id(3, 1), true, 2), Plan::PassThrough);
+        assert_eq!(plan(10, 0, &id(10, 1), true, 1), Plan::Ask);
+        assert_eq!(plan(10, 0, &id(11, 1), true, 1), Plan::PassThrough);
+        assert_eq!(plan(10, 4, &id(11, 1), true, 1), Plan::Chunks);
+        assert_eq!(plan(10, 4, &id(0, 1), false, 1), Plan::PassThrough);
+        assert_eq!(plan(10, 4, &id(3, 1), true, 2), Plan::PassThrough);
+        assert_eq!(plan(10, 4, &id(30, 1), true, 2), Plan::PassThrough);
     }
 
     #[test]
@@ -173,6 +203,22 @@ mod tests {
         assert_eq!(decide(&fresh, Answer::Missing), Outcome::Miss);
         assert_eq!(decide(&fresh, Answer::Found(b"abc")), Outcome::Corrupt);
         assert_eq!(decide(&fresh, Answer::Unreachable), Outcome::Fallback);
+    }
+
+    #[test]
+    fn a_chunk_hits_only_as_that_chunk_of_this_version() {
+        let fresh = id(10, 100);
+        let v = value::encode_chunk(&fresh, 4, 1, b"efgh");
+        assert_eq!(decide_chunk(&fresh, 4, 1, Answer::Found(&v)), Outcome::Hit(b"efgh"));
+        assert_eq!(decide_chunk(&id(10, 101), 4, 1, Answer::Found(&v)), Outcome::Stale);
+        assert_eq!(decide_chunk(&fresh, 4, 0, Answer::Found(&v)), Outcome::Stale, "another chunk");
+        assert_eq!(decide_chunk(&fresh, 8, 1, Answer::Found(&v)), Outcome::Stale, "another chunk size");
+        assert_eq!(decide_chunk(&fresh, 4, 1, Answer::Found(&encode(&id(4, 1), b"abcd"))), Outcome::Corrupt);
+        assert_eq!(decide_chunk(&fresh, 4, 1, Answer::Missing), Outcome::Miss);
+        assert_eq!(decide_chunk(&fresh, 4, 1, Answer::Unreachable), Outcome::Fallback);
+        assert!(should_store_chunk(&fresh, &fresh, 4, 4));
+        assert!(!should_store_chunk(&fresh, &fresh, 4, 3));
+        assert!(!should_store_chunk(&fresh, &id(10, 101), 4, 4));
     }
 
     #[test]

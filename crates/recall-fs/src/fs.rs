@@ -20,15 +20,15 @@ use std::sync::mpsc::Sender;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    FileAttr, FileType, Filesystem, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
-    ReplyOpen, ReplyWrite, Request, TimeOrNow,
+    FileAttr, FileType, Filesystem, KernelConfig, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyWrite, Request, TimeOrNow,
 };
-use md5::{Digest, Md5};
 
-use crate::cache::{self, Answer, Change, Outcome, Plan};
+use crate::cache::Change;
+use crate::cached::Loaded;
+pub use crate::cached::{cache_key, Remote};
 use crate::inodes::{Inodes, ROOT_INO};
 use crate::stats::Stats;
-use crate::value::{self, Identity};
 use crate::wbuf::{Extent, WriteBuf};
 
 /// The control directory at the mount's root; not listed by readdir.
@@ -41,6 +41,11 @@ const STATS_INO: u64 = 3;
 /// in sizes and times at once.
 const TTL: Duration = Duration::ZERO;
 
+/// FUSE_AUTO_INVAL_DATA (include/uapi/linux/fuse.h); fuser names it only
+/// under its `abi-7-20` feature, and the kernel honours the flag whatever
+/// protocol minor fuser declares.
+const FUSE_AUTO_INVAL_DATA: u32 = 1 << 12;
+
 /// Settings of one mount.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -48,10 +53,13 @@ pub struct Config {
     /// Regular files up to this many bytes are cached whole.
     pub max_file_size: u64,
     /// The expiry each stored value gets (its cache class).
-    pub classes: cache::Classes,
+    pub classes: crate::cache::Classes,
     /// Bytes of writes each open file collects before they go to the
     /// backing file (0: every write goes straight through).
     pub write_buffer: usize,
+    /// Files over `max_file_size` are cached as chunks of this many bytes
+    /// (0: not cached at all).
+    pub chunk_size: u64,
     /// Injected latency, for benchmarks only (see [`Delay`]).
     pub delay: Delay,
 }
@@ -72,60 +80,22 @@ pub struct Delay {
 }
 
 impl Delay {
-    fn wait(d: Duration) {
+    pub(crate) fn wait(d: Duration) {
         if !d.is_zero() {
             std::thread::sleep(d);
         }
     }
 }
 
-/// Where cached files live: recall through the blocking client, or
-/// nothing at all (`--servers` empty).
-pub trait Remote: Send {
-    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, String>;
-    /// `Ok(false)`: the server answered but did not store (for example a
-    /// value over its item size limit); `Err`: it did not answer.
-    fn set(&self, key: &str, value: &[u8], exptime: i32) -> Result<bool, String>;
-    fn delete(&self, key: &str) -> Result<(), String>;
-}
-
-impl Remote for recall_client::blocking::Client {
-    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
-        recall_client::blocking::Client::get(self, key).map(|o| o.map(|i| i.value)).map_err(|e| e.to_string())
-    }
-    fn set(&self, key: &str, value: &[u8], exptime: i32) -> Result<bool, String> {
-        use recall_client::Error;
-        match recall_client::blocking::Client::set(self, key, value, 0, exptime) {
-            Ok(status) => Ok(status == recall_client::StoreStatus::Stored),
-            Err(Error::Server { .. } | Error::Client { .. }) => Ok(false),
-            Err(e) => Err(e.to_string()),
-        }
-    }
-    fn delete(&self, key: &str) -> Result<(), String> {
-        recall_client::blocking::Client::delete(self, key).map(|_| ()).map_err(|e| e.to_string())
-    }
-}
-
-/// The cache key of a backing file: MD5 of its full path, in hex.
-pub fn cache_key(full_path: &Path) -> String {
-    let digest = Md5::digest(full_path.as_os_str().as_bytes());
-    digest.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// A whole small file held by an open handle, so the kernel's 128 KiB
-/// reads of one open do not each fetch the file from recall.
-struct Loaded {
-    id: Identity,
-    /// The inode's write generation at load time (see `RecallFs::gens`).
-    gen: u64,
-    bytes: Vec<u8>,
-}
-
-enum Handle {
+pub(crate) enum Handle {
     File {
         file: File,
         ino: u64,
         loaded: Option<Loaded>,
+        /// The last chunk of a big file this handle read, and its index.
+        chunk: Option<(u64, Loaded)>,
+        /// The backing file's (device, inode), which hard links share.
+        backing: (u64, u64),
         wrote: bool,
         wbuf: WriteBuf,
         /// A buffered write that failed when it reached the backing file,
@@ -137,24 +107,24 @@ enum Handle {
 }
 
 pub struct RecallFs {
-    cfg: Config,
-    remote: Option<Box<dyn Remote>>,
-    inodes: Inodes,
-    handles: HashMap<u64, Handle>,
+    pub(crate) cfg: Config,
+    pub(crate) remote: Option<Box<dyn Remote>>,
+    pub(crate) inodes: Inodes,
+    pub(crate) handles: HashMap<u64, Handle>,
     next_fh: u64,
     /// Writes through the mount per inode, so an open handle's loaded copy
     /// is dropped after a write even when the write left size and mtime
     /// unchanged (same size, same clock tick).
-    gens: HashMap<u64, u64>,
-    stats: Stats,
+    pub(crate) gens: HashMap<u64, u64>,
+    pub(crate) stats: Stats,
     /// recall's last known state, to log transitions rather than every
     /// failed call.
-    remote_down: bool,
+    pub(crate) remote_down: bool,
     /// Told when the session ends (unmounted from outside).
     on_destroy: Option<Sender<()>>,
 }
 
-fn errno(e: &io::Error) -> i32 {
+pub(crate) fn errno(e: &io::Error) -> i32 {
     e.raw_os_error().unwrap_or(libc::EIO)
 }
 
@@ -226,29 +196,6 @@ fn synthetic(ino: u64, kind: FileType, size: u64) -> FileAttr {
     }
 }
 
-/// Read all of `file` from offset 0, at most `limit + 1` bytes (one more
-/// than the identity says, to notice growth).
-fn read_whole(file: &File, limit: u64) -> io::Result<Vec<u8>> {
-    let mut buf = vec![0u8; (limit as usize).saturating_add(1)];
-    let mut n = 0;
-    while n < buf.len() {
-        match file.read_at(&mut buf[n..], n as u64) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    buf.truncate(n);
-    Ok(buf)
-}
-
-fn slice_at(bytes: &[u8], offset: i64, size: u32) -> &[u8] {
-    let start = (offset.max(0) as usize).min(bytes.len());
-    let end = start.saturating_add(size as usize).min(bytes.len());
-    &bytes[start..end]
-}
-
 /// Files created through the mount belong to the caller, as on a local
 /// file system (recall-fs usually runs as root). Best effort: without root
 /// the chown fails and the file keeps the mount owner's ids.
@@ -310,7 +257,7 @@ impl RecallFs {
         }
     }
 
-    fn full(&self, rel: &Path) -> PathBuf {
+    pub(crate) fn full(&self, rel: &Path) -> PathBuf {
         self.cfg.backing.join(rel)
     }
 
@@ -319,7 +266,17 @@ impl RecallFs {
     }
 
     fn file_handle(&self, file: File, ino: u64) -> Handle {
-        Handle::File { file, ino, loaded: None, wrote: false, wbuf: WriteBuf::new(self.cfg.write_buffer), error: None }
+        let backing = file.metadata().map(|m| (m.dev(), m.ino())).unwrap_or_default();
+        Handle::File {
+            file,
+            ino,
+            loaded: None,
+            chunk: None,
+            backing,
+            wrote: false,
+            wbuf: WriteBuf::new(self.cfg.write_buffer),
+            error: None,
+        }
     }
 
     /// Write extents a handle's buffer gave out to its backing file.
@@ -360,19 +317,45 @@ impl RecallFs {
         }
     }
 
-    /// Drain every handle's buffer of `ino`: called before anything reads
-    /// the file's bytes or attributes (read, getattr, lookup, setattr,
-    /// open), so no one, through any handle, sees the file without the
-    /// writes the kernel already acknowledged.
-    fn drain_ino(&mut self, ino: u64) {
-        let dirty: Vec<u64> = self
+    /// Drain every handle's buffer of the backing file behind `ino`:
+    /// called before anything reads the file's bytes or attributes (read,
+    /// getattr, lookup, setattr, open), so no one, through any handle or
+    /// any hard link, sees the file without the writes the kernel already
+    /// acknowledged.
+    pub(crate) fn drain_ino(&mut self, ino: u64) {
+        let rel = self.inodes.path(ino).cloned();
+        self.drain_for(Some(ino), rel.as_deref());
+    }
+
+    /// [`Self::drain_ino`] for the file at `rel`, numbered or not (a hard
+    /// link's new name).
+    fn drain_rel(&mut self, rel: &Path) {
+        let ino = self.inodes.known(rel);
+        self.drain_for(ino, Some(rel));
+    }
+
+    fn drain_for(&mut self, ino: Option<u64>, rel: Option<&Path>) {
+        let dirty: Vec<(u64, u64, (u64, u64))> = self
             .handles
             .iter()
-            .filter(|(_, h)| matches!(h, Handle::File { ino: i, wbuf, .. } if *i == ino && !wbuf.is_empty()))
-            .map(|(fh, _)| *fh)
+            .filter_map(|(fh, h)| match h {
+                Handle::File { ino, backing, wbuf, .. } if !wbuf.is_empty() => Some((*fh, *ino, *backing)),
+                _ => None,
+            })
             .collect();
-        for fh in dirty {
-            self.drain(fh);
+        if dirty.is_empty() {
+            return;
+        }
+        // The backing file is known by its (device, inode): the mount's
+        // number, and hard links under other names, lead to the same one.
+        let mut files: Vec<(u64, u64)> = dirty.iter().filter(|d| Some(d.1) == ino).map(|d| d.2).collect();
+        if let Some(m) = rel.and_then(|r| fs::symlink_metadata(self.full(r)).ok()) {
+            files.push((m.dev(), m.ino()));
+        }
+        for (fh, _, backing) in dirty {
+            if files.contains(&backing) {
+                self.drain(fh);
+            }
         }
     }
 
@@ -391,158 +374,6 @@ impl RecallFs {
         fh
     }
 
-    /// A recall call failed: count it, log when recall goes away.
-    fn remote_failed(&mut self, what: &str, err: &str) {
-        self.stats.fallbacks += 1;
-        if !self.remote_down {
-            self.remote_down = true;
-            eprintln!("recall-fs: recall {what} failed ({err}); using the backing directory alone until it answers");
-        }
-    }
-
-    fn remote_ok(&mut self) {
-        if self.remote_down {
-            self.remote_down = false;
-            eprintln!("recall-fs: recall answers again; read cache back on");
-        }
-    }
-
-    fn changed(&mut self, change: Change<'_>) {
-        let paths = cache::invalidations(&change);
-        for rel in paths {
-            if let Some(i) = self.inodes.known(&rel) {
-                *self.gens.entry(i).or_default() += 1;
-            }
-            let Some(remote) = &self.remote else { continue };
-            let key = cache_key(&self.full(&rel));
-            match remote.delete(&key) {
-                Ok(()) => {
-                    self.stats.invalidations += 1;
-                    self.remote_ok();
-                }
-                Err(e) => self.remote_failed("delete", &e),
-            }
-        }
-    }
-
-    /// recall's copy under `key`; `Err` when there is no recall or it
-    /// failed (counted and logged).
-    fn ask(&mut self, key: &str) -> Result<Option<Vec<u8>>, ()> {
-        let Some(remote) = &self.remote else { return Err(()) };
-        match remote.get(key) {
-            Ok(v) => {
-                self.remote_ok();
-                Ok(v)
-            }
-            Err(e) => {
-                self.remote_failed("get", &e);
-                Err(())
-            }
-        }
-    }
-
-    /// Load a small file for `fh`: from recall when its copy is current,
-    /// else from the backing file (storing it when recall answers).
-    fn load(&mut self, fh: u64, rel: &Path, fresh: Identity, gen: u64) -> io::Result<Loaded> {
-        let key = cache_key(&self.full(rel));
-        let got = self.ask(&key);
-        let answer = match &got {
-            Ok(Some(v)) => Answer::Found(v),
-            Ok(None) => Answer::Missing,
-            Err(()) => Answer::Unreachable,
-        };
-        let outcome = cache::decide(&fresh, answer);
-        match outcome {
-            Outcome::Hit(bytes) => {
-                self.stats.hits += 1;
-                self.stats.bytes_from_cache += bytes.len() as u64;
-                return Ok(Loaded { id: fresh, gen, bytes: bytes.to_vec() });
-            }
-            Outcome::Miss | Outcome::Corrupt => self.stats.misses += 1,
-            Outcome::Stale => self.stats.stale += 1,
-            Outcome::Fallback => {}
-        }
-        let store = outcome != Outcome::Fallback;
-        let Some(Handle::File { file, .. }) = self.handles.get(&fh) else {
-            return Err(io::Error::from_raw_os_error(libc::EBADF));
-        };
-        Delay::wait(self.cfg.delay.data);
-        let bytes = read_whole(file, fresh.size)?;
-        let after = Identity::of(&file.metadata()?);
-        if !cache::should_store(&fresh, &after, bytes.len()) {
-            // Changed while being read: serve nothing loaded, the caller
-            // reads the backing file directly.
-            return Err(io::Error::from(io::ErrorKind::Interrupted));
-        }
-        if store {
-            let v = value::encode(&fresh, &bytes);
-            let res = self.remote.as_ref().map(|r| r.set(&key, &v, self.cfg.classes.exptime(rel)));
-            match res {
-                Some(Ok(stored)) => {
-                    self.remote_ok();
-                    if !stored {
-                        self.stats.store_refused += 1;
-                    }
-                }
-                Some(Err(e)) => self.remote_failed("set", &e),
-                None => {}
-            }
-        }
-        Ok(Loaded { id: fresh, gen, bytes })
-    }
-
-    fn read_file(&mut self, fh: u64, offset: i64, size: u32) -> io::Result<Vec<u8>> {
-        if let Some(Handle::File { ino, .. }) = self.handles.get(&fh) {
-            self.drain_ino(*ino);
-        }
-        let (ino, meta) = match self.handles.get(&fh) {
-            Some(Handle::File { file, ino, .. }) => (*ino, file.metadata()?),
-            Some(Handle::Stats(text)) => return Ok(slice_at(text, offset, size).to_vec()),
-            None => return Err(io::Error::from_raw_os_error(libc::EBADF)),
-        };
-        let fresh = Identity::of(&meta);
-        let gen = self.gens.get(&ino).copied().unwrap_or(0);
-        let rel = self.inodes.path(ino).cloned();
-        let cacheable =
-            cache::plan(self.cfg.max_file_size, &fresh, meta.file_type().is_file(), meta.nlink()) == Plan::Ask;
-        if let (true, Some(rel)) = (cacheable, rel) {
-            if let Some(Handle::File { loaded: Some(l), .. }) = self.handles.get(&fh) {
-                if l.id == fresh && l.gen == gen {
-                    return Ok(slice_at(&l.bytes, offset, size).to_vec());
-                }
-            }
-            match self.load(fh, &rel, fresh, gen) {
-                Ok(l) => {
-                    let out = slice_at(&l.bytes, offset, size).to_vec();
-                    if let Some(Handle::File { loaded, .. }) = self.handles.get_mut(&fh) {
-                        *loaded = Some(l);
-                    }
-                    return Ok(out);
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        } else {
-            self.stats.passthrough += 1;
-        }
-        let Some(Handle::File { file, .. }) = self.handles.get(&fh) else {
-            return Err(io::Error::from_raw_os_error(libc::EBADF));
-        };
-        Delay::wait(self.cfg.delay.data);
-        let mut buf = vec![0u8; size as usize];
-        let mut n = 0;
-        while n < buf.len() {
-            match file.read_at(&mut buf[n..], offset.max(0) as u64 + n as u64) {
-                Ok(0) => break,
-                Ok(k) => n += k,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        buf.truncate(n);
-        Ok(buf)
-    }
-
     fn open_backing(&mut self, ino: u64, flags: i32, reply: ReplyOpen) {
         if ino == STATS_INO {
             let fh = self.add_handle(Handle::Stats(self.stats.render().into_bytes()));
@@ -552,7 +383,7 @@ impl RecallFs {
         }
         let Some(rel) = self.inodes.path(ino).cloned() else { return reply.error(libc::ENOENT) };
         // Another handle's buffered writes land before this open's O_TRUNC.
-        self.drain_ino(ino);
+        self.drain_rel(&rel);
         Delay::wait(self.cfg.delay.meta);
         let acc = flags & libc::O_ACCMODE;
         let mut o = OpenOptions::new();
@@ -574,9 +405,7 @@ impl RecallFs {
     /// The attributes of `rel` for an entry reply (counted as handed to
     /// the kernel, see [`Inodes::entry`]).
     fn entry_of(&mut self, rel: &Path) -> io::Result<FileAttr> {
-        if let Some(i) = self.inodes.known(rel) {
-            self.drain_ino(i);
-        }
+        self.drain_rel(rel);
         Delay::wait(self.cfg.delay.meta);
         let meta = fs::symlink_metadata(self.full(rel))?;
         let ino = self.inodes.entry(rel);
@@ -592,6 +421,18 @@ impl RecallFs {
 }
 
 impl Filesystem for RecallFs {
+    fn init(&mut self, _req: &Request<'_>, config: &mut KernelConfig) -> Result<(), libc::c_int> {
+        // The kernel drops a file's cached pages whenever a getattr shows
+        // another size or mtime (every read asks, attributes having TTL 0).
+        // Without it, pages cached under one of this mount's inode numbers
+        // outlive a write through another number of the same backing file
+        // (a hard link, or a name renamed over while the file is open).
+        if config.add_capabilities(FUSE_AUTO_INVAL_DATA).is_err() {
+            eprintln!("recall-fs: the kernel lacks FUSE_AUTO_INVAL_DATA; an open file may keep stale pages");
+        }
+        Ok(())
+    }
+
     fn destroy(&mut self) {
         if let Some(tx) = self.on_destroy.take() {
             let _ = tx.send(());
@@ -871,7 +712,7 @@ impl Filesystem for RecallFs {
         _lock_owner: Option<u64>,
         reply: ReplyWrite,
     ) {
-        let Some(Handle::File { file, ino, wrote, loaded, wbuf, error }) = self.handles.get_mut(&fh) else {
+        let Some(Handle::File { file, ino, wrote, loaded, chunk, wbuf, error, .. }) = self.handles.get_mut(&fh) else {
             return reply.error(libc::EBADF);
         };
         if let Some(e) = error.take() {
@@ -879,6 +720,7 @@ impl Filesystem for RecallFs {
         }
         let out = wbuf.write(offset.max(0) as u64, data);
         *loaded = None;
+        *chunk = None;
         let (ino, first) = (*ino, !std::mem::replace(wrote, true));
         self.stats.writes += 1;
         let res = match (out.is_empty(), file.try_clone()) {
@@ -1004,9 +846,7 @@ impl Filesystem for RecallFs {
         reply: ReplyCreate,
     ) {
         let Some(rel) = self.child(parent, name) else { return reply.error(libc::ENOENT) };
-        if let Some(i) = self.inodes.known(&rel) {
-            self.drain_ino(i);
-        }
+        self.drain_rel(&rel);
         let full = self.full(&rel);
         let acc = flags & libc::O_ACCMODE;
         let mut o = OpenOptions::new();
@@ -1030,27 +870,5 @@ impl Filesystem for RecallFs {
             }
             Err(e) => reply.error(errno(&e)),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn key_is_md5_hex_of_the_full_path() {
-        let k = cache_key(Path::new("/data/x.txt"));
-        assert_eq!(k.len(), 32);
-        assert!(k.bytes().all(|b| b.is_ascii_hexdigit()));
-        assert_ne!(k, cache_key(Path::new("/data/y.txt")));
-        // RFC 1321's test vector for "abc".
-        assert_eq!(cache_key(Path::new("abc")), "900150983cd24fb0d6963f7d28e17f72");
-    }
-
-    #[test]
-    fn reads_slice_within_bounds() {
-        assert_eq!(slice_at(b"hello", 1, 3), b"ell");
-        assert_eq!(slice_at(b"hello", 4, 10), b"o");
-        assert_eq!(slice_at(b"hello", 9, 10), b"");
     }
 }

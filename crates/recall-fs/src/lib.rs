@@ -12,9 +12,11 @@
 //! * [`stats`]: the counters behind `.recall-fs/stats`.
 //! * [`wbuf`]: the per-handle write buffer, pure.
 //! * [`inodes`]: the mount's inode table (paths, lookup counts).
-//! * [`fs`]: the `fuser::Filesystem` carrying the decisions out.
+//! * [`cached`]: the read cache carried out against recall and the files.
+//! * [`fs`]: the `fuser::Filesystem`: the pass-through and its handles.
 
 pub mod cache;
+pub mod cached;
 pub mod fs;
 pub mod inodes;
 pub mod stats;

@@ -47,6 +47,10 @@ struct Args {
     /// repeatable. `*` stays within a path component, `**` crosses them.
     #[arg(long, value_name = "GLOB")]
     permanent: Vec<String>,
+    /// Cache files over --max-file-size as chunks of this many bytes, so
+    /// partial reads of big files are served from recall too (0: off).
+    #[arg(long, default_value_t = 0)]
+    chunk_size: u64,
     /// Bytes of writes each open file collects before they reach the
     /// backing file (the paper's 512 KB; 0: write through at once).
     #[arg(long, default_value_t = recall_fs::wbuf::DEFAULT_CAPACITY)]
@@ -124,6 +128,7 @@ fn run(args: Args) -> Result<(), String> {
         max_file_size: args.max_file_size,
         classes: Classes::new(&args.permanent, args.exptime)?,
         write_buffer: args.write_buffer,
+        chunk_size: args.chunk_size,
         delay: Delay {
             data: Duration::from_micros(args.backing_delay_us),
             meta: Duration::from_micros(args.backing_meta_delay_us),

@@ -244,27 +244,46 @@ fn env_or(name: &str, default: u64) -> u64 {
 
 #[test]
 fn mount_agrees_with_a_plain_directory_on_random_operations() {
-    if !fuse_available() {
-        return;
+    if fuse_available() {
+        exercise(&[], 14, "hits");
     }
-    let seed = env_or("RECALL_FS_EXERCISE_SEED", 14);
+}
+
+/// Files over the limit cached as 16 KiB chunks: partial reads, writes
+/// and truncates across chunk boundaries.
+#[test]
+fn chunked_mount_agrees_with_a_plain_directory_on_random_operations() {
+    if fuse_available() {
+        exercise(&["--chunk-size", "16384"], 15, "chunk_hits");
+    }
+}
+
+/// Run one sequence; `served` is the stats counter that must show the
+/// cache answered before recalld was killed.
+fn exercise(extra: &[&str], default_seed: u64, served: &str) {
+    let seed = env_or("RECALL_FS_EXERCISE_SEED", default_seed);
     let ops = env_or("RECALL_FS_EXERCISE_OPS", 400);
     let mut srv = Some(Recalld::start(Vec::<String>::new()).expect("recalld"));
     let backing = TempDir::new("backing");
     let model = TempDir::new("model");
     let limit = CACHE_LIMIT.to_string();
     let addr = srv.as_ref().expect("started").addr().to_string();
-    let m = Mount::start_with(&backing.0, &addr, &["--max-file-size", &limit]);
+    let mut args = vec!["--max-file-size", &limit];
+    args.extend_from_slice(extra);
+    let m = Mount::start_with(&backing.0, &addr, &args);
     let mut rng = StdRng::seed_from_u64(seed);
     let mut open: Vec<Open> = Vec::new();
     let (mut failed_ops, mut hits_before_kill) = (0u64, 0);
     for step in 0..ops {
         if step == ops / 2 {
-            hits_before_kill = m.stat("hits");
+            hits_before_kill = m.stat(served);
             srv.take().expect("running").kill9();
         }
         let op = random_op(&mut rng, open.len());
         let ctx = format!("seed {seed}, step {step}: {op:?}");
+        if std::env::var_os("RECALL_FS_EXERCISE_TRACE").is_some() {
+            eprintln!("{ctx}");
+        }
         let len = match op {
             Op::Write { len, .. } | Op::Append { len, .. } | Op::Replace { len, .. } => len,
             Op::HandleWrite { len, .. } => len,
@@ -323,7 +342,10 @@ fn mount_agrees_with_a_plain_directory_on_random_operations() {
     }
     drop(open);
     assert_eq!(snapshot(&backing.0), snapshot(&model.0), "the backing directory after every handle closed");
-    eprintln!("exercise seed {seed}: {ops} operations, {failed_ops} failing alike in both trees\n{}", m.stats());
+    eprintln!(
+        "exercise {extra:?} seed {seed}: {ops} operations, {failed_ops} failing alike in both trees\n{}",
+        m.stats()
+    );
     assert!(hits_before_kill > 0, "the cache served reads before recalld was killed:\n{}", m.stats());
     assert!(m.stat("fallbacks") > 0, "the second half ran without recall:\n{}", m.stats());
     assert!(failed_ops < ops, "every operation failed: the sequence exercised nothing");

@@ -389,3 +389,45 @@ fn permanent_globs_are_cached_without_expiry_others_with_the_ttl() {
     let t = ttl_of(&srv, &key("a.txt")).expect("cached");
     assert!((1..=600).contains(&t), "temporary: the TTL, got {t}");
 }
+
+#[test]
+fn big_files_are_cached_in_chunks_and_partial_reads_hit() {
+    if !fuse_available() {
+        return;
+    }
+    let mut srv = Recalld::start(Vec::<String>::new()).expect("recalld");
+    let backing = TempDir::new("backing");
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i % 249) as u8).collect();
+    fs::write(backing.0.join("big"), &big).unwrap();
+    let args = ["--max-file-size", "16384", "--chunk-size", "65536"];
+    let m = Mount::start_with(&backing.0, &srv.addr().to_string(), &args);
+    let f = m.path("big");
+    assert_eq!(fs::read(&f).unwrap(), big);
+    // 300 000 bytes: chunks 0..=4.
+    assert_eq!((m.stat("chunk_misses"), m.stat("chunk_hits")), (5, 0));
+    assert_eq!(fs::read(&f).unwrap(), big);
+    assert_eq!((m.stat("chunk_misses"), m.stat("chunk_hits")), (5, 5));
+    // A partial read on a fresh open: only the chunk it covers, from recall.
+    let mut part = vec![0u8; 5000];
+    File::open(&f).unwrap().read_exact_at(&mut part, 140_000).unwrap();
+    assert_eq!(part, big[140_000..145_000]);
+    assert_eq!(m.stat("chunk_hits"), 6);
+    assert_eq!(m.stat("passthrough"), 0);
+
+    // A same-size overwrite through the mount (likely within one timestamp
+    // tick of the cached copy): the epoch is gone, nothing old is served.
+    let mut changed = big.clone();
+    for round in 0..10u8 {
+        changed[200_000] = round;
+        OpenOptions::new().write(true).open(&f).unwrap().write_all_at(&[round], 200_000).unwrap();
+        assert_eq!(fs::read(&f).unwrap(), changed);
+    }
+    // Behind the mount's back, another size: the identity catches it.
+    changed.truncate(250_000);
+    fs::write(backing.0.join("big"), &changed).unwrap();
+    assert_eq!(fs::read(&f).unwrap(), changed);
+
+    srv.kill9();
+    assert_eq!(fs::read(&f).unwrap(), changed, "read from the backing file");
+    assert!(m.stat("fallbacks") >= 1);
+}
