@@ -509,11 +509,13 @@ impl Filesystem for RecallFs {
         Delay::wait(self.cfg.delay.meta);
         let rel = self.inodes.path(ino).cloned();
         let full = rel.as_ref().map(|r| self.full(r));
-        let open = match fh.and_then(|fh| self.handles.get(&fh)) {
+        // The caller's own handle (ftruncate) truncates through itself;
+        // any other open handle is only the way to a file no name reaches.
+        let own = match fh.and_then(|fh| self.handles.get(&fh)) {
             Some(Handle::File { file, .. }) => Some(file),
-            _ => self.open_file_of(ino),
+            _ => None,
         };
-        let target = match (&full, open) {
+        let target = match (&full, own.or_else(|| self.open_file_of(ino))) {
             (Some(p), _) => Target::Path(p),
             (None, Some(f)) => Target::Open(f),
             (None, None) => return reply.error(libc::ENOENT),
@@ -533,10 +535,15 @@ impl Filesystem for RecallFs {
                 }
             }
             if let Some(len) = size {
-                match (open, &target) {
+                match (own, &target) {
                     (Some(f), _) => f.set_len(len)?,
                     (None, Target::Path(p)) => OpenOptions::new().write(true).open(p)?.set_len(len)?,
-                    (None, Target::Open(f)) => f.set_len(len)?,
+                    // Another handle may be read-only: reopen its file for
+                    // writing through the descriptor's /proc link.
+                    (None, Target::Open(f)) => {
+                        let link = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(*f));
+                        OpenOptions::new().write(true).open(link)?.set_len(len)?
+                    }
                 }
             }
             if atime.is_some() || mtime.is_some() {
