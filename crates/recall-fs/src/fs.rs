@@ -45,6 +45,8 @@ const TTL: Duration = Duration::ZERO;
 /// under its `abi-7-20` feature, and the kernel honours the flag whatever
 /// protocol minor fuser declares.
 const FUSE_AUTO_INVAL_DATA: u32 = 1 << 12;
+/// FUSE_BIG_WRITES, likewise.
+const FUSE_BIG_WRITES: u32 = 1 << 5;
 
 /// Settings of one mount.
 #[derive(Debug, Clone)]
@@ -430,6 +432,9 @@ impl Filesystem for RecallFs {
         if config.add_capabilities(FUSE_AUTO_INVAL_DATA).is_err() {
             eprintln!("recall-fs: the kernel lacks FUSE_AUTO_INVAL_DATA; an open file may keep stale pages");
         }
+        // Writes of up to 128 KiB per request instead of one page each
+        // (fuser asks for it only under its abi-7-9 feature).
+        let _ = config.add_capabilities(FUSE_BIG_WRITES);
         Ok(())
     }
 
