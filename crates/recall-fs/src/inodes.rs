@@ -38,7 +38,8 @@ impl Inodes {
     pub fn known(&self, rel: &Path) -> Option<u64> {
         self.inos.get(rel).copied()
     }
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.paths.len()
     }
     /// The inode of `rel`, numbered now if it is new, counted as handed to
