@@ -39,8 +39,10 @@ struct Args {
     #[arg(long, default_value_t = 200)]
     timeout_ms: u64,
     /// Expiry of cached files in seconds (0: none), except those matching
-    /// a --permanent glob.
-    #[arg(long, default_value_t = 0)]
+    /// a --permanent glob. Non-zero by default so that, under the
+    /// prioritized cache, files an operator marks permanent are kept apart
+    /// from the rest (and orphaned chunks leave within the hour).
+    #[arg(long, default_value_t = 3600)]
     exptime: i32,
     /// Files whose path (relative to --backing) matches this glob are
     /// cached without expiry, the prioritized cache's permanent class;
