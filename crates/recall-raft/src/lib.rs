@@ -32,19 +32,24 @@ use std::time::Duration;
 use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::{BasicNode, ServerState};
 use recall_engine::op::Refusal;
-use recall_engine::{Applied, Engine, Replicator};
+use recall_engine::{Applied, Cause, Engine, Replicator};
 use serde::{Deserialize, Serialize};
 
 pub type NodeId = u64;
 
 /// One log entry's payload: a `recall_record::Record` in its one encoding
-/// (its timestamp field is 0; the entry's log index is the timestamp).
+/// (its timestamp field is 0; the entry's log index is the timestamp),
+/// and the client's command that caused it
+/// ([`recall_engine::Cause::code`], for replicas' `watch mutations`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Effect(pub Vec<u8>);
+pub struct Effect {
+    pub cause: u8,
+    pub record: Vec<u8>,
+}
 
 impl std::fmt::Display for Effect {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "effect({} bytes)", self.0.len())
+        write!(f, "effect({} bytes)", self.record.len())
     }
 }
 
@@ -273,11 +278,11 @@ impl Replicator for Node {
         }
     }
 
-    fn propose(&self, effect: &recall_record::Record<'_>) -> Result<Applied, Refusal> {
+    fn propose(&self, effect: &recall_record::Record<'_>, cause: Cause) -> Result<Applied, Refusal> {
         let mut bytes = Vec::with_capacity(effect.encoded_len());
         effect.encode(&mut bytes);
         let raft = self.raft.clone();
-        match self.wait_proposal(async move { raft.client_write(Effect(bytes)).await })? {
+        match self.wait_proposal(async move { raft.client_write(Effect { cause: cause.code(), record: bytes }).await })? {
             Ok(resp) => Ok(Applied { ts: resp.data.ts, outcome: state_machine::outcome_of(resp.data.outcome) }),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(self.not_leader(f.leader_id)),
             Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(_))) => Err(Refusal::Replication(FAILED)),
