@@ -6,9 +6,7 @@
 //! with its tombstone. Protocol codecs lower requests onto [`Op`]s and
 //! render the [`Outcome`]; they never call the store.
 
-use recall_store::{
-    ApplyOutcome, Arith, ArithOutcome, Delete, DeleteOutcome, Read, ReadOpts, Write, WriteOutcome,
-};
+use recall_store::{ApplyOutcome, Arith, ArithOutcome, Delete, DeleteOutcome, Read, ReadOpts, Write, WriteOutcome};
 
 use crate::op::{Data, Op, Outcome, Refusal};
 use crate::replicated::Cause;
@@ -213,7 +211,7 @@ impl Engine {
         size: usize,
         now: recall_store::UnixSecs,
     ) {
-        self.watchers.store(w.key, Cause::of_write(w).store_cmd().unwrap_or("set"), store_status(res), ttl_of(exptime, now), size);
+        self.watchers.store(w.key, Cause::of_write(w).name(), store_status(res), ttl_of(exptime, now), size);
     }
 
     /// The "before" stage of the write path: may this operation reach the

@@ -121,19 +121,26 @@ impl Cause {
         Cause::ALL.get(usize::from(code).checked_sub(1)?).copied()
     }
 
-    /// memcached's `cmd=` word for a storage command; `None` for the
-    /// mutations `watch mutations` does not log (incr, decr, delete,
-    /// flush_all, as on a single node).
-    pub(crate) fn store_cmd(self) -> Option<&'static str> {
+    /// memcached's name for the command (`cmd=` in `watch`).
+    pub(crate) fn name(self) -> &'static str {
         match self {
-            Cause::Set => Some("set"),
-            Cause::Add => Some("add"),
-            Cause::Replace => Some("replace"),
-            Cause::Append => Some("append"),
-            Cause::Prepend => Some("prepend"),
-            Cause::Cas => Some("cas"),
-            Cause::Incr | Cause::Decr | Cause::Delete | Cause::Flush => None,
+            Cause::Set => "set",
+            Cause::Add => "add",
+            Cause::Replace => "replace",
+            Cause::Append => "append",
+            Cause::Prepend => "prepend",
+            Cause::Cas => "cas",
+            Cause::Incr => "incr",
+            Cause::Decr => "decr",
+            Cause::Delete => "delete",
+            Cause::Flush => "flush_all",
         }
+    }
+
+    /// Whether `watch mutations` logs it: storage commands only, as on a
+    /// single node (incr, decr, delete and flush_all are not logged).
+    pub(crate) fn is_store(self) -> bool {
+        !matches!(self, Cause::Incr | Cause::Decr | Cause::Delete | Cause::Flush)
     }
 }
 
@@ -461,16 +468,14 @@ impl Engine {
         } else {
             self.store.apply_with(&recall_record::Record { ts, ..*effect }, now, rec.sink())
         };
-        if !effect.tombstone && self.watchers.wants(watch::MUTATIONS) {
-            if let Some(cmd) = cause.store_cmd() {
-                let status = match out {
-                    ApplyOutcome::Applied => "stored",
-                    ApplyOutcome::Stale => "not_stored",
-                    ApplyOutcome::OutOfMemory => "no_memory",
-                };
-                let ttl = crate::execute::ttl_of(effect.exptime, now);
-                self.watchers.store(effect.key, cmd, status, ttl, effect.value.len());
-            }
+        if !effect.tombstone && cause.is_store() && self.watchers.wants(watch::MUTATIONS) {
+            let status = match out {
+                ApplyOutcome::Applied => "stored",
+                ApplyOutcome::Stale => "not_stored",
+                ApplyOutcome::OutOfMemory => "no_memory",
+            };
+            let ttl = crate::execute::ttl_of(effect.exptime, now);
+            self.watchers.store(effect.key, cause.name(), status, ttl, effect.value.len());
         }
         out
     }

@@ -258,7 +258,10 @@ fn replicated_writes_pass_the_write_path_s_after_stage_on_every_replica() {
         send(&leader, b"set s 0 100 2\r\nab\r\nappend s 0 0 2\r\ncd\r\nadd s 0 0 1\r\nx\r\nincr s 1\r\n"),
         "STORED\r\nSTORED\r\nNOT_STORED\r\nCLIENT_ERROR cannot increment or decrement non-numeric value\r\n"
     );
-    assert_eq!(send(&leader, b"set n 0 0 1\r\n1\r\nincr n 1\r\ndelete s\r\nflush_all\r\n"), "STORED\r\n2\r\nDELETED\r\nOK\r\n");
+    assert_eq!(
+        send(&leader, b"set n 0 0 1\r\n1\r\nincr n 1\r\ndelete s\r\nflush_all\r\n"),
+        "STORED\r\n2\r\nDELETED\r\nOK\r\n"
+    );
 
     // Every replica's observers see every committed mutation, in log
     // order; refusals change nothing and are seen by nobody.

@@ -16,7 +16,7 @@
 //! Layout, guarantees and what is not done yet:
 //! docs/design/replication.md.
 
-mod log_disk;
+pub mod log_disk;
 mod log_store;
 pub mod network;
 mod state_machine;
@@ -291,7 +291,9 @@ impl Replicator for Node {
         let mut bytes = Vec::with_capacity(effect.encoded_len());
         effect.encode(&mut bytes);
         let raft = self.raft.clone();
-        match self.wait_proposal(async move { raft.client_write(Effect { cause: cause.code(), record: bytes }).await })? {
+        match self
+            .wait_proposal(async move { raft.client_write(Effect { cause: cause.code(), record: bytes }).await })?
+        {
             Ok(resp) => Ok(Applied { ts: resp.data.ts, outcome: state_machine::outcome_of(resp.data.outcome) }),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(self.not_leader(f.leader_id)),
             Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(_))) => Err(Refusal::Replication(FAILED)),

@@ -63,10 +63,13 @@ pub(crate) enum LogWrite<'e> {
     Truncate(u64),
 }
 
+/// The log's entries by index.
+pub type Entries = BTreeMap<u64, Entry<TypeConfig>>;
+
 /// What a directory held at start.
 #[derive(Debug, Default)]
 pub(crate) struct Recovered {
-    pub log: BTreeMap<u64, Entry<TypeConfig>>,
+    pub log: Entries,
     pub vote: Option<Vote<NodeId>>,
 }
 
@@ -131,7 +134,10 @@ impl Disk {
                 }
                 // A new node: the log file first, then the id that makes
                 // the directory count as "had a log".
-                File::create(&log_path).map_err(|e| named(&log_path, e))?.sync_all().map_err(|e| named(&log_path, e))?;
+                File::create(&log_path)
+                    .map_err(|e| named(&log_path, e))?
+                    .sync_all()
+                    .map_err(|e| named(&log_path, e))?;
                 write_atomically(&id_path, FailAt::None, |w| writeln!(w, "{id}"))?;
             }
             Err(e) => return Err(named(&id_path, e)),
@@ -266,8 +272,8 @@ fn frame_at(data: &[u8], i: usize) -> Result<(LogOp, usize), &'static str> {
 
 /// Replay the file's ops into a log. Returns the log and the length of the
 /// good prefix (shorter than `data` for a torn tail), or the offset and
-/// kind of damage.
-pub(crate) fn replay(data: &[u8]) -> Result<(BTreeMap<u64, Entry<TypeConfig>>, usize), (usize, &'static str)> {
+/// kind of damage (fuzzed: `fuzz/fuzz_targets/raft_log.rs`).
+pub fn replay(data: &[u8]) -> Result<(Entries, usize), (usize, &'static str)> {
     let mut log = BTreeMap::new();
     let mut at = 0;
     while at < data.len() {
@@ -320,7 +326,7 @@ mod tests {
         f
     }
 
-    fn indexes(log: &BTreeMap<u64, Entry<TypeConfig>>) -> Vec<(u64, u64)> {
+    fn indexes(log: &Entries) -> Vec<(u64, u64)> {
         log.values().map(|e| (e.log_id.leader_id.term, e.log_id.index)).collect()
     }
 

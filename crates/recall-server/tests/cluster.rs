@@ -276,7 +276,13 @@ fn logs_on_disk_survive_kill_9_of_every_node() {
             lost.push(k.clone());
         }
     }
-    assert!(lost.is_empty(), "{} of {} acknowledged writes lost: {:?}", lost.len(), acked.len(), &lost[..lost.len().min(5)]);
+    assert!(
+        lost.is_empty(),
+        "{} of {} acknowledged writes lost: {:?}",
+        lost.len(),
+        acked.len(),
+        &lost[..lost.len().min(5)]
+    );
     assert_eq!(ask(c.clients[leader], "set after 0 0 1\r\ny\r\n"), "STORED\r\n");
     let st = stats(c.clients[leader]);
     let (syncs, written): (u64, u64) =
