@@ -14,7 +14,8 @@
 //!   appended, or a truncation (conflicting entries dropped from an index
 //!   on). Purges are not written: the file keeps every entry, so a restart
 //!   re-applies the whole log to an empty store (snapshots on disk, and
-//!   compacting this file, are the next step).
+//!   compacting this file, are the next step). A log with a hole (a node
+//!   that caught up from a snapshot) cannot do that, and is refused.
 //!
 //! **Group commit.** `append` writes its frame and queues openraft's
 //! callback; one flusher thread takes every queued callback, `fdatasync`s
@@ -152,6 +153,7 @@ impl Disk {
         let (log, good) = replay(&data).map_err(|(at, why)| {
             named(&log_path, format!("damaged at byte {at}: {why}; frames after it may hold acknowledged entries"))
         })?;
+        check_whole(&log).map_err(|why| named(&log_path, why))?;
         let file = OpenOptions::new().append(true).open(&log_path).map_err(|e| named(&log_path, e))?;
         if good < data.len() {
             tracing::warn!(
@@ -245,6 +247,23 @@ impl Flusher {
             }
         }
     }
+}
+
+/// A restart re-applies the whole log to an empty store, so the log must
+/// start at the beginning (index 0, the initial membership, or 1) and have
+/// no hole. A node that caught up from a snapshot has one (its entries
+/// before the snapshot were never sent to it), and snapshots are not kept
+/// on disk yet: it cannot rebuild its store, and must not pretend to.
+fn check_whole(log: &Entries) -> Result<(), String> {
+    let (Some(&first), Some(&last)) = (log.keys().next(), log.keys().next_back()) else { return Ok(()) };
+    if first > 1 || last - first + 1 != log.len() as u64 {
+        return Err(format!(
+            "the log has a gap (entries {first}..={last}, {} of them): this node caught up from a snapshot, \
+             which is not kept on disk yet, so it cannot rebuild its store; start it under a new id",
+            log.len()
+        ));
+    }
+    Ok(())
 }
 
 fn decode_vote(b: &[u8]) -> Result<Vote<NodeId>, String> {
@@ -372,6 +391,13 @@ mod tests {
         drop(_disk);
         let err = Disk::open(&dir, 3).err().unwrap().to_string();
         assert!(err.contains("belongs to node 2"), "{err}");
+        // A log with a hole (what a snapshot install leaves) is refused.
+        {
+            let (disk, _) = Disk::open(&dir, 2).unwrap();
+            disk.write(&LogWrite::Append(&[entry(2, 7)]), None).unwrap();
+        }
+        let err = Disk::open(&dir, 2).err().unwrap().to_string();
+        assert!(err.contains("gap"), "{err}");
         std::fs::remove_file(dir.join("raft.log")).unwrap();
         let err = Disk::open(&dir, 2).err().unwrap().to_string();
         assert!(err.contains("raft.log") && err.contains("lost"), "{err}");
