@@ -350,7 +350,7 @@ impl Shard {
                         let c = self.candidate(ctx, lane, protect, &mut requeued);
                         // Looking may move items between lanes (S3-FIFO's
                         // hit small items go to main): publish at the end.
-                        looked = true;
+                        looked |= ctx.tails.lanes() > 1;
                         own = Some((lane, c));
                         c
                     }
