@@ -460,6 +460,34 @@ mod tests {
     }
 
     #[test]
+    fn the_lane_is_the_stores_not_the_shards() {
+        let shared = S3FifoShared::new(S3FifoConfig::default());
+        let mut a = S3Fifo::with_shared(&shared);
+        let mut b = S3Fifo::with_shared(&shared);
+        // Shard a: 19 items hit in small, moved to main by a look.
+        for s in 0..19 {
+            a.on_insert(s, admit(s as u64));
+            a.on_access(s);
+        }
+        assert_eq!(a.victim_in(SMALL_LANE, 1), None);
+        assert_eq!(a.lane_of(0), MAIN_LANE);
+        // Shard b: one new item in small. On its own it is all small (over
+        // its 10%); in the store small is 5%, so the store takes main.
+        b.on_insert(0, admit(100));
+        assert_eq!(shared.lane(), MAIN_LANE);
+        assert_eq!(b.victim(2), Some(0), "b has no main: its small item, the fallback");
+        assert_eq!(a.victim(2), Some(0), "a's oldest main item");
+        // Two more small items take the store's small share to 14%.
+        b.on_insert(1, admit(101));
+        b.on_insert(2, admit(102));
+        assert_eq!(shared.lane(), SMALL_LANE);
+        // Emptying a shard gives its bytes back.
+        let _ = b.emptied();
+        assert_eq!(shared.lane(), MAIN_LANE);
+        assert_eq!(shared.bytes[0].load(Relaxed), 0);
+    }
+
+    #[test]
     fn replace_updates_the_queue_bytes() {
         let mut p = S3Fifo::default();
         p.on_insert(0, admit(0));
