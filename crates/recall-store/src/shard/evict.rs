@@ -301,15 +301,19 @@ impl Shard {
     /// was stale) is kept and its rank published, so the caller chooses
     /// again. Returns whether it evicted.
     pub fn evict_if(&mut self, ctx: &Ctx<'_>, lane: usize, upto: u64) -> bool {
-        let Some(v) = self.policy.victim_in(lane, ctx.next_cas.load(Ordering::Relaxed)) else {
-            self.publish(ctx, lane, EMPTY);
+        let found = self.policy.victim_in(lane, ctx.next_cas.load(Ordering::Relaxed));
+        let r = found.map_or(EMPTY, |v| self.rank_of(ctx, v));
+        let (Some(v), false) = (found, r > upto) else {
+            if ctx.tails.lanes() > 1 {
+                // Looking may have moved items to another lane (S3-FIFO's
+                // hit small items to main), whose rank must not stay too
+                // high: publish every lane.
+                self.publish_tail(ctx);
+            } else {
+                self.publish(ctx, lane, r);
+            }
             return false;
         };
-        let r = self.rank_of(ctx, v);
-        if r > upto {
-            self.publish(ctx, lane, r);
-            return false;
-        }
         self.evict(ctx, v);
         self.publish_tail(ctx);
         true
