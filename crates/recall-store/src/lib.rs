@@ -335,6 +335,8 @@ pub struct Store {
     evict_cursor: AtomicUsize,
     /// Each shard's published next-victim rank (`shard/evict.rs`).
     tails: shard::evict::Tails,
+    /// The policy's store-wide state, shared with every shard's policy.
+    policy_shared: policy::PolicyShared,
     /// Told of each eviction (a fixed slot: one load per eviction).
     on_evict: std::sync::OnceLock<Arc<dyn EvictionListener>>,
 }
@@ -367,7 +369,8 @@ impl Store {
             cas_enabled: cfg.cas_enabled,
             policy_overhead,
             evict_cursor: AtomicUsize::new(0),
-            tails: shard::evict::Tails::new(n),
+            tails: shard::evict::Tails::new(n, shared.lanes()),
+            policy_shared: shared,
             on_evict: std::sync::OnceLock::new(),
         }
     }
@@ -432,6 +435,7 @@ impl Store {
             sink,
             shards: &self.shards,
             tails: &self.tails,
+            policy: &self.policy_shared,
             on_evict: self.on_evict.get().map(|l| &**l),
         }
     }

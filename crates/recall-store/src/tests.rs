@@ -693,6 +693,33 @@ fn prioritized_keeps_permanent_and_hot_items_through_a_burst_of_temporary_ones()
     assert!(perm > 100, "control: the segmented LRU lost only {perm} permanent items");
 }
 
+/// S3-FIFO across many shards is one store-wide S3-FIFO: items hit while
+/// in small move to main, and a burst of writes never read leaves through
+/// small, store-wide, without touching main. With 1024 shards most shards
+/// hold one hot item in main and nothing in small; when each shard chose
+/// small or main by its own items, and a moved item kept its first write's
+/// rank, those shards offered their hot item as the store's oldest victim
+/// and the burst flushed main.
+#[test]
+fn s3fifo_keeps_hit_items_through_a_burst_across_many_shards() {
+    for shards in [1, 1024] {
+        let policy = PolicyConfig { kind: PolicyKind::S3Fifo, ..Default::default() };
+        let s = Store::new(StoreConfig { mem_limit: 256 * 1024, shards, policy, ..Default::default() });
+        for i in 0..200u32 {
+            set(&s, format!("hot{i}").as_bytes(), &[b'h'; 200], 0, 1);
+            get(&s, format!("hot{i}").as_bytes(), 1);
+        }
+        for i in 0..2000u32 {
+            set(&s, format!("burst{i}").as_bytes(), &[b'b'; 4000], 0, 2);
+        }
+        let lost = (0..200u32).filter(|i| get(&s, format!("hot{i}").as_bytes(), 3).is_none()).count();
+        let st = s.stats();
+        assert!(st.evictions > 1900, "{shards} shards: {st:?}");
+        assert_eq!(lost, 0, "{shards} shards: hot items lost to the burst: {:?}", st.policy);
+        assert_eq!(st.policy.s3fifo_moves_to_main, 200, "{shards} shards: {:?}", st.policy);
+    }
+}
+
 #[test]
 fn a_reservation_evicts_to_make_room_and_is_released_on_drop() {
     let limit = 256 * 1024;
