@@ -347,7 +347,7 @@ pub type Sink<'a> = Option<&'a dyn MutationSink>;
 impl Store {
     pub fn new(cfg: StoreConfig) -> Store {
         let n = cfg.shards.max(1).next_power_of_two().min(1 << 16);
-        let shared = policy::PolicyShared::new(&cfg.policy);
+        let shared = policy::PolicyShared::new(&cfg.policy, cfg.mem_limit, n);
         let shards: Vec<_> = (0..n).map(|i| Mutex::new(Shard::new(&cfg, i, &shared))).collect();
         let policy_overhead = shards[0].lock().policy_overhead();
         Store {

@@ -630,6 +630,37 @@ fn each_policy_is_built_from_the_config_keeps_a_hot_set_and_counts() {
     }
 }
 
+/// A re-SET refreshes an item, it does not make a new one: a temporary
+/// item hit past the threshold and then rewritten stays in temporary-high
+/// (so a burst does not evict it), and its hits before the rewrite count
+/// towards promotion.
+#[test]
+fn prioritized_rewrite_keeps_a_hot_item_promoted() {
+    for kind in [PolicyKind::Prioritized, PolicyKind::PrioritizedAdaptive] {
+        let prio = crate::PrioConfig { threshold: 3, ..Default::default() };
+        let policy = PolicyConfig { kind, prio, ..Default::default() };
+        let s = Store::new(StoreConfig { mem_limit: 256 * 1024, shards: 1, policy, ..Default::default() });
+        for i in 0..100u32 {
+            let k = format!("hot{i}");
+            set(&s, k.as_bytes(), &[b'h'; 200], 1_000_000, 1);
+            get(&s, k.as_bytes(), 1);
+            get(&s, k.as_bytes(), 1);
+            set(&s, k.as_bytes(), &[b'H'; 200], 1_000_000, 1);
+        }
+        assert_eq!(s.stats().policy.prio_items, [0, 100, 0], "{kind}: two hits are not three");
+        for i in 0..100u32 {
+            get(&s, format!("hot{i}").as_bytes(), 1);
+            set(&s, format!("hot{i}").as_bytes(), &[b'2'; 200], 1_000_000, 1);
+        }
+        assert_eq!(s.stats().policy.prio_items, [0, 0, 100], "{kind}: the third hit after a rewrite promotes");
+        for i in 0..2000u32 {
+            set(&s, format!("burst{i}").as_bytes(), &[b'b'; 4000], 1_000_000, 2);
+        }
+        let kept = (0..100u32).filter(|i| get(&s, format!("hot{i}").as_bytes(), 3).as_deref() == Some(&[b'2'; 200][..]));
+        assert_eq!(kept.count(), 100, "{kind}: {:?}", s.stats().policy);
+    }
+}
+
 /// A value record at `ts` (flags and expiry 0).
 fn rec<'a>(key: &'a [u8], value: &'a [u8], ts: u64) -> Record<'a> {
     Record { tombstone: false, key, value, flags: 0, exptime: 0, ts }

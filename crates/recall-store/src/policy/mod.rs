@@ -258,10 +258,14 @@ pub struct PolicyShared {
 }
 
 impl PolicyShared {
-    pub fn new(cfg: &PolicyConfig) -> PolicyShared {
+    /// For a store of `shards` shards and `mem_limit` bytes.
+    pub fn new(cfg: &PolicyConfig, mem_limit: usize, shards: usize) -> PolicyShared {
+        // The prioritized class totals may lag by this per shard and class:
+        // 1/256 of the memory over all shards.
+        let slack = (mem_limit / shards.max(1) / 256) as u64;
         let prio = match cfg.kind {
-            PolicyKind::Prioritized => Some(PrioShared::new(&cfg.prio, false)),
-            PolicyKind::PrioritizedAdaptive => Some(PrioShared::new(&cfg.prio, true)),
+            PolicyKind::Prioritized => Some(PrioShared::new(&cfg.prio, false, slack)),
+            PolicyKind::PrioritizedAdaptive => Some(PrioShared::new(&cfg.prio, true, slack)),
             _ => None,
         };
         let s3fifo = (cfg.kind == PolicyKind::S3Fifo).then(|| S3FifoShared::new(cfg.s3fifo));
