@@ -656,7 +656,8 @@ fn prioritized_rewrite_keeps_a_hot_item_promoted() {
         for i in 0..2000u32 {
             set(&s, format!("burst{i}").as_bytes(), &[b'b'; 4000], 1_000_000, 2);
         }
-        let kept = (0..100u32).filter(|i| get(&s, format!("hot{i}").as_bytes(), 3).as_deref() == Some(&[b'2'; 200][..]));
+        let kept =
+            (0..100u32).filter(|i| get(&s, format!("hot{i}").as_bytes(), 3).as_deref() == Some(&[b'2'; 200][..]));
         assert_eq!(kept.count(), 100, "{kind}: {:?}", s.stats().policy);
     }
 }

@@ -174,8 +174,8 @@ pub struct PrioShared {
 #[derive(Debug)]
 struct Adapt {
     ghost_hits: [AtomicU64; 3],
-    temp_hits: AtomicU64,
-    temp_inserts: AtomicU64,
+    hits: AtomicU64,
+    inserts: AtomicU64,
     events: AtomicU64,
     window: u64,
     tuner: Mutex<Tuner>,
@@ -194,8 +194,8 @@ impl PrioShared {
             threshold: AtomicU32::new(threshold),
             adapt: adaptive.then(|| Adapt {
                 ghost_hits: Default::default(),
-                temp_hits: AtomicU64::new(0),
-                temp_inserts: AtomicU64::new(0),
+                hits: AtomicU64::new(0),
+                inserts: AtomicU64::new(0),
                 events: AtomicU64::new(0),
                 window: cfg.window.max(1),
                 tuner: Mutex::new(Tuner::new(TunerConfig::default(), shares_pm, threshold)),
@@ -221,9 +221,9 @@ impl PrioShared {
         for c in 0..3 {
             a.ghost_hits[c].fetch_add(local.ghost_hits[c], Relaxed);
         }
-        a.temp_hits.fetch_add(local.temp_hits, Relaxed);
-        a.temp_inserts.fetch_add(local.temp_inserts, Relaxed);
-        let n = local.temp_hits + local.temp_inserts + local.ghost_hits.iter().sum::<u64>();
+        a.hits.fetch_add(local.hits, Relaxed);
+        a.inserts.fetch_add(local.inserts, Relaxed);
+        let n = local.hits + local.inserts;
         *local = Window::default();
         let before = a.events.fetch_add(n, Relaxed);
         if before / a.window == (before + n) / a.window {
@@ -232,8 +232,9 @@ impl PrioShared {
         let Some(mut tuner) = a.tuner.try_lock() else { return };
         let w = Window {
             ghost_hits: [0, 1, 2].map(|c| a.ghost_hits[c].swap(0, Relaxed)),
-            temp_hits: a.temp_hits.swap(0, Relaxed),
-            temp_inserts: a.temp_inserts.swap(0, Relaxed),
+            hits: a.hits.swap(0, Relaxed),
+            inserts: a.inserts.swap(0, Relaxed),
+            bytes: self.bytes.each_ref().map(|b| b.load(Relaxed).max(0) as u64),
         };
         let d = tuner.on_window(&w);
         for c in 0..3 {
@@ -377,9 +378,7 @@ impl Policy for Prioritized {
                 self.local.ghost_hits[idx(c)] += 1;
                 self.counters.prio_ghost_hits += 1;
             }
-            if admit.class == Class::Temporary {
-                self.local.temp_inserts += 1;
-            }
+            self.local.inserts += 1;
             self.event();
         }
     }
@@ -419,8 +418,9 @@ impl Policy for Prioritized {
         let count = (n.bits & COUNT).saturating_add(1).min(COUNT);
         n.bits = REFERENCED | count;
         self.counters.prio_hits[idx(list)] += 1;
-        if list == PERM {
-            return;
+        if self.ghosts.is_some() {
+            self.local.hits += 1;
+            self.event();
         }
         if list == LOW && u32::from(count) >= self.shared.threshold.load(Relaxed) {
             // Promotion relinks, once per item; other hits only set bits.
@@ -430,10 +430,6 @@ impl Policy for Prioritized {
             n.extra.stamp = self.clock as u32;
             self.push(HIGH, slot);
             self.counters.prio_moves_to_high += 1;
-        }
-        if self.ghosts.is_some() {
-            self.local.temp_hits += 1;
-            self.event();
         }
     }
 
@@ -637,7 +633,7 @@ mod tests {
         p.on_evict(1, 8);
         p.on_replace(0, admit(Class::Temporary, 8));
         assert_eq!(p.counters().prio_ghost_hits, 0, "a refresh found nothing missing");
-        assert_eq!(p.local.temp_inserts, 2);
+        assert_eq!(p.local.inserts, 2);
     }
 
     #[test]
