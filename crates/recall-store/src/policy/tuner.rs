@@ -165,7 +165,7 @@ impl Tuner {
         let perm = next.round() as u32;
         let temp = PERMILLE - perm;
         let [l0, h0] = self.temp_split;
-        let high = if l0 + h0 == 0 { 0 } else { temp * h0 / (l0 + h0) };
+        let high = (temp * h0).checked_div(l0 + h0).unwrap_or(0);
         self.shares_pm = [perm, temp - high, high];
     }
 
