@@ -64,10 +64,11 @@
 //!
 //! **Adaptive** (`prioritized-adaptive`): each shard keeps, per class, a
 //! ghost of the key hashes it evicted, and counts ghost hits (an evicted
-//! item written again soon), temporary hits and temporary inserts. Every
-//! [`PrioConfig::window`] events store-wide, the counts go to the
-//! [`Tuner`](super::tuner::Tuner), a pure core that returns new shares and
-//! a new threshold (see `tuner.rs` for the rules).
+//! item written again soon), hits and inserts. Every
+//! [`PrioConfig::window`] hits and inserts store-wide, the counts and the
+//! class byte totals go to the [`Tuner`](super::tuner::Tuner), a pure core
+//! that returns new shares and a new threshold (see `tuner.rs` for the
+//! rules).
 
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
