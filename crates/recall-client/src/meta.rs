@@ -624,6 +624,24 @@ mod tests {
         assert_eq!((flags.mode, flags.delta, flags.initial, flags.vivify), (Some(b'D'), Some(3), Some(10), Some(0)));
     }
 
+    /// The recalld extensions a durable client's backup uses (see
+    /// docs/durability-protocol.md, section 5).
+    #[test]
+    fn stored_bytes_flags() {
+        let mut b = Vec::new();
+        MetaSet::new().mode(MetaSetMode::Append).return_cas().return_item().encode(&mut b, b"k", b"xy").unwrap();
+        assert_eq!(b, b"ms k 2 c v f t MA\r\nxy\r\n");
+        let Ok(Decoded::Request(r, _)) = decode(&b, &Limits::default()) else { panic!() };
+        let Command::MetaSet { flags, .. } = r.cmd else { panic!() };
+        assert!(flags.ret_value && flags.ret_flags && flags.ret_ttl && flags.ret_cas);
+        b.clear();
+        MetaArith::new().value().cas().stored().encode(&mut b, b"n").unwrap();
+        assert_eq!(b, b"ma n v c s f\r\n");
+        let Ok(Decoded::Request(r, _)) = decode(&b, &Limits::default()) else { panic!() };
+        let Command::MetaArith { flags, .. } = r.cmd else { panic!() };
+        assert!(flags.ret_size && flags.ret_flags);
+    }
+
     #[test]
     fn lost_check_flag() {
         let mut b = Vec::new();

@@ -571,3 +571,18 @@ fn stored_number(digits: &[u8], size: Option<u64>) -> Vec<u8> {
     v.resize(len, b' ');
     v
 }
+
+#[cfg(test)]
+mod tests {
+    use super::stored_number;
+
+    #[test]
+    fn an_incr_is_backed_up_as_the_bytes_stored() {
+        assert_eq!(stored_number(b"5", Some(4)), b"5   ");
+        assert_eq!(stored_number(b"100", Some(3)), b"100");
+        // A server without `s`, or a stored length shorter than the digits
+        // (a server that did not pad): the digits.
+        assert_eq!(stored_number(b"42", None), b"42");
+        assert_eq!(stored_number(b"42", Some(1)), b"42");
+    }
+}
