@@ -56,6 +56,41 @@
 < EN
 > mg lk v wx
 < CLIENT_ERROR bad token in command line format
+# The bytes a write left, for a client's backup (recall extensions,
+# docs/durability-protocol.md section 5): `ma` with `s` returns the stored
+# length (a shorter number is rewritten in place, padded with spaces) and
+# `f` the client flags; `ms` with `v` returns the item the write produced
+# (after an append, the whole value), with `f` and `t`.
+> set pc 7 0 4
+> 1000
+< STORED
+> ma pc MD D995 v s f
+< VA 1 s4 f7
+< 5
+> ma pc v s f t
+< VA 1 s4 f7 t-1
+< 6
+> set pl 0 0 2
+> 99
+< STORED
+> ma pl v s
+< VA 3 s3
+< 100
+> ms pc 2 MA c v f t
+> xy
+< VA 6 c{n} f7 t-1
+< 6   xy
+> ms pc 2 MP v s
+> ab
+< VA 8 s8
+< ab6   xy
+> ms pn 2 v f c
+> hi
+< VA 2 f0 c{n}
+< hi
+> ms pmissing 2 MA v
+> hi
+< NS
 # The client registry without a data directory.
 > hello app-1
 < DURABLE 0 0 off

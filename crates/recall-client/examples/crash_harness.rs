@@ -36,7 +36,9 @@
 //! appends until recovery ends), `--plain-unheld` (its negative control:
 //! the plain connection exempts itself from the hold with `replay_done`,
 //! its appends land on the snapshot's values first, the replays are
-//! `STALE`, and the checker must report the losses), `--meta-e` (the same
+//! `STALE`, and the checker must report the losses; so that a snapshot
+//! holds the keys whatever the seed, the harness asks for one halfway
+//! between two kills in this mode and waits for it), `--meta-e` (the same
 //! connection writes with meta `E`, a small value and one in a future
 //! epoch, which recalld must refuse; in these modes the durable clients
 //! reach the server through a gate the harness closes before each restart
@@ -480,7 +482,19 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
     let mut dead_statuses = Vec::new();
     let (mut instance, _, _) = durable(server.addr()).await.map_err(|e| format!("durable: {e}"))?;
     for cycle in 0..cfg.cycles {
-        tokio::time::sleep(Duration::from_millis(rng.range(cfg.run_ms.0, cfg.run_ms.1))).await;
+        let run = Duration::from_millis(rng.range(cfg.run_ms.0, cfg.run_ms.1));
+        if cfg.plain_writer && !cfg.plain_held {
+            // The negative control needs the plain appends to find their
+            // keys in the state the server reloads, so a snapshot must
+            // precede the kill, whatever the seed drew for the time between
+            // kills: ask for one halfway and wait for it; the tasks' writes
+            // of the second half are the ones the missing hold must lose.
+            tokio::time::sleep(run / 2).await;
+            snapshot_now(server.addr()).await?;
+            tokio::time::sleep(run - run / 2).await;
+        } else {
+            tokio::time::sleep(run).await;
+        }
         // With the plain writer: the tasks stop (between operations) before
         // the kill and resume once the burst's replies are in, so that no
         // task's write reaches the restarted server before the clients'
@@ -619,6 +633,24 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
     report.elapsed = t0.elapsed();
     drop(server);
     Ok(report)
+}
+
+/// Ask the server for a snapshot and wait (bounded) until `durable`
+/// reports its watermark.
+async fn snapshot_now(addr: SocketAddr) -> Result<(), String> {
+    let (_, before, _) = durable(addr).await.map_err(|e| format!("durable: {e}"))?;
+    let ok = tokio::task::block_in_place(|| raw(addr, b"snapshot\r\n", |b| b.ends_with(b"\r\n")));
+    if ok != b"OK\r\n" {
+        return Err(format!("snapshot answered {:?}", String::from_utf8_lossy(&ok)));
+    }
+    for _ in 0..2_000 {
+        let (_, now, _) = durable(addr).await.map_err(|e| format!("durable: {e}"))?;
+        if now > before {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Err("a requested snapshot did not complete in 10 s".into())
 }
 
 fn status_all(clients: &[Option<DurableClient>]) -> Vec<BackupStatus> {

@@ -262,6 +262,7 @@ impl MetaSetMode {
 pub struct MetaSet {
     mode: Option<MetaSetMode>,
     return_cas: bool,
+    return_item: bool,
     key: bool,
     quiet: bool,
     invalidate: bool,
@@ -285,6 +286,14 @@ impl MetaSet {
     /// `c`: return the new CAS (what a [`crate::WriteObserver`] wants).
     pub fn return_cas(mut self) -> Self {
         self.return_cas = true;
+        self
+    }
+    /// `v f t` (a recalld extension): on success, return the item the
+    /// write produced (`VA`, its value, client flags and TTL left) if it
+    /// still carries the write's timestamp, else `HD`. After an append
+    /// this is the whole new value (see docs/durability-protocol.md).
+    pub fn return_item(mut self) -> Self {
+        self.return_item = true;
         self
     }
     /// `k`: return the key.
@@ -353,6 +362,7 @@ impl MetaSet {
     pub fn encode(&self, out: &mut Vec<u8>, key: &[u8], data: &[u8]) -> Result<()> {
         head(out, "ms", key, Some(data.len()))?;
         flag(out, self.return_cas, "c");
+        flag(out, self.return_item, "v f t");
         flag(out, self.invalidate, "I");
         num(out, self.compare_cas, 'C');
         num(out, self.explicit_cas, 'E');
@@ -457,6 +467,7 @@ pub struct MetaArith {
     value: bool,
     cas: bool,
     ttl_left: bool,
+    stored: bool,
     key: bool,
     quiet: bool,
     opaque: Option<Vec<u8>>,
@@ -517,6 +528,14 @@ impl MetaArith {
         self.ttl_left = true;
         self
     }
+    /// `s f` (a recalld extension): return the stored value's length (the
+    /// number's digits padded with spaces to it: memcached's in-place
+    /// rewrite, see docs/durability-protocol.md) and the item's client
+    /// flags.
+    pub fn stored(mut self) -> Self {
+        self.stored = true;
+        self
+    }
     /// `k`: return the key.
     pub fn key(mut self) -> Self {
         self.key = true;
@@ -546,6 +565,7 @@ impl MetaArith {
         flag(out, self.value, "v");
         flag(out, self.cas, "c");
         flag(out, self.ttl_left, "t");
+        flag(out, self.stored, "s f");
         num(out, self.delta, 'D');
         num(out, self.initial, 'J');
         num(out, self.vivify, 'N');
@@ -602,6 +622,24 @@ mod tests {
         let Ok(Decoded::Request(r, _)) = decode(&b, &Limits::default()) else { panic!() };
         let Command::MetaArith { flags, .. } = r.cmd else { panic!() };
         assert_eq!((flags.mode, flags.delta, flags.initial, flags.vivify), (Some(b'D'), Some(3), Some(10), Some(0)));
+    }
+
+    /// The recalld extensions a durable client's backup uses (see
+    /// docs/durability-protocol.md, section 5).
+    #[test]
+    fn stored_bytes_flags() {
+        let mut b = Vec::new();
+        MetaSet::new().mode(MetaSetMode::Append).return_cas().return_item().encode(&mut b, b"k", b"xy").unwrap();
+        assert_eq!(b, b"ms k 2 c v f t MA\r\nxy\r\n");
+        let Ok(Decoded::Request(r, _)) = decode(&b, &Limits::default()) else { panic!() };
+        let Command::MetaSet { flags, .. } = r.cmd else { panic!() };
+        assert!(flags.ret_value && flags.ret_flags && flags.ret_ttl && flags.ret_cas);
+        b.clear();
+        MetaArith::new().value().cas().stored().encode(&mut b, b"n").unwrap();
+        assert_eq!(b, b"ma n v c s f\r\n");
+        let Ok(Decoded::Request(r, _)) = decode(&b, &Limits::default()) else { panic!() };
+        let Command::MetaArith { flags, .. } = r.cmd else { panic!() };
+        assert!(flags.ret_size && flags.ret_flags);
     }
 
     #[test]

@@ -377,6 +377,63 @@ fn kill_9_restart_and_replay_restore_every_acknowledged_write() {
     });
 }
 
+/// `mg <key> v f c` over a fresh connection: the reply's bytes exactly.
+fn stored_bytes(addr: SocketAddr, key: &str) -> Vec<u8> {
+    raw(addr, format!("mg {key} v f\r\n").as_bytes(), |b| {
+        b.ends_with(b"\r\n") && (b.starts_with(b"EN") || b.iter().filter(|&&c| c == b'\n').count() == 2)
+    })
+}
+
+/// An incr/decr that rewrites a number in place leaves it padded with
+/// spaces (`1000` decremented to `5` is stored as `5   `, as memcached
+/// does), and an append leaves the whole value: the backup must hold those
+/// exact bytes and flags, so that the replay after a kill -9 restores them
+/// byte for byte, padding included (not the reply's digits).
+#[test]
+fn replay_restores_the_exact_bytes_incr_and_append_stored() {
+    let dir = TempDir::new("backup-bytes");
+    let mut server = harness::recalld(&dir.0, &args(&["--recovery-grace", "60"])).expect("recalld");
+    let addr = server.addr();
+    rt().block_on(async {
+        let db = polled_by_hand(addr).build().expect("client");
+        db.set("shrinks", "1000", 4, 0).await.expect("set");
+        db.set("grows", "99", 0, 0).await.expect("set");
+        db.set("list", "a", 0, 0).await.expect("set");
+        // Flags the backup has never seen: written by a plain client.
+        let r = raw(addr, b"set foreign 7 0 3\r\n500\r\n", |b| b.ends_with(b"\r\n"));
+        assert_eq!(r, b"STORED\r\n");
+        db.sync(Duration::from_secs(10)).await.expect("sync");
+
+        // After the snapshot: only the backup has these.
+        assert_eq!(db.decr("shrinks", 995).await.expect("decr").expect("exists").value, 5);
+        assert_eq!(db.incr("shrinks", 1).await.expect("incr").expect("exists").value, 6);
+        assert_eq!(db.incr("grows", 1).await.expect("incr").expect("exists").value, 100);
+        assert_eq!(db.decr("foreign", 499).await.expect("decr").expect("exists").value, 1);
+        db.append("list", "bc").await.expect("append");
+        db.prepend("list", "_").await.expect("prepend");
+        db.append("shrinks", "x").await.expect("append");
+        assert_eq!(db.decr("foreign", 1).await.expect("decr").expect("exists").value, 0);
+        let keys = ["shrinks", "grows", "list", "foreign"];
+        let before: Vec<Vec<u8>> = keys.iter().map(|k| stored_bytes(addr, k)).collect();
+        assert_eq!(before[0], b"VA 5 f4\r\n6   x\r\n");
+        assert_eq!(before[3], b"VA 3 f7\r\n0  \r\n");
+
+        server.kill9();
+        server.restart().expect("restart on the same port");
+        assert_eq!(stored_bytes(addr, "shrinks"), b"VA 4 f4\r\n1000\r\n", "the crash lost them");
+        replayed(&db, addr).await;
+        let st = db.status()[0].clone();
+        assert_eq!(st.replay_applied, keys.len() as u64, "{st:?}");
+        for (k, b) in keys.iter().zip(&before) {
+            assert_eq!(
+                String::from_utf8_lossy(&stored_bytes(addr, k)),
+                String::from_utf8_lossy(b),
+                "{k}: the replay restores the stored bytes and flags"
+            );
+        }
+    });
+}
+
 /// The replay must reach a restarted server even when no poll is due: the
 /// background poller notices the restart on its own (control connection
 /// gone, instance changed) and replays; so does a write acknowledged by the

@@ -8,7 +8,9 @@
 
 use recall_proto::reply::{self, Status};
 use recall_proto::MetaFlags;
-use recall_store::{ArithOutcome, DeleteOutcome, ItemView, Mode, Read, UnixSecs, WriteOutcome};
+use std::sync::Arc;
+
+use recall_store::{ArithOutcome, BigValue, DeleteOutcome, ItemView, Mode, Read, UnixSecs, Value, WriteOutcome};
 
 use crate::execute::{arith_status, delete_status, write_status};
 use crate::op::{ArithOp, Data, DeleteOp, Op, Outcome, ReadOp, WriteOp};
@@ -113,30 +115,69 @@ impl Engine {
         // `s`: the size of the item as stored (after an append, the whole
         // value); memcached gives the request's length when nothing was.
         let mut size = data.len() as u64;
-        if f.ret_size && cas != 0 && matches!(mode, Mode::Append | Mode::Prepend) {
-            size = self.stored_size(key, cx).unwrap_or(size);
+        // recall extension `v` (with `f`, `t`): the item this write
+        // produced, so that a client can back up what an append stored in
+        // one round trip. Read after the write, it is that item only if it
+        // still carries the write's timestamp; if a newer write got in
+        // between, the reply is `HD` and says nothing about the value.
+        let mut produced = None;
+        let appended = matches!(mode, Mode::Append | Mode::Prepend);
+        if cas != 0 && (f.ret_value || (f.ret_size && appended)) {
+            if let Some(item) = self.stored_item(key, cx) {
+                size = if appended { item.len() as u64 } else { size };
+                produced = (f.ret_value && item.cas == cas).then_some(item);
+            }
         }
-        reply::meta_code(out, code);
+        match &produced {
+            Some(item) => reply::meta_value_code(out, item.len()),
+            None => reply::meta_code(out, code),
+        }
+        let now = self.now();
         for tok in f.tokens() {
             match tok[0] {
                 b'O' => reply::meta_bytes(out, b'O', &tok[1..]),
                 b'k' => reply::meta_key(out, key, f.base64),
                 b'c' => reply::meta_num(out, b'c', cas),
                 b's' => reply::meta_num(out, b's', size),
+                b'f' => {
+                    if let Some(item) = &produced {
+                        reply::meta_num(out, b'f', item.flags as u64);
+                    }
+                }
+                b't' => {
+                    if let Some(item) = &produced {
+                        reply::meta_int(out, b't', Engine::ttl_left(item.exptime, now));
+                    }
+                }
                 _ => {}
             }
         }
         reply::crlf(out);
+        if let Some(item) = produced {
+            match &item.value {
+                Ok(v) => out.extend_from_slice(v),
+                Err(big) => out.value(Value::Big(big)),
+            }
+            reply::crlf(out);
+        }
     }
 
-    /// The size of what is stored under `key` now, read without touching
-    /// it. After an append this is the whole value, unless another client
-    /// rewrote the key in between (the store does not report the size a
-    /// write left).
-    fn stored_size(&self, key: &[u8], cx: &mut Cx<'_>) -> Option<u64> {
+    /// What is stored under `key` now, read without touching it. After a
+    /// write this is the write's item unless another client rewrote the
+    /// key in between (the store does not report what a write left), which
+    /// the caller tells by the timestamp.
+    fn stored_item(&self, key: &[u8], cx: &mut Cx<'_>) -> Option<StoredItem> {
         let op = Op::Read(ReadOp { key, no_bump: true, ..Default::default() });
         self.execute(&op, cx, |o| match o {
-            Outcome::Read(Read::Hit(v)) => Some(v.value.len() as u64),
+            Outcome::Read(Read::Hit(v)) => Some(StoredItem {
+                value: match v.value {
+                    Value::Inline(b) => Ok(b.to_vec()),
+                    Value::Big(b) => Err(Arc::clone(b)),
+                },
+                flags: v.flags,
+                exptime: v.exptime,
+                cas: v.cas,
+            }),
             _ => None,
         })
     }
@@ -176,7 +217,7 @@ impl Engine {
         let now = self.now();
         self.execute(&op, cx, |o| match o {
             Outcome::Arith(ArithOutcome::Done { .. }) if f.quiet => {}
-            Outcome::Arith(ArithOutcome::Done { value, cas, exptime, .. }) => {
+            Outcome::Arith(ArithOutcome::Done { value, cas, exptime, len, flags, .. }) => {
                 let mut b = itoa::Buffer::new();
                 let digits = b.format(value).as_bytes();
                 if f.ret_value {
@@ -188,6 +229,12 @@ impl Engine {
                     match tok[0] {
                         b'c' => reply::meta_num(out, b'c', cas),
                         b't' => reply::meta_int(out, b't', Engine::ttl_left(exptime, now)),
+                        // recall extensions, so that a client can back up
+                        // the bytes stored, which an in-place rewrite pads
+                        // with spaces (docs/durability-protocol.md, 5):
+                        // `s` the stored length, `f` the client flags.
+                        b's' => reply::meta_num(out, b's', len as u64),
+                        b'f' => reply::meta_num(out, b'f', flags as u64),
                         b'O' => reply::meta_bytes(out, b'O', &tok[1..]),
                         b'k' => reply::meta_key(out, key, f.base64),
                         _ => {}
@@ -220,6 +267,21 @@ impl Engine {
             }
             _ => reply::line(out, b"EN"),
         });
+    }
+}
+
+/// An item as [`Engine::stored_item`] read it.
+struct StoredItem {
+    /// Inline bytes (copied), or a big value (referenced, see `out.rs`).
+    value: Result<Vec<u8>, Arc<BigValue>>,
+    flags: u32,
+    exptime: UnixSecs,
+    cas: u64,
+}
+
+impl StoredItem {
+    fn len(&self) -> usize {
+        self.value.as_ref().map_or_else(|b| b.len(), Vec::len)
     }
 }
 

@@ -229,8 +229,8 @@ impl Decided {
     fn with_ts(self, ts: u64) -> Self {
         match self {
             Decided::Write(WriteOutcome::Stored { .. }) => Decided::Write(WriteOutcome::Stored { cas: ts }),
-            Decided::Arith(ArithOutcome::Done { value, exptime, created, .. }) => {
-                Decided::Arith(ArithOutcome::Done { value, cas: ts, exptime, created })
+            Decided::Arith(ArithOutcome::Done { value, exptime, created, len, flags, .. }) => {
+                Decided::Arith(ArithOutcome::Done { value, cas: ts, exptime, created, len, flags })
             }
             Decided::Delete(DeleteOutcome::Stamped { .. }) => Decided::Delete(DeleteOutcome::Stamped { ts }),
             d => d,

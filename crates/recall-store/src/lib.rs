@@ -269,7 +269,17 @@ pub struct Arith<'a> {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ArithOutcome {
-    Done { value: u64, cas: u64, exptime: UnixSecs, created: bool },
+    /// `len` is the length of the value as stored, which can exceed the
+    /// number's digits (an in-place rewrite pads with spaces, as memcached
+    /// does); `flags` the item's client flags.
+    Done {
+        value: u64,
+        cas: u64,
+        exptime: UnixSecs,
+        created: bool,
+        len: usize,
+        flags: u32,
+    },
     NotFound,
     NonNumeric,
     Exists,

@@ -598,7 +598,7 @@ impl Shard {
             }
             let i = self.insert_new(ctx, h, slot, None);
             self.log_slot(ctx, i);
-            return ArithOutcome::Done { value: init, cas, exptime, created: true };
+            return ArithOutcome::Done { value: init, cas, exptime, created: true, len: digits.len(), flags: 0 };
         };
         let s = &self.slots[i as usize];
         if a.compare_cas != 0 && a.compare_cas != s.cas {
@@ -626,13 +626,14 @@ impl Shard {
             if let Some(t) = a.touch {
                 self.set_expiry(i, t);
             }
-            let exptime = self.slots[i as usize].exptime;
+            let (exptime, flags) = (self.slots[i as usize].exptime, self.slots[i as usize].flags);
             self.policy.on_access(i);
             self.log_slot(ctx, i);
-            return ArithOutcome::Done { value, cas, exptime, created: false };
+            return ArithOutcome::Done { value, cas, exptime, created: false, len: old_len, flags };
         }
         let exptime = a.touch.unwrap_or(s.exptime);
-        let mut slot = new_slot(a.key, digits, &[], s.flags, exptime, cas, ctx.now);
+        let flags = s.flags;
+        let mut slot = new_slot(a.key, digits, &[], flags, exptime, cas, ctx.now);
         slot.assign_bits(s.bits() & bit::FETCHED);
         let need = self.fp_new(&slot, None).saturating_sub(self.fp_at(i));
         if !self.make_room(ctx, need, Some(i)) {
@@ -640,7 +641,7 @@ impl Shard {
         }
         self.replace_in(ctx, h, i, slot, None);
         self.log_slot(ctx, i);
-        ArithOutcome::Done { value, cas, exptime, created: false }
+        ArithOutcome::Done { value, cas, exptime, created: false, len: digits.len(), flags }
     }
 
     pub fn delete(&mut self, ctx: &Ctx<'_>, h: u64, d: &Delete<'_>) -> DeleteOutcome {

@@ -268,8 +268,12 @@ impl DurableClient {
         let node = entered.node;
         // Only a relative exptime needs the clock (a system call's worth).
         let now = if exptime == 0 { 0 } else { unix_now() };
+        let appended = matches!(mode, MetaSetMode::Append | MetaSetMode::Prepend);
         let mut req = MetaSet::new().mode(mode).return_cas();
-        if !matches!(mode, MetaSetMode::Append | MetaSetMode::Prepend) {
+        if appended {
+            // The whole value the append produced, in the same reply.
+            req = req.return_item();
+        } else {
             req = req.client_flags(flags).ttl(exptime);
         }
         if let Some(c) = compare {
@@ -277,7 +281,7 @@ impl DurableClient {
         }
         let r = self.watch(node, self.inner.client.meta_set(key, value, &req).await)?;
         let status = match r.status {
-            MetaStatus::Header => StoreStatus::Stored,
+            MetaStatus::Header | MetaStatus::Value => StoreStatus::Stored,
             MetaStatus::NotStored => StoreStatus::NotStored,
             MetaStatus::Exists => StoreStatus::Exists,
             MetaStatus::NotFound => StoreStatus::NotFound,
@@ -292,10 +296,19 @@ impl DurableClient {
             return Ok(Written { status, ts: None });
         }
         let ts = r.ret.cas.ok_or_else(|| Self::no_ts(node))?;
-        if matches!(mode, MetaSetMode::Append | MetaSetMode::Prepend) {
-            // Boxed: appends are rare, and their read-back would make
-            // every write's future larger.
-            Box::pin(self.record_full_value(&entered, key, ts)).await?;
+        if appended {
+            match r.value {
+                // The item the append produced, still under its timestamp.
+                Some(v) => {
+                    let ttl = Some(ttl_to_absolute(r.ret.ttl, unix_now()));
+                    self.record_value(node, key, &v, r.ret.flags.unwrap_or(0), ttl, ts).await?;
+                }
+                // `HD`: a newer write got in before the server read the
+                // item back (or the server predates `v` on `ms`): read it
+                // back here, which tells the two apart. Boxed: rare, and
+                // it would make every write's future larger.
+                None => Box::pin(self.record_full_value(&entered, key, ts)).await?,
+            }
         } else {
             self.record_value(node, key, value, flags, absolute_exptime(exptime, now), ts).await?;
         }
@@ -376,10 +389,11 @@ impl DurableClient {
         self.store(MetaSetMode::Set, key.as_ref(), value.as_ref(), flags, exptime, Some(cas)).await
     }
 
-    /// `append`. Costs a second round trip: the log keeps the whole new
-    /// value, read back with `mg` (see the module docs for the corner where
-    /// that read fails: the call then returns the read's error although the
-    /// append was applied).
+    /// `append`. The log keeps the whole new value, which the reply
+    /// returns; only when a newer write got in first does it cost a second
+    /// round trip, a read with `mg` (see the module docs for the corner
+    /// where that read fails: the call then returns the read's error
+    /// although the append was applied).
     pub async fn append(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<Written> {
         self.store(MetaSetMode::Append, key.as_ref(), value.as_ref(), 0, 0, None).await
     }
@@ -456,7 +470,7 @@ impl DurableClient {
         let entered = self.enter(key, key.len() + 20).await?;
         let node = entered.node;
         let now = unix_now();
-        let req = MetaArith::new().mode(mode).delta(delta).value().cas().ttl_left();
+        let req = MetaArith::new().mode(mode).delta(delta).value().cas().ttl_left().stored();
         let r = self.watch(node, self.inner.client.meta_arith(key, &req).await)?;
         match r.status {
             MetaStatus::Value | MetaStatus::Header => {}
@@ -473,9 +487,13 @@ impl DurableClient {
         let digits = r.value.ok_or_else(bad)?;
         let value = std::str::from_utf8(&digits).ok().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
         // Replaying "+delta" would not be idempotent, so the log keeps the
-        // resulting number as a plain value. `ma` does not return the
-        // item's client flags: reuse the ones the log knows, else read them.
-        let known = node.log().log.flags_of(key);
+        // resulting value: the bytes stored, which are the digits padded
+        // with spaces to the stored length `s` when the server rewrote a
+        // longer number in place (as memcached does).
+        let stored = stored_number(&digits, r.ret.size);
+        // The item's client flags come back in `f`; a server without it:
+        // reuse the ones the log knows, else read them.
+        let known = r.ret.flags.or_else(|| node.log().log.flags_of(key));
         let flags = match known {
             Some(f) => f,
             None => match self.inner.client.meta_get(key, &MetaGet::new().client_flags()).await {
@@ -487,7 +505,7 @@ impl DurableClient {
                 }
             },
         };
-        self.record_value(node, key, &digits, flags, Some(ttl_to_absolute(r.ret.ttl, now)), ts).await?;
+        self.record_value(node, key, &stored, flags, Some(ttl_to_absolute(r.ret.ttl, now)), ts).await?;
         Ok(Some(Counter { value, ts }))
     }
 
@@ -541,5 +559,30 @@ impl DurableClient {
             n.want_snapshot.store(true, Ordering::Release);
             tokio::time::sleep(self.inner.cfg.poll_interval.min(Duration::from_millis(20))).await;
         }
+    }
+}
+
+/// The bytes an incr/decr left: `digits` padded with spaces to `size`, the
+/// stored length the server returned (`ma ... s`), when that is longer.
+fn stored_number(digits: &[u8], size: Option<u64>) -> Vec<u8> {
+    let len = size.map_or(0, |s| s as usize).max(digits.len());
+    let mut v = Vec::with_capacity(len);
+    v.extend_from_slice(digits);
+    v.resize(len, b' ');
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stored_number;
+
+    #[test]
+    fn an_incr_is_backed_up_as_the_bytes_stored() {
+        assert_eq!(stored_number(b"5", Some(4)), b"5   ");
+        assert_eq!(stored_number(b"100", Some(3)), b"100");
+        // A server without `s`, or a stored length shorter than the digits
+        // (a server that did not pad): the digits.
+        assert_eq!(stored_number(b"42", None), b"42");
+        assert_eq!(stored_number(b"42", Some(1)), b"42");
     }
 }

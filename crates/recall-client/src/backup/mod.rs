@@ -13,13 +13,14 @@
 //!
 //! ## The protocol, per server
 //!
-//! 1. **Write**: `ms <key> <len> c ...` (or `md <key> c`, `ma <key> v c t`)
-//!    answers `HD c<ts>`. After the ack the client records the write in the
-//!    log — the value, client flags, absolute expiry and `ts`, or a delete
-//!    tombstone — replacing the key's older entry. Writes that are not
-//!    idempotent are recorded by their result: incr/decr as the new number,
-//!    append/prepend as the whole value read back with `mg <key> v c f t`
-//!    (see [`DurableClient::append`]).
+//! 1. **Write**: `ms <key> <len> c ...` (or `md <key> c`, `ma <key> v c t s
+//!    f`) answers `HD c<ts>`. After the ack the client records the write in
+//!    the log — the value, client flags, absolute expiry and `ts`, or a
+//!    delete tombstone — replacing the key's older entry. Writes that are
+//!    not idempotent are recorded by the bytes they left: incr/decr as the
+//!    new number padded to the stored length, append/prepend as the whole
+//!    value the reply returns (`ms ... MA c v f t`; see
+//!    [`DurableClient::append`]).
 //! 2. **Poll**: every `poll_interval` (and every N writes, and at once when a
 //!    write comes back stamped by an instance the client has not seen),
 //!    `durable` → `DURABLE <instance> <watermark> <state>`.
@@ -80,15 +81,21 @@
 //!   expiry by the skew. An entry that has expired by replay time is
 //!   replayed as a delete (with its timestamp), so that an older value of
 //!   the key cannot reappear.
-//! * **append/prepend** read the whole value back. If the item's timestamp
-//!   is no longer the append's, a newer write superseded it and nothing is
-//!   recorded (that write is protected by whoever made it, if they back up
-//!   theirs). If the read fails, the append was applied but cannot be
-//!   protected, and the call returns the read's error (the write is in
-//!   doubt, like one that timed out).
-//! * **incr/decr** do not return the item's client flags; the log reuses the
-//!   flags of its own entry for the key, or reads them with `mg` (an error
-//!   there is reported like an append's).
+//! * **append/prepend** get the whole value back in the reply (`VA`), which
+//!   the server reads right after the write. If the item's timestamp was no
+//!   longer the append's by then, the reply is `HD`, and the client reads
+//!   the item back itself (`mg <key> v c f t`: a server without `v` on `ms`
+//!   answers `HD` too): if the timestamp differs, a newer write superseded
+//!   the append and nothing is recorded (that write is protected by whoever
+//!   made it, if they back up theirs). If that read fails, the append was
+//!   applied but cannot be protected, and the call returns the read's error
+//!   (the write is in doubt, like one that timed out).
+//! * **incr/decr** are recorded as the bytes stored: the digits padded with
+//!   spaces to the stored length `s` (memcached's in-place rewrite), with
+//!   the client flags `f`. Without those in the reply (a server that lacks
+//!   them) the log records the digits with the flags of its own entry for
+//!   the key, or reads them with `mg` (an error there is reported like an
+//!   append's).
 //! * **A delete that finds nothing** (`NF`) must still keep the key
 //!   deleted across a crash: if the log holds a tombstone for it, that
 //!   stays; if it holds a value (the server lost it, or evicted it), the

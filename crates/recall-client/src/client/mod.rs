@@ -423,8 +423,9 @@ impl Client {
         let mut b = Vec::new();
         req.encode(&mut b, key, value)?;
         let r = self.inner.meta(idx, b, req.is_quiet()).await?;
-        // `q` suppresses HD only, so silence is success.
-        if matches!(r.status, MetaStatus::Header | MetaStatus::NoOp) {
+        // `q` suppresses HD only, so silence is success; `VA` is success
+        // with the item returned (`MetaSet::return_item`).
+        if matches!(r.status, MetaStatus::Header | MetaStatus::NoOp | MetaStatus::Value) {
             let op = match req.mode_value() {
                 MetaSetMode::Set => WriteOp::Set,
                 MetaSetMode::Add => WriteOp::Add,
