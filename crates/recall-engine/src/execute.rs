@@ -20,6 +20,9 @@ use crate::{Counters, Engine};
 pub struct Cx<'c> {
     pub counters: &'c Counters,
     pub barrier: &'c mut Barrier,
+    /// Set when cluster mode refused an operation because another node
+    /// leads its group: the session may forward the request there.
+    pub not_leader: bool,
 }
 
 impl Engine {

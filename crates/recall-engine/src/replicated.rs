@@ -76,6 +76,44 @@ pub trait Replicator: Send + Sync {
     fn stats(&self) -> Vec<(&'static str, String)> {
         Vec::new()
     }
+    /// The group's members and who leads it, as this node knows them
+    /// (`cluster map`, and where a follower forwards a request).
+    fn map(&self) -> ClusterMap {
+        ClusterMap::default()
+    }
+}
+
+/// The cluster as one node sees it: what `cluster map` prints.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterMap {
+    /// This node's id.
+    pub me: u64,
+    /// The latest term this node has seen.
+    pub term: u64,
+    /// The leader's id, if one is known.
+    pub leader: Option<u64>,
+    /// Every member: its id and the address its memcached clients use.
+    pub nodes: Vec<(u64, String)>,
+}
+
+impl ClusterMap {
+    /// The client address of the leader, if one is known and is not this
+    /// node.
+    pub fn leader_elsewhere(&self) -> Option<&str> {
+        let l = self.leader.filter(|l| *l != self.me)?;
+        self.nodes.iter().find(|(id, _)| *id == l).map(|(_, a)| a.as_str())
+    }
+
+    /// The `cluster map` reply: a `MAP` line, a `NODE` line per member,
+    /// `END` (docs/compat.md).
+    pub fn render(&self, out: &mut Vec<u8>) {
+        use std::io::Write as _;
+        let _ = write!(out, "MAP self {} term {} leader {}\r\n", self.me, self.term, self.leader.unwrap_or(0));
+        for (id, addr) in &self.nodes {
+            let _ = write!(out, "NODE {id} {addr}\r\n");
+        }
+        out.extend_from_slice(b"END\r\n");
+    }
 }
 
 /// Scratch engines, one per stripe. More stripes let more writes of
@@ -245,10 +283,18 @@ impl Engine {
             Route::Refuse(r) => Ok(render(Outcome::Refused(r))),
             Route::Read => match rep.replicator.read_barrier() {
                 Ok(()) => Err(render),
-                Err(r) => Ok(render(Outcome::Refused(r))),
+                Err(r) => Ok(render(refused(r, cx))),
             },
-            Route::Write => Ok(render(self.replicate_write(rep, op, cx.counters).outcome())),
+            Route::Write => match self.replicate_write(rep, op, cx.counters) {
+                Decided::Other(r) => Ok(render(refused(r, cx))),
+                d => Ok(render(d.outcome())),
+            },
         }
+    }
+
+    /// The cluster as this node sees it, in cluster mode.
+    pub fn cluster_map(&self) -> Option<ClusterMap> {
+        self.replication.get().map(|rep| rep.replicator.map())
     }
 
     /// Decide `op` on a scratch engine, propose its effects, wait for them
@@ -302,7 +348,7 @@ impl Engine {
             }
         }
         let mut barrier = Barrier::default();
-        let decided = s.execute(op, &mut Cx { counters, barrier: &mut barrier }, |o| match o {
+        let decided = s.execute(op, &mut Cx { counters, barrier: &mut barrier, not_leader: false }, |o| match o {
             Outcome::Write(w) => Decided::Write(w),
             Outcome::Delete(d) => Decided::Delete(d),
             Outcome::Arith(a) => Decided::Arith(a),
@@ -325,6 +371,15 @@ impl Engine {
             Some(a) => decided.with_ts(a.ts),
         }
     }
+}
+
+/// A refusal's outcome; one that says another node leads is marked on
+/// `cx`, so the session can forward the request there.
+fn refused(r: Refusal, cx: &mut Cx<'_>) -> Outcome<'static> {
+    if matches!(r, Refusal::NotLeader(_)) {
+        cx.not_leader = true;
+    }
+    Outcome::Refused(r)
 }
 
 /// Apply a committed effect at log index `ts` to a replica's store: the

@@ -15,6 +15,7 @@
 //! into bytes.
 
 pub mod binary;
+pub mod forward;
 pub mod meta;
 pub mod num;
 pub mod replay;
