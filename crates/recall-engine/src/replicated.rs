@@ -28,9 +28,13 @@
 //! writes of one key are decided one after the other, each on the state
 //! the other left.
 //!
+//! A touch (touch, gat, mg `T`) is decided the same way: its effect is the
+//! item's whole record with the new expiry (so its CAS becomes the entry's
+//! index, where memcached's touch keeps the CAS).
+//!
 //! **What this slice does not do** (refused with a clear error in cluster
 //! mode): a client-chosen timestamp (meta `E`), meta's invalidate (`I`),
-//! reads that write (touch, gat, mg `T`/`N`/`R`), a delayed `flush_all`,
+//! reads that create or win a token (mg `N`/`R`), a delayed `flush_all`,
 //! and seed 000's replay. The engine thread waits for the commit: see the
 //! design note for why and what replaces it.
 
@@ -166,6 +170,11 @@ enum Decided {
     Arith(ArithOutcome),
     Flushed,
     FlushDisabled,
+    /// A touch (touch, gat, mg `T`) found the key; its new expiry is
+    /// committed.
+    Touched,
+    /// A touch missed: nothing was proposed.
+    Missed,
     Other(Refusal),
 }
 
@@ -198,6 +207,8 @@ impl Decided {
             Decided::Arith(a) => Outcome::Arith(a),
             Decided::Flushed => Outcome::Flushed,
             Decided::FlushDisabled => Outcome::FlushDisabled,
+            Decided::Missed => Outcome::Read(recall_store::Read::Miss { tokens: Default::default() }),
+            Decided::Touched => Outcome::Refused(Refusal::ClusterInternal),
             Decided::Other(r) => Outcome::Refused(r),
         }
     }
@@ -244,14 +255,19 @@ enum Route {
     Read,
     /// A mutation: decided, proposed, applied after commit.
     Write,
+    /// A read that touches (touch, gat, mg `T`): the new expiry is decided
+    /// and committed as a write (the item's whole record, so its CAS
+    /// becomes the entry's index), then the item is read here.
+    Touch,
     Refuse(Refusal),
 }
 
 fn route(op: &Op<'_>) -> Route {
     match op {
-        Op::Read(r) if r.touch.is_some() || r.vivify.is_some() || r.recache_below.is_some() => {
+        Op::Read(r) if r.vivify.is_some() || r.recache_below.is_some() || r.explicit_cas != 0 => {
             Route::Refuse(Refusal::ClusterUnsupported)
         }
+        Op::Read(r) if r.touch.is_some() => Route::Touch,
         Op::Read(_) => Route::Read,
         Op::Write(w) if w.explicit_cas != 0 || w.invalidate => Route::Refuse(Refusal::ClusterUnsupported),
         Op::Delete(d) if d.explicit_cas != 0 || d.invalidate => Route::Refuse(Refusal::ClusterUnsupported),
@@ -285,10 +301,25 @@ impl Engine {
                 Ok(()) => Err(render),
                 Err(r) => Ok(render(refused(r, cx))),
             },
-            Route::Write => match self.replicate_write(rep, op, cx.counters) {
+            Route::Write => match self.replicate_write(rep, op, cx.counters, |d| d) {
                 Decided::Other(r) => Ok(render(refused(r, cx))),
                 d => Ok(render(d.outcome())),
             },
+            Route::Touch => {
+                let Op::Read(r) = op else { return Ok(render(Outcome::Refused(Refusal::ClusterInternal))) };
+                // The scratch engine counted the touch (and the get); the
+                // item is read here, uncounted, while its stripe is held,
+                // so no write of the key decided after the touch comes
+                // between.
+                Ok(self.replicate_write(rep, op, cx.counters, |d| match d {
+                    Decided::Touched => {
+                        let plain = Op::Read(crate::op::ReadOp { touch: None, count_get: false, ..*r });
+                        self.execute(&plain, cx, render)
+                    }
+                    Decided::Other(r) => render(refused(r, cx)),
+                    d => render(d.outcome()),
+                }))
+            }
         }
     }
 
@@ -298,15 +329,23 @@ impl Engine {
     }
 
     /// Decide `op` on a scratch engine, propose its effects, wait for them
-    /// to apply here, and say what the client hears.
-    fn replicate_write(&self, rep: &Replication, op: &Op<'_>, counters: &Counters) -> Decided {
+    /// to apply here, and hand what the client hears to `then`, still
+    /// holding the key's stripe.
+    fn replicate_write<T>(
+        &self,
+        rep: &Replication,
+        op: &Op<'_>,
+        counters: &Counters,
+        then: impl FnOnce(Decided) -> T,
+    ) -> T {
         if let Err(r) = rep.replicator.write_barrier() {
-            return Decided::Other(r);
+            return then(Decided::Other(r));
         }
         let key = match op {
             Op::Write(w) => w.key,
             Op::Delete(d) => d.key,
             Op::Arith(a) => a.key,
+            Op::Read(r) => r.key,
             _ => &[],
         };
         // Held until the effects are applied: the next write of this key
@@ -320,6 +359,11 @@ impl Engine {
         } else {
             (rep.stripe(key).lock(), Vec::new())
         };
+        then(self.decide(rep, op, key, &scratch, counters))
+    }
+
+    /// The part of [`Engine::replicate_write`] under the stripe.
+    fn decide(&self, rep: &Replication, op: &Op<'_>, key: &[u8], scratch: &Scratch, counters: &Counters) -> Decided {
         let now = self.now();
         let s = &scratch.engine;
         s.store.flush_all(now, now);
@@ -355,7 +399,9 @@ impl Engine {
             Outcome::Flushed => Decided::Flushed,
             Outcome::FlushDisabled => Decided::FlushDisabled,
             Outcome::Refused(r) => Decided::Other(r),
-            Outcome::Read(_) | Outcome::ReadLost | Outcome::Replayed(_) => Decided::Other(Refusal::ClusterInternal),
+            Outcome::Read(recall_store::Read::Hit(_)) => Decided::Touched,
+            Outcome::Read(recall_store::Read::Miss { .. }) => Decided::Missed,
+            Outcome::ReadLost | Outcome::Replayed(_) => Decided::Other(Refusal::ClusterInternal),
         });
         let effects = std::mem::take(&mut *scratch.captured.0.lock());
         let mut last = None;

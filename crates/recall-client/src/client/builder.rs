@@ -250,8 +250,8 @@ impl ClientBuilder {
                 nodes,
                 continuum,
                 live: Mutex::new(None),
-                opts: self.opts,
                 cluster: self.opts.cluster.then(Default::default),
+                opts: self.opts,
                 observer: self.observer,
             }),
         })
