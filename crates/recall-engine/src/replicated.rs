@@ -301,7 +301,7 @@ impl Engine {
                 Ok(()) => Err(render),
                 Err(r) => Ok(render(refused(r, cx))),
             },
-            Route::Write => match self.replicate_write(rep, op, cx.counters, |d| d) {
+            Route::Write => match self.replicate_write(rep, op, cx.counters, |d, _| d) {
                 Decided::Other(r) => Ok(render(refused(r, cx))),
                 d => Ok(render(d.outcome())),
             },
@@ -311,13 +311,32 @@ impl Engine {
                 // item is read here, uncounted, while its stripe is held,
                 // so no write of the key decided after the touch comes
                 // between.
-                Ok(self.replicate_write(rep, op, cx.counters, |d| match d {
-                    Decided::Touched => {
-                        let plain = Op::Read(crate::op::ReadOp { touch: None, count_get: false, ..*r });
-                        self.execute(&plain, cx, render)
+                Ok(self.replicate_write(rep, op, cx.counters, |d, effect| match (d, effect) {
+                    (Decided::Touched, Some(e)) => {
+                        // Committed and applied here just now, under
+                        // this stripe: no read barrier is needed.
+                        let now = self.now();
+                        let opts = recall_store::ReadOpts { no_bump: r.no_bump, ..Default::default() };
+                        match self.store.read(r.key, now, opts, |rd| match rd {
+                            recall_store::Read::Hit(v) => Ok(render(Outcome::Read(recall_store::Read::Hit(v)))),
+                            recall_store::Read::Miss { .. } => Err(render),
+                        }) {
+                            Ok(done) => done,
+                            Err(render) => render(Outcome::Read(recall_store::Read::Hit(recall_store::ItemView {
+                                key: &e.key,
+                                value: recall_store::Value::Inline(&e.value),
+                                flags: e.flags,
+                                cas: e.ts,
+                                exptime: e.exptime,
+                                atime: now,
+                                fetched: true,
+                                tokens: Default::default(),
+                                binary_key: false,
+                            }))),
+                        }
                     }
-                    Decided::Other(r) => render(refused(r, cx)),
-                    d => render(d.outcome()),
+                    (Decided::Other(r), _) => render(refused(r, cx)),
+                    (d, _) => render(d.outcome()),
                 }))
             }
         }
@@ -336,10 +355,10 @@ impl Engine {
         rep: &Replication,
         op: &Op<'_>,
         counters: &Counters,
-        then: impl FnOnce(Decided) -> T,
+        then: impl FnOnce(Decided, Option<OwnedRecord>) -> T,
     ) -> T {
         if let Err(r) = rep.replicator.write_barrier() {
-            return then(Decided::Other(r));
+            return then(Decided::Other(r), None);
         }
         let key = match op {
             Op::Write(w) => w.key,
@@ -359,11 +378,20 @@ impl Engine {
         } else {
             (rep.stripe(key).lock(), Vec::new())
         };
-        then(self.decide(rep, op, key, &scratch, counters))
+        let (decided, effect) = self.decide(rep, op, key, &scratch, counters);
+        then(decided, effect)
     }
 
-    /// The part of [`Engine::replicate_write`] under the stripe.
-    fn decide(&self, rep: &Replication, op: &Op<'_>, key: &[u8], scratch: &Scratch, counters: &Counters) -> Decided {
+    /// The part of [`Engine::replicate_write`] under the stripe: what the
+    /// client hears, and the last effect committed, with its timestamp.
+    fn decide(
+        &self,
+        rep: &Replication,
+        op: &Op<'_>,
+        key: &[u8],
+        scratch: &Scratch,
+        counters: &Counters,
+    ) -> (Decided, Option<OwnedRecord>) {
         let now = self.now();
         let s = &scratch.engine;
         s.store.flush_all(now, now);
@@ -387,7 +415,7 @@ impl Engine {
             );
             if let Some(cur) = current {
                 if s.store.apply(&cur.as_record(), now) != ApplyOutcome::Applied {
-                    return Decided::Other(Refusal::ClusterInternal);
+                    return (Decided::Other(Refusal::ClusterInternal), None);
                 }
             }
         }
@@ -408,13 +436,14 @@ impl Engine {
         for e in &effects {
             match rep.replicator.propose(&e.as_record()) {
                 Ok(a) => last = Some(a),
-                Err(r) => return Decided::Other(r),
+                Err(r) => return (Decided::Other(r), None),
             }
         }
+        let stamped = |a: Applied| effects.last().map(|e| OwnedRecord { ts: a.ts, ..e.clone() });
         match last {
-            None => decided,
-            Some(Applied { outcome: ApplyOutcome::OutOfMemory, .. }) => decided.out_of_memory(),
-            Some(a) => decided.with_ts(a.ts),
+            None => (decided, None),
+            Some(a @ Applied { outcome: ApplyOutcome::OutOfMemory, .. }) => (decided.out_of_memory(), stamped(a)),
+            Some(a) => (decided.with_ts(a.ts), stamped(a)),
         }
     }
 }

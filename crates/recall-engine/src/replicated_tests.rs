@@ -225,7 +225,9 @@ fn a_touch_is_committed_as_the_item_with_its_new_expiry() {
     let ts = g.index.load(Ordering::Relaxed);
     assert_eq!(send(&e, b"gats 50 k\r\n"), format!("VALUE k 3 1 {}\r\na\r\nEND\r\n", ts + 1));
     assert_eq!(send(&e, b"mg k T30 v t\r\n"), "VA 1 t30\r\na\r\n");
-    assert_eq!(effects(&g).len(), 2);
+    // A negative expiry: touched (and gone).
+    assert_eq!(send(&e, b"touch k -1\r\nget k\r\n"), "TOUCHED\r\nEND\r\n");
+    assert_eq!(effects(&g).len(), 3);
 }
 
 #[test]
