@@ -45,6 +45,11 @@ from tlsfiles import TlsFiles
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "server_args(*flags): extra command-line flags for the server fixture")
+    config.addinivalue_line(
+        "markers",
+        "counts_requests: asserts the server's request counters, which a cluster follower"
+        " (RECALL_CLUSTER=follower) leaves to the leader it forwards to",
+    )
 
 
 def pytest_report_header(config):
@@ -141,6 +146,8 @@ def server_factory(server_command, suite_tls, suite_sasl):
 @pytest.fixture
 def server(request, server_factory) -> ServerProcess:
     """A fresh server under test, with flags from @pytest.mark.server_args."""
+    if os.environ.get("RECALL_CLUSTER") == "follower" and request.node.get_closest_marker("counts_requests"):
+        pytest.skip("a cluster follower forwards requests: the leader counts them (docs/compat.md)")
     marker = request.node.get_closest_marker("server_args")
     args = tuple(marker.args) if marker else ()
     return server_factory(*args)
