@@ -87,38 +87,7 @@ pub trait Replicator: Send + Sync {
     }
 }
 
-/// The cluster as one node sees it: what `cluster map` prints.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ClusterMap {
-    /// This node's id.
-    pub me: u64,
-    /// The latest term this node has seen.
-    pub term: u64,
-    /// The leader's id, if one is known.
-    pub leader: Option<u64>,
-    /// Every member: its id and the address its memcached clients use.
-    pub nodes: Vec<(u64, String)>,
-}
-
-impl ClusterMap {
-    /// The client address of the leader, if one is known and is not this
-    /// node.
-    pub fn leader_elsewhere(&self) -> Option<&str> {
-        let l = self.leader.filter(|l| *l != self.me)?;
-        self.nodes.iter().find(|(id, _)| *id == l).map(|(_, a)| a.as_str())
-    }
-
-    /// The `cluster map` reply: a `MAP` line, a `NODE` line per member,
-    /// `END` (docs/compat.md).
-    pub fn render(&self, out: &mut Vec<u8>) {
-        use std::io::Write as _;
-        let _ = write!(out, "MAP self {} term {} leader {}\r\n", self.me, self.term, self.leader.unwrap_or(0));
-        for (id, addr) in &self.nodes {
-            let _ = write!(out, "NODE {id} {addr}\r\n");
-        }
-        out.extend_from_slice(b"END\r\n");
-    }
-}
+pub use recall_proto::cluster::ClusterMap;
 
 /// Scratch engines, one per stripe. More stripes let more writes of
 /// different keys be decided at once; each costs a one-shard store.
