@@ -15,6 +15,10 @@ fuzz_target!(|data: &[u8]| {
     let mut out = Vec::new();
     map.render(&mut out);
     let text = out.strip_suffix(b"END\r\n").expect("rendered with END");
-    let lines: Vec<&[u8]> = text.split(|&b| b == b'\n').filter(|l| !l.is_empty()).map(|l| l.strip_suffix(b"\r").unwrap_or(l)).collect();
+    let lines: Vec<&[u8]> = text
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+        .collect();
     assert_eq!(parse_map(lines).expect("a rendered map reads"), map);
 });
