@@ -408,6 +408,15 @@ def write_seeds(seeds, quiet):
     put("fs_value", "size-too-big", fs_value(b"abc", size=4))
     put("fs_value", "short", fs_value(b"")[:20])
 
+    # recall-fs chunks of big files: "RFC1", file size, mtime ns, ctime ns,
+    # inode, chunk size, chunk index, then the chunk's bytes.
+    def fs_chunk(body, size, chunk, index):
+        return b"RFC1" + struct.pack("<QqqQQQ", size, 1700000000123456789, 5, 42, chunk, index) + body
+    put("fs_chunk", "first", fs_chunk(b"abcd", 10, 4, 0))
+    put("fs_chunk", "last", fs_chunk(b"ij", 10, 4, 2))
+    put("fs_chunk", "past-end", fs_chunk(b"", 10, 4, 3))
+    put("fs_chunk", "zero-chunk", fs_chunk(b"", 10, 0, 0))
+
     if not quiet:
         for t, n in sorted(counts.items()):
             print(f"{t}: {n} seeds")

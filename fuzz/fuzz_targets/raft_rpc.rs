@@ -9,7 +9,7 @@
 use libfuzzer_sys::fuzz_target;
 use openraft::error::{InstallSnapshotError, RaftError};
 use openraft::raft::{AppendEntriesResponse, InstallSnapshotResponse, VoteResponse};
-use recall_raft::network::{decode, frame_len, Rpc, FRAME_MAX};
+use recall_raft::network::{decode, encode, frame_len, Rpc, FRAME_MAX};
 
 fuzz_target!(|data: &[u8]| {
     let Some((header, body)) = data.split_first_chunk::<4>() else { return };
@@ -17,7 +17,7 @@ fuzz_target!(|data: &[u8]| {
         assert!(len <= FRAME_MAX);
     }
     if let Ok(rpc) = decode::<Rpc>(body) {
-        let again = serde_json::to_vec(&rpc).expect("a decoded call encodes");
+        let again = encode(&rpc).expect("a decoded call encodes");
         let back: Rpc = decode(&again).expect("and decodes again");
         assert_eq!(format!("{rpc:?}"), format!("{back:?}"));
     }

@@ -6,20 +6,25 @@
 //! with its tombstone. Protocol codecs lower requests onto [`Op`]s and
 //! render the [`Outcome`]; they never call the store.
 
-use recall_store::{
-    ApplyOutcome, Arith, ArithOutcome, Delete, DeleteOutcome, Mode, Read, ReadOpts, Write, WriteOutcome,
-};
+use recall_store::{ApplyOutcome, Arith, ArithOutcome, Delete, DeleteOutcome, Read, ReadOpts, Write, WriteOutcome};
 
 use crate::op::{Data, Op, Outcome, Refusal};
+use crate::replicated::Cause;
 use crate::watch::{self, Fetch};
 use crate::write_path::Barrier;
 use crate::{Counters, Engine};
 
-/// What one request's execution needs from its connection: the counters
-/// to bump and the barrier its writes join.
+/// What one batch's execution needs from its connection: the counters
+/// to bump and the barrier its writes join. A `Cx` lives for one batch
+/// (one `Session::process` call), whose requests had all arrived before
+/// it began.
 pub struct Cx<'c> {
     pub counters: &'c Counters,
     pub barrier: &'c mut Barrier,
+    /// Cluster mode: a read barrier passed during this batch. Every read
+    /// of the batch arrived before it, so a read index taken then is
+    /// fresh enough for all of them: one barrier per batch, not per key.
+    pub read_fresh: bool,
     /// Set when cluster mode refused an operation because another node
     /// leads its group: the session may forward the request there.
     pub not_leader: bool,
@@ -115,7 +120,7 @@ impl Engine {
                 sw.vivify = w.vivify.map(|t| self.resolve_exptime(t, now));
                 let res = self.store.write_with(&sw, now, sink);
                 if self.watchers.wants(watch::MUTATIONS) {
-                    self.watch_store(&w, &sw, res, now);
+                    self.watch_store(&w, res, sw.exptime, sw.big.map_or(sw.value.len(), |b| b.len()), now);
                 }
                 if w.cas_command {
                     match res {
@@ -198,27 +203,18 @@ impl Engine {
         render(out)
     }
 
-    /// memcached's `type=item_store` line for a write and its outcome.
+    /// memcached's `type=item_store` line for a write and its outcome
+    /// (`exptime` resolved, `size` the value's).
     #[cold]
-    fn watch_store(&self, w: &crate::op::WriteOp<'_>, sw: &Write<'_>, res: WriteOutcome, now: recall_store::UnixSecs) {
-        let cmd = match (w.cas_command, w.mode) {
-            (true, _) => "cas",
-            (_, Mode::Set) => "set",
-            (_, Mode::Add) => "add",
-            (_, Mode::Replace) => "replace",
-            (_, Mode::Append) => "append",
-            (_, Mode::Prepend) => "prepend",
-        };
-        let status = match res {
-            WriteOutcome::Stored { .. } => "stored",
-            WriteOutcome::NotStored => "not_stored",
-            WriteOutcome::Exists => "exists",
-            WriteOutcome::NotFound => "not_found",
-            WriteOutcome::OutOfMemory => "no_memory",
-        };
-        let ttl = if sw.exptime == 0 { 0 } else { sw.exptime.saturating_sub(now) };
-        let size = sw.big.map_or(sw.value.len(), |b| b.len());
-        self.watchers.store(w.key, cmd, status, ttl, size);
+    pub(crate) fn watch_store(
+        &self,
+        w: &crate::op::WriteOp<'_>,
+        res: WriteOutcome,
+        exptime: recall_store::UnixSecs,
+        size: usize,
+        now: recall_store::UnixSecs,
+    ) {
+        self.watchers.store(w.key, Cause::of_write(w).name(), store_status(res), ttl_of(exptime, now), size);
     }
 
     /// The "before" stage of the write path: may this operation reach the
@@ -264,6 +260,26 @@ pub(crate) fn write_status(o: WriteOutcome) -> recall_proto::reply::Status {
         WriteOutcome::Exists => Status::Exists,
         WriteOutcome::NotFound => Status::NotFound,
         WriteOutcome::OutOfMemory => Status::StoreNoMemory,
+    }
+}
+
+/// memcached's `status=` word of a write's outcome in `watch mutations`.
+pub(crate) fn store_status(o: WriteOutcome) -> &'static str {
+    match o {
+        WriteOutcome::Stored { .. } => "stored",
+        WriteOutcome::NotStored => "not_stored",
+        WriteOutcome::Exists => "exists",
+        WriteOutcome::NotFound => "not_found",
+        WriteOutcome::OutOfMemory => "no_memory",
+    }
+}
+
+/// memcached's `ttl=` of a watched write: seconds left, 0 for none.
+pub(crate) fn ttl_of(exptime: recall_store::UnixSecs, now: recall_store::UnixSecs) -> u32 {
+    if exptime == 0 {
+        0
+    } else {
+        exptime.saturating_sub(now)
     }
 }
 

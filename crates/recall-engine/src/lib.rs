@@ -34,7 +34,7 @@ use recall_store::{Clock, Store, UnixSecs};
 pub use execute::Cx;
 pub use op::{Op, Outcome};
 pub use out::{Out, Segment};
-pub use replicated::{Applied, ClusterMap, Replicator};
+pub use replicated::{Applied, Cause, ClusterMap, Replicator};
 pub use session::{Processed, ProtocolChoice, Session};
 pub use stats::{Counters, Registry};
 pub use write_path::{Barrier, Observer, Observers};

@@ -45,9 +45,9 @@ use parking_lot::Mutex;
 use recall_record::OwnedRecord;
 use recall_store::{ApplyOutcome, ArithOutcome, DeleteOutcome, Mutation, Store, StoreConfig, WriteOutcome};
 
-use crate::op::{Op, Outcome, Refusal};
+use crate::op::{Data, Op, Outcome, Refusal, WriteOp};
 use crate::write_path::{Barrier, Observer};
-use crate::{Counters, Cx, Engine};
+use crate::{watch, Counters, Cx, Engine};
 
 /// A committed and applied effect, as the replica that proposed it saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +55,102 @@ pub struct Applied {
     /// The write timestamp the log gave it (its index).
     pub ts: u64,
     pub outcome: ApplyOutcome,
+}
+
+/// What the client asked for, carried in the log beside each effect: an
+/// effect says what a mutation did (an `append` is logged as the whole
+/// value), and every replica's `watch mutations` still names the command
+/// as memcached does (`cmd=append`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    Set,
+    Add,
+    Replace,
+    Append,
+    Prepend,
+    Cas,
+    Incr,
+    Decr,
+    Delete,
+    Flush,
+    /// touch, gat, mg `T`: the item with its new expiry.
+    Touch,
+}
+
+impl Cause {
+    const ALL: [Cause; 11] = [
+        Cause::Set,
+        Cause::Add,
+        Cause::Replace,
+        Cause::Append,
+        Cause::Prepend,
+        Cause::Cas,
+        Cause::Incr,
+        Cause::Decr,
+        Cause::Delete,
+        Cause::Flush,
+        Cause::Touch,
+    ];
+
+    /// The cause of a storage command (a binary APPEND with a CAS is an
+    /// append, as memcached logs it).
+    pub fn of_write(w: &WriteOp<'_>) -> Cause {
+        use recall_store::Mode;
+        match (w.cas_command, w.mode) {
+            (true, _) => Cause::Cas,
+            (_, Mode::Set) => Cause::Set,
+            (_, Mode::Add) => Cause::Add,
+            (_, Mode::Replace) => Cause::Replace,
+            (_, Mode::Append) => Cause::Append,
+            (_, Mode::Prepend) => Cause::Prepend,
+        }
+    }
+
+    /// The cause of a mutation; `None` for operations that propose nothing.
+    pub fn of(op: &Op<'_>) -> Option<Cause> {
+        match op {
+            Op::Write(w) => Some(Cause::of_write(w)),
+            Op::Delete(_) => Some(Cause::Delete),
+            Op::Arith(a) if a.incr => Some(Cause::Incr),
+            Op::Arith(_) => Some(Cause::Decr),
+            Op::Flush { .. } => Some(Cause::Flush),
+            Op::Read(r) if r.touch.is_some() => Some(Cause::Touch),
+            Op::Read(_) | Op::Replay(_) => None,
+        }
+    }
+
+    /// Its byte in a log entry.
+    pub fn code(self) -> u8 {
+        Cause::ALL.iter().position(|c| *c == self).map_or(0, |i| i as u8 + 1)
+    }
+
+    /// The inverse of [`Cause::code`]; `None` for a byte no version wrote.
+    pub fn from_code(code: u8) -> Option<Cause> {
+        Cause::ALL.get(usize::from(code).checked_sub(1)?).copied()
+    }
+
+    /// memcached's name for the command (`cmd=` in `watch`).
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Cause::Set => "set",
+            Cause::Add => "add",
+            Cause::Replace => "replace",
+            Cause::Append => "append",
+            Cause::Prepend => "prepend",
+            Cause::Cas => "cas",
+            Cause::Incr => "incr",
+            Cause::Decr => "decr",
+            Cause::Delete => "delete",
+            Cause::Flush => "flush_all",
+            Cause::Touch => "touch",
+        }
+    }
+
+    /// Whether `watch mutations` logs it: storage commands only, as on a
+    /// single node (incr, decr, delete and flush_all are not logged).
+    pub(crate) fn is_store(self) -> bool {
+        !matches!(self, Cause::Incr | Cause::Decr | Cause::Delete | Cause::Flush | Cause::Touch)
+    }
 }
 
 /// A consensus group, as the engine needs it. recall-raft implements it
@@ -72,9 +168,11 @@ pub trait Replicator: Send + Sync {
     /// applied every entry of earlier terms, so its store holds every
     /// committed effect.
     fn write_barrier(&self) -> Result<(), Refusal>;
-    /// Append `effect` (its `ts` is ignored: the log assigns it) to the
-    /// group's log, and return once it is committed and applied here.
-    fn propose(&self, effect: &recall_record::Record<'_>) -> Result<Applied, Refusal>;
+    /// Append `effect` (its `ts` is ignored: the log assigns it) with its
+    /// `cause` to the group's log, and return once it is committed and
+    /// applied here (every replica applies it with
+    /// [`Engine::apply_committed`]).
+    fn propose(&self, effect: &recall_record::Record<'_>, cause: Cause) -> Result<Applied, Refusal>;
     /// `stats` lines about the group as this node sees it (role, leader,
     /// term, log positions), names starting with `cluster_`.
     fn stats(&self) -> Vec<(&'static str, String)> {
@@ -266,8 +364,12 @@ impl Engine {
     ) -> Result<R, F> {
         match route(op) {
             Route::Refuse(r) => Ok(render(Outcome::Refused(r))),
+            Route::Read if cx.read_fresh => Err(render),
             Route::Read => match rep.replicator.read_barrier() {
-                Ok(()) => Err(render),
+                Ok(()) => {
+                    cx.read_fresh = true;
+                    Err(render)
+                }
                 Err(r) => Ok(render(refused(r, cx))),
             },
             Route::Write => match self.replicate_write(rep, op, cx.counters, |d, _| d) {
@@ -329,6 +431,9 @@ impl Engine {
         if let Err(r) = rep.replicator.write_barrier() {
             return then(Decided::Other(r), None);
         }
+        let Some(cause) = Cause::of(op) else {
+            return then(Decided::Other(Refusal::ClusterInternal), None);
+        };
         let key = match op {
             Op::Write(w) => w.key,
             Op::Delete(d) => d.key,
@@ -347,7 +452,7 @@ impl Engine {
         } else {
             (rep.stripe(key).lock(), Vec::new())
         };
-        let (decided, effect) = self.decide(rep, op, key, &scratch, counters);
+        let (decided, effect) = self.decide(rep, op, key, &scratch, counters, cause);
         then(decided, effect)
     }
 
@@ -360,6 +465,7 @@ impl Engine {
         key: &[u8],
         scratch: &Scratch,
         counters: &Counters,
+        cause: Cause,
     ) -> (Decided, Option<OwnedRecord>) {
         let now = self.now();
         let s = &scratch.engine;
@@ -389,21 +495,28 @@ impl Engine {
             }
         }
         let mut barrier = Barrier::default();
-        let decided = s.execute(op, &mut Cx { counters, barrier: &mut barrier, not_leader: false }, |o| match o {
-            Outcome::Write(w) => Decided::Write(w),
-            Outcome::Delete(d) => Decided::Delete(d),
-            Outcome::Arith(a) => Decided::Arith(a),
-            Outcome::Flushed => Decided::Flushed,
-            Outcome::FlushDisabled => Decided::FlushDisabled,
-            Outcome::Refused(r) => Decided::Other(r),
-            Outcome::Read(recall_store::Read::Hit(_)) => Decided::Touched,
-            Outcome::Read(recall_store::Read::Miss { .. }) => Decided::Missed,
-            Outcome::ReadLost | Outcome::Replayed(_) => Decided::Other(Refusal::ClusterInternal),
-        });
+        let decided = s.execute(
+            op,
+            &mut Cx { counters, barrier: &mut barrier, read_fresh: false, not_leader: false },
+            |o| match o {
+                Outcome::Write(w) => Decided::Write(w),
+                Outcome::Delete(d) => Decided::Delete(d),
+                Outcome::Arith(a) => Decided::Arith(a),
+                Outcome::Flushed => Decided::Flushed,
+                Outcome::FlushDisabled => Decided::FlushDisabled,
+                Outcome::Refused(r) => Decided::Other(r),
+                Outcome::Read(recall_store::Read::Hit(_)) => Decided::Touched,
+                Outcome::Read(recall_store::Read::Miss { .. }) => Decided::Missed,
+                Outcome::ReadLost | Outcome::Replayed(_) => Decided::Other(Refusal::ClusterInternal),
+            },
+        );
         let effects = std::mem::take(&mut *scratch.captured.0.lock());
+        if effects.is_empty() {
+            self.watch_refused(op, decided, now);
+        }
         let mut last = None;
         for e in &effects {
-            match rep.replicator.propose(&e.as_record()) {
+            match rep.replicator.propose(&e.as_record(), cause) {
                 Ok(a) => last = Some(a),
                 Err(r) => return (Decided::Other(r), None),
             }
@@ -426,22 +539,55 @@ fn refused(r: Refusal, cx: &mut Cx<'_>) -> Outcome<'static> {
     Outcome::Refused(r)
 }
 
-/// Apply a committed effect at log index `ts` to a replica's store: the
-/// one definition of "apply", for every replica of every group. The
-/// effect's own `ts` is ignored: the log's index is the timestamp, so every
-/// replica stamps it alike.
-pub fn apply_effect(
-    store: &Store,
-    effect: &recall_record::Record<'_>,
-    ts: u64,
-    now: recall_store::UnixSecs,
-) -> ApplyOutcome {
-    if effect.is_flush() {
-        store.flush_all(now, now);
-        store.raise_cas_floor(ts);
-        return ApplyOutcome::Applied;
+impl Engine {
+    /// A write refused where it was decided (nothing to propose) is
+    /// watched there, as a single node watches it: only the node the
+    /// client asked knows it was tried.
+    fn watch_refused(&self, op: &Op<'_>, decided: Decided, now: recall_store::UnixSecs) {
+        if let (Op::Write(w), Decided::Write(res)) = (op, decided) {
+            if self.watchers.wants(watch::MUTATIONS) {
+                let size = match w.data {
+                    Data::Bytes(b) => b.len(),
+                    Data::Big(b) => b.len(),
+                };
+                self.watch_store(w, res, self.resolve_exptime(w.exptime, now), size, now);
+            }
+        }
     }
-    store.apply(&recall_record::Record { ts, ..*effect }, now)
+
+    /// Apply a committed effect at log index `ts`: the one definition of
+    /// "apply", for every replica of every group, and the write path's
+    /// after stage for replicated writes. The store reports the mutation to
+    /// the observers under the key's shard lock, as for any local write,
+    /// and `watch mutations` logs it with its `cause`'s command name, on
+    /// every replica. The effect's own `ts` is ignored: the log's index is
+    /// the timestamp, so every replica stamps it alike.
+    ///
+    /// The observers' barrier is dropped: a replica acknowledges nobody,
+    /// and cluster mode runs no observer that returns one (a WAL or
+    /// snapshots with `--data-dir` are refused with it; the Raft log is
+    /// the durability).
+    pub fn apply_committed(&self, effect: &recall_record::Record<'_>, ts: u64, cause: Cause) -> ApplyOutcome {
+        let now = self.now();
+        let rec = self.observers.recorder();
+        let out = if effect.is_flush() {
+            self.flush(now, now, rec.sink());
+            self.store.raise_cas_floor(ts);
+            ApplyOutcome::Applied
+        } else {
+            self.store.apply_with(&recall_record::Record { ts, ..*effect }, now, rec.sink())
+        };
+        if !effect.tombstone && cause.is_store() && self.watchers.wants(watch::MUTATIONS) {
+            let status = match out {
+                ApplyOutcome::Applied => "stored",
+                ApplyOutcome::Stale => "not_stored",
+                ApplyOutcome::OutOfMemory => "no_memory",
+            };
+            let ttl = crate::execute::ttl_of(effect.exptime, now);
+            self.watchers.store(effect.key, cause.name(), status, ttl, effect.value.len());
+        }
+        out
+    }
 }
 
 /// The slot the engine keeps its replicated mode in (set once).

@@ -9,16 +9,18 @@ use recall_record::{OwnedRecord, Record};
 use recall_store::ManualClock;
 
 use crate::op::Refusal;
-use crate::replicated::{apply_effect, Applied, Replicator};
+use crate::replicated::{Applied, Cause, Replicator};
 use crate::tests::engine;
 use crate::{Engine, Out, ProtocolChoice, Session};
 
 const NOT_LEADER: &str = "SERVER_ERROR not leader; leader is 10.0.0.2:11211";
 
-/// A group of one: proposals apply at once, at the next index.
+/// A group whose proposals apply at once, at the next index, on the
+/// proposing engine and on its followers (`replicas`).
 #[derive(Default)]
 struct Group {
     engine: OnceLock<Weak<Engine>>,
+    replicas: Mutex<Vec<Arc<Engine>>>,
     index: AtomicU64,
     follower: AtomicBool,
     log: Mutex<Vec<OwnedRecord>>,
@@ -43,7 +45,7 @@ impl Replicator for Group {
         }
     }
 
-    fn propose(&self, effect: &Record<'_>) -> Result<Applied, Refusal> {
+    fn propose(&self, effect: &Record<'_>, cause: Cause) -> Result<Applied, Refusal> {
         if self.slow.load(Ordering::Relaxed) {
             std::thread::sleep(std::time::Duration::from_micros(300));
         }
@@ -51,7 +53,10 @@ impl Replicator for Group {
         let ts = self.index.fetch_add(1, Ordering::Relaxed) + 1;
         log.push(effect.to_owned());
         let e = self.engine.get().and_then(Weak::upgrade).expect("engine alive");
-        Ok(Applied { ts, outcome: apply_effect(&e.store, effect, ts, e.now()) })
+        for r in self.replicas.lock().unwrap().iter() {
+            r.apply_committed(effect, ts, cause);
+        }
+        Ok(Applied { ts, outcome: e.apply_committed(effect, ts, cause) })
     }
 }
 
@@ -234,7 +239,13 @@ fn a_touch_is_committed_as_the_item_with_its_new_expiry() {
 fn reads_pass_the_read_barrier_and_unsupported_operations_are_refused() {
     let (e, g) = replicated();
     assert_eq!(send(&e, b"get a b c\r\n"), "END\r\n");
-    assert_eq!(g.reads.load(Ordering::Relaxed), 3, "one barrier per key in this slice");
+    assert_eq!(g.reads.load(Ordering::Relaxed), 1, "one read barrier per batch, not per key");
+    assert_eq!(send(&e, b"get a\r\nmg b v\r\nget c d\r\n"), "END\r\nEN\r\nEND\r\n");
+    assert_eq!(g.reads.load(Ordering::Relaxed), 2, "one per batch, across requests");
+    g.follower.store(true, Ordering::Relaxed);
+    let refusal = send_unforwarded(&e, b"get a b\r\n");
+    assert_eq!(String::from_utf8_lossy(&refusal), format!("{NOT_LEADER}\r\n"), "a failed barrier is not remembered");
+    g.follower.store(false, Ordering::Relaxed);
     let refused = "SERVER_ERROR not supported in cluster mode yet\r\n";
     assert_eq!(send(&e, b"mg k N30\r\n"), refused);
     assert_eq!(send(&e, b"flush_all 10\r\n"), refused);
@@ -266,4 +277,87 @@ fn concurrent_writes_of_one_key_are_decided_one_after_the_other() {
     let values: Vec<u64> =
         effects(&g).into_iter().filter(|e| e.1 == "n").map(|e| e.2.trim().parse().unwrap()).collect();
     assert_eq!(values, (0..=total as u64).collect::<Vec<_>>());
+}
+
+/// Records what the write path's after stage hands its observers.
+#[derive(Default)]
+struct Seen(Mutex<Vec<(bool, String, String)>>);
+
+impl crate::write_path::Observer for Seen {
+    fn observe(&self, m: &recall_store::Mutation<'_>) -> crate::write_path::Barrier {
+        let value = String::from_utf8_lossy(&m.value.to_vec()).into_owned();
+        self.0.lock().unwrap().push((m.tombstone, String::from_utf8_lossy(m.key).into_owned(), value));
+        Default::default()
+    }
+}
+
+/// Everything a watcher has been sent, minus memcached's `ts=` and `gid=`.
+fn watched(w: &crate::watch::Watcher) -> Vec<String> {
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    match w.poll_lines(&mut cx) {
+        std::task::Poll::Ready(b) => String::from_utf8(b)
+            .unwrap()
+            .lines()
+            .map(|l| l.splitn(3, ' ').nth(2).unwrap_or_default().to_string())
+            .collect(),
+        std::task::Poll::Pending => Vec::new(),
+    }
+}
+
+#[test]
+fn replicated_writes_pass_the_write_path_s_after_stage_on_every_replica() {
+    let (leader, g) = replicated();
+    let follower = Arc::new(engine(Arc::new(ManualClock::new(1_700_000_000))));
+    g.replicas.lock().unwrap().push(follower.clone());
+    let (seen_l, seen_f) = (Arc::new(Seen::default()), Arc::new(Seen::default()));
+    assert!(leader.observers.install(vec![seen_l.clone()]));
+    assert!(follower.observers.install(vec![seen_f.clone()]));
+    let watch_l = leader.watchers.add(crate::watch::MUTATIONS).unwrap();
+    let watch_f = follower.watchers.add(crate::watch::MUTATIONS).unwrap();
+
+    assert_eq!(
+        send(&leader, b"set s 0 100 2\r\nab\r\nappend s 0 0 2\r\ncd\r\nadd s 0 0 1\r\nx\r\nincr s 1\r\n"),
+        "STORED\r\nSTORED\r\nNOT_STORED\r\nCLIENT_ERROR cannot increment or decrement non-numeric value\r\n"
+    );
+    assert_eq!(
+        send(&leader, b"set n 0 0 1\r\n1\r\nincr n 1\r\ndelete s\r\nflush_all\r\n"),
+        "STORED\r\n2\r\nDELETED\r\nOK\r\n"
+    );
+
+    // Every replica's observers see every committed mutation, in log
+    // order; refusals change nothing and are seen by nobody.
+    let mutations: Vec<(bool, String, String)> = vec![
+        (false, "s".into(), "ab".into()),
+        (false, "s".into(), "abcd".into()),
+        (false, "n".into(), "1".into()),
+        (false, "n".into(), "2".into()),
+        (true, "s".into(), "".into()),
+        (true, "".into(), "".into()),
+    ];
+    assert_eq!(*seen_f.0.lock().unwrap(), mutations, "the follower's observers");
+    assert_eq!(*seen_l.0.lock().unwrap(), mutations, "the leader's observers");
+
+    // `watch mutations` names the client's command on every replica; the
+    // refused `add` is watched where it was decided.
+    let stored = |cmd: &str, key: &str, ttl: u32, size: usize| {
+        format!("type=item_store key={key} status=stored cmd={cmd} ttl={ttl} clsid=1 cfd=0 size={size}")
+    };
+    let on_every = vec![stored("set", "s", 100, 2), stored("append", "s", 100, 4), stored("set", "n", 0, 1)];
+    assert_eq!(watched(&watch_f), on_every);
+    let mut on_leader = on_every.clone();
+    on_leader.insert(2, "type=item_store key=s status=not_stored cmd=add ttl=0 clsid=1 cfd=0 size=1".into());
+    assert_eq!(watched(&watch_l), on_leader);
+    assert_eq!(send(&follower, b"get n\r\n"), "END\r\n", "the flush applied on the follower too");
+}
+
+#[test]
+fn a_cause_round_trips_through_its_log_byte() {
+    for code in 0..=u8::MAX {
+        if let Some(c) = Cause::from_code(code) {
+            assert_eq!(c.code(), code);
+        }
+    }
+    assert_eq!(Cause::from_code(0), None);
+    assert_eq!(Cause::from_code(Cause::Touch.code() + 1), None);
 }

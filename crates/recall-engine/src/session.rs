@@ -239,7 +239,7 @@ impl Session {
 
     fn run(&mut self, engine: &Engine, input: &[u8], out: &mut Out, barrier: &mut Barrier) -> (usize, Action) {
         let counters = self.counters.clone();
-        let mut cx = Cx { counters: &counters, barrier, not_leader: false };
+        let mut cx = Cx { counters: &counters, barrier, read_fresh: false, not_leader: false };
         let mut pos = 0;
         // Replies past this many bytes in `out` stop the call.
         let limit = out.wire_len().saturating_add(self.reply_budget);

@@ -4,21 +4,34 @@
 
 use std::path::{Path, PathBuf};
 
+use glob::{MatchOptions, Pattern};
+
 use crate::value::{self, Identity};
 
 /// Before asking recall: is this file small enough to be cached whole?
+/// A file with several hard links is not cached: a write through one name
+/// invalidates only that name's key, and the identity check alone leaves
+/// the same-tick window open for the other names.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Plan {
-    /// Larger than the limit (or not a regular file): read the backing
+    /// Larger than the limit, not a regular file, or hard-linked: read the backing
     /// file directly, no cache traffic.
     PassThrough,
     /// Ask recall for the whole file.
     Ask,
+    /// Over the limit, chunked caching on: ask recall for the chunks a
+    /// read covers.
+    Chunks,
 }
 
-pub fn plan(limit: u64, fresh: &Identity, regular_file: bool) -> Plan {
-    if regular_file && fresh.size <= limit {
+/// `chunk_size` 0: chunked caching off.
+pub fn plan(limit: u64, chunk_size: u64, fresh: &Identity, regular_file: bool, links: u64) -> Plan {
+    if !regular_file || links > 1 {
+        Plan::PassThrough
+    } else if fresh.size <= limit {
         Plan::Ask
+    } else if chunk_size > 0 {
+        Plan::Chunks
     } else {
         Plan::PassThrough
     }
@@ -62,6 +75,26 @@ pub fn decide<'a>(fresh: &Identity, answer: Answer<'a>) -> Outcome<'a> {
     }
 }
 
+/// The same decision for chunk `index` (of `chunk_size` bytes) of a big
+/// file: a hit only if the value is that very chunk of this version.
+pub fn decide_chunk<'a>(fresh: &Identity, chunk_size: u64, index: u64, answer: Answer<'a>) -> Outcome<'a> {
+    match answer {
+        Answer::Unreachable => Outcome::Fallback,
+        Answer::Missing => Outcome::Miss,
+        Answer::Found(raw) => match value::decode_chunk(raw) {
+            Err(_) => Outcome::Corrupt,
+            Ok(c) if c.id == *fresh && c.chunk_size == chunk_size && c.index == index => Outcome::Hit(c.bytes),
+            Ok(_) => Outcome::Stale,
+        },
+    }
+}
+
+/// After reading a chunk from the backing file: as [`should_store`], with
+/// the chunk's expected length.
+pub fn should_store_chunk(before: &Identity, after: &Identity, expected: u64, read_len: usize) -> bool {
+    before == after && expected == read_len as u64
+}
+
 /// After reading the backing file for a miss: store the bytes only if the
 /// file's identity did not change while they were read (else they may mix
 /// two versions) and they are as long as that identity says.
@@ -92,6 +125,42 @@ pub fn invalidations(change: &Change<'_>) -> Vec<PathBuf> {
     }
 }
 
+/// The cache class of a file, as the expiry its value is stored with:
+/// paths matching a `--permanent` glob get none (memcached exptime 0, the
+/// prioritized cache's permanent class), all others the TTL (its
+/// temporary classes). A TTL of 0 makes everything permanent.
+#[derive(Debug, Clone, Default)]
+pub struct Classes {
+    permanent: Vec<Pattern>,
+    ttl: i32,
+}
+
+/// Globs match the path relative to the backing directory; `*` and `?`
+/// stay within one path component, `**` crosses them.
+const GLOB: MatchOptions =
+    MatchOptions { case_sensitive: true, require_literal_separator: true, require_literal_leading_dot: false };
+
+impl Classes {
+    /// `Err` names the glob that does not parse.
+    pub fn new(permanent: &[String], ttl: i32) -> Result<Classes, String> {
+        let permanent = permanent
+            .iter()
+            .map(|g| Pattern::new(g).map_err(|e| format!("--permanent {g:?}: {e}")))
+            .collect::<Result<_, _>>()?;
+        Ok(Classes { permanent, ttl })
+    }
+
+    /// The exptime to store the file at `rel` (relative to the backing
+    /// directory) with.
+    pub fn exptime(&self, rel: &Path) -> i32 {
+        if self.permanent.iter().any(|p| p.matches_path_with(rel, GLOB)) {
+            0
+        } else {
+            self.ttl
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,9 +172,12 @@ mod tests {
 
     #[test]
     fn plan_caches_small_regular_files_only() {
-        assert_eq!(plan(10, &id(10, 1), true), Plan::Ask);
-        assert_eq!(plan(10, &id(11, 1), true), Plan::PassThrough);
-        assert_eq!(plan(10, &id(0, 1), false), Plan::PassThrough);
+        assert_eq!(plan(10, 0, &id(10, 1), true, 1), Plan::Ask);
+        assert_eq!(plan(10, 0, &id(11, 1), true, 1), Plan::PassThrough);
+        assert_eq!(plan(10, 4, &id(11, 1), true, 1), Plan::Chunks);
+        assert_eq!(plan(10, 4, &id(0, 1), false, 1), Plan::PassThrough);
+        assert_eq!(plan(10, 4, &id(3, 1), true, 2), Plan::PassThrough);
+        assert_eq!(plan(10, 4, &id(30, 1), true, 2), Plan::PassThrough);
     }
 
     #[test]
@@ -134,10 +206,38 @@ mod tests {
     }
 
     #[test]
+    fn a_chunk_hits_only_as_that_chunk_of_this_version() {
+        let fresh = id(10, 100);
+        let v = value::encode_chunk(&fresh, 4, 1, b"efgh");
+        assert_eq!(decide_chunk(&fresh, 4, 1, Answer::Found(&v)), Outcome::Hit(b"efgh"));
+        assert_eq!(decide_chunk(&id(10, 101), 4, 1, Answer::Found(&v)), Outcome::Stale);
+        assert_eq!(decide_chunk(&fresh, 4, 0, Answer::Found(&v)), Outcome::Stale, "another chunk");
+        assert_eq!(decide_chunk(&fresh, 8, 1, Answer::Found(&v)), Outcome::Stale, "another chunk size");
+        assert_eq!(decide_chunk(&fresh, 4, 1, Answer::Found(&encode(&id(4, 1), b"abcd"))), Outcome::Corrupt);
+        assert_eq!(decide_chunk(&fresh, 4, 1, Answer::Missing), Outcome::Miss);
+        assert_eq!(decide_chunk(&fresh, 4, 1, Answer::Unreachable), Outcome::Fallback);
+        assert!(should_store_chunk(&fresh, &fresh, 4, 4));
+        assert!(!should_store_chunk(&fresh, &fresh, 4, 3));
+        assert!(!should_store_chunk(&fresh, &id(10, 101), 4, 4));
+    }
+
+    #[test]
     fn store_only_a_consistent_read() {
         assert!(should_store(&id(3, 1), &id(3, 1), 3));
         assert!(!should_store(&id(3, 1), &id(3, 2), 3));
         assert!(!should_store(&id(3, 1), &id(3, 1), 2));
+    }
+
+    #[test]
+    fn permanent_globs_get_no_expiry_others_the_ttl() {
+        let c = Classes::new(&["*.idx".into(), "static/**".into()], 600).unwrap();
+        assert_eq!(c.exptime(Path::new("a.idx")), 0);
+        assert_eq!(c.exptime(Path::new("static/css/site.css")), 0);
+        assert_eq!(c.exptime(Path::new("dir/a.idx")), 600, "* stays within one component");
+        assert_eq!(c.exptime(Path::new("a.txt")), 600);
+        assert_eq!(Classes::new(&[], 0).unwrap().exptime(Path::new("a.txt")), 0);
+        let err = Classes::new(&["[".into()], 1).unwrap_err();
+        assert!(err.contains("--permanent \"[\""), "{err}");
     }
 
     #[test]

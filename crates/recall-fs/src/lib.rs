@@ -10,9 +10,15 @@
 //! * [`value`]: the stored value's format (one definition, fuzzed).
 //! * [`cache`]: the hit/miss/stale/fallback and invalidation decisions, pure.
 //! * [`stats`]: the counters behind `.recall-fs/stats`.
-//! * [`fs`]: the `fuser::Filesystem` carrying the decisions out.
+//! * [`wbuf`]: the per-handle write buffer, pure.
+//! * [`inodes`]: the mount's inode table (paths, lookup counts).
+//! * [`cached`]: the read cache carried out against recall and the files.
+//! * [`fs`]: the `fuser::Filesystem`: the pass-through and its handles.
 
 pub mod cache;
+pub mod cached;
 pub mod fs;
+pub mod inodes;
 pub mod stats;
 pub mod value;
+pub mod wbuf;

@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use fuser::MountOption;
-use recall_fs::fs::{Config, RecallFs, Remote, CTL_DIR};
+use recall_fs::cache::Classes;
+use recall_fs::fs::{Config, Delay, RecallFs, Remote, CTL_DIR};
 
 #[derive(Parser, Debug)]
 #[command(name = "recall-fs", about = "Mount a directory through a small-file read cache in recall")]
@@ -26,7 +27,8 @@ struct Args {
     /// Where to mount it (with --stats: the mount to report on).
     #[arg(long)]
     mount: PathBuf,
-    /// recall servers, HOST:PORT, comma-separated (keys spread by ketama).
+    /// recall servers, HOST:PORT, comma-separated (keys spread by ketama);
+    /// `--servers ''` mounts without a cache (a plain pass-through).
     #[arg(long, value_delimiter = ',', required_unless_present = "stats")]
     servers: Vec<String>,
     /// Regular files up to this many bytes are cached whole.
@@ -36,9 +38,33 @@ struct Args {
     /// past it the backing directory answers.
     #[arg(long, default_value_t = 200)]
     timeout_ms: u64,
-    /// Expiry of cached files in seconds (0: none).
-    #[arg(long, default_value_t = 0)]
+    /// Expiry of cached files in seconds (0: none), except those matching
+    /// a --permanent glob. Non-zero by default so that, under the
+    /// prioritized cache, files an operator marks permanent are kept apart
+    /// from the rest (and orphaned chunks leave within the hour).
+    #[arg(long, default_value_t = 3600)]
     exptime: i32,
+    /// Files whose path (relative to --backing) matches this glob are
+    /// cached without expiry, the prioritized cache's permanent class;
+    /// repeatable. `*` stays within a path component, `**` crosses them.
+    #[arg(long, value_name = "GLOB")]
+    permanent: Vec<String>,
+    /// Cache files over --max-file-size as chunks of this many bytes, so
+    /// partial reads of big files are served from recall too (0: off).
+    #[arg(long, default_value_t = 0)]
+    chunk_size: u64,
+    /// Bytes of writes each open file collects before they reach the
+    /// backing file (the paper's 512 KB; 0: write through at once).
+    #[arg(long, default_value_t = recall_fs::wbuf::DEFAULT_CAPACITY)]
+    write_buffer: usize,
+    /// Benchmarks only: sleep this many microseconds before each backing
+    /// read or write call, emulating a slow backing store.
+    #[arg(long, default_value_t = 0, hide = true)]
+    backing_delay_us: u64,
+    /// Benchmarks only: sleep this many microseconds before each backing
+    /// lookup, getattr, setattr, open and create.
+    #[arg(long, default_value_t = 0, hide = true)]
+    backing_meta_delay_us: u64,
     /// Let other users than the mounting one use the mount.
     #[arg(long)]
     allow_other: bool,
@@ -84,17 +110,33 @@ fn run(args: Args) -> Result<(), String> {
         return Err(format!("{}: not a directory", backing.display()));
     }
     let timeout = Duration::from_millis(args.timeout_ms);
-    let builder = args
-        .servers
-        .iter()
-        .fold(recall_client::Client::builder(), |b, s| b.server(s.as_str()))
-        .connect_timeout(timeout)
-        .request_timeout(timeout);
-    let client = recall_client::blocking::Client::from_builder(builder).map_err(|e| format!("recall client: {e}"))?;
+    let servers: Vec<&String> = args.servers.iter().filter(|s| !s.is_empty()).collect();
+    let remote = if servers.is_empty() {
+        None
+    } else {
+        let builder = servers
+            .iter()
+            .fold(recall_client::Client::builder(), |b, s| b.server(s.as_str()))
+            .connect_timeout(timeout)
+            .request_timeout(timeout);
+        let client =
+            recall_client::blocking::Client::from_builder(builder).map_err(|e| format!("recall client: {e}"))?;
+        Some(Box::new(client) as Box<dyn Remote>)
+    };
     let (tx, rx) = mpsc::channel();
     signals(tx.clone())?;
-    let cfg = Config { backing: backing.clone(), max_file_size: args.max_file_size, exptime: args.exptime };
-    let fs = RecallFs::new(cfg, Some(Box::new(client) as Box<dyn Remote>), Some(tx));
+    let cfg = Config {
+        backing: backing.clone(),
+        max_file_size: args.max_file_size,
+        classes: Classes::new(&args.permanent, args.exptime)?,
+        write_buffer: args.write_buffer,
+        chunk_size: args.chunk_size,
+        delay: Delay {
+            data: Duration::from_micros(args.backing_delay_us),
+            meta: Duration::from_micros(args.backing_meta_delay_us),
+        },
+    };
+    let fs = RecallFs::new(cfg, remote, Some(tx));
     let mut opts = vec![
         MountOption::FSName(format!("recall-fs:{}", backing.display())),
         MountOption::Subtype("recall-fs".into()),

@@ -20,12 +20,21 @@ pub struct Stats {
     /// recalld's default `-I 1m` leaves no room for the header of a file
     /// of exactly 1 MiB).
     pub store_refused: u64,
+    /// Chunks of big files served from recall (chunked caching).
+    pub chunk_hits: u64,
+    /// Chunks recall had no current copy of (read from the backing file).
+    pub chunk_misses: u64,
+    /// FUSE write requests.
+    pub writes: u64,
+    /// Writes to backing files: fewer than `writes` when the write buffer
+    /// collected several into one.
+    pub backing_writes: u64,
 }
 
 impl Stats {
     pub fn render(&self) -> String {
         format!(
-            "hits {}\nmisses {}\nstale {}\nbytes_from_cache {}\ninvalidations {}\nfallbacks {}\npassthrough {}\nstore_refused {}\n",
+            "hits {}\nmisses {}\nstale {}\nbytes_from_cache {}\ninvalidations {}\nfallbacks {}\npassthrough {}\nstore_refused {}\nchunk_hits {}\nchunk_misses {}\nwrites {}\nbacking_writes {}\n",
             self.hits,
             self.misses,
             self.stale,
@@ -33,7 +42,11 @@ impl Stats {
             self.invalidations,
             self.fallbacks,
             self.passthrough,
-            self.store_refused
+            self.store_refused,
+            self.chunk_hits,
+            self.chunk_misses,
+            self.writes,
+            self.backing_writes
         )
     }
 

@@ -4,122 +4,15 @@
 //! when /dev/fuse is absent.
 
 use std::fs::{self, File, FileTimes, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::mpsc;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use recall_fs::stats::Stats;
 use recall_testkit::Recalld;
 
-const LIMIT: Duration = Duration::from_secs(30);
-
-fn fuse_available() -> bool {
-    if Path::new("/dev/fuse").exists() {
-        return true;
-    }
-    eprintln!("SKIPPED: /dev/fuse is absent, recall-fs cannot mount here");
-    false
-}
-
-/// A fresh directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "recall-fs-test-{}-{}-{tag}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = fs::remove_dir_all(&p);
-        fs::create_dir_all(&p).expect("create temp dir");
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A running `recall-fs`; SIGTERM (and, if it does not exit in time,
-/// SIGKILL plus a lazy `fusermount3 -u`) on drop.
-struct Mount {
-    child: Option<Child>,
-    mnt: PathBuf,
-    // Dropped after the unmount (fields drop in order).
-    _mnt_dir: TempDir,
-}
-
-impl Mount {
-    fn start(backing: &Path, servers: &str) -> Mount {
-        let mnt_dir = TempDir::new("mnt");
-        let mnt = mnt_dir.0.clone();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_recall-fs"))
-            .arg("--backing")
-            .arg(backing)
-            .arg("--mount")
-            .arg(&mnt)
-            .args(["--servers", servers, "--timeout-ms", "500"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn recall-fs");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let m = Mount { child: Some(child), mnt, _mnt_dir: mnt_dir };
-        // recall-fs prints this after the mount syscall succeeded: no polling.
-        match rx.recv_timeout(LIMIT) {
-            Ok(l) if l.starts_with("mounted at ") => m,
-            other => panic!("recall-fs did not report its mount: {other:?}"),
-        }
-    }
-
-    fn path(&self, rel: &str) -> PathBuf {
-        self.mnt.join(rel)
-    }
-
-    fn stats(&self) -> String {
-        fs::read_to_string(self.path(".recall-fs/stats")).expect("read the stats control file")
-    }
-
-    fn stat(&self, name: &str) -> u64 {
-        let s = self.stats();
-        Stats::field(&s, name).unwrap_or_else(|| panic!("no {name} in stats:\n{s}"))
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let Some(mut child) = self.child.take() else { return };
-        // SAFETY: signalling our own child by its pid.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let (tx, rx) = mpsc::channel();
-        let pid = child.id();
-        std::thread::spawn(move || {
-            let _ = tx.send(child.wait());
-        });
-        if rx.recv_timeout(LIMIT).is_err() {
-            // SAFETY: as above.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-        }
-        // Harmless when already unmounted; clears a mount left by a crash.
-        let _ = Command::new("fusermount3").arg("-u").arg("-z").arg(&self.mnt).stderr(Stdio::null()).status();
-    }
-}
+mod common;
+use common::{fuse_available, Mount, TempDir};
 
 fn set_mtime(path: &Path, t: SystemTime) {
     File::options()
@@ -300,4 +193,241 @@ fn concurrent_reader_sees_the_last_write_once_writes_stop() {
     assert_eq!(fs::read(&f).unwrap(), version(199));
     assert_eq!(fs::read(&f).unwrap(), version(199));
     assert_eq!(m.stat("fallbacks"), 0);
+}
+
+/// The bytes of the `i`th 4 KiB piece the write-buffer tests write.
+fn piece(i: usize) -> Vec<u8> {
+    (0..4096).map(|j| (i * 31 + j) as u8).collect()
+}
+
+#[test]
+fn write_buffer_collects_writes_and_every_reader_sees_them() {
+    if !fuse_available() {
+        return;
+    }
+    let srv = Recalld::start(["-I", "2m"]).expect("recalld");
+    let backing = TempDir::new("backing");
+    let m = Mount::start(&backing.0, &srv.addr().to_string());
+    let f = m.path("log");
+    let mut w = File::create(&f).unwrap();
+    let mut expected = Vec::new();
+    let mut lagged = false;
+    // 256 writes of 4 KiB through one handle: 1 MiB, two buffers' worth.
+    for i in 0..256 {
+        w.write_all(&piece(i)).unwrap();
+        expected.extend_from_slice(&piece(i));
+        // Behind the mount's back the backing file lags while the buffer
+        // holds the tail (looked at before anything through the mount
+        // drains it)...
+        let behind = fs::metadata(backing.0.join("log")).unwrap().len();
+        assert!(behind <= expected.len() as u64);
+        lagged |= behind < expected.len() as u64;
+        // ...but through the mount, by any handle, nothing is missing.
+        if i % 37 == 0 {
+            assert_eq!(fs::metadata(&f).unwrap().len(), expected.len() as u64);
+            assert_eq!(fs::read(&f).unwrap(), expected);
+        }
+    }
+    assert!(lagged, "the writes were buffered at some point");
+    drop(w);
+    assert_eq!(fs::read(backing.0.join("log")).unwrap(), expected, "all written at close");
+    assert_eq!(fs::read(&f).unwrap(), expected);
+    assert_eq!(m.stat("writes"), 256);
+    let backing_writes = m.stat("backing_writes");
+    // The reads every 37 writes each drain a partial buffer.
+    assert!(backing_writes <= 2 + 256 / 37 + 1, "{backing_writes} backing writes for 256 writes");
+
+    // Append: O_APPEND handles buffer too, and a read of the same file in
+    // between (another handle) sees every acknowledged append.
+    let a = m.path("appended");
+    fs::write(&a, b"head\n").unwrap();
+    let mut h = OpenOptions::new().append(true).open(&a).unwrap();
+    let mut want = b"head\n".to_vec();
+    for i in 0..50 {
+        let line = format!("line {i}\n");
+        h.write_all(line.as_bytes()).unwrap();
+        want.extend_from_slice(line.as_bytes());
+        if i % 10 == 9 {
+            assert_eq!(fs::read(&a).unwrap(), want);
+        }
+    }
+    h.sync_all().unwrap();
+    assert_eq!(fs::read(backing.0.join("appended")).unwrap(), want, "fsync wrote the buffer");
+    drop(h);
+    assert_eq!(fs::read(&a).unwrap(), want);
+
+    // A truncate by path lands after the buffered writes of an open handle.
+    let t = m.path("t");
+    let mut h = File::create(&t).unwrap();
+    h.write_all(b"0123456789").unwrap();
+    OpenOptions::new().write(true).open(&t).unwrap().set_len(4).unwrap();
+    assert_eq!(fs::read(&t).unwrap(), b"0123");
+    h.write_all_at(b"XY", 2).unwrap();
+    drop(h);
+    assert_eq!(fs::read(&t).unwrap(), b"01XY");
+    assert_eq!(fs::read(backing.0.join("t")).unwrap(), b"01XY");
+}
+
+#[test]
+fn a_concurrent_reader_only_ever_sees_a_prefix_of_the_appends() {
+    if !fuse_available() {
+        return;
+    }
+    let srv = Recalld::start(["-I", "2m"]).expect("recalld");
+    let backing = TempDir::new("backing");
+    let m = Mount::start(&backing.0, &srv.addr().to_string());
+    let f = m.path("grow");
+    let pieces = 300;
+    let full: Vec<u8> = (0..pieces).flat_map(piece).collect();
+    let mut w = File::create(&f).unwrap();
+    std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let mut last = 0;
+            for _ in 0..300 {
+                let got = fs::read(&f).expect("read while another handle writes");
+                assert!(got.len() >= last, "the file shrank from {last} to {}", got.len());
+                assert_eq!(got[..], full[..got.len()], "not a prefix of what was written");
+                last = got.len();
+            }
+        });
+        for i in 0..pieces {
+            w.write_all(&piece(i)).unwrap();
+        }
+        reader.join().unwrap();
+    });
+    drop(w);
+    assert_eq!(fs::read(&f).unwrap(), full);
+    assert_eq!(m.stat("fallbacks"), 0);
+}
+
+#[test]
+fn without_a_write_buffer_every_write_goes_through() {
+    if !fuse_available() {
+        return;
+    }
+    let srv = Recalld::start(Vec::<String>::new()).expect("recalld");
+    let backing = TempDir::new("backing");
+    let m = Mount::start_with(&backing.0, &srv.addr().to_string(), &["--write-buffer", "0"]);
+    let mut w = File::create(m.path("f")).unwrap();
+    for i in 0..20 {
+        w.write_all(&piece(i)).unwrap();
+        assert_eq!(fs::metadata(backing.0.join("f")).unwrap().len(), 4096 * (i as u64 + 1));
+    }
+    drop(w);
+    assert_eq!((m.stat("writes"), m.stat("backing_writes")), (20, 20));
+}
+
+#[test]
+fn links_symlinks_and_fifos_pass_through() {
+    if !fuse_available() {
+        return;
+    }
+    let srv = Recalld::start(Vec::<String>::new()).expect("recalld");
+    let backing = TempDir::new("backing");
+    let m = Mount::start(&backing.0, &srv.addr().to_string());
+    fs::write(m.path("a"), b"one").unwrap();
+    assert_eq!(fs::read(m.path("a")).unwrap(), b"one");
+    fs::hard_link(m.path("a"), m.path("b")).unwrap();
+    assert_eq!(fs::read(m.path("b")).unwrap(), b"one");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(fs::metadata(m.path("a")).unwrap().nlink(), 2);
+    // Written through one name, read through the other at once (same
+    // size, likely the same timestamp tick): never the old bytes.
+    for i in 0..20u8 {
+        fs::write(m.path("a"), [b'a' + i; 3]).unwrap();
+        assert_eq!(fs::read(m.path("b")).unwrap(), [b'a' + i; 3]);
+        fs::write(m.path("b"), [b'A' + i; 3]).unwrap();
+        assert_eq!(fs::read(m.path("a")).unwrap(), [b'A' + i; 3]);
+    }
+    std::os::unix::fs::symlink("a", m.path("s")).unwrap();
+    assert_eq!(fs::read_link(m.path("s")).unwrap(), Path::new("a"));
+    assert_eq!(fs::read(m.path("s")).unwrap(), fs::read(m.path("a")).unwrap());
+    assert!(fs::symlink_metadata(backing.0.join("s")).unwrap().file_type().is_symlink());
+    let fifo = std::ffi::CString::new(m.path("p").into_os_string().into_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0, "{}", std::io::Error::last_os_error());
+    use std::os::unix::fs::FileTypeExt;
+    assert!(fs::metadata(backing.0.join("p")).unwrap().file_type().is_fifo());
+}
+
+/// The remaining TTL recalld reports for `key` (`mg KEY t`: -1 is none),
+/// or None when it holds no such item.
+fn ttl_of(srv: &Recalld, key: &str) -> Option<i64> {
+    use std::io::{BufRead, BufReader};
+    let mut s = std::net::TcpStream::connect(srv.addr()).expect("connect to recalld");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(format!("mg {key} t\r\n").as_bytes()).unwrap();
+    let mut line = String::new();
+    BufReader::new(&s).read_line(&mut line).unwrap();
+    if line.starts_with("EN") {
+        return None;
+    }
+    let t = line.split_whitespace().find_map(|f| f.strip_prefix('t')).unwrap_or_else(|| panic!("mg answer {line:?}"));
+    Some(t.parse().unwrap())
+}
+
+#[test]
+fn permanent_globs_are_cached_without_expiry_others_with_the_ttl() {
+    if !fuse_available() {
+        return;
+    }
+    let srv = Recalld::start(Vec::<String>::new()).expect("recalld");
+    let backing = TempDir::new("backing");
+    fs::create_dir(backing.0.join("static")).unwrap();
+    for name in ["a.idx", "a.txt", "static/logo.png"] {
+        fs::write(backing.0.join(name), name.as_bytes()).unwrap();
+    }
+    let args = ["--exptime", "600", "--permanent", "*.idx", "--permanent", "static/**"];
+    let m = Mount::start_with(&backing.0, &srv.addr().to_string(), &args);
+    for name in ["a.idx", "a.txt", "static/logo.png"] {
+        assert_eq!(fs::read(m.path(name)).unwrap(), name.as_bytes());
+    }
+    assert_eq!(m.stat("misses"), 3);
+    let key = |name: &str| recall_fs::fs::cache_key(&backing.0.canonicalize().unwrap().join(name));
+    assert_eq!(ttl_of(&srv, &key("a.idx")), Some(-1), "permanent: no expiry");
+    assert_eq!(ttl_of(&srv, &key("static/logo.png")), Some(-1));
+    let t = ttl_of(&srv, &key("a.txt")).expect("cached");
+    assert!((1..=600).contains(&t), "temporary: the TTL, got {t}");
+}
+
+#[test]
+fn big_files_are_cached_in_chunks_and_partial_reads_hit() {
+    if !fuse_available() {
+        return;
+    }
+    let mut srv = Recalld::start(Vec::<String>::new()).expect("recalld");
+    let backing = TempDir::new("backing");
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i % 249) as u8).collect();
+    fs::write(backing.0.join("big"), &big).unwrap();
+    let args = ["--max-file-size", "16384", "--chunk-size", "65536"];
+    let m = Mount::start_with(&backing.0, &srv.addr().to_string(), &args);
+    let f = m.path("big");
+    assert_eq!(fs::read(&f).unwrap(), big);
+    // 300 000 bytes: chunks 0..=4.
+    assert_eq!((m.stat("chunk_misses"), m.stat("chunk_hits")), (5, 0));
+    assert_eq!(fs::read(&f).unwrap(), big);
+    assert_eq!((m.stat("chunk_misses"), m.stat("chunk_hits")), (5, 5));
+    // A partial read on a fresh open: only the chunk it covers, from recall.
+    let mut part = vec![0u8; 5000];
+    File::open(&f).unwrap().read_exact_at(&mut part, 140_000).unwrap();
+    assert_eq!(part, big[140_000..145_000]);
+    assert_eq!(m.stat("chunk_hits"), 6);
+    assert_eq!(m.stat("passthrough"), 0);
+
+    // A same-size overwrite through the mount (likely within one timestamp
+    // tick of the cached copy): the epoch is gone, nothing old is served.
+    let mut changed = big.clone();
+    for round in 0..10u8 {
+        changed[200_000] = round;
+        OpenOptions::new().write(true).open(&f).unwrap().write_all_at(&[round], 200_000).unwrap();
+        assert_eq!(fs::read(&f).unwrap(), changed);
+    }
+    // Behind the mount's back, another size: the identity catches it.
+    changed.truncate(250_000);
+    fs::write(backing.0.join("big"), &changed).unwrap();
+    assert_eq!(fs::read(&f).unwrap(), changed);
+
+    srv.kill9();
+    assert_eq!(fs::read(&f).unwrap(), changed, "read from the backing file");
+    assert!(m.stat("fallbacks") >= 1);
 }

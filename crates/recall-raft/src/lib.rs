@@ -6,7 +6,8 @@
 //! [`recall_engine::Replicator`]; this crate implements it over openraft,
 //! so openraft's types stay here.
 //!
-//! * `log_store.rs`: the Raft log (in memory in this slice);
+//! * `log_store.rs`: the Raft log, in memory, and `log_disk.rs`: the same
+//!   log on disk with group-committed fsync (`--cluster-log-dir`);
 //! * `state_machine.rs`: committed effects → `Store::apply`, snapshots;
 //! * `network.rs`: the RPC between nodes (length-prefixed frames on TCP);
 //! * this file: the type configuration, starting a node, and the
@@ -15,6 +16,7 @@
 //! Layout, guarantees and what is not done yet:
 //! docs/design/replication.md.
 
+pub mod log_disk;
 mod log_store;
 pub mod network;
 mod state_machine;
@@ -32,19 +34,24 @@ use std::time::Duration;
 use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::{BasicNode, ServerState};
 use recall_engine::op::Refusal;
-use recall_engine::{Applied, ClusterMap, Engine, Replicator};
+use recall_engine::{Applied, Cause, ClusterMap, Engine, Replicator};
 use serde::{Deserialize, Serialize};
 
 pub type NodeId = u64;
 
 /// One log entry's payload: a `recall_record::Record` in its one encoding
-/// (its timestamp field is 0; the entry's log index is the timestamp).
+/// (its timestamp field is 0; the entry's log index is the timestamp),
+/// and the client's command that caused it
+/// ([`recall_engine::Cause::code`], for replicas' `watch mutations`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Effect(pub Vec<u8>);
+pub struct Effect {
+    pub cause: u8,
+    pub record: Vec<u8>,
+}
 
 impl std::fmt::Display for Effect {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "effect({} bytes)", self.0.len())
+        write!(f, "effect({} bytes)", self.record.len())
     }
 }
 
@@ -87,12 +94,15 @@ pub struct ClusterConfig {
     /// How long a client's request waits for the group before it gets an
     /// error.
     pub timeout: Duration,
+    /// Keep the Raft log (and vote) on disk here; `None`: in memory only.
+    pub log_dir: Option<std::path::PathBuf>,
 }
 
 /// A running node: its Raft, the runtime its Raft and RPC run on, and the
 /// reply lines that name each possible leader.
 pub struct Node {
     raft: Raft,
+    log: log_store::LogStore,
     rt: tokio::runtime::Runtime,
     timeout: Duration,
     not_leader: BTreeMap<NodeId, &'static str>,
@@ -145,12 +155,16 @@ impl Node {
         let listen = me.raft;
         let members: BTreeMap<NodeId, BasicNode> =
             cfg.peers.iter().map(|(id, p)| (*id, BasicNode { addr: p.raft.to_string() })).collect();
+        let log = match &cfg.log_dir {
+            Some(dir) => log_store::LogStore::open(dir, cfg.node_id)?,
+            None => log_store::LogStore::default(),
+        };
         let raft = rt.block_on(async {
             let raft = Raft::new(
                 cfg.node_id,
                 Arc::new(raft_cfg),
                 network::Network,
-                log_store::LogStore::default(),
+                log.clone(),
                 state_machine::StateMachine::new(engine),
             )
             .await
@@ -179,7 +193,7 @@ impl Node {
             })
             .collect();
         let members = cfg.peers.iter().map(|(id, p)| (*id, p.client.clone())).collect();
-        Ok(Arc::new(Node { raft, rt, timeout: cfg.timeout, not_leader, members, unresolved: Default::default() }))
+        Ok(Arc::new(Node { raft, log, rt, timeout: cfg.timeout, not_leader, members, unresolved: Default::default() }))
     }
 
     /// The line that tells a client who leads (or that nobody does yet).
@@ -276,11 +290,13 @@ impl Replicator for Node {
         }
     }
 
-    fn propose(&self, effect: &recall_record::Record<'_>) -> Result<Applied, Refusal> {
+    fn propose(&self, effect: &recall_record::Record<'_>, cause: Cause) -> Result<Applied, Refusal> {
         let mut bytes = Vec::with_capacity(effect.encoded_len());
         effect.encode(&mut bytes);
         let raft = self.raft.clone();
-        match self.wait_proposal(async move { raft.client_write(Effect(bytes)).await })? {
+        match self
+            .wait_proposal(async move { raft.client_write(Effect { cause: cause.code(), record: bytes }).await })?
+        {
             Ok(resp) => Ok(Applied { ts: resp.data.ts, outcome: state_machine::outcome_of(resp.data.outcome) }),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(self.not_leader(f.leader_id)),
             Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(_))) => Err(Refusal::Replication(FAILED)),
@@ -304,13 +320,20 @@ impl Replicator for Node {
             ServerState::Learner => "learner",
             ServerState::Shutdown => "shutdown",
         };
-        vec![
+        let mut lines = vec![
             ("cluster_node_id", m.id.to_string()),
             ("cluster_role", role.to_string()),
             ("cluster_leader", m.current_leader.unwrap_or(0).to_string()),
             ("cluster_term", m.current_term.to_string()),
             ("cluster_last_log_index", m.last_log_index.unwrap_or(0).to_string()),
             ("cluster_last_applied", m.last_applied.map_or(0, |l| l.index).to_string()),
-        ]
+        ];
+        // The log on disk: fsyncs against entries written show group
+        // commit at work.
+        if let Some((syncs, entries)) = self.log.disk_counts() {
+            lines.push(("cluster_log_fsyncs", syncs.to_string()));
+            lines.push(("cluster_log_entries_written", entries.to_string()));
+        }
+        lines
     }
 }

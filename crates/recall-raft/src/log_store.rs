@@ -1,7 +1,15 @@
-//! The Raft log, in memory (this slice's choice; see
-//! docs/design/replication.md). Quorum replication is its only durability:
-//! a node that loses its memory must rejoin as a new member, never under
-//! its old identity, since it forgot what it voted and acknowledged.
+//! The Raft log: in memory, and with `--cluster-log-dir` also on disk
+//! (`log_disk.rs`; docs/design/replication.md, "Durability").
+//!
+//! In memory only, quorum replication is its only durability: a node that
+//! loses its memory must rejoin as a new member, never under its old
+//! identity, since it forgot what it voted and acknowledged. On disk, an
+//! append is reported flushed only after its frame is fsynced (group
+//! committed), and a vote is durable before `save_vote` returns.
+//!
+//! The entries openraft reads back are served from memory either way;
+//! purging after a snapshot frees memory only (the file keeps every entry
+//! so a restart can re-apply the whole log).
 //!
 //! Shaped after openraft's own in-memory example log store
 //! (`examples/memstore`), for the one type configuration recall uses.
@@ -12,16 +20,36 @@ use std::ops::RangeBounds;
 use std::sync::Arc;
 
 use openraft::storage::{LogFlushed, RaftLogStorage};
-use openraft::{Entry, LogId, LogState, RaftLogId, RaftLogReader, StorageError, Vote};
+use openraft::{Entry, LogId, LogState, RaftLogId, RaftLogReader, StorageError, StorageIOError, Vote};
 use tokio::sync::Mutex;
 
+use crate::log_disk::{Disk, LogWrite};
 use crate::{NodeId, TypeConfig};
 
 /// The log, its vote and its committed position. Cloning shares it (the
 /// log reader openraft asks for is a clone).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct LogStore {
     inner: Arc<Mutex<Inner>>,
+    disk: Option<Arc<Disk>>,
+}
+
+impl LogStore {
+    /// A log on disk in `dir`, read back (see `log_disk.rs`).
+    pub fn open(dir: &std::path::Path, id: NodeId) -> std::io::Result<LogStore> {
+        let (disk, rec) = Disk::open(dir, id)?;
+        let inner = Inner { log: rec.log, vote: rec.vote, ..Default::default() };
+        Ok(LogStore { inner: Arc::new(Mutex::new(inner)), disk: Some(disk) })
+    }
+
+    /// (fsyncs, entries written) of the log on disk since start.
+    pub fn disk_counts(&self) -> Option<(u64, u64)> {
+        self.disk.as_ref().map(|d| d.counts())
+    }
+}
+
+fn io_err(e: std::io::Error) -> StorageError<NodeId> {
+    StorageIOError::<NodeId>::write_logs(&e).into()
 }
 
 #[derive(Debug, Default)]
@@ -61,7 +89,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
-        self.inner.lock().await.vote = Some(*vote);
+        let mut inner = self.inner.lock().await;
+        if let Some(d) = &self.disk {
+            d.save_vote(vote).map_err(|e| StorageError::from(StorageIOError::<NodeId>::write_vote(&e)))?;
+        }
+        inner.vote = Some(*vote);
         Ok(())
     }
 
@@ -74,17 +106,33 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry<TypeConfig>> + Send,
     {
         let mut inner = self.inner.lock().await;
+        let Some(d) = &self.disk else {
+            for e in entries {
+                inner.log.insert(e.get_log_id().index, e);
+            }
+            // In memory, "flushed" is "stored": nothing outlives the
+            // process either way (see the module note).
+            callback.log_io_completed(Ok(()));
+            return Ok(());
+        };
+        let entries: Vec<_> = entries.into_iter().collect();
+        // Written under the lock, so the file's order is the log's; the
+        // flusher reports `callback` after the fsync that covers it.
+        d.write(&LogWrite::Append(&entries), Some(callback)).map_err(io_err)?;
         for e in entries {
             inner.log.insert(e.get_log_id().index, e);
         }
-        // In memory, "flushed" is "stored": nothing outlives the process
-        // either way (see the module note).
-        callback.log_io_completed(Ok(()));
         Ok(())
     }
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
         let mut inner = self.inner.lock().await;
+        if let Some(d) = &self.disk {
+            // No sync of its own: the next append's sync covers it, and a
+            // crash before that leaves uncommitted entries the leader
+            // truncates again.
+            d.write(&LogWrite::Truncate(log_id.index), None).map_err(io_err)?;
+        }
         inner.log.split_off(&log_id.index);
         Ok(())
     }

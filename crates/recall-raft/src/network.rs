@@ -1,14 +1,19 @@
 //! Raft's messages between nodes: one small RPC over TCP.
 //!
-//! A frame is a 4-byte big-endian length and that many bytes of JSON (the
-//! serde form openraft gives its messages). A connection carries one call
+//! A frame is a 4-byte big-endian length and that many bytes of bincode
+//! (1.x, varint integers: the serde form openraft gives its messages, in
+//! binary). A connection carries one call
 //! at a time: request frame out, response frame back. openraft keeps one
 //! client per target and calls it sequentially, so one connection per
 //! (node, target) pair is enough. A failed call drops its connection; the
 //! next call dials again.
 //!
-//! JSON is the simple, certain choice for this slice (every openraft type
-//! round-trips through it); a binary encoding is a measured next step.
+//! bincode replaced JSON here (docs/benchmarks/cluster.md): JSON wrote a
+//! value's bytes as an array of decimal numbers, about 4 bytes per byte,
+//! and parsing it back was a large share of a replicated write's CPU on
+//! all three nodes. Every message type used here round-trips through
+//! bincode (no untagged or flattened serde forms in openraft 0.9's
+//! messages and errors); the tests below check each one.
 
 use std::io;
 use std::net::SocketAddr;
@@ -77,15 +82,27 @@ async fn write_frame(s: &mut TcpStream, body: &[u8]) -> io::Result<()> {
     s.flush().await
 }
 
-fn to_json<T: Serialize>(v: &T) -> io::Result<Vec<u8>> {
-    serde_json::to_vec(v).map_err(io::Error::other)
+/// The one bincode configuration of a frame body, both ways: varint
+/// integers, and no body that claims more than a frame can hold (so a
+/// bad length inside a body cannot make a node allocate on its word).
+fn codec() -> impl bincode::Options {
+    use bincode::Options as _;
+    bincode::DefaultOptions::new().with_limit(FRAME_MAX as u64)
+}
+
+/// Encode a frame's body.
+pub fn encode<T: Serialize>(v: &T) -> io::Result<Vec<u8>> {
+    use bincode::Options as _;
+    codec().serialize(v).map_err(io::Error::other)
 }
 
 /// Decode a frame's body: a call on the serving side, its reply on the
-/// calling side. Bad bytes are an `InvalidData` error that closes the
-/// connection (fuzzed: `fuzz/fuzz_targets/raft_rpc.rs`).
+/// calling side. Bad bytes (or bytes left over) are an `InvalidData`
+/// error that closes the connection (fuzzed:
+/// `fuzz/fuzz_targets/raft_rpc.rs`).
 pub fn decode<T: DeserializeOwned>(b: &[u8]) -> io::Result<T> {
-    serde_json::from_slice(b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    use bincode::Options as _;
+    codec().reject_trailing_bytes().deserialize(b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 /// Serve Raft calls from the other nodes until the listener fails.
@@ -111,9 +128,9 @@ pub async fn serve(listener: TcpListener, raft: Raft) {
 async fn serve_conn(mut sock: TcpStream, raft: Raft) -> io::Result<()> {
     while let Some(body) = read_frame(&mut sock).await? {
         let reply = match decode::<Rpc>(&body)? {
-            Rpc::Append(r) => to_json(&raft.append_entries(r).await)?,
-            Rpc::Vote(r) => to_json(&raft.vote(r).await)?,
-            Rpc::Snapshot(r) => to_json(&raft.install_snapshot(r).await)?,
+            Rpc::Append(r) => encode(&raft.append_entries(r).await)?,
+            Rpc::Vote(r) => encode(&raft.vote(r).await)?,
+            Rpc::Snapshot(r) => encode(&raft.install_snapshot(r).await)?,
         };
         write_frame(&mut sock, &reply).await?;
     }
@@ -149,7 +166,7 @@ enum CallError {
 
 impl Client {
     async fn call<Resp: DeserializeOwned>(&mut self, rpc: &Rpc, ttl: Duration) -> Result<Resp, CallError> {
-        let body = to_json(rpc).map_err(CallError::Network)?;
+        let body = encode(rpc).map_err(CallError::Network)?;
         let res = tokio::time::timeout(ttl, self.call_inner(&body)).await;
         let res = res.unwrap_or_else(|_| {
             Err(CallError::Network(io::Error::new(io::ErrorKind::TimedOut, format!("no answer within {ttl:?}"))))
@@ -227,5 +244,70 @@ impl RaftNetwork<TypeConfig> for Client {
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
         self.rpc(Rpc::Vote(req), option).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::error::{Fatal, ForwardToLeader, InstallSnapshotError, RaftError, SnapshotMismatch};
+    use openraft::raft::{AppendEntriesResponse, InstallSnapshotResponse, VoteResponse};
+    use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, Membership, SnapshotMeta, Vote};
+
+    use super::*;
+    use crate::Effect;
+
+    /// Encode, decode, and compare by `Debug` (openraft's messages have no
+    /// `PartialEq` throughout).
+    fn round_trip<T: Serialize + DeserializeOwned + std::fmt::Debug>(v: T) {
+        let bytes = encode(&v).expect("encodes");
+        let back: T = decode(&bytes).expect("decodes");
+        assert_eq!(format!("{v:?}"), format!("{back:?}"));
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(decode::<T>(&longer).is_err(), "bytes left over are an error");
+        if !bytes.is_empty() {
+            assert!(decode::<T>(&bytes[..bytes.len() - 1]).is_err(), "a cut body is an error");
+        }
+    }
+
+    #[test]
+    fn every_message_and_error_round_trips_through_bincode() {
+        let log_id = LogId::new(CommittedLeaderId::new(3, 1), 7);
+        let members = std::collections::BTreeMap::from([
+            (1, BasicNode { addr: "127.0.0.1:1".into() }),
+            (2, BasicNode { addr: "127.0.0.2:1".into() }),
+        ]);
+        let membership = Membership::new(vec![[1, 2].into()], members);
+        let entries = vec![
+            Entry::<TypeConfig> { log_id, payload: EntryPayload::Blank },
+            Entry { log_id, payload: EntryPayload::Normal(Effect { cause: 1, record: vec![0, 1, 255] }) },
+            Entry { log_id, payload: EntryPayload::Membership(membership.clone()) },
+        ];
+        let vote = Vote::new_committed(3, 1);
+        round_trip(Rpc::Append(AppendEntriesRequest { vote, prev_log_id: Some(log_id), entries, leader_commit: None }));
+        round_trip(Rpc::Vote(VoteRequest { vote, last_log_id: None }));
+        round_trip(Rpc::Snapshot(InstallSnapshotRequest {
+            vote,
+            meta: SnapshotMeta {
+                last_log_id: Some(log_id),
+                last_membership: openraft::StoredMembership::new(Some(log_id), membership),
+                snapshot_id: "3-1-7-1".into(),
+            },
+            offset: 0,
+            data: vec![1, 2, 3],
+            done: true,
+        }));
+        round_trip(Ok::<_, RaftError<NodeId>>(AppendEntriesResponse::<NodeId>::Success));
+        round_trip(Ok::<_, RaftError<NodeId>>(AppendEntriesResponse::<NodeId>::HigherVote(vote)));
+        round_trip(Ok::<_, RaftError<NodeId>>(VoteResponse { vote, vote_granted: true, last_log_id: Some(log_id) }));
+        round_trip(Ok::<_, RaftError<NodeId, InstallSnapshotError>>(InstallSnapshotResponse { vote }));
+        round_trip(Err::<VoteResponse<NodeId>, _>(RaftError::<NodeId>::Fatal(Fatal::Panicked)));
+        round_trip(Err::<InstallSnapshotResponse<NodeId>, _>(RaftError::<NodeId, InstallSnapshotError>::APIError(
+            InstallSnapshotError::SnapshotMismatch(SnapshotMismatch {
+                expect: openraft::SnapshotSegmentId { id: "a".into(), offset: 0 },
+                got: openraft::SnapshotSegmentId { id: "b".into(), offset: 9 },
+            }),
+        )));
+        let _ = ForwardToLeader::<NodeId, BasicNode>::empty();
     }
 }

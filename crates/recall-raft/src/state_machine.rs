@@ -21,11 +21,11 @@ use openraft::{
     BasicNode, Entry, EntryPayload, LogId, RaftSnapshotBuilder, SnapshotMeta, StorageError, StorageIOError,
     StoredMembership,
 };
-use recall_engine::Engine;
+use recall_engine::{Cause, Engine};
 use recall_record::Record;
 use recall_store::ApplyOutcome;
 
-use crate::{ApplyResult, NodeId, TypeConfig};
+use crate::{ApplyResult, Effect, NodeId, TypeConfig};
 
 /// What the state machine has applied (guarded with the store's
 /// mutations: see the module note).
@@ -58,13 +58,15 @@ impl StateMachine {
         })
     }
 
-    /// Apply one effect at log index `ts`.
-    fn apply_effect(&self, bytes: &[u8], ts: u64) -> Result<ApplyOutcome, recall_record::RecordError> {
-        let (r, used) = Record::decode(bytes)?;
-        if used != bytes.len() {
-            return Err(recall_record::RecordError::Truncated);
+    /// Apply one effect at log index `ts`, through the engine's write
+    /// path (observers and `watch` see it on every replica).
+    fn apply_effect(&self, effect: &Effect, ts: u64) -> Result<ApplyOutcome, BadRecord> {
+        let (r, used) = Record::decode(&effect.record).map_err(BadRecord::Record)?;
+        if used != effect.record.len() {
+            return Err(BadRecord::Record(recall_record::RecordError::Truncated));
         }
-        Ok(recall_engine::replicated::apply_effect(&self.engine.store, &r, ts, self.engine.now()))
+        let cause = Cause::from_code(effect.cause).ok_or(BadRecord::Cause(effect.cause))?;
+        Ok(self.engine.apply_committed(&r, ts, cause))
     }
 }
 
@@ -86,11 +88,17 @@ pub fn outcome_of(code: u8) -> ApplyOutcome {
 }
 
 #[derive(Debug)]
-struct BadRecord(recall_record::RecordError);
+enum BadRecord {
+    Record(recall_record::RecordError),
+    Cause(u8),
+}
 
 impl std::fmt::Display for BadRecord {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "not a mutation record: {:?}", self.0)
+        match self {
+            BadRecord::Record(e) => write!(f, "not a mutation record: {e:?}"),
+            BadRecord::Cause(c) => write!(f, "unknown command code {c} in a log entry"),
+        }
     }
 }
 
@@ -148,7 +156,7 @@ impl RaftStateMachine<TypeConfig> for Arc<StateMachine> {
             let outcome = match e.payload {
                 EntryPayload::Blank => ApplyOutcome::Applied,
                 EntryPayload::Normal(effect) => {
-                    self.apply_effect(&effect.0, ts).map_err(|err| StorageIOError::apply(e.log_id, &BadRecord(err)))?
+                    self.apply_effect(&effect, ts).map_err(|err| StorageIOError::apply(e.log_id, &err))?
                 }
                 EntryPayload::Membership(m) => {
                     applied.membership = StoredMembership::new(Some(e.log_id), m);
@@ -179,7 +187,7 @@ impl RaftStateMachine<TypeConfig> for Arc<StateMachine> {
             let mut at = 0;
             while at < data.len() {
                 let (r, used) = Record::decode(&data[at..])
-                    .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &BadRecord(e)))?;
+                    .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &BadRecord::Record(e)))?;
                 records.push(r);
                 at += used;
             }
@@ -215,7 +223,6 @@ mod tests {
     use recall_store::{ManualClock, ReadOpts, Store, StoreConfig};
 
     use super::*;
-    use crate::Effect;
 
     fn engine() -> Arc<Engine> {
         let store = Store::new(StoreConfig { shards: 4, ..Default::default() });
@@ -225,7 +232,8 @@ mod tests {
     fn entry(index: u64, r: OwnedRecord) -> Entry<TypeConfig> {
         let mut bytes = Vec::new();
         r.as_record().encode(&mut bytes);
-        Entry { log_id: LogId::new(CommittedLeaderId::new(1, 1), index), payload: EntryPayload::Normal(Effect(bytes)) }
+        let effect = Effect { cause: Cause::Set.code(), record: bytes };
+        Entry { log_id: LogId::new(CommittedLeaderId::new(1, 1), index), payload: EntryPayload::Normal(effect) }
     }
 
     fn value(key: &[u8], value: &[u8]) -> OwnedRecord {
@@ -281,9 +289,14 @@ mod tests {
         let mut sm = StateMachine::new(a.clone());
         let bad = Entry {
             log_id: LogId::new(CommittedLeaderId::new(1, 1), 1),
-            payload: EntryPayload::Normal(Effect(vec![9, 9, 9])),
+            payload: EntryPayload::Normal(Effect { cause: Cause::Set.code(), record: vec![9, 9, 9] }),
         };
         assert!(sm.apply(vec![bad]).await.is_err());
+        let mut unknown = entry(1, value(b"k", b"v"));
+        if let EntryPayload::Normal(e) = &mut unknown.payload {
+            e.cause = 0;
+        }
+        assert!(sm.apply(vec![unknown]).await.is_err(), "an unknown command code is refused");
         sm.apply(vec![entry(2, value(b"k", b"v"))]).await.expect("applied");
         let snap = sm.build_snapshot().await.expect("snapshot");
         let mut data = snap.snapshot.into_inner();

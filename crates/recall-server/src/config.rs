@@ -87,15 +87,18 @@ pub struct ClusterSection {
     /// address its Raft RPC listens on and the one its clients use.
     pub peers: Vec<String>,
     /// Initialize the group from `peers` (exactly one node of a new
-    /// cluster; the log is in memory, so every start is a new cluster).
+    /// cluster; skipped when this node's log on disk is not empty).
     pub bootstrap: bool,
     /// Milliseconds a request waits for the group before its error.
     pub timeout_ms: u64,
+    /// Keep the Raft log on disk in this directory (fsynced before a write
+    /// is acknowledged); empty: in memory, and every start is a new node.
+    pub log_dir: String,
 }
 
 impl Default for ClusterSection {
     fn default() -> Self {
-        ClusterSection { node_id: 0, peers: Vec::new(), bootstrap: false, timeout_ms: 5000 }
+        ClusterSection { node_id: 0, peers: Vec::new(), bootstrap: false, timeout_ms: 5000, log_dir: String::new() }
     }
 }
 
@@ -138,6 +141,7 @@ impl ClusterSection {
             peers,
             bootstrap: self.bootstrap,
             timeout: std::time::Duration::from_millis(self.timeout_ms),
+            log_dir: (!self.log_dir.is_empty()).then(|| self.log_dir.clone().into()),
         }))
     }
 }
@@ -244,6 +248,9 @@ pub struct Cli {
     /// Cluster mode: milliseconds a request waits for the group.
     #[arg(long = "cluster-timeout-ms")]
     pub cluster_timeout_ms: Option<u64>,
+    /// Cluster mode: keep the Raft log on disk in DIR (default: in memory).
+    #[arg(long = "cluster-log-dir", value_name = "DIR")]
+    pub cluster_log_dir: Option<String>,
     /// Verify a snapshot file, print a summary and exit.
     #[arg(long = "check-snapshot")]
     pub check_snapshot: Option<PathBuf>,
@@ -474,6 +481,9 @@ impl Config {
             cfg.cluster.peers = cli.cluster_peer.clone();
         }
         cfg.cluster.bootstrap |= cli.cluster_bootstrap;
+        if let Some(v) = &cli.cluster_log_dir {
+            cfg.cluster.log_dir = v.clone();
+        }
         if let Some(v) = cli.cluster_timeout_ms {
             cfg.cluster.timeout_ms = v;
         }

@@ -278,6 +278,89 @@ fn forwarding_through_a_leader_s_kill_9_gives_errors_or_right_answers() {
 }
 
 #[test]
+fn logs_on_disk_survive_kill_9_of_every_node() {
+    let base = std::env::temp_dir().join(format!("recall-cluster-logs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let dirs: Vec<_> = (1..=3).map(|i| base.join(format!("node{i}"))).collect();
+    let mut c = Cluster::start_with(3, &dirs);
+    let leader = c.leader();
+    let to = c.clients[leader];
+
+    // Writers race the kill: every write a client heard STORED for is in
+    // the ledger. A writer stops when its node is gone (no reply at all),
+    // or after a bounded number of writes; an error reply (a timeout on a
+    // busy machine) is an unacknowledged write, and it goes on.
+    let acks = std::sync::atomic::AtomicUsize::new(0);
+    let errors = std::sync::Mutex::new(Vec::new());
+    let acked: Vec<Vec<(String, String)>> = std::thread::scope(|s| {
+        let writers: Vec<_> = (0..4)
+            .map(|w| {
+                let (acks, errors) = (&acks, &errors);
+                s.spawn(move || {
+                    let mut ledger = Vec::new();
+                    for i in 0..2_000 {
+                        let (k, v) = (format!("w{w}-{i}"), format!("v{w}-{i}"));
+                        match ask(to, &format!("set {k} 0 0 {}\r\n{v}\r\n", v.len())).as_str() {
+                            "STORED\r\n" => {
+                                ledger.push((k, v));
+                                acks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            }
+                            "" => break,
+                            other => errors.lock().unwrap().push(other.to_string()),
+                        }
+                    }
+                    ledger
+                })
+            })
+            .collect();
+        // Kill once writes are flowing (a probe of the ledger, not a sleep).
+        let start = Instant::now();
+        while acks.load(std::sync::atomic::Ordering::Relaxed) < 100 && start.elapsed() < DEADLINE {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        for n in c.nodes.iter_mut() {
+            n.as_mut().expect("running").kill9();
+        }
+        writers.into_iter().map(|w| w.join().expect("writer")).collect()
+    });
+    let acked: Vec<_> = acked.into_iter().flatten().collect();
+    let errors = errors.into_inner().unwrap();
+    assert!(acked.len() >= 100, "writes were acknowledged before the kill: {} (errors: {errors:?})", acked.len());
+
+    for n in c.nodes.iter_mut() {
+        n.as_mut().expect("killed").restart().expect("a node restarts from its log");
+    }
+    let leader = c.leader();
+    let mut lost = Vec::new();
+    for (k, v) in &acked {
+        if ask(c.clients[leader], &format!("get {k}\r\n")) != format!("VALUE {k} 0 {}\r\n{v}\r\nEND\r\n", v.len()) {
+            lost.push(k.clone());
+        }
+    }
+    assert!(
+        lost.is_empty(),
+        "{} of {} acknowledged writes lost: {:?}",
+        lost.len(),
+        acked.len(),
+        &lost[..lost.len().min(5)]
+    );
+    assert_eq!(ask(c.clients[leader], "set after 0 0 1\r\ny\r\n"), "STORED\r\n");
+    let st = stats(c.clients[leader]);
+    let (syncs, written): (u64, u64) =
+        (st["cluster_log_fsyncs"].parse().unwrap(), st["cluster_log_entries_written"].parse().unwrap());
+    assert!(syncs >= 1 && written >= 1, "the restarted leader writes its log: {syncs} fsyncs, {written} entries");
+
+    // A node whose log was lost must not come back under its id.
+    let other = (leader + 1) % 3;
+    c.nodes[other].as_mut().expect("running").kill9();
+    std::fs::remove_file(dirs[other].join("raft.log")).expect("remove the log");
+    let err = c.nodes[other].as_mut().expect("killed").restart().expect_err("a node without its log is refused");
+    assert!(err.contains("raft.log") && err.contains("lost what it acknowledged"), "{err}");
+    drop(c);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
 fn cluster_flags_are_checked() {
     // A node that is not among its peers, and a malformed peer, are refused
     // at start with a message naming the problem.

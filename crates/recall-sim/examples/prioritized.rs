@@ -62,25 +62,34 @@ enum Cmd {
         shards: usize,
     },
     /// A hot set alone, against a scan, and against large-object bursts.
-    Adversary {
-        #[arg(long, default_value_t = 2_000_000)]
-        requests: u64,
-        #[arg(long, default_value_t = 100_000)]
-        keys: u64,
-        #[arg(long, default_value_t = 0.9)]
-        zipf: f64,
-        /// Cache size, percent of the hot set's working set.
-        #[arg(long, default_value_t = 20.0)]
-        cache_pct: f64,
-        #[arg(long, value_delimiter = ',', default_value = "1024,1")]
-        shards: Vec<usize>,
-        /// The prioritized policies' threshold (the adaptive one's start).
-        #[arg(long, default_value_t = PrioConfig::default().threshold)]
-        threshold: u32,
-        /// The adaptive policy's tuning window (hits and inserts).
-        #[arg(long, default_value_t = PrioConfig::default().window)]
-        window: u64,
-    },
+    Adversary(AdversaryArgs),
+}
+
+#[derive(clap::Args)]
+struct AdversaryArgs {
+    #[arg(long, default_value_t = 2_000_000)]
+    requests: u64,
+    #[arg(long, default_value_t = 100_000)]
+    keys: u64,
+    #[arg(long, default_value_t = 0.9)]
+    zipf: f64,
+    /// Cache size, percent of the hot set's working set.
+    #[arg(long, default_value_t = 20.0)]
+    cache_pct: f64,
+    #[arg(long, value_delimiter = ',', default_value = "1024,1")]
+    shards: Vec<usize>,
+    /// The prioritized policies' threshold (the adaptive one's start).
+    #[arg(long, default_value_t = PrioConfig::default().threshold)]
+    threshold: u32,
+    /// The adaptive policy's tuning window (hits and inserts).
+    #[arg(long, default_value_t = PrioConfig::default().window)]
+    window: u64,
+    /// The policies to run (default: all).
+    #[arg(long, value_delimiter = ',')]
+    policies: Vec<PolicyKind>,
+    /// The variants to run: none, scan, burst.
+    #[arg(long, value_delimiter = ',', default_value = "none,scan,burst")]
+    adversaries: Vec<String>,
 }
 
 /// One request every 100 µs: 10,000 per second of trace time.
@@ -235,23 +244,19 @@ fn adversary_trace(kind: &str, keys: u64, zipf: f64, requests: u64, mem: u64, sc
     t
 }
 
-fn adversary(
-    cli: &Cli,
-    requests: u64,
-    keys: u64,
-    zipf: f64,
-    cache_pct: f64,
-    shards: &[usize],
-    prio: PrioConfig,
-) -> Vec<Row> {
+fn adversary(cli: &Cli, args: &AdversaryArgs) -> Vec<Row> {
+    let AdversaryArgs { requests, keys, zipf, cache_pct, ref shards, threshold, window, ref policies, ref adversaries } =
+        *args;
+    let prio = PrioConfig { threshold, window, ..PrioConfig::default() };
+    let policies = if policies.is_empty() { &PolicyKind::ALL[..] } else { policies };
     let hot_only = adversary_trace("none", keys, zipf, requests, 0, cli.scale, cli.seed);
     let ws = recall_sim::sweep::working_set(&hot_only);
     let mem = (ws as f64 * cache_pct / 100.0) as u64;
     let mut rows = Vec::new();
-    for kind in ["none", "scan", "burst"] {
+    for kind in adversaries.iter().map(String::as_str) {
         let trace = adversary_trace(kind, keys, zipf, requests, mem, cli.scale, cli.seed);
         for &n in shards {
-            for policy in PolicyKind::ALL {
+            for &policy in policies {
                 let out = run(&trace, policy, prio, n, mem as usize, requests / 4);
                 eprintln!(
                     "  {kind} {policy} {n} shards: all {:.4} hot {:.4} permanent {:.4}",
@@ -279,10 +284,7 @@ fn main() -> io::Result<()> {
         Cmd::Fig4 { requests, thresholds, sizes_kb, zipf, sequential, shards } => {
             fig4(&cli, *requests, thresholds, sizes_kb, *zipf, *sequential, *shards)
         }
-        Cmd::Adversary { requests, keys, zipf, cache_pct, shards, threshold, window } => {
-            let prio = PrioConfig { threshold: *threshold, window: *window, ..PrioConfig::default() };
-            adversary(&cli, *requests, *keys, *zipf, *cache_pct, shards, prio)
-        }
+        Cmd::Adversary(args) => adversary(&cli, args),
     };
     write_rows(io::stdout().lock(), &rows)?;
     if let Some(p) = &cli.csv {

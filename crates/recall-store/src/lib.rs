@@ -335,6 +335,8 @@ pub struct Store {
     evict_cursor: AtomicUsize,
     /// Each shard's published next-victim rank (`shard/evict.rs`).
     tails: shard::evict::Tails,
+    /// The policy's store-wide state, shared with every shard's policy.
+    policy_shared: policy::PolicyShared,
     /// Told of each eviction (a fixed slot: one load per eviction).
     on_evict: std::sync::OnceLock<Arc<dyn EvictionListener>>,
 }
@@ -345,7 +347,7 @@ pub type Sink<'a> = Option<&'a dyn MutationSink>;
 impl Store {
     pub fn new(cfg: StoreConfig) -> Store {
         let n = cfg.shards.max(1).next_power_of_two().min(1 << 16);
-        let shared = policy::PolicyShared::new(&cfg.policy);
+        let shared = policy::PolicyShared::new(&cfg.policy, cfg.mem_limit, n);
         let shards: Vec<_> = (0..n).map(|i| Mutex::new(Shard::new(&cfg, i, &shared))).collect();
         let policy_overhead = shards[0].lock().policy_overhead();
         Store {
@@ -367,7 +369,8 @@ impl Store {
             cas_enabled: cfg.cas_enabled,
             policy_overhead,
             evict_cursor: AtomicUsize::new(0),
-            tails: shard::evict::Tails::new(n),
+            tails: shard::evict::Tails::new(n, shared.lanes()),
+            policy_shared: shared,
             on_evict: std::sync::OnceLock::new(),
         }
     }
@@ -432,6 +435,7 @@ impl Store {
             sink,
             shards: &self.shards,
             tails: &self.tails,
+            policy: &self.policy_shared,
             on_evict: self.on_evict.get().map(|l| &**l),
         }
     }

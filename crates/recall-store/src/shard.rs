@@ -13,7 +13,7 @@ use std::sync::Arc;
 use crate::arena::Chunked;
 use crate::big::{BigBuilder, BigValue, Value, BIG_THRESHOLD};
 use crate::item::{bit, footprint, Slot};
-use crate::policy::{Admit, AnyPolicy, Class, Policy, PolicyCounters, PolicyKind, PolicyShared};
+use crate::policy::{Admit, AnyPolicy, Class, Policy, PolicyCounters, PolicyKind, PolicyShared, MAX_LANES};
 use crate::{
     ApplyOutcome, Arith, ArithOutcome, Delete, DeleteOutcome, ItemView, Mode, Read, ReadOpts, StoreConfig, Tokens,
     UnixSecs, Write, WriteOutcome,
@@ -36,6 +36,8 @@ pub(crate) struct Ctx<'a> {
     pub shards: &'a [parking_lot::Mutex<Shard>],
     /// Each shard's published next-victim rank (see `evict.rs`).
     pub tails: &'a evict::Tails,
+    /// The policy's store-wide state (which lane an eviction takes).
+    pub policy: &'a PolicyShared,
     pub on_evict: Option<&'a dyn crate::EvictionListener>,
 }
 
@@ -118,8 +120,8 @@ pub(crate) struct Shard {
     idx: usize,
     /// State for choosing which other shards an eviction compares.
     rng: u64,
-    /// The rank this shard last published in `Ctx::tails`.
-    published: u64,
+    /// The ranks this shard last published in `Ctx::tails`, per lane.
+    published: [u64; MAX_LANES],
     table: HashTable<u32>,
     slots: Chunked<Slot>,
     free: Vec<u32>,
@@ -166,7 +168,7 @@ impl Shard {
             idx,
             // Any odd, distinct seed: xorshift must not start at 0.
             rng: (idx as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1,
-            published: evict::EMPTY,
+            published: [evict::EMPTY; MAX_LANES],
             table: HashTable::new(),
             slots: Chunked::default(),
             free: Vec::new(),
@@ -355,7 +357,7 @@ impl Shard {
         let (slots, hasher) = (&self.slots, &self.hasher);
         self.table.insert_unique(h, i, |&j| hasher.hash_one(slots[j as usize].key()));
         self.policy.on_insert(i, Self::admit(h, &self.slots[i as usize], fp));
-        if self.rank_of(ctx, i) < self.published {
+        if self.rank_of(ctx, i) < self.published[self.policy.lane_of(i)] {
             // The published rank must stay a lower bound on the next
             // victim's: the new item may be the victim now (the shard was
             // empty), or change where it comes from (a segmented LRU whose
@@ -725,7 +727,7 @@ impl Shard {
         self.policy = self.policy.emptied();
         // The published rank is now stale: the next insert republishes it,
         // and a look before that marks the shard empty.
-        self.published = evict::EMPTY;
+        self.published = [evict::EMPTY; MAX_LANES];
         self.crawl_cursor = 0;
         self.stats.curr_items = 0;
     }

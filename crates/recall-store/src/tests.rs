@@ -630,6 +630,38 @@ fn each_policy_is_built_from_the_config_keeps_a_hot_set_and_counts() {
     }
 }
 
+/// A re-SET refreshes an item, it does not make a new one: a temporary
+/// item hit past the threshold and then rewritten stays in temporary-high
+/// (so a burst does not evict it), and its hits before the rewrite count
+/// towards promotion.
+#[test]
+fn prioritized_rewrite_keeps_a_hot_item_promoted() {
+    for kind in [PolicyKind::Prioritized, PolicyKind::PrioritizedAdaptive] {
+        let prio = crate::PrioConfig { threshold: 3, ..Default::default() };
+        let policy = PolicyConfig { kind, prio, ..Default::default() };
+        let s = Store::new(StoreConfig { mem_limit: 256 * 1024, shards: 1, policy, ..Default::default() });
+        for i in 0..100u32 {
+            let k = format!("hot{i}");
+            set(&s, k.as_bytes(), &[b'h'; 200], 1_000_000, 1);
+            get(&s, k.as_bytes(), 1);
+            get(&s, k.as_bytes(), 1);
+            set(&s, k.as_bytes(), &[b'H'; 200], 1_000_000, 1);
+        }
+        assert_eq!(s.stats().policy.prio_items, [0, 100, 0], "{kind}: two hits are not three");
+        for i in 0..100u32 {
+            get(&s, format!("hot{i}").as_bytes(), 1);
+            set(&s, format!("hot{i}").as_bytes(), &[b'2'; 200], 1_000_000, 1);
+        }
+        assert_eq!(s.stats().policy.prio_items, [0, 0, 100], "{kind}: the third hit after a rewrite promotes");
+        for i in 0..2000u32 {
+            set(&s, format!("burst{i}").as_bytes(), &[b'b'; 4000], 1_000_000, 2);
+        }
+        let kept =
+            (0..100u32).filter(|i| get(&s, format!("hot{i}").as_bytes(), 3).as_deref() == Some(&[b'2'; 200][..]));
+        assert_eq!(kept.count(), 100, "{kind}: {:?}", s.stats().policy);
+    }
+}
+
 /// A value record at `ts` (flags and expiry 0).
 fn rec<'a>(key: &'a [u8], value: &'a [u8], ts: u64) -> Record<'a> {
     Record { tombstone: false, key, value, flags: 0, exptime: 0, ts }
@@ -691,6 +723,33 @@ fn prioritized_keeps_permanent_and_hot_items_through_a_burst_of_temporary_ones()
     // they sit in WARM), but the burst flushes the permanent ones.
     let (perm, _, _) = lost(PolicyKind::SegmentedLru, 1024);
     assert!(perm > 100, "control: the segmented LRU lost only {perm} permanent items");
+}
+
+/// S3-FIFO across many shards is one store-wide S3-FIFO: items hit while
+/// in small move to main, and a burst of writes never read leaves through
+/// small, store-wide, without touching main. With 1024 shards most shards
+/// hold one hot item in main and nothing in small; when each shard chose
+/// small or main by its own items, and a moved item kept its first write's
+/// rank, those shards offered their hot item as the store's oldest victim
+/// and the burst flushed main.
+#[test]
+fn s3fifo_keeps_hit_items_through_a_burst_across_many_shards() {
+    for shards in [1, 1024] {
+        let policy = PolicyConfig { kind: PolicyKind::S3Fifo, ..Default::default() };
+        let s = Store::new(StoreConfig { mem_limit: 256 * 1024, shards, policy, ..Default::default() });
+        for i in 0..200u32 {
+            set(&s, format!("hot{i}").as_bytes(), &[b'h'; 200], 0, 1);
+            get(&s, format!("hot{i}").as_bytes(), 1);
+        }
+        for i in 0..2000u32 {
+            set(&s, format!("burst{i}").as_bytes(), &[b'b'; 4000], 0, 2);
+        }
+        let lost = (0..200u32).filter(|i| get(&s, format!("hot{i}").as_bytes(), 3).is_none()).count();
+        let st = s.stats();
+        assert!(st.evictions > 1900, "{shards} shards: {st:?}");
+        assert_eq!(lost, 0, "{shards} shards: hot items lost to the burst: {:?}", st.policy);
+        assert_eq!(st.policy.s3fifo_moves_to_main, 200, "{shards} shards: {:?}", st.policy);
+    }
 }
 
 #[test]

@@ -31,6 +31,12 @@ fn free_ports(n: usize) -> Vec<u16> {
 impl Cluster {
     /// Start `n` nodes (node 1 bootstraps) with a 3 s request timeout.
     pub fn start(n: usize) -> Cluster {
+        Cluster::start_with(n, &[])
+    }
+
+    /// [`Cluster::start`], node `i` keeping its Raft log in `log_dirs[i]`
+    /// (in memory when `log_dirs` is empty).
+    pub fn start_with(n: usize, log_dirs: &[std::path::PathBuf]) -> Cluster {
         let mut last_err = String::new();
         for _attempt in 0..3 {
             let ports = free_ports(2 * n);
@@ -45,6 +51,9 @@ impl Cluster {
                     args.push(p.clone());
                 }
                 args.extend(["--cluster-timeout-ms".into(), "3000".into()]);
+                if let Some(d) = log_dirs.get(i) {
+                    args.extend(["--cluster-log-dir".into(), d.display().to_string()]);
+                }
                 if i == 0 {
                     args.push("--cluster-bootstrap".into());
                 }

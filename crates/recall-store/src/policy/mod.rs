@@ -20,9 +20,19 @@
 //!   set online by the pure [`Tuner`] (`tuner.rs`).
 //!
 //! Most policies are one independent instance per shard. The prioritized
-//! ones also share store-wide state (class byte totals, shares, the
-//! tuner): [`PolicyShared`], built once per store and handed to every
-//! shard's instance.
+//! ones and S3-FIFO also share store-wide state (class or queue byte
+//! totals, shares, the tuner): [`PolicyShared`], built once per store and
+//! handed to every shard's instance.
+//!
+//! Lanes: a policy whose next victim comes from one of several queues,
+//! chosen by store-wide state (S3-FIFO: small while the store's small
+//! queues are over their share, else main), has one eviction *lane* per
+//! queue. Each shard publishes its candidate in every lane, and an
+//! eviction first asks [`PolicyShared::lane`] which queue the store-wide
+//! policy takes now, then compares only that lane's candidates across
+//! shards (`shard/evict.rs`). Ranks are then compared only within a queue,
+//! where they mean the same thing, and a shard's candidate no longer
+//! depends on its own few items' share.
 
 mod ghost;
 mod list;
@@ -34,7 +44,7 @@ pub mod tuner;
 
 pub use list::NIL;
 pub use prioritized::{PrioConfig, PrioShared, Prioritized};
-pub use s3fifo::{S3Fifo, S3FifoConfig};
+pub use s3fifo::{S3Fifo, S3FifoConfig, S3FifoShared};
 pub use sieve::{Sieve, SieveConfig};
 pub use slru::{SegmentedLru, SlruConfig};
 pub use tuner::Tuner;
@@ -99,6 +109,9 @@ pub struct Age {
 /// unaffected.
 pub const NEXT_ROUND: u64 = 1 << 62;
 
+/// The most eviction lanes a policy has (see the module docs).
+pub const MAX_LANES: usize = 2;
+
 /// The rank of LRU-ordered policies: last access, writes of the same second
 /// in write order.
 #[inline]
@@ -150,6 +163,17 @@ pub trait Policy: Send + 'static {
     /// timestamp), for a policy whose ranks must account for second chances
     /// given now.
     fn victim(&mut self, clock: u64) -> Option<u32>;
+    /// The next victim in eviction lane `lane` (see the module docs), as
+    /// [`Policy::victim`] otherwise. Policies with one lane need not care.
+    fn victim_in(&mut self, lane: usize, clock: u64) -> Option<u32> {
+        let _ = lane;
+        self.victim(clock)
+    }
+    /// The eviction lane the item in `slot` is in.
+    fn lane_of(&self, slot: u32) -> usize {
+        let _ = slot;
+        0
+    }
     /// Where the victim candidate in `slot` stands in this policy's global
     /// eviction order: the lowest rank across shards is evicted first.
     /// Ranks must be comparable between shards of one store. The default
@@ -230,16 +254,37 @@ pub struct PolicyConfig {
 #[derive(Debug, Clone)]
 pub struct PolicyShared {
     prio: Option<Arc<PrioShared>>,
+    s3fifo: Option<Arc<S3FifoShared>>,
 }
 
 impl PolicyShared {
-    pub fn new(cfg: &PolicyConfig) -> PolicyShared {
+    /// For a store of `shards` shards and `mem_limit` bytes.
+    pub fn new(cfg: &PolicyConfig, mem_limit: usize, shards: usize) -> PolicyShared {
+        // The prioritized class totals may lag by this per shard and class:
+        // 1/256 of the memory over all shards.
+        let slack = (mem_limit / shards.max(1) / 256) as u64;
         let prio = match cfg.kind {
-            PolicyKind::Prioritized => Some(PrioShared::new(&cfg.prio, false)),
-            PolicyKind::PrioritizedAdaptive => Some(PrioShared::new(&cfg.prio, true)),
+            PolicyKind::Prioritized => Some(PrioShared::new(&cfg.prio, false, slack)),
+            PolicyKind::PrioritizedAdaptive => Some(PrioShared::new(&cfg.prio, true, slack)),
             _ => None,
         };
-        PolicyShared { prio }
+        let s3fifo = (cfg.kind == PolicyKind::S3Fifo).then(|| S3FifoShared::new(cfg.s3fifo));
+        PolicyShared { prio, s3fifo }
+    }
+
+    /// How many eviction lanes the store's policy has (1 to [`MAX_LANES`]).
+    pub fn lanes(&self) -> usize {
+        if self.s3fifo.is_some() {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// The lane the store-wide policy evicts from now.
+    #[inline]
+    pub fn lane(&self) -> usize {
+        self.s3fifo.as_ref().map_or(0, |s| s.lane())
     }
 }
 
@@ -371,10 +416,10 @@ macro_rules! dispatch {
 impl AnyPolicy {
     /// One shard's policy; `shared` is the store's (one per store).
     pub fn new(cfg: &PolicyConfig, shared: &PolicyShared) -> AnyPolicy {
-        match (cfg.kind, &shared.prio) {
-            (PolicyKind::Sieve, _) => AnyPolicy::Sieve(Sieve::new(cfg.sieve)),
-            (PolicyKind::S3Fifo, _) => AnyPolicy::S3Fifo(S3Fifo::new(cfg.s3fifo)),
-            (PolicyKind::Prioritized | PolicyKind::PrioritizedAdaptive, Some(p)) => {
+        match (cfg.kind, &shared.prio, &shared.s3fifo) {
+            (PolicyKind::Sieve, ..) => AnyPolicy::Sieve(Sieve::new(cfg.sieve)),
+            (PolicyKind::S3Fifo, _, Some(s)) => AnyPolicy::S3Fifo(S3Fifo::with_shared(s)),
+            (PolicyKind::Prioritized | PolicyKind::PrioritizedAdaptive, Some(p), _) => {
                 AnyPolicy::Prioritized(Prioritized::new(p))
             }
             // A shared state built for another kind cannot happen
@@ -432,6 +477,14 @@ impl Policy for AnyPolicy {
     #[inline]
     fn victim(&mut self, clock: u64) -> Option<u32> {
         dispatch!(self, p => p.victim(clock))
+    }
+    #[inline]
+    fn victim_in(&mut self, lane: usize, clock: u64) -> Option<u32> {
+        dispatch!(self, p => p.victim_in(lane, clock))
+    }
+    #[inline]
+    fn lane_of(&self, slot: u32) -> usize {
+        dispatch!(self, p => p.lane_of(slot))
     }
     #[inline]
     fn rank(&self, slot: u32, age: Age) -> u64 {

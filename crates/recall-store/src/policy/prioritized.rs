@@ -30,7 +30,13 @@
 //!
 //! **Across shards.** The class byte counts and shares are store-wide
 //! (shared atomics), because each shard holds too few items for shares of
-//! its own to mean anything. Each shard offers its victim from the class
+//! its own to mean anything. A shard adds its byte changes to the
+//! store-wide totals only once their sum for a class reaches a slack
+//! ([`PrioShared::new`]'s `slack`: the memory limit / (shards × 256), so
+//! all shards together leave the totals at most 0.4% of the memory behind
+//! per class), so that a write does not touch a cache line every core
+//! writes; in steady state a shard's inserts and evictions of one class
+//! cancel, and a re-SET of an item of the same size changes nothing. Each shard offers its victim from the class
 //! furthest over its share (store-wide) that it holds, and the victim's
 //! [`rank`](Policy::rank) puts every over-share class's items before any
 //! other, in LRU order: so across the store, evictions come from the
@@ -58,12 +64,13 @@
 //!
 //! **Adaptive** (`prioritized-adaptive`): each shard keeps, per class, a
 //! ghost of the key hashes it evicted, and counts ghost hits (an evicted
-//! item written again soon), temporary hits and temporary inserts. Every
-//! [`PrioConfig::window`] events store-wide, the counts go to the
-//! [`Tuner`](super::tuner::Tuner), a pure core that returns new shares and
-//! a new threshold (see `tuner.rs` for the rules).
+//! item written again soon), hits and inserts. Every
+//! [`PrioConfig::window`] hits and inserts store-wide, the counts and the
+//! class byte totals go to the [`Tuner`](super::tuner::Tuner), a pure core
+//! that returns new shares and a new threshold (see `tuner.rs` for the
+//! rules).
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -153,7 +160,12 @@ fn idx(list: u8) -> usize {
 /// instance.
 #[derive(Debug)]
 pub struct PrioShared {
-    bytes: [AtomicU64; 3],
+    /// Class byte totals, behind by at most `slack` per shard and class
+    /// (each shard's part is its own total at its last flush, never below
+    /// 0, so neither is the sum).
+    bytes: [AtomicI64; 3],
+    /// A shard flushes a class's byte change once it reaches this.
+    slack: i64,
     shares_pm: [AtomicU32; 3],
     threshold: AtomicU32,
     /// Adaptive only: the window being gathered, and the tuner.
@@ -163,25 +175,28 @@ pub struct PrioShared {
 #[derive(Debug)]
 struct Adapt {
     ghost_hits: [AtomicU64; 3],
-    temp_hits: AtomicU64,
-    temp_inserts: AtomicU64,
+    hits: AtomicU64,
+    inserts: AtomicU64,
     events: AtomicU64,
     window: u64,
     tuner: Mutex<Tuner>,
 }
 
 impl PrioShared {
-    pub fn new(cfg: &PrioConfig, adaptive: bool) -> Arc<PrioShared> {
+    /// `slack`: bytes a shard's class total may change before it adds the
+    /// change to the store-wide total (0: every change at once).
+    pub fn new(cfg: &PrioConfig, adaptive: bool, slack: u64) -> Arc<PrioShared> {
         let shares_pm = cfg.shares_pct.map(|p| p * PERMILLE / 100);
         let threshold = cfg.threshold.clamp(1, PrioConfig::MAX_THRESHOLD);
         Arc::new(PrioShared {
             bytes: Default::default(),
+            slack: slack.min(i64::MAX as u64) as i64,
             shares_pm: shares_pm.map(AtomicU32::new),
             threshold: AtomicU32::new(threshold),
             adapt: adaptive.then(|| Adapt {
                 ghost_hits: Default::default(),
-                temp_hits: AtomicU64::new(0),
-                temp_inserts: AtomicU64::new(0),
+                hits: AtomicU64::new(0),
+                inserts: AtomicU64::new(0),
                 events: AtomicU64::new(0),
                 window: cfg.window.max(1),
                 tuner: Mutex::new(Tuner::new(TunerConfig::default(), shares_pm, threshold)),
@@ -195,8 +210,9 @@ impl PrioShared {
 
     /// How far class `c` is over its share: bytes × 1000 − share × total.
     fn over(&self, c: usize) -> i128 {
-        let total: u64 = self.bytes.iter().map(|b| b.load(Relaxed)).sum();
-        self.bytes[c].load(Relaxed) as i128 * PERMILLE as i128 - self.shares_pm[c].load(Relaxed) as i128 * total as i128
+        let bytes = self.bytes.each_ref().map(|b| b.load(Relaxed).max(0) as i128);
+        let total: i128 = bytes.iter().sum();
+        bytes[c] * PERMILLE as i128 - self.shares_pm[c].load(Relaxed) as i128 * total
     }
 
     /// Add a shard's gathered window; if that completes a window
@@ -206,9 +222,9 @@ impl PrioShared {
         for c in 0..3 {
             a.ghost_hits[c].fetch_add(local.ghost_hits[c], Relaxed);
         }
-        a.temp_hits.fetch_add(local.temp_hits, Relaxed);
-        a.temp_inserts.fetch_add(local.temp_inserts, Relaxed);
-        let n = local.temp_hits + local.temp_inserts + local.ghost_hits.iter().sum::<u64>();
+        a.hits.fetch_add(local.hits, Relaxed);
+        a.inserts.fetch_add(local.inserts, Relaxed);
+        let n = local.hits + local.inserts;
         *local = Window::default();
         let before = a.events.fetch_add(n, Relaxed);
         if before / a.window == (before + n) / a.window {
@@ -217,8 +233,9 @@ impl PrioShared {
         let Some(mut tuner) = a.tuner.try_lock() else { return };
         let w = Window {
             ghost_hits: [0, 1, 2].map(|c| a.ghost_hits[c].swap(0, Relaxed)),
-            temp_hits: a.temp_hits.swap(0, Relaxed),
-            temp_inserts: a.temp_inserts.swap(0, Relaxed),
+            hits: a.hits.swap(0, Relaxed),
+            inserts: a.inserts.swap(0, Relaxed),
+            bytes: self.bytes.each_ref().map(|b| b.load(Relaxed).max(0) as u64),
         };
         let d = tuner.on_window(&w);
         for c in 0..3 {
@@ -233,6 +250,9 @@ pub struct Prioritized {
     /// Count and reference bit in `bits`.
     lists: Lists<Meta, 4>,
     shared: Arc<PrioShared>,
+    /// Per class, bytes added (or removed) here and not yet added to the
+    /// store-wide totals.
+    pending: [i64; 3],
     /// Adaptive only: per class, hashes this shard evicted.
     ghosts: Option<Box<[Ghost; 3]>>,
     /// Adaptive only: events not yet added to the store-wide window.
@@ -249,6 +269,7 @@ impl Prioritized {
         Prioritized {
             lists: Lists::new(),
             shared: Arc::clone(shared),
+            pending: [0; 3],
             ghosts: shared.adapt.is_some().then(Default::default),
             local: Window::default(),
             local_events: 0,
@@ -262,12 +283,14 @@ impl Prioritized {
     pub fn emptied(&self) -> Self {
         for c in [PERM, LOW, HIGH] {
             let mut t = self.lists.ends(c).head;
-            let mut sum = 0u64;
+            let mut sum = 0i64;
             while t != NIL {
-                sum += self.lists.at(t).extra.size as u64;
+                sum += i64::from(self.lists.at(t).extra.size);
                 t = self.lists.at(t).next;
             }
-            self.shared.bytes[idx(c)].fetch_sub(sum, Relaxed);
+            // What the store-wide total has of this shard: its bytes less
+            // what it has not flushed.
+            self.shared.bytes[idx(c)].fetch_sub(sum - self.pending[idx(c)], Relaxed);
         }
         Prioritized { counters: self.counters, ..Self::new(&self.shared) }
     }
@@ -276,17 +299,29 @@ impl Prioritized {
         &self.shared
     }
 
+    /// Class `c`'s bytes here changed by `delta`; the store-wide total
+    /// hears of it once the changes not yet flushed reach the slack.
+    #[inline]
+    fn add_bytes(&mut self, c: usize, delta: i64) {
+        let p = &mut self.pending[c];
+        *p += delta;
+        if p.abs() >= self.shared.slack {
+            self.shared.bytes[c].fetch_add(*p, Relaxed);
+            *p = 0;
+        }
+    }
+
     fn push(&mut self, list: u8, slot: u32) {
-        let size = self.lists.at(slot).extra.size as u64;
-        self.shared.bytes[idx(list)].fetch_add(size, Relaxed);
+        let size = i64::from(self.lists.at(slot).extra.size);
+        self.add_bytes(idx(list), size);
         self.lists.push_head(list, slot);
     }
 
     fn unlink(&mut self, slot: u32) -> u8 {
         let list = self.lists.unlink(slot);
         if list != NONE {
-            let size = self.lists.at(slot).extra.size as u64;
-            self.shared.bytes[idx(list)].fetch_sub(size, Relaxed);
+            let size = i64::from(self.lists.at(slot).extra.size);
+            self.add_bytes(idx(list), -size);
         }
         list
     }
@@ -344,11 +379,34 @@ impl Policy for Prioritized {
                 self.local.ghost_hits[idx(c)] += 1;
                 self.counters.prio_ghost_hits += 1;
             }
-            if admit.class == Class::Temporary {
-                self.local.temp_inserts += 1;
-            }
+            self.local.inserts += 1;
             self.event();
         }
+    }
+
+    /// A re-SET (or any rewrite) of an item is a refresh, not a new item:
+    /// it keeps its hit count, and its class unless its expiry moved it
+    /// between permanent and temporary (a temporary-high item stays in
+    /// temporary-high), and goes to the head of its class as the write it
+    /// is. Resetting the count, as an insert does, would demote every hot
+    /// key its writer refreshes back to temporary-low, where the next scan
+    /// or burst evicts it. Not a ghost hit or a temporary insert either:
+    /// nothing was missed.
+    fn on_replace(&mut self, slot: u32, admit: Admit) {
+        if !self.lists.known(slot) || self.lists.at(slot).list == NONE {
+            self.on_insert(slot, admit);
+            return;
+        }
+        let list = self.unlink(slot);
+        let to = match (admit.class, list) {
+            (Class::Permanent, _) => PERM,
+            (Class::Temporary, PERM) => LOW,
+            (Class::Temporary, l) => l,
+        };
+        let n = self.lists.at_mut(slot);
+        n.extra.size = admit.size.min(u32::MAX as usize) as u32;
+        n.extra.stamp = self.clock as u32;
+        self.push(to, slot);
     }
 
     #[inline]
@@ -361,8 +419,9 @@ impl Policy for Prioritized {
         let count = (n.bits & COUNT).saturating_add(1).min(COUNT);
         n.bits = REFERENCED | count;
         self.counters.prio_hits[idx(list)] += 1;
-        if list == PERM {
-            return;
+        if self.ghosts.is_some() {
+            self.local.hits += 1;
+            self.event();
         }
         if list == LOW && u32::from(count) >= self.shared.threshold.load(Relaxed) {
             // Promotion relinks, once per item; other hits only set bits.
@@ -372,10 +431,6 @@ impl Policy for Prioritized {
             n.extra.stamp = self.clock as u32;
             self.push(HIGH, slot);
             self.counters.prio_moves_to_high += 1;
-        }
-        if self.ghosts.is_some() {
-            self.local.temp_hits += 1;
-            self.event();
         }
     }
 
@@ -485,7 +540,7 @@ mod tests {
     }
 
     fn policy(cfg: PrioConfig, adaptive: bool) -> Prioritized {
-        Prioritized::new(&PrioShared::new(&cfg, adaptive))
+        Prioritized::new(&PrioShared::new(&cfg, adaptive, 0))
     }
 
     #[test]
@@ -539,6 +594,71 @@ mod tests {
         assert_eq!(p.class_of(2), HIGH);
         assert_eq!(p.counters().prio_items, [1, 1, 1]);
         assert_eq!(p.shared.bytes.each_ref().map(|x| x.load(Relaxed)), [100, 100, 100]);
+    }
+
+    #[test]
+    fn a_rewrite_keeps_the_hit_count_and_the_class() {
+        let mut p = policy(PrioConfig { threshold: 3, ..PrioConfig::default() }, false);
+        // Hit twice, rewritten, hit once more: the third hit promotes.
+        p.on_insert(0, admit(Class::Temporary, 0));
+        p.on_access(0);
+        p.on_access(0);
+        p.on_replace(0, admit(Class::Temporary, 0));
+        assert_eq!(p.class_of(0), LOW);
+        p.on_access(0);
+        assert_eq!(p.class_of(0), HIGH, "the count survived the rewrite");
+        // A promoted item stays promoted when rewritten, at its new size.
+        p.on_replace(0, Admit { size: 300, ..admit(Class::Temporary, 0) });
+        assert_eq!(p.class_of(0), HIGH);
+        assert_eq!(p.shared.bytes.each_ref().map(|x| x.load(Relaxed)), [0, 0, 300]);
+        // A rewrite without an expiry makes it permanent, and back.
+        p.on_replace(0, admit(Class::Permanent, 0));
+        assert_eq!(p.class_of(0), PERM);
+        p.on_replace(0, admit(Class::Temporary, 0));
+        assert_eq!(p.class_of(0), LOW);
+        assert_eq!(p.shared.bytes.each_ref().map(|x| x.load(Relaxed)), [0, 100, 0]);
+        let c = p.counters();
+        assert_eq!((c.prio_items, c.prio_moves_to_high), ([0, 1, 0], 1));
+        // A rewrite goes to the head of its class: the other item is older.
+        p.on_insert(1, admit(Class::Temporary, 1));
+        p.on_replace(0, admit(Class::Temporary, 0));
+        assert_eq!(p.victim(0), Some(1));
+    }
+
+    #[test]
+    fn a_rewrite_is_neither_a_ghost_hit_nor_a_temporary_insert() {
+        let shared = PrioShared::new(&PrioConfig { window: 1 << 40, ..PrioConfig::default() }, true, 0);
+        let mut p = Prioritized::new(&shared);
+        p.on_insert(0, admit(Class::Temporary, 7));
+        p.on_insert(1, admit(Class::Temporary, 8));
+        p.on_evict(1, 8);
+        p.on_replace(0, admit(Class::Temporary, 8));
+        assert_eq!(p.counters().prio_ghost_hits, 0, "a refresh found nothing missing");
+        assert_eq!(p.local.inserts, 2);
+    }
+
+    #[test]
+    fn class_totals_reach_the_store_once_a_shard_changed_them_by_the_slack() {
+        let shared = PrioShared::new(&PrioConfig::default(), false, 1000);
+        let mut a = Prioritized::new(&shared);
+        let total = |c: usize| shared.bytes[c].load(Relaxed);
+        for s in 0..9 {
+            a.on_insert(s, admit(Class::Temporary, s as u64));
+        }
+        assert_eq!(total(1), 0, "900 bytes: under the slack");
+        a.on_insert(9, admit(Class::Temporary, 9));
+        assert_eq!(total(1), 1000);
+        // Removals count down the same way; rewrites of the same size are
+        // no change at all.
+        for s in 0..5 {
+            a.on_replace(s, admit(Class::Temporary, s as u64));
+            a.on_remove(s);
+        }
+        assert_eq!((total(1), a.pending[1]), (1000, -500));
+        // Emptying gives back exactly what the store-wide total has of it.
+        let a = a.emptied();
+        assert_eq!(total(1), 0);
+        assert_eq!(a.pending, [0; 3]);
     }
 
     #[test]
@@ -622,7 +742,7 @@ mod tests {
 
     #[test]
     fn emptied_gives_back_its_bytes() {
-        let shared = PrioShared::new(&PrioConfig::default(), false);
+        let shared = PrioShared::new(&PrioConfig::default(), false, 0);
         let mut a = Prioritized::new(&shared);
         let mut b = Prioritized::new(&shared);
         a.on_insert(0, admit(Class::Temporary, 0));
@@ -636,7 +756,7 @@ mod tests {
     #[test]
     fn adaptive_ghost_hits_grow_the_class_they_were_evicted_from() {
         let cfg = PrioConfig { window: 256, ..PrioConfig::default() };
-        let shared = PrioShared::new(&cfg, true);
+        let shared = PrioShared::new(&cfg, true, 0);
         let mut p = Prioritized::new(&shared);
         // Permanent items evicted and written again: each is a ghost hit
         // for the permanent class.

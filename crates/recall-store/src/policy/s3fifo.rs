@@ -14,6 +14,26 @@
 //!
 //! A hit only bumps the frequency, so hits never relink lists. Sizes are
 //! bytes (each item's footprint), as in the paper's byte-sized caches.
+//!
+//! A shard's S3-FIFO is one part of a store-wide one (`shard/evict.rs`
+//! compares the shards' candidates by rank). An item moved to main's head
+//! (from small, or re-queued with one access less) ranks from the time of
+//! that move, as it would at the head of one store-wide main queue, not
+//! from its first write: otherwise a re-queued item ranks as old as it was
+//! before its second chance, and with few items per shard it is evicted
+//! right after it, without the trip through main the chance promised.
+//!
+//! Whether the next victim comes from small or from main is the store's
+//! decision, not the shard's: [`S3FifoShared`] sums every shard's queue
+//! bytes, and small and main are two eviction lanes (see the policy module
+//! docs), so an eviction takes the oldest small item of the whole store
+//! while the store's small queues are over their share, else the oldest
+//! main item. Deciding per shard made a shard of two items (1024 shards, a
+//! small cache) offer its small item almost always, however small the
+//! store's small queues were.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 
 use super::ghost::{Ghost, GHOST_BYTES};
 use super::list::{Lists, NIL, NONE};
@@ -39,22 +59,72 @@ impl Default for S3FifoConfig {
 
 const SMALL: u8 = 1;
 const MAIN: u8 = 2;
+/// The eviction lanes: small's candidates and main's.
+const SMALL_LANE: usize = 0;
+const MAIN_LANE: usize = 1;
+
+/// Store-wide S3-FIFO state: the bytes in every shard's small and main
+/// queues, which decide the lane every eviction takes.
+#[derive(Debug)]
+pub struct S3FifoShared {
+    cfg: S3FifoConfig,
+    /// Small's and main's bytes, summed over shards.
+    bytes: [AtomicU64; 2],
+}
+
+impl S3FifoShared {
+    pub fn new(cfg: S3FifoConfig) -> Arc<S3FifoShared> {
+        Arc::new(S3FifoShared { cfg, bytes: Default::default() })
+    }
+
+    /// Small while the store's small queues hold their share of the bytes
+    /// or more (or main is empty), else main: the paper's rule, store-wide.
+    pub fn lane(&self) -> usize {
+        let small = self.bytes[0].load(Relaxed);
+        let main = self.bytes[1].load(Relaxed);
+        if small > 0 && (main == 0 || small * 100 >= (small + main) * self.cfg.small_pct as u64) {
+            SMALL_LANE
+        } else {
+            MAIN_LANE
+        }
+    }
+
+    fn add(&self, list: u8, size: u64) {
+        self.bytes[(list - SMALL) as usize].fetch_add(size, Relaxed);
+    }
+
+    fn sub(&self, list: u8, size: u64) {
+        self.bytes[(list - SMALL) as usize].fetch_sub(size, Relaxed);
+    }
+}
 /// Frequencies saturate at 3 (two bits).
 const MAX_FREQ: u8 = 3;
+/// A `bits` flag: the item was moved to main's head, at [`Extra::queued`].
+const QUEUED: u8 = 0x80;
+const FREQ: u8 = 0x03;
+
+/// Per-item state besides the links and `bits` (frequency and [`QUEUED`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct Extra {
+    /// The item's footprint in bytes.
+    size: u32,
+    /// The low 32 bits of the store's write sequence when the item was last
+    /// moved to main's head (valid with [`QUEUED`]); see [`S3Fifo::queued_at`].
+    queued: u32,
+}
 
 #[derive(Debug)]
 pub struct S3Fifo {
-    /// Nodes carry their footprint in `extra` and their frequency in `bits`.
-    lists: Lists<u32, 3>,
+    /// Nodes carry their footprint and move time in `extra`, their
+    /// frequency and [`QUEUED`] in `bits`.
+    lists: Lists<Extra, 3>,
+    shared: Arc<S3FifoShared>,
     small_bytes: u64,
     main_bytes: u64,
     ghost: Ghost,
-    /// The store's write sequence when main last went all the way round in
-    /// one eviction (every item in it was moved to its head, the victim
-    /// last): no candidate ranks below it. Without it, a shard of one hot item (many shards, a
-    /// small cache) would offer that item at its old insertion rank right
-    /// after spending its last access.
-    floor: u64,
+    /// The latest write sequence `victim` was given: the reference that
+    /// [`Extra::queued`]'s low 32 bits are completed from.
+    clock: u64,
     cfg: S3FifoConfig,
     counters: PolicyCounters,
 }
@@ -66,21 +136,32 @@ impl Default for S3Fifo {
 }
 
 impl S3Fifo {
+    /// One S3-FIFO on its own (its store-wide state is its own).
     pub fn new(cfg: S3FifoConfig) -> Self {
+        Self::with_shared(&S3FifoShared::new(cfg))
+    }
+
+    /// One shard's S3-FIFO in a store whose shards share `shared`.
+    pub fn with_shared(shared: &Arc<S3FifoShared>) -> Self {
+        let cfg = shared.cfg;
         S3Fifo {
             lists: Lists::new(),
+            shared: shared.clone(),
             small_bytes: 0,
             main_bytes: 0,
             ghost: Ghost::default(),
-            floor: 0,
+            clock: 0,
             cfg,
             counters: PolicyCounters::default(),
         }
     }
 
-    /// Empty, with the same settings and counters.
+    /// Empty, with the same settings and counters; gives its bytes back
+    /// to the store-wide totals.
     pub fn emptied(&self) -> Self {
-        S3Fifo { counters: self.counters, ..Self::new(self.cfg) }
+        self.shared.sub(SMALL, self.small_bytes);
+        self.shared.sub(MAIN, self.main_bytes);
+        S3Fifo { counters: self.counters, ..Self::with_shared(&self.shared) }
     }
 
     fn bytes(&mut self, list: u8) -> &mut u64 {
@@ -92,27 +173,49 @@ impl S3Fifo {
     }
 
     fn push(&mut self, list: u8, slot: u32) {
-        let size = self.lists.at(slot).extra as u64;
+        let size = self.lists.at(slot).extra.size as u64;
         *self.bytes(list) += size;
+        self.shared.add(list, size);
         self.lists.push_head(list, slot);
     }
 
     fn unlink(&mut self, slot: u32) -> u8 {
         let list = self.lists.unlink(slot);
         if list != NONE {
-            let size = self.lists.at(slot).extra as u64;
+            let size = self.lists.at(slot).extra.size as u64;
             *self.bytes(list) -= size;
+            self.shared.sub(list, size);
         }
         list
     }
 
-    fn small_is_over(&self) -> bool {
-        let total = self.small_bytes + self.main_bytes;
-        self.small_bytes * 100 >= total * self.cfg.small_pct as u64
-    }
-
     fn items(&self) -> usize {
         (self.lists.ends(SMALL).len + self.lists.ends(MAIN).len) as usize
+    }
+
+    /// Move `slot` (off any list) to main's head now, with frequency `freq`.
+    fn requeue(&mut self, slot: u32, freq: u8) {
+        let n = self.lists.at_mut(slot);
+        n.bits = freq | QUEUED;
+        n.extra.queued = self.clock as u32;
+        self.push(MAIN, slot);
+    }
+
+    /// When the item in `slot` was last moved to main's head, if it was:
+    /// the latest write sequence at or before [`Self::clock`] with the
+    /// stored low 32 bits. Exact unless the move is more than 2^32 writes
+    /// old, and then it only comes out earlier (the item ranks older).
+    fn queued_at(&self, slot: u32) -> Option<u64> {
+        if !self.lists.known(slot) {
+            return None;
+        }
+        let n = self.lists.at(slot);
+        if n.bits & QUEUED == 0 {
+            return None;
+        }
+        let lo = n.extra.queued as u64;
+        let at = (self.clock & !0xffff_ffff) | lo;
+        Some(if at > self.clock { at.saturating_sub(1 << 32) } else { at })
     }
 
     #[cfg(test)]
@@ -125,7 +228,7 @@ impl Policy for S3Fifo {
     fn on_insert(&mut self, slot: u32, admit: Admit) {
         let n = self.lists.node(slot);
         n.bits = 0;
-        n.extra = admit.size.min(u32::MAX as usize) as u32;
+        n.extra.size = admit.size.min(u32::MAX as usize) as u32;
         if self.ghost.take(admit.hash) {
             self.counters.s3fifo_ghost_hits += 1;
             self.push(MAIN, slot);
@@ -137,7 +240,7 @@ impl Policy for S3Fifo {
     #[inline]
     fn on_access(&mut self, slot: u32) {
         let n = self.lists.node(slot);
-        if n.list != NONE && n.bits < MAX_FREQ {
+        if n.list != NONE && n.bits & FREQ < MAX_FREQ {
             n.bits += 1;
         }
     }
@@ -149,10 +252,12 @@ impl Policy for S3Fifo {
             return self.on_insert(slot, admit);
         }
         let list = self.lists.at(slot).list;
-        let old = self.lists.at(slot).extra as u64;
+        let old = self.lists.at(slot).extra.size as u64;
         let new = admit.size.min(u32::MAX as usize) as u32;
-        self.lists.at_mut(slot).extra = new;
+        self.lists.at_mut(slot).extra.size = new;
         *self.bytes(list) = *self.bytes(list) - old + new as u64;
+        self.shared.sub(list, old);
+        self.shared.add(list, new as u64);
         self.on_access(slot);
     }
 
@@ -170,56 +275,63 @@ impl Policy for S3Fifo {
         }
     }
 
+    /// The lane the store takes now, or the other one if this shard has
+    /// nothing in it.
     fn victim(&mut self, clock: u64) -> Option<u32> {
+        let lane = self.shared.lane();
+        self.victim_in(lane, clock).or_else(|| self.victim_in(1 - lane, clock))
+    }
+
+    fn victim_in(&mut self, lane: usize, clock: u64) -> Option<u32> {
+        self.clock = self.clock.max(clock);
         // Each step either returns or moves an item: from small to main
         // (once per item), or within main with one access less (at most
         // three times per item), so this ends.
-        // The first item this call moved to main's head: if it comes back
-        // to the tail as the victim, main went all the way round.
-        let mut first_moved = NIL;
-        loop {
-            let small = self.lists.ends(SMALL).tail;
-            let main = self.lists.ends(MAIN).tail;
-            if small != NIL && (main == NIL || self.small_is_over()) {
-                if self.lists.at(small).bits >= self.cfg.move_to_main {
-                    self.unlink(small);
-                    self.lists.at_mut(small).bits = 0;
-                    self.push(MAIN, small);
-                    self.counters.s3fifo_moves_to_main += 1;
-                    if first_moved == NIL {
-                        first_moved = small;
-                    }
-                    continue;
+        if lane == SMALL_LANE {
+            loop {
+                let small = self.lists.ends(SMALL).tail;
+                if small == NIL || self.lists.at(small).bits & FREQ < self.cfg.move_to_main {
+                    return (small != NIL).then_some(small);
                 }
-                return Some(small);
+                self.unlink(small);
+                self.requeue(small, 0);
+                self.counters.s3fifo_moves_to_main += 1;
             }
+        }
+        loop {
+            let main = self.lists.ends(MAIN).tail;
             if main == NIL {
                 return None;
             }
-            let freq = self.lists.at(main).bits;
+            let freq = self.lists.at(main).bits & FREQ;
             if freq == 0 {
-                if main == first_moved {
-                    // Main went all the way round: see `floor`.
-                    self.floor = clock;
-                }
                 return Some(main);
             }
             self.unlink(main);
-            self.lists.at_mut(main).bits = freq - 1;
-            self.push(MAIN, main);
+            self.requeue(main, freq - 1);
             self.counters.s3fifo_main_reinserts += 1;
-            if first_moved == NIL {
-                first_moved = main;
-            }
         }
     }
 
-    fn rank(&self, _slot: u32, age: Age) -> u64 {
-        fifo_rank(age).max(self.floor)
+    fn lane_of(&self, slot: u32) -> usize {
+        if self.lists.known(slot) && self.lists.at(slot).list == MAIN {
+            MAIN_LANE
+        } else {
+            SMALL_LANE
+        }
+    }
+
+    fn rank(&self, slot: u32, age: Age) -> u64 {
+        // A write since the move (an in-place update's new CAS) is later.
+        let r = fifo_rank(age);
+        match self.queued_at(slot) {
+            Some(at) => r.max(at),
+            None => r,
+        }
     }
 
     fn overhead_per_slot(&self) -> usize {
-        std::mem::size_of::<super::list::Node<u32>>() + GHOST_BYTES * self.cfg.ghost_pct as usize / 100
+        std::mem::size_of::<super::list::Node<Extra>>() + GHOST_BYTES * self.cfg.ghost_pct as usize / 100
     }
 
     fn counters(&self) -> PolicyCounters {
@@ -312,20 +424,67 @@ mod tests {
     }
 
     #[test]
-    fn a_full_round_of_main_raises_the_rank_floor_to_the_clock() {
+    fn an_item_moved_to_mains_head_ranks_from_the_move() {
         let mut p = S3Fifo::default();
         let age = Age { atime: 1, seq: 7, round: 0 };
         p.on_insert(0, admit(0));
         p.on_insert(1, admit(1));
         p.on_access(0);
-        // 0 moves to main; 1 (not hit) is the victim: no round, no floor.
+        // 0 moves to main at 100; 1 (not hit) is the victim, ranked by its write.
         assert_eq!(p.victim(100), Some(1));
         assert_eq!(p.rank(1, age), 7);
+        assert_eq!(p.rank(0, age), 100, "moved to main's head at 100");
         p.on_evict(1, 1);
         p.on_access(0);
-        // 0 alone in main, hit: re-queued, and back at the tail.
+        // 0 alone in main, hit: re-queued at 200, and back at the tail.
         assert_eq!(p.victim(200), Some(0));
         assert_eq!(p.rank(0, age), 200);
+        // A later write of the item (an in-place update) ranks it later still.
+        assert_eq!(p.rank(0, Age { seq: 250, ..age }), 250);
+        // An item written after the move and never moved ranks by its write.
+        p.on_insert(2, admit(2));
+        assert_eq!(p.rank(2, Age { seq: 210, ..age }), 210);
+    }
+
+    #[test]
+    fn a_move_time_is_completed_from_the_latest_clock() {
+        let mut p = S3Fifo::default();
+        let base = 5 << 32;
+        p.on_insert(0, admit(0));
+        p.on_access(0);
+        // 0 moves to main just below a 2^32 boundary; the clock then passes it.
+        assert_eq!(p.victim(base - 3), Some(0));
+        p.on_insert(1, admit(1));
+        p.victim(base + 10);
+        assert_eq!(p.rank(0, Age { atime: 1, seq: 1, round: 0 }), base - 3);
+    }
+
+    #[test]
+    fn the_lane_is_the_stores_not_the_shards() {
+        let shared = S3FifoShared::new(S3FifoConfig::default());
+        let mut a = S3Fifo::with_shared(&shared);
+        let mut b = S3Fifo::with_shared(&shared);
+        // Shard a: 19 items hit in small, moved to main by a look.
+        for s in 0..19 {
+            a.on_insert(s, admit(s as u64));
+            a.on_access(s);
+        }
+        assert_eq!(a.victim_in(SMALL_LANE, 1), None);
+        assert_eq!(a.lane_of(0), MAIN_LANE);
+        // Shard b: one new item in small. On its own it is all small (over
+        // its 10%); in the store small is 5%, so the store takes main.
+        b.on_insert(0, admit(100));
+        assert_eq!(shared.lane(), MAIN_LANE);
+        assert_eq!(b.victim(2), Some(0), "b has no main: its small item, the fallback");
+        assert_eq!(a.victim(2), Some(0), "a's oldest main item");
+        // Two more small items take the store's small share to 14%.
+        b.on_insert(1, admit(101));
+        b.on_insert(2, admit(102));
+        assert_eq!(shared.lane(), SMALL_LANE);
+        // Emptying a shard gives its bytes back.
+        let _ = b.emptied();
+        assert_eq!(shared.lane(), MAIN_LANE);
+        assert_eq!(shared.bytes[0].load(Relaxed), 0);
     }
 
     #[test]

@@ -37,6 +37,13 @@
 //! clears the bit from the published ranks, which lowers them, so they stay
 //! lower bounds.
 //!
+//! Lanes: a policy with more than one queue whose turn is decided
+//! store-wide (S3-FIFO's small and main; see the policy module docs) has
+//! one set of published ranks per queue. An eviction asks
+//! [`PolicyShared::lane`](crate::policy::PolicyShared::lane) which queue
+//! the store evicts from now and compares only that lane's ranks, taking
+//! another lane only when nothing in it can be evicted.
+//!
 //! Locking: a writer holds its own shard's lock while it evicts, so it only
 //! `try_lock`s other shards (two writers evicting from each other's shards
 //! would otherwise deadlock); when that fails, or the writer's shard has
@@ -46,7 +53,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{Ctx, Shard, Why};
-use crate::policy::{Age, Policy, NEXT_ROUND};
+use crate::policy::{Age, Policy, MAX_LANES, NEXT_ROUND};
 
 /// Shards per group: 32 `u64`s are four cache lines.
 pub(crate) const GROUP: usize = 32;
@@ -62,23 +69,31 @@ const MAX_STALE: usize = 8;
 /// A published rank meaning "nothing to evict here".
 pub(crate) const EMPTY: u64 = u64::MAX;
 
-/// Each shard's published next-victim rank, each group's minimum, and when
-/// the current eviction round began.
+/// Each shard's published next-victim rank, each group's minimum, per
+/// lane, and when the current eviction round began.
 pub(crate) struct Tails {
-    shards: Box<[AtomicU64]>,
-    groups: Box<[AtomicU64]>,
+    lanes: Box<[Lane]>,
     /// The write sequence the current round began at ([`Age::round`]).
     round: AtomicU64,
 }
 
+/// One lane's published ranks.
+struct Lane {
+    shards: Box<[AtomicU64]>,
+    groups: Box<[AtomicU64]>,
+}
+
 impl Tails {
-    pub fn new(n: usize) -> Tails {
+    /// `n` shards, `lanes` lanes (1 to [`MAX_LANES`]).
+    pub fn new(n: usize, lanes: usize) -> Tails {
         let empty = |_| AtomicU64::new(EMPTY);
-        Tails {
-            shards: (0..n).map(empty).collect(),
-            groups: (0..n.div_ceil(GROUP)).map(empty).collect(),
-            round: AtomicU64::new(0),
-        }
+        let lane =
+            |_| Lane { shards: (0..n).map(empty).collect(), groups: (0..n.div_ceil(GROUP)).map(empty).collect() };
+        Tails { lanes: (0..lanes.clamp(1, MAX_LANES)).map(lane).collect(), round: AtomicU64::new(0) }
+    }
+
+    pub fn lanes(&self) -> usize {
+        self.lanes.len()
     }
 
     /// The write sequence the current eviction round began at.
@@ -97,49 +112,55 @@ impl Tails {
         }
         // A wrap at `clock` happened during the round that is ending.
         self.round.fetch_max(clock.saturating_add(1), Ordering::Relaxed);
-        for (g, min) in self.groups.iter().enumerate() {
-            for x in &self.shards[self.group(g)] {
-                let r = x.load(Ordering::Relaxed);
-                if r != EMPTY && r & NEXT_ROUND != 0 {
-                    // Lost to a concurrent publish, which is newer anyway.
-                    let _ = x.compare_exchange(r, r & !NEXT_ROUND, Ordering::Relaxed, Ordering::Relaxed);
+        for lane in self.lanes.iter() {
+            for (g, min) in lane.groups.iter().enumerate() {
+                for x in &lane.shards[lane.group(g)] {
+                    let r = x.load(Ordering::Relaxed);
+                    if r != EMPTY && r & NEXT_ROUND != 0 {
+                        // Lost to a concurrent publish, which is newer anyway.
+                        let _ = x.compare_exchange(r, r & !NEXT_ROUND, Ordering::Relaxed, Ordering::Relaxed);
+                    }
                 }
+                min.store(lowest(&lane.shards[lane.group(g)], usize::MAX).1, Ordering::Relaxed);
             }
-            min.store(lowest(&self.shards[self.group(g)], usize::MAX).1, Ordering::Relaxed);
         }
         true
     }
 
-    fn group(&self, g: usize) -> std::ops::Range<usize> {
-        g * GROUP..((g + 1) * GROUP).min(self.shards.len())
-    }
-
-    /// Shard `j`'s next victim now has rank `r`. Only shard `j`'s lock
-    /// holder writes its entry; group minimums are shared.
-    pub fn publish(&self, j: usize, r: u64) {
-        let old = self.shards[j].load(Ordering::Relaxed);
-        self.shards[j].store(r, Ordering::Relaxed);
-        let g = &self.groups[j / GROUP];
+    /// Shard `j`'s next victim in lane `lane` now has rank `r`. Only shard
+    /// `j`'s lock holder writes its entry; group minimums are shared.
+    pub fn publish(&self, lane: usize, j: usize, r: u64) {
+        let lane = &self.lanes[lane];
+        let old = lane.shards[j].load(Ordering::Relaxed);
+        lane.shards[j].store(r, Ordering::Relaxed);
+        let g = &lane.groups[j / GROUP];
         let min = g.load(Ordering::Relaxed);
         if r < min {
             g.fetch_min(r, Ordering::Relaxed);
         } else if r > old && old <= min {
             // This shard may have been the group's minimum: recompute.
-            g.store(lowest(&self.shards[self.group(j / GROUP)], usize::MAX).1, Ordering::Relaxed);
+            g.store(lowest(&lane.shards[lane.group(j / GROUP)], usize::MAX).1, Ordering::Relaxed);
         }
     }
 
-    /// The shard with the lowest published rank, never `skip`; `rng`
-    /// chooses the window of groups in stores with very many shards.
-    pub fn best(&self, skip: Option<usize>, rng: u64) -> Option<(usize, u64)> {
-        let ng = self.groups.len();
+    /// Shard `j`'s published rank in lane `lane`.
+    fn published(&self, lane: usize, j: usize) -> u64 {
+        self.lanes[lane].shards[j].load(Ordering::Relaxed)
+    }
+
+    /// The shard with the lowest published rank in lane `lane`, never
+    /// `skip`; `rng` chooses the window of groups in stores with very many
+    /// shards.
+    pub fn best(&self, lane: usize, skip: Option<usize>, rng: u64) -> Option<(usize, u64)> {
+        let lane = &self.lanes[lane];
+        let ng = lane.groups.len();
         let (g, seen) = if ng <= MAX_GROUPS {
-            lowest(&self.groups, usize::MAX)
+            lowest(&lane.groups, usize::MAX)
         } else {
             let first = rng as usize % ng;
             let end = (first + MAX_GROUPS).min(ng);
-            let (a, ra) = lowest(&self.groups[first..end], usize::MAX);
-            let (b, rb) = lowest(&self.groups[..MAX_GROUPS - (end - first)], usize::MAX);
+            let (a, ra) = lowest(&lane.groups[first..end], usize::MAX);
+            let (b, rb) = lowest(&lane.groups[..MAX_GROUPS - (end - first)], usize::MAX);
             if ra <= rb {
                 (first + a, ra)
             } else {
@@ -149,19 +170,33 @@ impl Tails {
         if seen == EMPTY {
             return None;
         }
-        let range = self.group(g);
+        let range = lane.group(g);
         let base = range.start;
         let skip = skip.map_or(usize::MAX, |s| s.wrapping_sub(base));
-        let (j, r) = lowest(&self.shards[range.clone()], skip);
+        let (j, r) = lowest(&lane.shards[range.clone()], skip);
         // A free correction of a group minimum left too low by a race (only
         // if no publish changed it meanwhile).
-        let min = if skip < range.len() { r.min(self.shards[base + skip].load(Ordering::Relaxed)) } else { r };
+        let min = if skip < range.len() { r.min(lane.shards[base + skip].load(Ordering::Relaxed)) } else { r };
         if min > seen {
-            let _ = self.groups[g].compare_exchange(seen, min, Ordering::Relaxed, Ordering::Relaxed);
+            let _ = lane.groups[g].compare_exchange(seen, min, Ordering::Relaxed, Ordering::Relaxed);
         }
         // `j` is usize::MAX when the group is empty: add only for a real entry.
         (r != EMPTY).then(|| (base + j, r))
     }
+}
+
+impl Lane {
+    fn group(&self, g: usize) -> std::ops::Range<usize> {
+        g * GROUP..((g + 1) * GROUP).min(self.shards.len())
+    }
+}
+
+/// The lanes in the order an eviction tries them: the store's choice
+/// first.
+fn lane_order(ctx: &Ctx<'_>) -> impl Iterator<Item = usize> {
+    let n = ctx.tails.lanes();
+    let first = ctx.policy.lane().min(n - 1);
+    (0..n).map(move |k| (first + k) % n)
 }
 
 /// The lowest entry of `a` and its index, never index `skip`; `EMPTY` if
@@ -200,19 +235,23 @@ pub(crate) fn evict_elsewhere(ctx: &Ctx<'_>, need: usize, skip: Option<usize>, m
     // left to evict.
     let mut idle = 0;
     while ctx.mem_used.load(Ordering::Relaxed) + need > ctx.mem_limit && idle <= 2 * n + MAX_STALE {
-        let best = ctx.tails.best(skip, next_rand(&mut rng)).or_else(|| {
-            // The group minimums may hide a shard (a race, or `skip`'s
-            // group): look at every shard before giving up.
-            (0..n)
-                .filter(|&j| Some(j) != skip)
-                .map(|j| (j, ctx.tails.shards[j].load(Ordering::Relaxed)))
-                .find(|&(_, r)| r != EMPTY)
+        let rand = next_rand(&mut rng);
+        let best = lane_order(ctx).find_map(|lane| {
+            let best = ctx.tails.best(lane, skip, rand).or_else(|| {
+                // The group minimums may hide a shard (a race, or `skip`'s
+                // group): look at every shard before giving up.
+                (0..n)
+                    .filter(|&j| Some(j) != skip)
+                    .map(|j| (j, ctx.tails.published(lane, j)))
+                    .find(|&(_, r)| r != EMPTY)
+            });
+            best.map(|(j, r)| (lane, j, r))
         });
-        let Some((j, r)) = best else { return };
+        let Some((lane, j, r)) = best else { return };
         if ctx.tails.next_round(r, ctx.next_cas.load(Ordering::Relaxed)) {
             continue;
         }
-        if ctx.shards[j].lock().evict_if(ctx, r) {
+        if ctx.shards[j].lock().evict_if(ctx, lane, r) {
             idle = 0;
         } else {
             idle += 1;
@@ -232,19 +271,21 @@ impl Shard {
         self.policy.rank(v, Age { atime: s.atime, seq: s.cas, round: ctx.tails.round() })
     }
 
-    /// Publish the rank of this shard's next victim for other shards'
-    /// evictions to compare.
+    /// Publish the rank of this shard's next victim in every lane for
+    /// other shards' evictions to compare.
     pub(super) fn publish_tail(&mut self, ctx: &Ctx<'_>) {
-        let r = match self.policy.victim(ctx.next_cas.load(Ordering::Relaxed)) {
-            Some(v) => self.rank_of(ctx, v),
-            None => EMPTY,
-        };
-        self.publish(ctx, r);
+        for lane in 0..ctx.tails.lanes() {
+            let r = match self.policy.victim_in(lane, ctx.next_cas.load(Ordering::Relaxed)) {
+                Some(v) => self.rank_of(ctx, v),
+                None => EMPTY,
+            };
+            self.publish(ctx, lane, r);
+        }
     }
 
-    fn publish(&mut self, ctx: &Ctx<'_>, r: u64) {
-        self.published = r;
-        ctx.tails.publish(self.idx, r);
+    fn publish(&mut self, ctx: &Ctx<'_>, lane: usize, r: u64) {
+        self.published[lane] = r;
+        ctx.tails.publish(lane, self.idx, r);
     }
 
     fn evict(&mut self, ctx: &Ctx<'_>, v: u32) {
@@ -254,21 +295,25 @@ impl Shard {
         self.remove(ctx, v, h, why);
     }
 
-    /// Evict this shard's next victim if its rank is still at most `upto`
-    /// (the published rank it was chosen for), then publish the next one.
-    /// A victim found younger than that (the published rank was stale) is
-    /// kept and its rank published, so the caller chooses again. Returns
-    /// whether it evicted.
-    pub fn evict_if(&mut self, ctx: &Ctx<'_>, upto: u64) -> bool {
-        let Some(v) = self.policy.victim(ctx.next_cas.load(Ordering::Relaxed)) else {
-            self.publish(ctx, EMPTY);
+    /// Evict this shard's next victim in lane `lane` if its rank is still
+    /// at most `upto` (the published rank it was chosen for), then publish
+    /// the next ones. A victim found younger than that (the published rank
+    /// was stale) is kept and its rank published, so the caller chooses
+    /// again. Returns whether it evicted.
+    pub fn evict_if(&mut self, ctx: &Ctx<'_>, lane: usize, upto: u64) -> bool {
+        let found = self.policy.victim_in(lane, ctx.next_cas.load(Ordering::Relaxed));
+        let r = found.map_or(EMPTY, |v| self.rank_of(ctx, v));
+        let (Some(v), false) = (found, r > upto) else {
+            if ctx.tails.lanes() > 1 {
+                // Looking may have moved items to another lane (S3-FIFO's
+                // hit small items to main), whose rank must not stay too
+                // high: publish every lane.
+                self.publish_tail(ctx);
+            } else {
+                self.publish(ctx, lane, r);
+            }
             return false;
         };
-        let r = self.rank_of(ctx, v);
-        if r > upto {
-            self.publish(ctx, r);
-            return false;
-        }
         self.evict(ctx, v);
         self.publish_tail(ctx);
         true
@@ -290,22 +335,41 @@ impl Shard {
         let mut fitted = true;
         // Stale published ranks corrected so far (bounds the work).
         let mut stale = 0;
-        // This shard's candidate; it only changes when this shard evicts.
-        let mut own: Option<Option<(u32, u64)>> = None;
+        // This shard's candidate in a lane; it only changes when this shard
+        // evicts (or the store's choice of lane does).
+        let mut own: Option<(usize, Option<(u32, u64)>)> = None;
         let mut changed = false;
+        let mut looked = false;
         // At most one round ends per write (a bound on the work).
         let mut turned = false;
         while !fits(ctx) {
-            let (cand, own_rank) = match own {
-                Some(c) => (c, c.map_or(EMPTY, |(_, r)| r)),
-                None => {
-                    let c = self.candidate(ctx, protect, &mut requeued);
-                    own = Some(c);
-                    (c, c.map_or(EMPTY, |(_, r)| r))
-                }
-            };
             let rng = next_rand(&mut self.rng);
-            let best = ctx.tails.best(Some(self.idx), rng);
+            // The store's lane, or the first other one with something to
+            // evict, here or elsewhere.
+            let mut pick = None;
+            for lane in lane_order(ctx) {
+                let cand = match own {
+                    Some((l, c)) if l == lane => c,
+                    _ => {
+                        let c = self.candidate(ctx, lane, protect, &mut requeued);
+                        // Looking may move items between lanes (S3-FIFO's
+                        // hit small items go to main): publish at the end.
+                        looked |= ctx.tails.lanes() > 1;
+                        own = Some((lane, c));
+                        c
+                    }
+                };
+                let best = ctx.tails.best(lane, Some(self.idx), rng);
+                if cand.is_some() || best.is_some() {
+                    pick = Some((lane, cand, best));
+                    break;
+                }
+            }
+            let Some((lane, cand, best)) = pick else {
+                fitted = false;
+                break;
+            };
+            let own_rank = cand.map_or(EMPTY, |(_, r)| r);
             let lowest = best.map_or(own_rank, |(_, r)| r.min(own_rank));
             if !turned && ctx.tails.next_round(lowest, ctx.next_cas.load(Ordering::Relaxed)) {
                 // Every candidate waits for the round's end: it ended. Ranks
@@ -317,7 +381,7 @@ impl Shard {
             if let Some((j, r)) = best {
                 if r < own_rank && stale < MAX_STALE {
                     if let Some(mut other) = ctx.shards[j].try_lock() {
-                        if !other.evict_if(ctx, r) {
+                        if !other.evict_if(ctx, lane, r) {
                             stale += 1;
                         }
                         continue;
@@ -336,7 +400,7 @@ impl Shard {
                 }
             }
         }
-        if changed || requeued {
+        if changed || requeued || looked {
             self.publish_tail(ctx);
         }
         fitted
@@ -344,9 +408,15 @@ impl Shard {
 
     /// This shard's next victim and its rank, never `protect` (moved out of
     /// the way once, as it is being rewritten anyway).
-    fn candidate(&mut self, ctx: &Ctx<'_>, protect: Option<u32>, requeued: &mut bool) -> Option<(u32, u64)> {
+    fn candidate(
+        &mut self,
+        ctx: &Ctx<'_>,
+        lane: usize,
+        protect: Option<u32>,
+        requeued: &mut bool,
+    ) -> Option<(u32, u64)> {
         loop {
-            match self.policy.victim(ctx.next_cas.load(Ordering::Relaxed)) {
+            match self.policy.victim_in(lane, ctx.next_cas.load(Ordering::Relaxed)) {
                 Some(v) if Some(v) == protect => {
                     if *requeued {
                         return None;
@@ -368,39 +438,53 @@ mod tests {
 
     #[test]
     fn best_is_the_lowest_published_rank_and_honours_skip() {
-        let t = Tails::new(100);
-        assert_eq!(t.best(None, 1), None);
+        let t = Tails::new(100, 1);
+        assert_eq!(t.best(0, None, 1), None);
         for j in 0..100 {
-            t.publish(j, 1000 - j as u64);
+            t.publish(0, j, 1000 - j as u64);
         }
-        assert_eq!(t.best(None, 1), Some((99, 901)));
-        assert_eq!(t.best(Some(99), 1), Some((98, 902)));
+        assert_eq!(t.best(0, None, 1), Some((99, 901)));
+        assert_eq!(t.best(0, Some(99), 1), Some((98, 902)));
         // The minimum shard's rank rises: its group minimum follows.
-        t.publish(99, 5000);
-        t.publish(98, 5000);
-        assert_eq!(t.best(None, 1), Some((97, 903)));
+        t.publish(0, 99, 5000);
+        t.publish(0, 98, 5000);
+        assert_eq!(t.best(0, None, 1), Some((97, 903)));
         // A shard becoming non-empty with a low rank is found at once.
-        t.publish(3, 7);
-        assert_eq!(t.best(None, 1), Some((3, 7)));
-        t.publish(3, EMPTY);
-        assert_eq!(t.best(None, 1), Some((97, 903)));
+        t.publish(0, 3, 7);
+        assert_eq!(t.best(0, None, 1), Some((3, 7)));
+        t.publish(0, 3, EMPTY);
+        assert_eq!(t.best(0, None, 1), Some((97, 903)));
     }
 
     #[test]
     fn a_round_ends_when_the_lowest_rank_waits_for_it() {
-        let t = Tails::new(40);
-        t.publish(1, NEXT_ROUND | 5);
-        t.publish(33, NEXT_ROUND | 9);
-        t.publish(2, 50);
+        let t = Tails::new(40, 1);
+        t.publish(0, 1, NEXT_ROUND | 5);
+        t.publish(0, 33, NEXT_ROUND | 9);
+        t.publish(0, 2, 50);
         assert!(!t.next_round(50, 100), "a current-round rank is left");
         assert_eq!(t.round(), 0);
-        t.publish(2, EMPTY);
+        t.publish(0, 2, EMPTY);
         assert!(t.next_round(NEXT_ROUND | 5, 100));
         assert_eq!(t.round(), 101);
         // The waiting ranks are ordinary ones now, in insertion order.
-        assert_eq!(t.best(None, 1), Some((1, 5)));
-        t.publish(1, EMPTY);
-        assert_eq!(t.best(None, 1), Some((33, 9)));
+        assert_eq!(t.best(0, None, 1), Some((1, 5)));
+        t.publish(0, 1, EMPTY);
+        assert_eq!(t.best(0, None, 1), Some((33, 9)));
         assert!(!t.next_round(EMPTY, 200));
+    }
+
+    #[test]
+    fn lanes_are_compared_on_their_own() {
+        let t = Tails::new(64, 2);
+        t.publish(0, 5, 100);
+        t.publish(1, 6, 10);
+        t.publish(1, 20, 20);
+        assert_eq!(t.best(0, None, 1), Some((5, 100)), "lane 1's lower ranks do not count in lane 0");
+        assert_eq!(t.best(1, None, 1), Some((6, 10)));
+        assert_eq!(t.best(1, Some(6), 1), Some((20, 20)));
+        t.publish(0, 5, EMPTY);
+        assert_eq!(t.best(0, None, 1), None);
+        assert_eq!(Tails::new(8, 9).lanes(), MAX_LANES);
     }
 }

@@ -1,0 +1,406 @@
+//! The Raft log on disk: `--cluster-log-dir` (docs/design/replication.md,
+//! "Durability").
+//!
+//! Files in the directory:
+//!
+//! * `raft.id`: the node id the directory belongs to, written once when a
+//!   new node first starts. A directory with a log but no `raft.id`, or
+//!   with `raft.id` but no log, is refused: that node lost state it
+//!   acknowledged, and must rejoin under a new id.
+//! * `raft.vote`: the last vote, replaced atomically (temp file, fsync,
+//!   rename, directory fsync) before `save_vote` returns.
+//! * `raft.log`: what happened to the log, in order, each a frame
+//!   `len u32 LE | crc32c u32 LE | bincode body`: a batch of entries
+//!   appended, or a truncation (conflicting entries dropped from an index
+//!   on). Purges are not written: the file keeps every entry, so a restart
+//!   re-applies the whole log to an empty store (snapshots on disk, and
+//!   compacting this file, are the next step). A log with a hole (a node
+//!   that caught up from a snapshot) cannot do that, and is refused.
+//!
+//! **Group commit.** `append` writes its frame and queues openraft's
+//! callback; one flusher thread takes every queued callback, `fdatasync`s
+//! once, and only then reports them done. Appends that arrive while a sync
+//! runs share the next one. openraft reports a write to its client only
+//! after a quorum's flushes are done, so an acknowledged write is on the
+//! disks of a majority.
+//!
+//! **Reading back.** Frames are read in order. The first one that does not
+//! decode is a *torn tail* when no valid frame follows it anywhere (a crash
+//! in the middle of an unsynced write: none of it was reported flushed);
+//! the file is cut there. Anything else is *damage*, and the node refuses
+//! to start, naming the file and offset: frames after it may hold
+//! acknowledged entries.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use openraft::storage::LogFlushed;
+use openraft::{Entry, Vote};
+use recall_persist::fsutil::{write_atomically, FailAt};
+use serde::{Deserialize, Serialize};
+
+use crate::{NodeId, TypeConfig};
+
+/// `len u32 | crc32c u32` before each body.
+const FRAME: usize = 8;
+
+/// One change to the log, as the file records it (read back).
+#[derive(Debug, Deserialize)]
+enum LogOp {
+    Append(Vec<Entry<TypeConfig>>),
+    /// Entries from this index on are gone.
+    Truncate(u64),
+}
+
+/// [`LogOp`] as it is written, borrowing the entries (serde writes a slice
+/// and a `Vec` alike, so the two are one format).
+#[derive(Debug, Serialize)]
+pub(crate) enum LogWrite<'e> {
+    Append(&'e [Entry<TypeConfig>]),
+    Truncate(u64),
+}
+
+/// The log's entries by index.
+pub type Entries = BTreeMap<u64, Entry<TypeConfig>>;
+
+/// What a directory held at start.
+#[derive(Debug, Default)]
+pub(crate) struct Recovered {
+    pub log: Entries,
+    pub vote: Option<Vote<NodeId>>,
+}
+
+/// The open log file and its flusher.
+pub(crate) struct Disk {
+    dir: PathBuf,
+    file: Mutex<File>,
+    flush: Arc<Flusher>,
+}
+
+/// Callbacks waiting for the next sync, and the sync's file handle.
+struct Flusher {
+    pending: Mutex<Pending>,
+    wake: Condvar,
+    file: File,
+    path: PathBuf,
+    /// Syncs done, and entries written: `stats` shows their ratio (group
+    /// commit at work).
+    syncs: AtomicU64,
+    entries: AtomicU64,
+}
+
+#[derive(Default)]
+struct Pending {
+    callbacks: Vec<LogFlushed<TypeConfig>>,
+    stop: bool,
+}
+
+fn named(p: &Path, e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(format!("{}: {e}", p.display()))
+}
+
+fn codec() -> impl bincode::Options {
+    bincode::DefaultOptions::new()
+}
+
+impl Disk {
+    /// Open (or create) `dir` for node `id`: check whose it is, read the
+    /// vote and the log back, and start the flusher.
+    pub fn open(dir: &Path, id: NodeId) -> io::Result<(Arc<Disk>, Recovered)> {
+        std::fs::create_dir_all(dir).map_err(|e| named(dir, e))?;
+        let (id_path, vote_path, log_path) = (dir.join("raft.id"), dir.join("raft.vote"), dir.join("raft.log"));
+        match std::fs::read_to_string(&id_path) {
+            Ok(s) => {
+                let owner: NodeId = s.trim().parse().map_err(|_| named(&id_path, "not a node id"))?;
+                if owner != id {
+                    return Err(named(&id_path, format!("this log directory belongs to node {owner}, not node {id}")));
+                }
+                if !log_path.exists() {
+                    return Err(named(
+                        &log_path,
+                        format!(
+                            "node {id}'s log is missing: the node lost what it acknowledged; \
+                             start it under a new id (and remove the old one from the group)"
+                        ),
+                    ));
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                if log_path.exists() || vote_path.exists() {
+                    return Err(named(&id_path, "missing beside a Raft log: refusing to guess whose log it is"));
+                }
+                // A new node: the log file first, then the id that makes
+                // the directory count as "had a log".
+                File::create(&log_path)
+                    .map_err(|e| named(&log_path, e))?
+                    .sync_all()
+                    .map_err(|e| named(&log_path, e))?;
+                write_atomically(&id_path, FailAt::None, |w| writeln!(w, "{id}"))?;
+            }
+            Err(e) => return Err(named(&id_path, e)),
+        }
+        let vote = match std::fs::read(&vote_path) {
+            Ok(b) => Some(decode_vote(&b).map_err(|e| named(&vote_path, e))?),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(named(&vote_path, e)),
+        };
+        let mut data = Vec::new();
+        File::open(&log_path).and_then(|mut f| f.read_to_end(&mut data)).map_err(|e| named(&log_path, e))?;
+        let (log, good) = replay(&data).map_err(|(at, why)| {
+            named(&log_path, format!("damaged at byte {at}: {why}; frames after it may hold acknowledged entries"))
+        })?;
+        check_whole(&log).map_err(|why| named(&log_path, why))?;
+        let file = OpenOptions::new().append(true).open(&log_path).map_err(|e| named(&log_path, e))?;
+        if good < data.len() {
+            tracing::warn!(
+                file = %log_path.display(),
+                at = good,
+                dropped = data.len() - good,
+                "raft log: cutting a torn tail (a write the crash interrupted; never reported flushed)"
+            );
+            file.set_len(good as u64).map_err(|e| named(&log_path, e))?;
+            file.sync_all().map_err(|e| named(&log_path, e))?;
+        }
+        let flush = Arc::new(Flusher {
+            pending: Mutex::new(Pending::default()),
+            wake: Condvar::new(),
+            file: file.try_clone().map_err(|e| named(&log_path, e))?,
+            path: log_path,
+            syncs: AtomicU64::new(0),
+            entries: AtomicU64::new(0),
+        });
+        let f = flush.clone();
+        std::thread::Builder::new().name("recall-raft-log".into()).spawn(move || f.run())?;
+        Ok((Arc::new(Disk { dir: dir.to_path_buf(), file: Mutex::new(file), flush }), Recovered { log, vote }))
+    }
+
+    /// Write `op` and, with a callback, queue it for the next sync.
+    pub fn write(&self, op: &LogWrite<'_>, callback: Option<LogFlushed<TypeConfig>>) -> io::Result<()> {
+        use bincode::Options as _;
+        let body = codec().serialize(op).map_err(io::Error::other)?;
+        let len = u32::try_from(body.len()).map_err(|_| named(&self.flush.path, "a log batch over 4 GiB"))?;
+        let mut frame = Vec::with_capacity(FRAME + body.len());
+        frame.extend_from_slice(&len.to_le_bytes());
+        frame.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+        frame.extend_from_slice(&body);
+        // The frame is written before its callback is queued, so the sync
+        // that reports the callback covers it.
+        self.file.lock().expect("log file lock").write_all(&frame).map_err(|e| named(&self.flush.path, e))?;
+        if let LogWrite::Append(es) = op {
+            self.flush.entries.fetch_add(es.len() as u64, Ordering::Relaxed);
+        }
+        if let Some(cb) = callback {
+            self.flush.pending.lock().expect("flusher lock").callbacks.push(cb);
+            self.flush.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Replace the vote on disk; returns once it is durable.
+    pub fn save_vote(&self, vote: &Vote<NodeId>) -> io::Result<()> {
+        use bincode::Options as _;
+        let body = codec().serialize(vote).map_err(io::Error::other)?;
+        write_atomically(&self.dir.join("raft.vote"), FailAt::None, |w| {
+            w.write_all(&crc32c::crc32c(&body).to_le_bytes())?;
+            w.write_all(&body)
+        })
+    }
+
+    /// (syncs, entries written) since start.
+    pub fn counts(&self) -> (u64, u64) {
+        (self.flush.syncs.load(Ordering::Relaxed), self.flush.entries.load(Ordering::Relaxed))
+    }
+}
+
+impl Drop for Disk {
+    fn drop(&mut self) {
+        self.flush.pending.lock().expect("flusher lock").stop = true;
+        self.flush.wake.notify_one();
+    }
+}
+
+impl Flusher {
+    fn run(&self) {
+        loop {
+            let batch = {
+                let mut p = self.pending.lock().expect("flusher lock");
+                while p.callbacks.is_empty() && !p.stop {
+                    p = self.wake.wait(p).expect("flusher lock");
+                }
+                if p.callbacks.is_empty() {
+                    return;
+                }
+                std::mem::take(&mut p.callbacks)
+            };
+            let res = self.file.sync_data();
+            self.syncs.fetch_add(1, Ordering::Relaxed);
+            for cb in batch {
+                let r = match &res {
+                    Ok(()) => Ok(()),
+                    Err(e) => Err(io::Error::new(e.kind(), format!("{}: fdatasync: {e}", self.path.display()))),
+                };
+                cb.log_io_completed(r);
+            }
+        }
+    }
+}
+
+/// A restart re-applies the whole log to an empty store, so the log must
+/// start at the beginning (index 0, the initial membership, or 1) and have
+/// no hole. A node that caught up from a snapshot has one (its entries
+/// before the snapshot were never sent to it), and snapshots are not kept
+/// on disk yet: it cannot rebuild its store, and must not pretend to.
+fn check_whole(log: &Entries) -> Result<(), String> {
+    let (Some(&first), Some(&last)) = (log.keys().next(), log.keys().next_back()) else { return Ok(()) };
+    if first > 1 || last - first + 1 != log.len() as u64 {
+        return Err(format!(
+            "the log has a gap (entries {first}..={last}, {} of them): this node caught up from a snapshot, \
+             which is not kept on disk yet, so it cannot rebuild its store; start it under a new id",
+            log.len()
+        ));
+    }
+    Ok(())
+}
+
+fn decode_vote(b: &[u8]) -> Result<Vote<NodeId>, String> {
+    use bincode::Options as _;
+    let (crc, body) = b.split_first_chunk::<4>().ok_or("vote file cut short")?;
+    if crc32c::crc32c(body) != u32::from_le_bytes(*crc) {
+        return Err("vote file checksum mismatch".into());
+    }
+    codec().reject_trailing_bytes().deserialize(body).map_err(|e| format!("bad vote: {e}"))
+}
+
+/// The frame at `i`: its op and where it ends, or why it is not one.
+fn frame_at(data: &[u8], i: usize) -> Result<(LogOp, usize), &'static str> {
+    use bincode::Options as _;
+    let head = data.get(i..i + FRAME).ok_or("frame header cut short")?;
+    let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
+    let crc = u32::from_le_bytes(head[4..].try_into().expect("4 bytes"));
+    let body = data.get(i + FRAME..i + FRAME + len).ok_or("frame cut short")?;
+    if crc32c::crc32c(body) != crc {
+        return Err("checksum mismatch");
+    }
+    let op = codec().reject_trailing_bytes().deserialize(body).map_err(|_| "bad frame body")?;
+    Ok((op, i + FRAME + len))
+}
+
+/// Replay the file's ops into a log. Returns the log and the length of the
+/// good prefix (shorter than `data` for a torn tail), or the offset and
+/// kind of damage (fuzzed: `fuzz/fuzz_targets/raft_log.rs`).
+pub fn replay(data: &[u8]) -> Result<(Entries, usize), (usize, &'static str)> {
+    let mut log = BTreeMap::new();
+    let mut at = 0;
+    while at < data.len() {
+        match frame_at(data, at) {
+            Ok((op, end)) => {
+                match op {
+                    LogOp::Append(es) => {
+                        for e in es {
+                            log.insert(e.log_id.index, e);
+                        }
+                    }
+                    LogOp::Truncate(from) => {
+                        log.split_off(&from);
+                    }
+                }
+                at = end;
+            }
+            Err(why) => {
+                // A torn tail has no valid frame after it; damage does.
+                if (at + 1..data.len()).any(|j| frame_at(data, j).is_ok()) {
+                    return Err((at, why));
+                }
+                return Ok((log, at));
+            }
+        }
+    }
+    Ok((log, at))
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::{CommittedLeaderId, EntryPayload, LogId};
+
+    use super::*;
+    use crate::Effect;
+
+    fn entry(term: u64, index: u64) -> Entry<TypeConfig> {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(term, 1), index),
+            payload: EntryPayload::Normal(Effect { cause: 1, record: vec![index as u8; 3] }),
+        }
+    }
+
+    fn frame(op: &LogWrite<'_>) -> Vec<u8> {
+        use bincode::Options as _;
+        let body = codec().serialize(op).unwrap();
+        let mut f = (body.len() as u32).to_le_bytes().to_vec();
+        f.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+        f.extend_from_slice(&body);
+        f
+    }
+
+    fn indexes(log: &Entries) -> Vec<(u64, u64)> {
+        log.values().map(|e| (e.log_id.leader_id.term, e.log_id.index)).collect()
+    }
+
+    #[test]
+    fn replay_follows_appends_and_truncations_and_cuts_only_a_torn_tail() {
+        let mut data = frame(&LogWrite::Append(&[entry(1, 1), entry(1, 2), entry(1, 3)]));
+        data.extend(frame(&LogWrite::Truncate(2)));
+        data.extend(frame(&LogWrite::Append(&[entry(2, 2)])));
+        let (log, good) = replay(&data).unwrap();
+        assert_eq!(indexes(&log), [(1, 1), (2, 2)]);
+        assert_eq!(good, data.len());
+
+        // A crash in the middle of a write: every prefix of the last frame
+        // is cut back to the frames before it.
+        let last = frame(&LogWrite::Append(&[entry(2, 3)]));
+        for cut in 1..last.len() {
+            let mut torn = data.clone();
+            torn.extend_from_slice(&last[..cut]);
+            let (log, good) = replay(&torn).unwrap();
+            assert_eq!((indexes(&log).len(), good), (2, data.len()), "cut at {cut}");
+        }
+
+        // A damaged frame with a good one after it is refused, with where.
+        let mut damaged = data.clone();
+        let second = frame(&LogWrite::Append(&[entry(1, 1), entry(1, 2), entry(1, 3)])).len();
+        damaged[second + FRAME] ^= 0xff;
+        assert_eq!(replay(&damaged).unwrap_err().0, second);
+    }
+
+    #[test]
+    fn a_directory_belongs_to_one_node_and_a_lost_log_is_refused() {
+        let dir = std::env::temp_dir().join(format!("recall-raft-log-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        {
+            let (disk, rec) = Disk::open(&dir, 2).unwrap();
+            assert!(rec.log.is_empty() && rec.vote.is_none());
+            disk.write(&LogWrite::Append(&[entry(1, 1), entry(1, 2)]), None).unwrap();
+            disk.save_vote(&Vote::new_committed(1, 1)).unwrap();
+        }
+        let (_disk, rec) = Disk::open(&dir, 2).unwrap();
+        assert_eq!(indexes(&rec.log), [(1, 1), (1, 2)]);
+        assert_eq!(rec.vote, Some(Vote::new_committed(1, 1)));
+        drop(_disk);
+        let err = Disk::open(&dir, 3).err().unwrap().to_string();
+        assert!(err.contains("belongs to node 2"), "{err}");
+        // A log with a hole (what a snapshot install leaves) is refused.
+        {
+            let (disk, _) = Disk::open(&dir, 2).unwrap();
+            disk.write(&LogWrite::Append(&[entry(2, 7)]), None).unwrap();
+        }
+        let err = Disk::open(&dir, 2).err().unwrap().to_string();
+        assert!(err.contains("gap"), "{err}");
+        std::fs::remove_file(dir.join("raft.log")).unwrap();
+        let err = Disk::open(&dir, 2).err().unwrap().to_string();
+        assert!(err.contains("raft.log") && err.contains("lost"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
