@@ -332,6 +332,20 @@ def write_seeds(seeds, quiet):
         put("reply_decode", f"reply{i}-whole", b"\x7f" + r)
     put("reply_decode", "metadump", b"\x81" + b"key=a exp=-1 la=1 cas=2 fetch=no cls=1 size=60\r\nBUSY crawling\r\nEND\r\n")
     put("reply_decode", "long", b"\x7f" + b"STAT x " + b"y" * 8190 + b"\r\n")
+    # A forwarded request's reply as the leader sends it (byte 0: bit 7
+    # binary, low bits the piece size), and `cluster map` replies.
+    framed = [b"STORED\r\nMN\r\n", b"VALUE a 0 4 9\r\nMN\r\n\r\nEND\r\nMN\r\n", b"VA 2 f1\r\nhi\r\nMN\r\n",
+              b"SVALUE k 1\r\n\x00\x02MN\x00\x00\r\nEND\r\nMN\r\n", b"VALUE a 0 x\r\n", b"MN\r\nextra"]
+    for i, r in enumerate(framed):
+        put("reply_frame", f"text{i}", b"\x02" + r)
+    noop = bytes([0x81, 0x0A]) + bytes(22)
+    hit = bytes([0x81, 0x00, 0, 0, 4, 0, 0, 0, 0, 0, 0, 7]) + bytes(12) + b"\x00\x00\x00\x01abc"
+    put("reply_frame", "binary", b"\x85" + hit + noop)
+    put("reply_frame", "binary-bad-magic", b"\x85" + bytes([0x80]) + bytes(23))
+    maps = [b"MAP self 2 term 7 leader 1\nNODE 1 127.0.0.1:11211\nNODE 2 127.0.0.2:11211",
+            b"MAP self 1 term 0 leader 0", b"MAP self 1 term x leader 0", b"NODE 1 a"]
+    for i, m in enumerate(maps):
+        put("cluster_map", f"map{i}", m)
     ctl = [b"DURABLE 3 3298534883330 recovering\r\n", b"DURABLE 0 0 off\n", b"OK\r\nAPPLIED\r\nSTALE\r\n",
            b"REPLAYED 10 2 0\r\nREPLAYED 0 0 0\r\nMN\r\n", b"HD c1099511627781\r\n", b"ERROR\r\nERROR\r\n",
            b"SERVER_ERROR out of memory\r\nCLIENT_ERROR bad id\r\n", b"DURABLE 2 77 maybe\r\n", b"REPLAYED 1 x 3\r\n"]

@@ -18,6 +18,10 @@ With RECALL_TLS=1 every server under test is started with TLS (-Z, fresh
 throwaway certificates from tlsfiles.py) and clients connect through
 `server.client_kwargs()` / `server.connect()`.
 
+With RECALL_CLUSTER=leader (or follower) every server under test is one
+node of a 3-node replicated cluster, the leader (or a follower, which
+forwards to the leader); see mcserver.ClusterNodeProcess.
+
 With RECALL_SASL=1 every server under test is started with -S (SASL PLAIN,
 users from a throwaway MEMCACHED_SASL_PWDB file) and binary clients log in
 with `server.sasl_kwargs()`; only the binary-protocol suites make sense so.
@@ -29,6 +33,7 @@ import os
 
 import pytest
 from mcserver import (
+    ClusterNodeProcess,
     RawConn,
     ServerProcess,
     ServerStartError,
@@ -40,6 +45,11 @@ from tlsfiles import TlsFiles
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "server_args(*flags): extra command-line flags for the server fixture")
+    config.addinivalue_line(
+        "markers",
+        "counts_requests: asserts the server's request counters, which a cluster follower"
+        " (RECALL_CLUSTER=follower) leaves to the leader it forwards to",
+    )
 
 
 def pytest_report_header(config):
@@ -89,7 +99,10 @@ def _start(command, args, name, tls: TlsFiles | None = None, sasl_pwdb=None) -> 
     if sasl_pwdb is not None:
         args = ("-S", *args)
         kw = {"env": {"MEMCACHED_SASL_PWDB": str(sasl_pwdb)}, "sasl_credentials": (SASL_USER, SASL_PASSWORD)}
-    if tls is not None:
+    cluster = os.environ.get("RECALL_CLUSTER")
+    if cluster and name == "server under test":
+        srv = ClusterNodeProcess(command, args, name=name, role=cluster)
+    elif tls is not None:
         srv = ServerProcess(command, [*tls.server_args(), *args], name=name, tls_context=tls.client_context(), **kw)
     else:
         srv = ServerProcess(command, args, name=name, **kw)
@@ -133,6 +146,8 @@ def server_factory(server_command, suite_tls, suite_sasl):
 @pytest.fixture
 def server(request, server_factory) -> ServerProcess:
     """A fresh server under test, with flags from @pytest.mark.server_args."""
+    if os.environ.get("RECALL_CLUSTER") == "follower" and request.node.get_closest_marker("counts_requests"):
+        pytest.skip("a cluster follower forwards requests: the leader counts them (docs/compat.md)")
     marker = request.node.get_closest_marker("server_args")
     args = tuple(marker.args) if marker else ()
     return server_factory(*args)

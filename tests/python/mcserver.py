@@ -254,6 +254,88 @@ class ServerProcess:
         self.stop()
 
 
+CLUSTER_STARTUP_BUDGET_S = 30.0
+
+
+class ClusterNodeProcess(ServerProcess):
+    """The server under test as one node of a 3-node replicated recall
+    cluster on loopback (RECALL_CLUSTER=leader or follower): the two other
+    nodes run beside it, with the same flags, and stop with it.  Node 1
+    bootstraps the group (and so usually leads); the node under test is
+    node 1 for "leader" and node 2 for "follower".  Ready once `cluster
+    map` names a leader and this node has the role asked for; a cluster
+    that elected otherwise is started again."""
+
+    def __init__(self, command: Sequence[str], extra_args: Sequence[str] = (), name: str = "server", role: str = "leader"):
+        super().__init__(command, extra_args, name=name)
+        self.role = role
+        self.base_args = list(extra_args)
+        self.others: list[subprocess.Popen] = []
+
+    def start(self) -> ClusterNodeProcess:
+        deadline = time.monotonic() + CLUSTER_STARTUP_BUDGET_S
+        last = ""
+        me = 1 if self.role == "leader" else 2
+        while time.monotonic() < deadline:
+            clients = [free_port() for _ in range(3)]
+            rafts = [free_port() for _ in range(3)]
+            peers = [f"{i + 1}={HOST}:{rafts[i]}/{HOST}:{clients[i]}" for i in range(3)]
+
+            def cluster_args(node: int) -> list[str]:
+                args = ["--cluster-node-id", str(node)]
+                for p in peers:
+                    args += ["--cluster-peer", p]
+                return args + (["--cluster-bootstrap"] if node == 1 else [])
+
+            for node in (1, 2, 3):
+                if node != me:
+                    argv = self.command + ["-p", str(clients[node - 1]), "-l", HOST, "-U", "0"]
+                    self.others.append(
+                        subprocess.Popen(
+                            argv + self.base_args + cluster_args(node),
+                            stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL,
+                        )
+                    )
+            self.extra_args = self.base_args + cluster_args(me)
+            self._spawn(clients[me - 1])
+            if self._probe(deadline) == "ready":
+                leader = self._wait_for_leader(deadline)
+                if leader is not None and (leader == me) == (self.role == "leader"):
+                    return self
+                last = f"node {me} wanted as {self.role}, node {leader} leads"
+            else:
+                last = self.log_bytes().decode(errors="replace")
+            self.stop()
+        raise ServerStartError(f"{self.name}: no cluster with node {me} as {self.role}: {last}")
+
+    def _wait_for_leader(self, deadline: float) -> int | None:
+        """The leader's id once this node knows one (None at the deadline)."""
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(self.address, timeout=1.0) as s:
+                    s.sendall(b"cluster map\r\n")
+                    head = _recv_line(s).split()
+                if len(head) == 7 and head[0] == b"MAP" and head[6] != b"0":
+                    return int(head[6])
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.02)
+        return None
+
+    def alive(self) -> bool:
+        return super().alive() and all(p.poll() is None for p in self.others)
+
+    def stop(self) -> None:
+        super().stop()
+        for p in self.others:
+            if p.poll() is None:
+                p.kill()
+            p.wait(timeout=10)
+        self.others = []
+
+
 # -- raw socket helpers --------------------------------------------------------
 
 

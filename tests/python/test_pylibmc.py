@@ -153,6 +153,7 @@ class TestTextProtocol:
         with pytest.raises(ValueError, match="too long"):
             mc.set("k" * 251, b"v")
 
+    @pytest.mark.counts_requests
     def test_stats(self, mc, server):
         mc.set("a", b"1")
         mc.get("a")

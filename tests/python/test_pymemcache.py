@@ -284,6 +284,7 @@ def test_noreply_commands_are_silent(kind, server):
     assert client.get("j") is None
 
 
+@pytest.mark.counts_requests
 def test_stats_counters(server):
     client = Client(server.address, **server.client_kwargs(), timeout=5, default_noreply=False)
     client.set("a", b"1")

@@ -51,6 +51,9 @@
 //!   its keys fail fast with [`Error::ServerDead`]. Whether its keys move to
 //!   the other servers meanwhile is [`DeadServerPolicy`] (default: they
 //!   don't).
+//! * **Replicated clusters** (`ClientBuilder::cluster`): requests go to
+//!   the leader the cluster map names, and the map is asked for again when
+//!   the leader moves or a node fails ([`cluster`]).
 //! * **Typed errors** ([`Error`]): a miss is not an error; `SERVER_ERROR`,
 //!   `CLIENT_ERROR`, `ERROR`, connection errors and timeouts are distinct
 //!   variants.
@@ -87,6 +90,7 @@
 pub mod backup;
 pub mod blocking;
 mod client;
+pub mod cluster;
 pub mod codec;
 mod conn;
 mod error;

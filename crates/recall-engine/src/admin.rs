@@ -57,6 +57,13 @@ impl Engine {
                 }
                 return Action::Watch(if streams == 0 { crate::watch::FETCHERS } else { streams });
             }
+            Command::ClusterMap => match self.cluster_map() {
+                Some(map) => map.render(out),
+                None => reply::line(out, b"SERVER_ERROR not in cluster mode"),
+            },
+            // The session takes `cluster forwarded`; without it (a caller
+            // that skipped the session) there is nothing to do.
+            Command::ClusterForwarded => reply::line(out, b"OK"),
             Command::Durable => self.durable_line(out),
             // memcached's replies: OK, or the loader's error line as is.
             Command::RefreshCerts => match self.gauges.tls.get() {

@@ -25,6 +25,9 @@ pub struct Cx<'c> {
     /// of the batch arrived before it, so a read index taken then is
     /// fresh enough for all of them: one barrier per batch, not per key.
     pub read_fresh: bool,
+    /// Set when cluster mode refused an operation because another node
+    /// leads its group: the session may forward the request there.
+    pub not_leader: bool,
 }
 
 impl Engine {

@@ -34,7 +34,7 @@ use recall_store::{Clock, Store, UnixSecs};
 pub use execute::Cx;
 pub use op::{Op, Outcome};
 pub use out::{Out, Segment};
-pub use replicated::{Applied, Cause, Replicator};
+pub use replicated::{Applied, Cause, ClusterMap, Replicator};
 pub use session::{Processed, ProtocolChoice, Session};
 pub use stats::{Counters, Registry};
 pub use write_path::{Barrier, Observer, Observers};
@@ -58,6 +58,14 @@ pub enum Action {
     /// lines of these streams (`watch::FETCHERS` | ...); the server
     /// registers it with [`Engine::watchers`] and answers `OK`.
     Watch(u8),
+    /// Cluster mode: the request in the first `len` bytes of the input the
+    /// session did not use is led by another node; send it there and
+    /// pass its reply back (`binary`: the request is a binary packet).
+    /// The session wrote no reply for it.
+    Forward {
+        len: usize,
+        binary: bool,
+    },
 }
 
 /// Engine settings fixed at start-up.

@@ -28,9 +28,13 @@
 //! writes of one key are decided one after the other, each on the state
 //! the other left.
 //!
+//! A touch (touch, gat, mg `T`) is decided the same way: its effect is the
+//! item's whole record with the new expiry (so its CAS becomes the entry's
+//! index, where memcached's touch keeps the CAS).
+//!
 //! **What this slice does not do** (refused with a clear error in cluster
 //! mode): a client-chosen timestamp (meta `E`), meta's invalidate (`I`),
-//! reads that write (touch, gat, mg `T`/`N`/`R`), a delayed `flush_all`,
+//! reads that create or win a token (mg `N`/`R`), a delayed `flush_all`,
 //! and seed 000's replay. The engine thread waits for the commit: see the
 //! design note for why and what replaces it.
 
@@ -69,10 +73,12 @@ pub enum Cause {
     Decr,
     Delete,
     Flush,
+    /// touch, gat, mg `T`: the item with its new expiry.
+    Touch,
 }
 
 impl Cause {
-    const ALL: [Cause; 10] = [
+    const ALL: [Cause; 11] = [
         Cause::Set,
         Cause::Add,
         Cause::Replace,
@@ -83,6 +89,7 @@ impl Cause {
         Cause::Decr,
         Cause::Delete,
         Cause::Flush,
+        Cause::Touch,
     ];
 
     /// The cause of a storage command (a binary APPEND with a CAS is an
@@ -107,6 +114,7 @@ impl Cause {
             Op::Arith(a) if a.incr => Some(Cause::Incr),
             Op::Arith(_) => Some(Cause::Decr),
             Op::Flush { .. } => Some(Cause::Flush),
+            Op::Read(r) if r.touch.is_some() => Some(Cause::Touch),
             Op::Read(_) | Op::Replay(_) => None,
         }
     }
@@ -134,13 +142,14 @@ impl Cause {
             Cause::Decr => "decr",
             Cause::Delete => "delete",
             Cause::Flush => "flush_all",
+            Cause::Touch => "touch",
         }
     }
 
     /// Whether `watch mutations` logs it: storage commands only, as on a
     /// single node (incr, decr, delete and flush_all are not logged).
     pub(crate) fn is_store(self) -> bool {
-        !matches!(self, Cause::Incr | Cause::Decr | Cause::Delete | Cause::Flush)
+        !matches!(self, Cause::Incr | Cause::Decr | Cause::Delete | Cause::Flush | Cause::Touch)
     }
 }
 
@@ -169,7 +178,14 @@ pub trait Replicator: Send + Sync {
     fn stats(&self) -> Vec<(&'static str, String)> {
         Vec::new()
     }
+    /// The group's members and who leads it, as this node knows them
+    /// (`cluster map`, and where a follower forwards a request).
+    fn map(&self) -> ClusterMap {
+        ClusterMap::default()
+    }
 }
+
+pub use recall_proto::cluster::ClusterMap;
 
 /// Scratch engines, one per stripe. More stripes let more writes of
 /// different keys be decided at once; each costs a one-shard store.
@@ -221,6 +237,11 @@ enum Decided {
     Arith(ArithOutcome),
     Flushed,
     FlushDisabled,
+    /// A touch (touch, gat, mg `T`) found the key; its new expiry is
+    /// committed.
+    Touched,
+    /// A touch missed: nothing was proposed.
+    Missed,
     Other(Refusal),
 }
 
@@ -253,6 +274,8 @@ impl Decided {
             Decided::Arith(a) => Outcome::Arith(a),
             Decided::Flushed => Outcome::Flushed,
             Decided::FlushDisabled => Outcome::FlushDisabled,
+            Decided::Missed => Outcome::Read(recall_store::Read::Miss { tokens: Default::default() }),
+            Decided::Touched => Outcome::Refused(Refusal::ClusterInternal),
             Decided::Other(r) => Outcome::Refused(r),
         }
     }
@@ -299,14 +322,19 @@ enum Route {
     Read,
     /// A mutation: decided, proposed, applied after commit.
     Write,
+    /// A read that touches (touch, gat, mg `T`): the new expiry is decided
+    /// and committed as a write (the item's whole record, so its CAS
+    /// becomes the entry's index), then the item is read here.
+    Touch,
     Refuse(Refusal),
 }
 
 fn route(op: &Op<'_>) -> Route {
     match op {
-        Op::Read(r) if r.touch.is_some() || r.vivify.is_some() || r.recache_below.is_some() => {
+        Op::Read(r) if r.vivify.is_some() || r.recache_below.is_some() || r.explicit_cas != 0 => {
             Route::Refuse(Refusal::ClusterUnsupported)
         }
+        Op::Read(r) if r.touch.is_some() => Route::Touch,
         Op::Read(_) => Route::Read,
         Op::Write(w) if w.explicit_cas != 0 || w.invalidate => Route::Refuse(Refusal::ClusterUnsupported),
         Op::Delete(d) if d.explicit_cas != 0 || d.invalidate => Route::Refuse(Refusal::ClusterUnsupported),
@@ -342,25 +370,75 @@ impl Engine {
                     cx.read_fresh = true;
                     Err(render)
                 }
-                Err(r) => Ok(render(Outcome::Refused(r))),
+                Err(r) => Ok(render(refused(r, cx))),
             },
-            Route::Write => Ok(render(self.replicate_write(rep, op, cx.counters).outcome())),
+            Route::Write => match self.replicate_write(rep, op, cx.counters, |d, _| d) {
+                Decided::Other(r) => Ok(render(refused(r, cx))),
+                d => Ok(render(d.outcome())),
+            },
+            Route::Touch => {
+                let Op::Read(r) = op else { return Ok(render(Outcome::Refused(Refusal::ClusterInternal))) };
+                // The scratch engine counted the touch (and the get); the
+                // item is read here, uncounted, while its stripe is held,
+                // so no write of the key decided after the touch comes
+                // between.
+                Ok(self.replicate_write(rep, op, cx.counters, |d, effect| match (d, effect) {
+                    (Decided::Touched, Some(e)) => {
+                        // Committed and applied here just now, under
+                        // this stripe: no read barrier is needed.
+                        let now = self.now();
+                        let opts = recall_store::ReadOpts { no_bump: r.no_bump, ..Default::default() };
+                        match self.store.read(r.key, now, opts, |rd| match rd {
+                            recall_store::Read::Hit(v) => Ok(render(Outcome::Read(recall_store::Read::Hit(v)))),
+                            recall_store::Read::Miss { .. } => Err(render),
+                        }) {
+                            Ok(done) => done,
+                            Err(render) => render(Outcome::Read(recall_store::Read::Hit(recall_store::ItemView {
+                                key: &e.key,
+                                value: recall_store::Value::Inline(&e.value),
+                                flags: e.flags,
+                                cas: e.ts,
+                                exptime: e.exptime,
+                                atime: now,
+                                fetched: true,
+                                tokens: Default::default(),
+                                binary_key: false,
+                            }))),
+                        }
+                    }
+                    (Decided::Other(r), _) => render(refused(r, cx)),
+                    (d, _) => render(d.outcome()),
+                }))
+            }
         }
     }
 
+    /// The cluster as this node sees it, in cluster mode.
+    pub fn cluster_map(&self) -> Option<ClusterMap> {
+        self.replication.get().map(|rep| rep.replicator.map())
+    }
+
     /// Decide `op` on a scratch engine, propose its effects, wait for them
-    /// to apply here, and say what the client hears.
-    fn replicate_write(&self, rep: &Replication, op: &Op<'_>, counters: &Counters) -> Decided {
+    /// to apply here, and hand what the client hears to `then`, still
+    /// holding the key's stripe.
+    fn replicate_write<T>(
+        &self,
+        rep: &Replication,
+        op: &Op<'_>,
+        counters: &Counters,
+        then: impl FnOnce(Decided, Option<OwnedRecord>) -> T,
+    ) -> T {
         if let Err(r) = rep.replicator.write_barrier() {
-            return Decided::Other(r);
+            return then(Decided::Other(r), None);
         }
         let Some(cause) = Cause::of(op) else {
-            return Decided::Other(Refusal::ClusterInternal);
+            return then(Decided::Other(Refusal::ClusterInternal), None);
         };
         let key = match op {
             Op::Write(w) => w.key,
             Op::Delete(d) => d.key,
             Op::Arith(a) => a.key,
+            Op::Read(r) => r.key,
             _ => &[],
         };
         // Held until the effects are applied: the next write of this key
@@ -374,6 +452,21 @@ impl Engine {
         } else {
             (rep.stripe(key).lock(), Vec::new())
         };
+        let (decided, effect) = self.decide(rep, op, key, &scratch, counters, cause);
+        then(decided, effect)
+    }
+
+    /// The part of [`Engine::replicate_write`] under the stripe: what the
+    /// client hears, and the last effect committed, with its timestamp.
+    fn decide(
+        &self,
+        rep: &Replication,
+        op: &Op<'_>,
+        key: &[u8],
+        scratch: &Scratch,
+        counters: &Counters,
+        cause: Cause,
+    ) -> (Decided, Option<OwnedRecord>) {
         let now = self.now();
         let s = &scratch.engine;
         s.store.flush_all(now, now);
@@ -397,20 +490,26 @@ impl Engine {
             );
             if let Some(cur) = current {
                 if s.store.apply(&cur.as_record(), now) != ApplyOutcome::Applied {
-                    return Decided::Other(Refusal::ClusterInternal);
+                    return (Decided::Other(Refusal::ClusterInternal), None);
                 }
             }
         }
         let mut barrier = Barrier::default();
-        let decided = s.execute(op, &mut Cx { counters, barrier: &mut barrier, read_fresh: false }, |o| match o {
-            Outcome::Write(w) => Decided::Write(w),
-            Outcome::Delete(d) => Decided::Delete(d),
-            Outcome::Arith(a) => Decided::Arith(a),
-            Outcome::Flushed => Decided::Flushed,
-            Outcome::FlushDisabled => Decided::FlushDisabled,
-            Outcome::Refused(r) => Decided::Other(r),
-            Outcome::Read(_) | Outcome::ReadLost | Outcome::Replayed(_) => Decided::Other(Refusal::ClusterInternal),
-        });
+        let decided = s.execute(
+            op,
+            &mut Cx { counters, barrier: &mut barrier, read_fresh: false, not_leader: false },
+            |o| match o {
+                Outcome::Write(w) => Decided::Write(w),
+                Outcome::Delete(d) => Decided::Delete(d),
+                Outcome::Arith(a) => Decided::Arith(a),
+                Outcome::Flushed => Decided::Flushed,
+                Outcome::FlushDisabled => Decided::FlushDisabled,
+                Outcome::Refused(r) => Decided::Other(r),
+                Outcome::Read(recall_store::Read::Hit(_)) => Decided::Touched,
+                Outcome::Read(recall_store::Read::Miss { .. }) => Decided::Missed,
+                Outcome::ReadLost | Outcome::Replayed(_) => Decided::Other(Refusal::ClusterInternal),
+            },
+        );
         let effects = std::mem::take(&mut *scratch.captured.0.lock());
         if effects.is_empty() {
             self.watch_refused(op, decided, now);
@@ -419,15 +518,25 @@ impl Engine {
         for e in &effects {
             match rep.replicator.propose(&e.as_record(), cause) {
                 Ok(a) => last = Some(a),
-                Err(r) => return Decided::Other(r),
+                Err(r) => return (Decided::Other(r), None),
             }
         }
+        let stamped = |a: Applied| effects.last().map(|e| OwnedRecord { ts: a.ts, ..e.clone() });
         match last {
-            None => decided,
-            Some(Applied { outcome: ApplyOutcome::OutOfMemory, .. }) => decided.out_of_memory(),
-            Some(a) => decided.with_ts(a.ts),
+            None => (decided, None),
+            Some(a @ Applied { outcome: ApplyOutcome::OutOfMemory, .. }) => (decided.out_of_memory(), stamped(a)),
+            Some(a) => (decided.with_ts(a.ts), stamped(a)),
         }
     }
+}
+
+/// A refusal's outcome; one that says another node leads is marked on
+/// `cx`, so the session can forward the request there.
+fn refused(r: Refusal, cx: &mut Cx<'_>) -> Outcome<'static> {
+    if matches!(r, Refusal::NotLeader(_)) {
+        cx.not_leader = true;
+    }
+    Outcome::Refused(r)
 }
 
 impl Engine {

@@ -81,6 +81,22 @@ fn send(e: &Engine, bytes: &[u8]) -> String {
     String::from_utf8_lossy(&send_bytes(e, bytes)).into_owned()
 }
 
+/// [`send_bytes`] on a connection that cannot forward: every request the
+/// session hands over to forward is run here again, with its refusal.
+fn send_unforwarded(e: &Engine, bytes: &[u8]) -> Vec<u8> {
+    let mut s = Session::new(e, e.registry.register(), ProtocolChoice::Auto);
+    let (mut out, mut pos) = (Out::new(), 0);
+    while pos < bytes.len() {
+        let p = s.process(e, &bytes[pos..], &mut out);
+        pos += p.used;
+        match p.action {
+            crate::Action::Forward { .. } => s.run_next_locally(),
+            a => assert_eq!(a, crate::Action::Continue),
+        }
+    }
+    out.flatten()
+}
+
 /// The proposed effects as (tombstone, key, value, flags) for asserts.
 fn effects(g: &Group) -> Vec<(bool, String, String, u32)> {
     let log = std::mem::take(&mut *g.log.lock().unwrap());
@@ -152,26 +168,71 @@ fn timestamps_are_the_log_s_indexes() {
 }
 
 #[test]
-fn a_follower_names_the_leader_for_reads_and_writes() {
+fn a_follower_hands_requests_over_to_forward_whole() {
+    let (e, g) = replicated();
+    g.follower.store(true, Ordering::Relaxed);
+    let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+    let mut out = Out::new();
+    // Replies before it stay; the refused request is not used and has no
+    // reply of its own; what follows waits.
+    let input = b"version\r\nset k 0 0 1 noreply\r\nb\r\nget k\r\n";
+    let p = s.process(&e, input, &mut out);
+    assert_eq!(p.used, 9);
+    assert_eq!(p.action, crate::Action::Forward { len: 24, binary: false });
+    assert!(String::from_utf8_lossy(&out.flatten()).starts_with("VERSION "));
+    // A multi-key get goes whole, though its first key was refused.
+    let p = s.process(&e, b"get a b\r\n", &mut out);
+    assert_eq!((p.used, p.action), (0, crate::Action::Forward { len: 9, binary: false }));
+    // A connection that carries forwarded requests never forwards again.
+    let mut fwd = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+    let mut out = Out::new();
+    let p = fwd.process(&e, b"cluster forwarded\r\nget k\r\n", &mut out);
+    assert_eq!((p.used, p.action), (26, crate::Action::Continue));
+    assert_eq!(String::from_utf8_lossy(&out.flatten()), format!("OK\r\n{NOT_LEADER}\r\n"));
+    assert!(effects(&g).is_empty());
+}
+
+#[test]
+fn a_follower_that_cannot_forward_names_the_leader() {
     let (e, g) = replicated();
     assert_eq!(send(&e, b"set k 0 0 1\r\na\r\n"), "STORED\r\n");
     g.follower.store(true, Ordering::Relaxed);
     let line = format!("{NOT_LEADER}\r\n");
-    assert_eq!(send(&e, b"set k 0 0 1\r\nb\r\n"), line);
+    let send = |b: &[u8]| String::from_utf8_lossy(&send_unforwarded(&e, b)).into_owned();
+    assert_eq!(send(b"set k 0 0 1\r\nb\r\n"), line);
     // A get ends at the refusal: no END that could pass for a miss.
-    assert_eq!(send(&e, b"get k other\r\n"), line);
-    assert_eq!(send(&e, b"mg k v\r\n"), line);
-    assert_eq!(send(&e, b"incr k 1\r\ndelete k\r\nflush_all\r\n"), line.repeat(3));
+    assert_eq!(send(b"get k other\r\n"), line);
+    assert_eq!(send(b"mg k v\r\n"), line);
+    assert_eq!(send(b"incr k 1\r\ndelete k\r\nflush_all\r\n"), line.repeat(3));
     assert!(effects(&g).len() == 1, "only the leader's write was proposed");
     // Binary clients hear "not my vbucket" (0x0007), for a quiet get too.
     for opcode in [recall_proto::binary::opcode::GET, recall_proto::binary::opcode::GETQ] {
         let mut get = vec![0x80, opcode, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1];
         get.extend_from_slice(&[0; 12]);
         get.push(b'k');
-        let reply = send_bytes(&e, &get);
+        let reply = send_unforwarded(&e, &get);
         assert_eq!(reply[..2], [0x81, opcode]);
         assert_eq!(u16::from_be_bytes([reply[6], reply[7]]), recall_proto::binary::status::NOT_MY_VBUCKET);
     }
+}
+
+#[test]
+fn a_touch_is_committed_as_the_item_with_its_new_expiry() {
+    let (e, g) = replicated();
+    assert_eq!(send(&e, b"set k 3 0 1\r\na\r\n"), "STORED\r\n");
+    let _ = effects(&g);
+    assert_eq!(send(&e, b"touch k 100\r\ntouch nope 100\r\n"), "TOUCHED\r\nNOT_FOUND\r\n");
+    let log = std::mem::take(&mut *g.log.lock().unwrap());
+    assert_eq!(log.len(), 1, "a miss proposes nothing");
+    assert_eq!((&log[0].key[..], &log[0].value[..], log[0].flags), (&b"k"[..], &b"a"[..], 3));
+    assert_eq!(log[0].exptime, 1_700_000_000 + 100);
+    // gat answers the touched item, with the CAS its entry gave it.
+    let ts = g.index.load(Ordering::Relaxed);
+    assert_eq!(send(&e, b"gats 50 k\r\n"), format!("VALUE k 3 1 {}\r\na\r\nEND\r\n", ts + 1));
+    assert_eq!(send(&e, b"mg k T30 v t\r\n"), "VA 1 t30\r\na\r\n");
+    // A negative expiry: touched (and gone).
+    assert_eq!(send(&e, b"touch k -1\r\nget k\r\n"), "TOUCHED\r\nEND\r\n");
+    assert_eq!(effects(&g).len(), 3);
 }
 
 #[test]
@@ -182,10 +243,11 @@ fn reads_pass_the_read_barrier_and_unsupported_operations_are_refused() {
     assert_eq!(send(&e, b"get a\r\nmg b v\r\nget c d\r\n"), "END\r\nEN\r\nEND\r\n");
     assert_eq!(g.reads.load(Ordering::Relaxed), 2, "one per batch, across requests");
     g.follower.store(true, Ordering::Relaxed);
-    assert_eq!(send(&e, b"get a b\r\n"), format!("{NOT_LEADER}\r\n"), "a failed barrier is not remembered");
+    let refusal = send_unforwarded(&e, b"get a b\r\n");
+    assert_eq!(String::from_utf8_lossy(&refusal), format!("{NOT_LEADER}\r\n"), "a failed barrier is not remembered");
     g.follower.store(false, Ordering::Relaxed);
     let refused = "SERVER_ERROR not supported in cluster mode yet\r\n";
-    assert_eq!(send(&e, b"touch k 10\r\n"), refused);
+    assert_eq!(send(&e, b"mg k N30\r\n"), refused);
     assert_eq!(send(&e, b"flush_all 10\r\n"), refused);
     assert_eq!(send(&e, b"ms k 1 E5\r\na\r\n"), refused);
     assert_eq!(send(&e, b"md k I\r\n"), refused);
@@ -297,5 +359,5 @@ fn a_cause_round_trips_through_its_log_byte() {
         }
     }
     assert_eq!(Cause::from_code(0), None);
-    assert_eq!(Cause::from_code(Cause::Flush.code() + 1), None);
+    assert_eq!(Cause::from_code(Cause::Touch.code() + 1), None);
 }

@@ -161,6 +161,13 @@ pub struct Session {
     yielded: bool,
     /// What this connection has proved (`-S`, `-Y`): see `auth.rs`.
     auth: AuthState,
+    /// Cluster mode: a request another node leads is handed to the
+    /// connection to forward (`Action::Forward`). Off on a connection that
+    /// carries forwarded requests (`cluster forwarded`): one hop only.
+    forward: bool,
+    /// Run the next request here even if another node leads it (its
+    /// refusal is the reply): the connection could not forward it.
+    local_once: bool,
 }
 
 impl Session {
@@ -170,7 +177,13 @@ impl Session {
             choice,
             swallow: 0,
             stream: None,
-            limits: Limits { item_size_max: engine.config.item_size_max, stream_threshold: BIG_THRESHOLD },
+            // Cluster mode buffers a classic value whole (up to the item
+            // size limit) instead of streaming it: a request a follower
+            // forwards must still be in the input when it is refused.
+            limits: Limits {
+                item_size_max: engine.config.item_size_max,
+                stream_threshold: if engine.cluster_map().is_some() { usize::MAX } else { BIG_THRESHOLD },
+            },
             counters,
             timestamps: false,
             durable_client: false,
@@ -181,6 +194,8 @@ impl Session {
             reqs_per_event: engine.config.reqs_per_event,
             yielded: false,
             auth: AuthState::new(&engine.config.auth),
+            forward: engine.cluster_map().is_some(),
+            local_once: false,
         }
     }
 
@@ -191,6 +206,18 @@ impl Session {
     /// Whether the session is in the middle of dropping a refused value.
     pub fn swallowing(&self) -> bool {
         self.swallow > 0
+    }
+
+    /// Run the next request on this node, answering its refusal if
+    /// another node leads it (the leader is not known, or a datagram
+    /// transport cannot forward).
+    pub fn run_next_locally(&mut self) {
+        self.local_once = true;
+    }
+
+    /// Never forward (a transport without a proxy hop: UDP).
+    pub fn no_forwarding(&mut self) {
+        self.forward = false;
     }
 
     /// Whether a streamed value is partly received.
@@ -212,7 +239,7 @@ impl Session {
 
     fn run(&mut self, engine: &Engine, input: &[u8], out: &mut Out, barrier: &mut Barrier) -> (usize, Action) {
         let counters = self.counters.clone();
-        let mut cx = Cx { counters: &counters, barrier, read_fresh: false };
+        let mut cx = Cx { counters: &counters, barrier, read_fresh: false, not_leader: false };
         let mut pos = 0;
         // Replies past this many bytes in `out` stop the call.
         let limit = out.wire_len().saturating_add(self.reply_budget);
@@ -270,6 +297,11 @@ impl Session {
                     p
                 }
             };
+            // A request refused because another node leads is forwarded
+            // whole, unless part of its reply has gone out (a get paused
+            // at the reply budget before the leader changed).
+            let (mark, fresh) = (out.mark(), self.paused_get.is_none());
+            cx.not_leader = false;
             let (used, action) = match proto {
                 // Authentication is checked here, once per request, before
                 // any command runs: a locked text connection is read as
@@ -279,6 +311,11 @@ impl Session {
                 Proto::Text => self.step_text(engine, buf, limit, &mut cx, out),
                 Proto::Binary => self.step_binary(engine, buf, &mut cx, out),
             };
+            let local = std::mem::take(&mut self.local_once);
+            if cx.not_leader && self.forward && !local && fresh && used > 0 && self.paused_get.is_none() {
+                out.reset_to(mark);
+                return (pos, Action::Forward { len: used, binary: proto == Proto::Binary });
+            }
             pos += used;
             served += 1;
             match action {
@@ -337,6 +374,10 @@ impl Session {
                 }
                 match req.cmd {
                     Command::Timestamps { on } => self.timestamps = on,
+                    Command::ClusterForwarded => {
+                        self.forward = false;
+                        self.proto = None;
+                    }
                     // A connection that registers or replays belongs to a
                     // durable client: its writes (the fence after a replay)
                     // are part of the recovery, not held behind it.

@@ -212,6 +212,9 @@ pub mod status {
     pub const AUTH_CONTINUE: u16 = 0x21;
     pub const UNKNOWN_COMMAND: u16 = 0x81;
     pub const ENOMEM: u16 = 0x82;
+    /// "Temporary failure": recall's cluster mode could not reach the
+    /// leader a request was forwarded to.
+    pub const ETMPFAIL: u16 = 0x86;
 }
 
 /// The binary status for a command that did not succeed, as memcached's

@@ -15,6 +15,8 @@
 //! into bytes.
 
 pub mod binary;
+pub mod cluster;
+pub mod forward;
 pub mod meta;
 pub mod num;
 pub mod replay;

@@ -129,6 +129,12 @@ pub enum Command<'a> {
     Watch {
         args: &'a [u8],
     },
+    /// `cluster map`: the cluster's members and leader (cluster mode).
+    ClusterMap,
+    /// `cluster forwarded`: this connection carries requests a follower
+    /// forwards; the node never forwards them again. The next request may
+    /// pick the connection's protocol anew (a binary one, say).
+    ClusterForwarded,
     /// Admin commands recall accepts but that have nothing to tune here
     /// (`slabs`, `lru`); answered with `OK`.
     AdminNoop,
@@ -469,6 +475,8 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
         }
         b"lru_crawler" if ntok >= 2 => req(Command::LruCrawler { args: t.rest(line, 1) }),
         b"watch" => req(Command::Watch { args: t.rest(line, 1) }),
+        b"cluster" if ntok == 2 && t.toks[1] == b"map" => req(Command::ClusterMap),
+        b"cluster" if ntok == 2 && t.toks[1] == b"forwarded" => req(Command::ClusterForwarded),
         b"slabs" => decode_slabs(&t, ntok, consumed),
         b"lru" => decode_lru(&t, ntok, consumed),
         b"mn" => req(Command::MetaNoop),

@@ -34,7 +34,7 @@ use std::time::Duration;
 use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::{BasicNode, ServerState};
 use recall_engine::op::Refusal;
-use recall_engine::{Applied, Cause, Engine, Replicator};
+use recall_engine::{Applied, Cause, ClusterMap, Engine, Replicator};
 use serde::{Deserialize, Serialize};
 
 pub type NodeId = u64;
@@ -106,6 +106,8 @@ pub struct Node {
     rt: tokio::runtime::Runtime,
     timeout: Duration,
     not_leader: BTreeMap<NodeId, &'static str>,
+    /// Every member's id and client address (`cluster map`).
+    members: Vec<(NodeId, String)>,
     /// Proposals whose proposer stopped waiting (timed out) before they
     /// resolved. While any is unresolved no write is decided: the
     /// proposer's stripe was released, and a write of the same key decided
@@ -190,7 +192,8 @@ impl Node {
                 (*id, line)
             })
             .collect();
-        Ok(Arc::new(Node { raft, log, rt, timeout: cfg.timeout, not_leader, unresolved: Default::default() }))
+        let members = cfg.peers.iter().map(|(id, p)| (*id, p.client.clone())).collect();
+        Ok(Arc::new(Node { raft, log, rt, timeout: cfg.timeout, not_leader, members, unresolved: Default::default() }))
     }
 
     /// The line that tells a client who leads (or that nobody does yet).
@@ -299,6 +302,12 @@ impl Replicator for Node {
             Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(_))) => Err(Refusal::Replication(FAILED)),
             Err(RaftError::Fatal(_)) => Err(Refusal::Replication(SHUT_DOWN)),
         }
+    }
+
+    fn map(&self) -> ClusterMap {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        ClusterMap { me: m.id, term: m.current_term, leader: m.current_leader, nodes: self.members.clone() }
     }
 
     fn stats(&self) -> Vec<(&'static str, String)> {

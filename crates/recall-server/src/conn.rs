@@ -28,6 +28,8 @@ pub struct ConnCtx {
     pub choice: ProtocolChoice,
     pub idle: Option<Duration>,
     pub wal: Option<Arc<Wal>>,
+    /// Cluster mode: this worker's connections to the leader.
+    pub forward: Option<Arc<crate::forward::Forwarder>>,
 }
 
 /// Serve one connection until it closes. `row` is its line in
@@ -75,6 +77,13 @@ where
             if out.capacity() > 4 * READ_CHUNK {
                 out = Out::with_capacity(READ_CHUNK);
             }
+        }
+        if let Action::Forward { len, binary } = action {
+            if let Err(a) = forward(cx, &mut stream, &mut session, &buf[..len], binary).await {
+                return a;
+            }
+            bytes::Buf::advance(&mut buf, len);
+            continue;
         }
         if let Action::Watch(streams) = action {
             match crate::watch::serve(engine, &mut stream, streams).await {
@@ -134,6 +143,46 @@ where
         match n {
             Ok(0) | Err(_) => return Action::Close,
             Ok(n) => counters.bytes_read.add(n as u64),
+        }
+    }
+}
+
+/// Send a request another node leads to that node and pass its reply on
+/// (see `forward.rs`). When no other node is known to lead, or the request
+/// was never sent, the request is run here again: its refusal, or its
+/// answer if this node leads by now.
+async fn forward<S>(cx: &ConnCtx, stream: &mut S, session: &mut Session, req: &[u8], binary: bool) -> Result<(), Action>
+where
+    S: AsyncWrite + Unpin,
+{
+    let leader = cx.engine.cluster_map().and_then(|m| m.leader_elsewhere().map(str::to_string));
+    let (Some(fwd), Some(leader)) = (&cx.forward, leader) else {
+        session.run_next_locally();
+        return Ok(());
+    };
+    match fwd.forward(&leader, binary, req, stream).await {
+        Ok(()) => Ok(()),
+        Err(crate::forward::Failed::Close) => Err(Action::Close),
+        Err(crate::forward::Failed::Reply(line)) => {
+            let mut out = Vec::new();
+            if binary {
+                use recall_proto::binary;
+                let opcode = req.get(1).copied().unwrap_or(0);
+                let opaque = req.get(12..16).map_or(0, |o| u32::from_be_bytes([o[0], o[1], o[2], o[3]]));
+                binary::write_response(
+                    &mut out,
+                    opcode,
+                    binary::status::ETMPFAIL,
+                    opaque,
+                    0,
+                    &[],
+                    &[],
+                    line.as_bytes(),
+                );
+            } else {
+                recall_proto::reply::line(&mut out, line.as_bytes());
+            }
+            stream.write_all(&out).await.map_err(|_| Action::Close)
         }
     }
 }

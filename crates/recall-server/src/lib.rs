@@ -7,6 +7,7 @@
 pub mod auth;
 pub mod config;
 pub mod conn;
+pub mod forward;
 pub mod listeners;
 pub mod persist;
 mod portfile;

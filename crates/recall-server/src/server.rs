@@ -132,9 +132,13 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
     // Cluster mode: the group starts (and its RPC listener is bound)
     // before any connection is accepted, so every request sees the engine
     // already replicated.
+    let mut forward_timeout = None;
     let _cluster =
         match cfg.cluster.to_raft().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.0))? {
             Some(cc) => {
+                // A forwarded request waits for the leader's own group
+                // timeout, plus a margin for the hop.
+                forward_timeout = Some(cc.timeout + Duration::from_secs(1));
                 let node = recall_raft::Node::start(engine.clone(), cc)?;
                 engine.replicate(node.clone());
                 Some(node)
@@ -158,7 +162,7 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
     for i in 0..cfg.effective_threads() {
         let (tx, rx) = mpsc::unbounded_channel::<Accepted>();
         senders.push(tx);
-        let w = Worker { engine: engine.clone(), choice, idle, wal: wal.clone(), tls: tls.clone() };
+        let w = Worker { engine: engine.clone(), choice, idle, wal: wal.clone(), tls: tls.clone(), forward_timeout };
         let shutdown = shutdown.clone();
         std::thread::Builder::new().name(format!("recall-worker-{i}")).spawn(move || w.run(rx, shutdown))?;
     }
@@ -284,6 +288,8 @@ struct Worker {
     idle: Option<Duration>,
     wal: Option<Arc<Wal>>,
     tls: Option<Tls>,
+    /// Cluster mode: how long a forwarded request may take.
+    forward_timeout: Option<Duration>,
 }
 
 impl Worker {
@@ -292,7 +298,7 @@ impl Worker {
         // park of the event loop skips the timer wheel.
         let mut b = tokio::runtime::Builder::new_current_thread();
         b.enable_io();
-        if self.idle.is_some() {
+        if self.idle.is_some() || self.forward_timeout.is_some() {
             b.enable_time();
         }
         let rt = match b.build() {
@@ -308,6 +314,7 @@ impl Worker {
             choice: self.choice,
             idle: self.idle,
             wal: self.wal,
+            forward: self.forward_timeout.map(|t| Arc::new(crate::forward::Forwarder::new(t))),
         };
         let tls = self.tls;
         rt.block_on(async move {

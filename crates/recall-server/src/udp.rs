@@ -55,6 +55,7 @@ pub fn serve(engine: Arc<Engine>, sock: UdpSocket, choice: ProtocolChoice, wal: 
         counters.bytes_read.add(n as u64);
         out.clear();
         let mut session = Session::new(&engine, counters.clone(), choice);
+        session.no_forwarding();
         // The whole datagram runs before the reply goes out: a call stops
         // at the reply budget (one datagram's replies are bounded by its
         // 64 KiB of requests anyway), or before a write held for recovery.

@@ -1,74 +1,15 @@
 //! Cluster mode with real processes: three recalld nodes (one Raft group)
-//! on loopback. Writes go through the leader; a follower names the leader;
+//! on loopback. Writes go through the leader; a follower forwards to it;
 //! after kill -9 of the leader, a new leader is elected and every
 //! acknowledged write is readable from it, with the same timestamps.
-//!
-//! Ports: a node's client and Raft ports must be known to its peers before
-//! it starts, so they are probed free (bound on port 0, then released); a
-//! start that loses the race is retried on new ports. Every wait is a
-//! bounded probe loop, never a fixed sleep.
+//! The cluster is recall-testkit's (`recall_testkit::cluster`).
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use recall_testkit::cluster::{stats, Cluster, DEADLINE};
 use recall_testkit::Recalld;
-
-const DEADLINE: Duration = Duration::from_secs(60);
-
-struct Cluster {
-    nodes: Vec<Option<Recalld>>,
-    clients: Vec<SocketAddr>,
-}
-
-fn free_ports(n: usize) -> Vec<u16> {
-    // Held together so the n ports differ, then released for the nodes.
-    let ls: Vec<TcpListener> = (0..n).map(|_| TcpListener::bind("127.0.0.1:0").expect("bind port 0")).collect();
-    ls.iter().map(|l| l.local_addr().expect("local addr").port()).collect()
-}
-
-fn start_cluster(n: usize) -> Cluster {
-    start_cluster_with(n, &[])
-}
-
-/// A cluster whose node `i` keeps its Raft log in `log_dirs[i]` (in memory
-/// when `log_dirs` is empty).
-fn start_cluster_with(n: usize, log_dirs: &[std::path::PathBuf]) -> Cluster {
-    let mut last_err = String::new();
-    for _attempt in 0..3 {
-        let ports = free_ports(2 * n);
-        let (client, raft) = ports.split_at(n);
-        let peers: Vec<String> =
-            (0..n).map(|i| format!("{}=127.0.0.1:{}/127.0.0.1:{}", i + 1, raft[i], client[i])).collect();
-        let mut nodes = Vec::new();
-        for (i, &port) in client.iter().enumerate() {
-            let mut args = vec!["--cluster-node-id".to_string(), (i + 1).to_string()];
-            for p in &peers {
-                args.push("--cluster-peer".into());
-                args.push(p.clone());
-            }
-            args.extend(["--cluster-timeout-ms".into(), "3000".into()]);
-            if let Some(d) = log_dirs.get(i) {
-                args.extend(["--cluster-log-dir".into(), d.display().to_string()]);
-            }
-            if i == 0 {
-                args.push("--cluster-bootstrap".into());
-            }
-            match Recalld::builder().port(port).args(&args).start() {
-                Ok(r) => nodes.push(Some(r)),
-                Err(e) => {
-                    last_err = e;
-                    break;
-                }
-            }
-        }
-        if nodes.len() == n {
-            let clients = client.iter().map(|p| SocketAddr::from(([127, 0, 0, 1], *p))).collect();
-            return Cluster { nodes, clients };
-        }
-    }
-    panic!("could not start the cluster: {last_err}");
-}
 
 /// One request, its whole reply (values included), on a new connection.
 fn ask(addr: SocketAddr, req: &str) -> String {
@@ -96,53 +37,16 @@ fn ask(addr: SocketAddr, req: &str) -> String {
     }
 }
 
-/// `stats` lines of one node, as name → value.
-fn stats(addr: SocketAddr) -> std::collections::HashMap<String, String> {
-    let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
-    s.write_all(b"stats\r\n").expect("send");
-    let mut m = std::collections::HashMap::new();
-    for line in BufReader::new(s).lines() {
-        let line = line.expect("a stats line");
-        if line == "END" {
-            break;
-        }
-        let mut f = line.splitn(3, ' ');
-        if let (Some("STAT"), Some(k), Some(v)) = (f.next(), f.next(), f.next()) {
-            m.insert(k.to_string(), v.to_string());
-        }
-    }
-    m
-}
-
-impl Cluster {
-    /// The node that answers a read (the leader: followers refuse), among
-    /// the live ones, probed until one does.
-    fn leader(&self) -> usize {
-        let start = Instant::now();
-        while start.elapsed() < DEADLINE {
-            for (i, n) in self.nodes.iter().enumerate() {
-                if n.is_some() && ask(self.clients[i], "get cluster-probe\r\n") == "END\r\n" {
-                    return i;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("no leader within {DEADLINE:?}");
-    }
-}
-
 #[test]
 fn three_nodes_survive_the_leader_s_kill_9() {
-    let mut c = start_cluster(3);
+    let mut c = Cluster::start(3);
     let leader = c.leader();
     let follower = (leader + 1) % 3;
 
-    // A follower refuses, naming the leader's client address; reads too
-    // (reads are linearizable: leader only).
-    let named = format!("SERVER_ERROR not leader; leader is {}\r\n", c.clients[leader]);
-    assert_eq!(ask(c.clients[follower], "set k 0 0 1\r\nx\r\n"), named);
-    assert_eq!(ask(c.clients[follower], "get k\r\n"), named);
+    // A follower forwards writes and reads to the leader (reads are
+    // linearizable: the leader answers them).
+    assert_eq!(ask(c.clients[follower], "set k 0 0 1\r\nx\r\n"), "STORED\r\n");
+    assert_eq!(ask(c.clients[follower], "get k\r\n"), "VALUE k 0 1\r\nx\r\nEND\r\n");
 
     // Acknowledged writes, through the leader.
     let mut acked = Vec::new();
@@ -167,8 +71,7 @@ fn three_nodes_survive_the_leader_s_kill_9() {
     // memcached pads a shorter number in place; the effect carries it.
     assert!(before.ends_with("\r\n7 \r\nEND\r\n"), "{before:?}");
 
-    c.nodes[leader].as_mut().expect("running").kill9();
-    c.nodes[leader] = None;
+    c.kill9(leader);
 
     let new = c.leader();
     assert_ne!(new, leader);
@@ -194,16 +97,12 @@ fn three_nodes_survive_the_leader_s_kill_9() {
     assert_eq!(ss["cluster_role"], "follower");
     assert_eq!(ss["cluster_leader"], (new + 1).to_string());
     assert_eq!(ls["cluster_leader"], (new + 1).to_string());
-    assert_eq!(
-        ask(c.clients[survivor], "get after\r\n"),
-        format!("SERVER_ERROR not leader; leader is {}\r\n", c.clients[new])
-    );
+    assert_eq!(ask(c.clients[survivor], "get after\r\n"), "VALUE after 0 1\r\ny\r\nEND\r\n");
 
     // One node left: no majority, so no write may be acknowledged. It
     // times out (3 s here) or finds itself no longer leader; either way
     // the client hears an error, never STORED.
-    c.nodes[survivor].as_mut().expect("running").kill9();
-    c.nodes[survivor] = None;
+    c.kill9(survivor);
     let alone = ask(c.clients[new], "set lonely 0 0 1\r\nz\r\n");
     assert!(alone.starts_with("SERVER_ERROR "), "{alone:?}");
     // A write whose outcome is unknown holds every later write back (its
@@ -216,12 +115,174 @@ fn three_nodes_survive_the_leader_s_kill_9() {
     }
 }
 
+/// A connection that stays open across requests, reading one reply of a
+/// request whose reply is one line or a get's values and `END`.
+struct Conn {
+    r: BufReader<TcpStream>,
+}
+
+impl Conn {
+    fn open(addr: SocketAddr) -> Conn {
+        let s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(15))).expect("timeout");
+        Conn { r: BufReader::new(s) }
+    }
+
+    fn send(&mut self, req: &[u8]) {
+        self.r.get_mut().write_all(req).expect("send");
+    }
+
+    /// One line, or "" when the connection closed.
+    fn line(&mut self) -> String {
+        let mut line = String::new();
+        match self.r.read_line(&mut line) {
+            Ok(_) => line,
+            Err(_) => String::new(),
+        }
+    }
+
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        let mut b = vec![0; n];
+        self.r.read_exact(&mut b).expect("reply bytes");
+        b
+    }
+}
+
+/// The `cluster map` reply of a node, as (leader, term, node lines).
+fn map(addr: SocketAddr) -> (String, u64, Vec<String>) {
+    let mut c = Conn::open(addr);
+    c.send(b"cluster map\r\n");
+    let head = c.line();
+    let f: Vec<&str> = head.split_whitespace().collect();
+    assert!(f.len() == 7 && f[0] == "MAP" && f[1] == "self" && f[3] == "term" && f[5] == "leader", "{head:?}");
+    let mut nodes = Vec::new();
+    loop {
+        let l = c.line();
+        if l == "END\r\n" || l.is_empty() {
+            break;
+        }
+        nodes.push(l.trim_end().to_string());
+    }
+    (f[6].to_string(), f[4].parse().expect("a term"), nodes)
+}
+
+#[test]
+fn a_follower_forwards_every_protocol_to_the_leader() {
+    let c = Cluster::start(3);
+    let leader = c.leader();
+    let f = c.clients[(leader + 1) % 3];
+
+    // Every node's map names the same leader and members.
+    let (lid, term, nodes) = map(c.clients[leader]);
+    assert_eq!(lid, (leader + 1).to_string());
+    assert!(term >= 1);
+    let want: Vec<String> = (0..3).map(|i| format!("NODE {} {}", i + 1, c.clients[i])).collect();
+    assert_eq!(nodes, want);
+    assert_eq!(map(f).0, lid);
+
+    // Text: writes, noreply, a multi-key get, CAS, arithmetic, all on one
+    // connection to the follower.
+    let mut t = Conn::open(f);
+    t.send(b"set a 3 0 2\r\nMN\r\nset b 0 0 1 noreply\r\nx\r\nget a b nope\r\n");
+    assert_eq!(t.line(), "STORED\r\n");
+    assert_eq!(t.line(), "VALUE a 3 2\r\n");
+    assert_eq!(t.line(), "MN\r\n");
+    assert_eq!(t.line(), "VALUE b 0 1\r\n");
+    assert_eq!(t.line(), "x\r\n");
+    assert_eq!(t.line(), "END\r\n");
+    t.send(b"gets a\r\n");
+    let head = t.line();
+    let cas: u64 = head.split_whitespace().nth(4).and_then(|c| c.parse().ok()).expect("a cas");
+    assert_eq!(t.bytes(4), b"MN\r\n");
+    assert_eq!(t.line(), "END\r\n");
+    t.send(format!("cas a 0 0 1 {cas}\r\ny\r\ncas a 0 0 1 {cas}\r\nz\r\nincr n 1\r\n").as_bytes());
+    assert_eq!(t.line(), "STORED\r\n");
+    assert_eq!(t.line(), "EXISTS\r\n");
+    assert_eq!(t.line(), "NOT_FOUND\r\n");
+    // Answered here, not forwarded.
+    t.send(b"version\r\n");
+    assert!(t.line().starts_with("VERSION "));
+
+    // Meta, with a quiet flag (nothing comes back for it) and a noop.
+    t.send(b"ms m 2 T0\r\nhi\r\nmg m v f\r\nmg nope v q\r\nmn\r\n");
+    assert_eq!(t.line(), "HD\r\n");
+    assert_eq!(t.line(), "VA 2 f0\r\n");
+    assert_eq!(t.line(), "hi\r\n");
+    assert_eq!(t.line(), "MN\r\n");
+
+    // Binary: a set, and a quiet get followed by a get.
+    use recall_proto::binary::{opcode, write_request};
+    let mut b = Conn::open(f);
+    let mut req = Vec::new();
+    write_request(&mut req, opcode::SET, 11, 0, &[0, 0, 0, 9, 0, 0, 0, 0], b"bin", b"value");
+    write_request(&mut req, opcode::GETQ, 12, 0, &[], b"missing", &[]);
+    write_request(&mut req, opcode::GET, 13, 0, &[], b"bin", &[]);
+    b.send(&req);
+    let set = b.bytes(24);
+    assert_eq!(
+        (set[0], set[1], &set[6..8], &set[12..16]),
+        (0x81, opcode::SET, &[0u8, 0][..], &11u32.to_be_bytes()[..])
+    );
+    let get = b.bytes(24);
+    assert_eq!((get[1], &get[6..8], &get[12..16]), (opcode::GET, &[0u8, 0][..], &13u32.to_be_bytes()[..]));
+    let body = u32::from_be_bytes([get[8], get[9], get[10], get[11]]) as usize;
+    assert_eq!(b.bytes(body), b"\0\0\0\x09value");
+
+    // A value of 600 KB (classic values are not streamed in cluster mode:
+    // the request must be whole to be forwarded).
+    let big = "q".repeat(600_000);
+    assert_eq!(ask(f, &format!("set big 0 0 {}\r\n{big}\r\n", big.len())), "STORED\r\n");
+    assert_eq!(ask(f, "get big\r\n"), format!("VALUE big 0 {}\r\n{big}\r\nEND\r\n", big.len()));
+    // The leader holds what the follower was told it stored.
+    assert_eq!(ask(c.clients[leader], "get a\r\n"), "VALUE a 0 1\r\ny\r\nEND\r\n");
+}
+
+#[test]
+fn forwarding_through_a_leader_s_kill_9_gives_errors_or_right_answers() {
+    let mut c = Cluster::start(3);
+    let leader = c.leader();
+    let f = (leader + 1) % 3;
+    let mut conn = Conn::open(c.clients[f]);
+    let mut stored = Vec::new();
+    let mut stored_after_kill = false;
+    let start = Instant::now();
+    let mut i = 0;
+    while !stored_after_kill {
+        assert!(start.elapsed() < DEADLINE, "no write stored through the follower after the kill");
+        if i == 20 {
+            c.kill9(leader);
+        }
+        let v = format!("v{i}");
+        conn.send(format!("set w{i} 0 0 {}\r\n{v}\r\n", v.len()).as_bytes());
+        let reply = conn.line();
+        match reply.as_str() {
+            "STORED\r\n" => {
+                stored.push(i);
+                stored_after_kill = i >= 20;
+            }
+            // A closed connection is a clear failure too: open another.
+            "" => conn = Conn::open(c.clients[f]),
+            r => assert!(r.starts_with("SERVER_ERROR "), "{r:?}"),
+        }
+        i += 1;
+    }
+    assert!(stored.len() >= 21, "{stored:?}");
+    // Every acknowledged write reads back, through the follower (which may
+    // lead by now).
+    for k in &stored {
+        assert_eq!(
+            ask(c.clients[f], &format!("get w{k}\r\n")),
+            format!("VALUE w{k} 0 {}\r\nv{k}\r\nEND\r\n", format!("v{k}").len())
+        );
+    }
+}
+
 #[test]
 fn logs_on_disk_survive_kill_9_of_every_node() {
     let base = std::env::temp_dir().join(format!("recall-cluster-logs-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
     let dirs: Vec<_> = (1..=3).map(|i| base.join(format!("node{i}"))).collect();
-    let mut c = start_cluster_with(3, &dirs);
+    let mut c = Cluster::start_with(3, &dirs);
     let leader = c.leader();
     let to = c.clients[leader];
 

@@ -18,6 +18,8 @@
 //! srv.restart().expect("same port, same data directory");
 //! ```
 
+pub mod cluster;
+
 use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;

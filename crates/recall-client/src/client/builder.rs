@@ -114,6 +114,7 @@ pub(super) struct Options {
     pub(super) retry_max: Duration,
     pub(super) dead_servers: DeadServerPolicy,
     pub(super) distribution: Distribution,
+    pub(super) cluster: bool,
 }
 
 impl Default for ClientBuilder {
@@ -130,6 +131,7 @@ impl Default for ClientBuilder {
                 retry_max: Duration::from_secs(30),
                 dead_servers: DeadServerPolicy::FailFast,
                 distribution: Distribution::KetamaWeighted,
+                cluster: false,
             },
             observer: None,
         }
@@ -206,6 +208,18 @@ impl ClientBuilder {
         self
     }
 
+    /// The servers are the nodes of one replicated recall cluster (or some
+    /// of them), not a ketama ring: every request goes to the leader the
+    /// cluster map names (`cluster map`), asked for with the first request
+    /// and again whenever a reply says the leader moved or a node fails.
+    /// A request refused because it reached no leader is sent again, once;
+    /// one whose outcome is unknown returns its error. Any node also
+    /// forwards to the leader, so a stale map costs a hop, not an error.
+    pub fn cluster(mut self, on: bool) -> Self {
+        self.opts.cluster = on;
+        self
+    }
+
     /// Register the observer of acknowledged writes.
     pub fn write_observer(mut self, observer: Arc<dyn WriteObserver>) -> Self {
         self.observer = Some(observer);
@@ -236,6 +250,7 @@ impl ClientBuilder {
                 nodes,
                 continuum,
                 live: Mutex::new(None),
+                cluster: self.opts.cluster.then(Default::default),
                 opts: self.opts,
                 observer: self.observer,
             }),

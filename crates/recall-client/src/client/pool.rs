@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::builder::{DeadServerPolicy, Options};
+use crate::cluster;
 use crate::conn::{Conn, Expect, Health, HealthConfig, Reply};
 use crate::error::{Error, Result, ServerName};
 use crate::ketama::{Continuum, Node};
@@ -92,10 +93,28 @@ pub(super) struct Inner {
     pub(super) live: Mutex<Option<(Vec<bool>, Arc<Continuum>)>>,
     pub(super) opts: Options,
     pub(super) observer: Option<Arc<dyn WriteObserver>>,
+    /// The servers are one replicated cluster: every key goes to its
+    /// leader (`ClientBuilder::cluster`).
+    pub(super) cluster: Option<Leader>,
+}
+
+/// Where a cluster-aware client sends requests.
+#[derive(Default)]
+pub(super) struct Leader {
+    /// The leader's index among the servers, as the last map said.
+    idx: Mutex<Option<usize>>,
+    /// One map refresh at a time; the others wait for its answer.
+    refreshing: tokio::sync::Mutex<()>,
+    /// A map was asked for (after the first request: until then any node
+    /// serves, forwarding to the leader).
+    asked: std::sync::atomic::AtomicBool,
 }
 
 impl Inner {
     pub(super) fn route(&self, key: &[u8]) -> Result<usize> {
+        if let Some(l) = &self.cluster {
+            return Ok(self.leader_or_any(l));
+        }
         if self.servers.len() == 1 {
             return Ok(0); // libmemcached skips hashing with one server too
         }
@@ -132,9 +151,80 @@ impl Inner {
         expect: Expect,
         timeout: Duration,
     ) -> Result<Vec<Reply>> {
+        let Some(leader) = &self.cluster else {
+            return self.exec_on(idx, bytes, expect, timeout).await;
+        };
+        let r = self.exec_on(idx, bytes.clone(), expect, timeout).await;
+        let err = match &r {
+            Err(e) => Some(e),
+            Ok(frames) => frames.iter().find_map(|f| match f {
+                Reply::Error(e) => Some(e),
+                _ => None,
+            }),
+        };
+        let Some(e) = err.filter(|e| cluster::stale(e)) else {
+            if !leader.asked.load(Ordering::Acquire) {
+                self.refresh(leader).await;
+            }
+            return r;
+        };
+        // The leader moved or a node failed: ask for the map again. A
+        // request that reached no leader is sent again, once, to the new
+        // one; any other (its outcome unknown) returns its error.
+        let again = cluster::not_applied(e);
+        self.refresh(leader).await;
+        match self.leader_idx(leader) {
+            Some(new) if again => self.exec_on(new, bytes, expect, timeout).await,
+            _ => r,
+        }
+    }
+
+    async fn exec_on(&self, idx: usize, bytes: Vec<u8>, expect: Expect, timeout: Duration) -> Result<Vec<Reply>> {
         let server = &self.servers[idx];
         let conn = server.conn(&self.opts).await?;
         conn.request(bytes, expect, timeout).await
+    }
+
+    fn leader_idx(&self, l: &Leader) -> Option<usize> {
+        *l.idx.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The leader, or (none known) the first server not marked dead: any
+    /// node forwards to the leader.
+    fn leader_or_any(&self, l: &Leader) -> usize {
+        let now = Instant::now();
+        self.leader_idx(l).unwrap_or_else(|| self.servers.iter().position(|s| !s.health.is_dead(now)).unwrap_or(0))
+    }
+
+    /// Ask the servers, in turn, for the cluster map, and route to the
+    /// leader it names (none if it names none, or a node this client was
+    /// not given).
+    pub(super) async fn refresh(&self, l: &Leader) {
+        let before = self.leader_idx(l);
+        let _one = l.refreshing.lock().await;
+        if l.asked.swap(true, Ordering::AcqRel) && self.leader_idx(l) != before {
+            return; // someone refreshed while we waited
+        }
+        let start = self.leader_or_any(l);
+        for i in (0..self.servers.len()).map(|i| (start + i) % self.servers.len()) {
+            let Ok(frames) =
+                self.exec_on(i, b"cluster map\r\n".to_vec(), Expect::Lines, self.opts.request_timeout).await
+            else {
+                continue;
+            };
+            let lines: Vec<&[u8]> = frames
+                .iter()
+                .filter_map(|f| match f {
+                    Reply::Line(l) => Some(&l[..]),
+                    _ => None,
+                })
+                .collect();
+            let Ok(map) = cluster::parse_map(lines) else { continue };
+            let idx = map.leader_addr().and_then(|a| self.servers.iter().position(|s| &*s.name == a));
+            *l.idx.lock().unwrap_or_else(|p| p.into_inner()) = idx;
+            return;
+        }
+        *l.idx.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     /// One request whose reply is one frame; error frames become errors.

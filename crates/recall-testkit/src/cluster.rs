@@ -1,0 +1,133 @@
+//! A replicated recalld cluster for tests: N processes on loopback, one
+//! Raft group (docs/design/replication.md).
+//!
+//! A node's client and Raft ports must be known to its peers before it
+//! starts, so they are probed free (bound on port 0, then released); a
+//! start that loses the race is retried on new ports. Every wait is a
+//! bounded probe loop, never a fixed sleep.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use crate::Recalld;
+
+/// How long [`Cluster::leader`] probes before it gives up.
+pub const DEADLINE: Duration = Duration::from_secs(60);
+
+pub struct Cluster {
+    /// `None` once killed.
+    pub nodes: Vec<Option<Recalld>>,
+    /// Each node's client address (node id = index + 1).
+    pub clients: Vec<SocketAddr>,
+}
+
+fn free_ports(n: usize) -> Vec<u16> {
+    // Held together so the n ports differ, then released for the nodes.
+    let ls: Vec<TcpListener> = (0..n).map(|_| TcpListener::bind("127.0.0.1:0").expect("bind port 0")).collect();
+    ls.iter().map(|l| l.local_addr().expect("local addr").port()).collect()
+}
+
+impl Cluster {
+    /// Start `n` nodes (node 1 bootstraps) with a 3 s request timeout.
+    pub fn start(n: usize) -> Cluster {
+        Cluster::start_with(n, &[])
+    }
+
+    /// [`Cluster::start`], node `i` keeping its Raft log in `log_dirs[i]`
+    /// (in memory when `log_dirs` is empty).
+    pub fn start_with(n: usize, log_dirs: &[std::path::PathBuf]) -> Cluster {
+        let mut last_err = String::new();
+        for _attempt in 0..3 {
+            let ports = free_ports(2 * n);
+            let (client, raft) = ports.split_at(n);
+            let peers: Vec<String> =
+                (0..n).map(|i| format!("{}=127.0.0.1:{}/127.0.0.1:{}", i + 1, raft[i], client[i])).collect();
+            let mut nodes = Vec::new();
+            for (i, &port) in client.iter().enumerate() {
+                let mut args = vec!["--cluster-node-id".to_string(), (i + 1).to_string()];
+                for p in &peers {
+                    args.push("--cluster-peer".into());
+                    args.push(p.clone());
+                }
+                args.extend(["--cluster-timeout-ms".into(), "3000".into()]);
+                if let Some(d) = log_dirs.get(i) {
+                    args.extend(["--cluster-log-dir".into(), d.display().to_string()]);
+                }
+                if i == 0 {
+                    args.push("--cluster-bootstrap".into());
+                }
+                match Recalld::builder().port(port).args(&args).start() {
+                    Ok(r) => nodes.push(Some(r)),
+                    Err(e) => {
+                        last_err = e;
+                        break;
+                    }
+                }
+            }
+            if nodes.len() == n {
+                let clients = client.iter().map(|p| SocketAddr::from(([127, 0, 0, 1], *p))).collect();
+                return Cluster { nodes, clients };
+            }
+        }
+        panic!("could not start the cluster: {last_err}");
+    }
+
+    /// The live node that says it leads and answers a read itself, probed
+    /// until one does.
+    pub fn leader(&self) -> usize {
+        let start = Instant::now();
+        while start.elapsed() < DEADLINE {
+            for (i, n) in self.nodes.iter().enumerate() {
+                if n.is_some()
+                    && stats(self.clients[i]).get("cluster_role").is_some_and(|r| r == "leader")
+                    && one_line(self.clients[i], "get cluster-probe\r\n") == "END\r\n"
+                {
+                    return i;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("no leader within {DEADLINE:?}");
+    }
+
+    /// kill -9 node `i`.
+    pub fn kill9(&mut self, i: usize) {
+        if let Some(mut n) = self.nodes[i].take() {
+            n.kill9();
+        }
+    }
+}
+
+/// The first line of the reply to `req` on a new connection ("" if none).
+fn one_line(addr: SocketAddr, req: &str) -> String {
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else { return String::new() };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    if s.write_all(req.as_bytes()).is_err() {
+        return String::new();
+    }
+    let mut line = String::new();
+    let _ = BufReader::new(s).read_line(&mut line);
+    line
+}
+
+/// `stats` of one node, as name → value (empty if it does not answer).
+pub fn stats(addr: SocketAddr) -> std::collections::HashMap<String, String> {
+    let mut m = std::collections::HashMap::new();
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else { return m };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    if s.write_all(b"stats\r\n").is_err() {
+        return m;
+    }
+    for line in BufReader::new(s).lines() {
+        let Ok(line) = line else { break };
+        if line == "END" {
+            break;
+        }
+        let mut f = line.splitn(3, ' ');
+        if let (Some("STAT"), Some(k), Some(v)) = (f.next(), f.next(), f.next()) {
+            m.insert(k.to_string(), v.to_string());
+        }
+    }
+    m
+}
