@@ -144,10 +144,17 @@ impl Node {
             cluster_name: "recall".into(),
             // Generous for loopback: the nodes share a busy machine in tests
             // and CI, where a heartbeat late by a few hundred milliseconds
-            // must not depose a healthy leader. A failover takes 1–2 s.
-            heartbeat_interval: 150,
-            election_timeout_min: 1000,
-            election_timeout_max: 2000,
+            // must not depose a healthy leader. openraft also uses the
+            // heartbeat interval as every AppendEntries' timeout, so it must
+            // cover sending a full-size (`-I`) value to a follower on a
+            // loaded machine: at 150 ms a 1 MB write timed out and was
+            // resent until the client gave up. A failover takes 1.5–3 s.
+            heartbeat_interval: 300,
+            election_timeout_min: 1500,
+            election_timeout_max: 3000,
+            // One AppendEntries carries at most this many entries, so a
+            // follower catching up on big values gets bounded messages.
+            max_payload_entries: 32,
             ..Default::default()
         }
         .validate()
