@@ -29,9 +29,9 @@
 use std::sync::Arc;
 
 use recall_proto::binary::{BinCommand, BinDecoded};
+use recall_proto::reply::Status;
 use recall_proto::stream::{FrameEvent, FrameReader};
 use recall_proto::text::{self, Command, Decoded, StoreCmd, StreamBody};
-use recall_proto::reply::Status;
 use recall_proto::{Limits, PendingReply, PendingValue};
 use recall_store::{BigBuilder, Reservation, BIG_THRESHOLD};
 

@@ -254,7 +254,8 @@ fn stalled_binary_readers_stop_after_a_bounded_backlog() {
 
     let mut pipeline = Vec::new();
     for i in 0..GETS {
-        recall_proto::binary::write_request(&mut pipeline, GET, i as u32, 0, &[], format!("k{}", i % KEYS).as_bytes(), &[]);
+        let key = format!("k{}", i % KEYS);
+        recall_proto::binary::write_request(&mut pipeline, GET, i as u32, 0, &[], key.as_bytes(), &[]);
     }
     let mut stalled = Vec::with_capacity(CONNS);
     for _ in 0..CONNS {
@@ -275,7 +276,10 @@ fn stalled_binary_readers_stop_after_a_bounded_backlog() {
     let mut last = 0;
     wait_for(&mut good, "the stalled readers to stop", |g| {
         let hits = stat(g, "get_hits");
-        assert!(hits <= most, "{hits} GETs ran for readers that never read (at most {most}): the backlog is not bounded");
+        assert!(
+            hits <= most,
+            "{hits} GETs ran for readers that never read (at most {most}): the backlog is not bounded"
+        );
         std::mem::replace(&mut last, hits) == hits
     });
 
