@@ -13,12 +13,15 @@
 //!   request or an error is decided, more bytes change nothing (errors keep
 //!   kind, opcode, opaque, drop_key and consumed + swallow).
 //!
+//! * `pending_value` speaks only of a request `decode` waits for, and its
+//!   lengths and key are that request's once it is whole.
+//!
 //! Runs with memcached's default item limit and with a tiny one so that
 //! TooLarge with part of the value already buffered is reachable.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use recall_proto::binary::{decode, BinDecoded, BinError, BinErrorKind, HEADER_LEN, MAGIC_REQUEST};
+use recall_proto::binary::{decode, pending_value, BinDecoded, BinError, BinErrorKind, HEADER_LEN, MAGIC_REQUEST};
 use recall_proto::Limits;
 
 type R<'a> = Result<BinDecoded<'a>, BinError<'a>>;
@@ -116,6 +119,16 @@ fn check_prefix(short: &[u8], long: &[u8], rs: &R, rl: &R) {
     }
 }
 
+fn check_pending(buf: &[u8], limits: &Limits, r: &R, whole: &R) {
+    let Some(p) = pending_value(buf, limits) else { return };
+    assert_eq!(r, &Ok(BinDecoded::Incomplete), "pending_value on a decided request");
+    assert!(p.total > buf.len(), "pending request already whole");
+    assert_eq!(Some(p.total), header_total(buf), "pending length is not 24 + bodylen");
+    if let Ok(BinDecoded::Request(req, n)) = whole {
+        assert_eq!((p.total, p.value_len, &p.key[..]), (*n, req.value.len(), req.key), "pending vs whole request");
+    }
+}
+
 fn one(buf: &[u8], limits: &Limits) {
     let full = decode(buf, limits);
     check_alone(buf, &full);
@@ -135,6 +148,7 @@ fn one(buf: &[u8], limits: &Limits) {
         let short = &buf[..k.min(buf.len())];
         let r = decode(short, limits);
         check_alone(short, &r);
+        check_pending(short, limits, &r, &full);
         check_prefix(short, buf, &r, &full);
     }
 }

@@ -15,12 +15,15 @@
 //!   bytes give the same error; a strict prefix of a request is always
 //!   `Incomplete` (Incomplete never claims or loses bytes).
 //!
+//! * `pending_value` speaks only of an `ms` that `decode` waits for, and its
+//!   lengths and key are that request's once it is whole.
+//!
 //! The same checks run with a small item limit and a small stream threshold
 //! so the TooLarge and StoreStream paths are reachable with short inputs.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use recall_proto::text::{decode, Command, Decoded};
+use recall_proto::text::{decode, pending_value, Command, Decoded};
 use recall_proto::{ErrorKind, Limits, ProtoError};
 
 type R<'a> = Result<Decoded<'a>, ProtoError<'a>>;
@@ -134,6 +137,16 @@ fn check_prefix(short: &[u8], long: &[u8], rs: &R, rl: &R) {
     }
 }
 
+fn check_pending(buf: &[u8], limits: &Limits, r: &R, whole: &R) {
+    let Some(p) = pending_value(buf, limits) else { return };
+    assert_eq!(r, &Ok(Decoded::Incomplete), "pending_value on a decided request");
+    assert!(p.total > buf.len(), "pending request already whole");
+    if let Ok(Decoded::Request(req, n)) = whole {
+        let Command::MetaSet { key, data, .. } = &req.cmd else { panic!("pending_value on {:?}", req.cmd) };
+        assert_eq!((p.total, p.value_len, &p.key[..]), (*n, data.len(), &key[..]), "pending vs whole request");
+    }
+}
+
 fn run(data: &[u8], limits: &Limits) {
     let full = decode(data, limits);
     check_alone(data, &full);
@@ -165,6 +178,7 @@ fn run(data: &[u8], limits: &Limits) {
         let short = &data[..k];
         let r = decode(short, limits);
         check_alone(short, &r);
+        check_pending(short, limits, &r, &full);
         check_prefix(short, data, &r, &full);
     }
 }

@@ -133,3 +133,55 @@ fn a_reply_bigger_than_the_budget_is_referenced_not_copied() {
         assert!(out.len() < 100, "{} bytes copied into the reply buffer", out.len());
     }
 }
+
+/// A binary SET or meta `ms` is decoded whole, so its value waits in the
+/// read buffer; one of 16 KiB or more holds its memory from the store as
+/// soon as its header or line is in. Past the in-flight cap it is refused
+/// at once (binary 0x82, or memcached's `SERVER_ERROR`), its old value
+/// dropped, and the rest of its value is dropped as it arrives.
+#[test]
+fn binary_and_meta_values_waiting_whole_hold_their_memory() {
+    use recall_proto::binary::{opcode, status, write_request};
+    let e = engine(true);
+    let mut w = session(&e);
+    feed(&e, &mut w, b"set old 0 0 3\r\nold\r\nset m 0 0 3\r\nold\r\n");
+
+    // The first upload: held, nothing used, the buffer to make ready.
+    let mut a = session(&e);
+    let mut bin = Vec::new();
+    write_request(&mut bin, opcode::SET, 9, 0, &[0; 8], b"old", &vec![b'v'; VALUE]);
+    let part = &bin[..bin.len() / 2];
+    let mut out = Out::new();
+    let p = a.process(&e, part, &mut out);
+    assert_eq!((p.used, out.is_empty()), (0, true));
+    assert_eq!(a.awaiting(), Some(bin.len()));
+    assert!(e.store.ingest_bytes() >= VALUE);
+
+    // The second passes half the limit: refused now, its value swallowed.
+    let mut b = session(&e);
+    let mut ms = format!("ms m {VALUE} T0\r\n").into_bytes();
+    ms.extend_from_slice(&vec![b'v'; VALUE]);
+    ms.extend_from_slice(b"\r\n");
+    let (first, rest) = ms.split_at(1000);
+    assert_eq!(feed(&e, &mut b, first), NO_MEMORY);
+    assert_eq!(b.awaiting(), None);
+    assert!(feed(&e, &mut b, rest).is_empty());
+    assert_eq!(feed(&e, &mut b, b"mg m v\r\n"), b"EN\r\n", "the old value was dropped");
+
+    // A binary one refused the same way answers 0x82 to its opcode.
+    let mut c = session(&e);
+    let mut out = Out::new();
+    let p = c.process(&e, part, &mut out);
+    assert_eq!(p.used, part.len());
+    let reply = out.flatten();
+    assert_eq!((reply[0], reply[1]), (0x81, opcode::SET));
+    assert_eq!(u16::from_be_bytes([reply[6], reply[7]]), status::ENOMEM);
+    assert!(feed(&e, &mut c, &bin[part.len()..]).is_empty());
+
+    // The first completes: stored, and its reservation is released.
+    let p = a.process(&e, &bin, &mut Out::new());
+    assert_eq!(p.used, bin.len());
+    assert_eq!((a.awaiting(), e.store.ingest_bytes()), (None, 0));
+    let got = feed(&e, &mut w, b"mg old s\r\n");
+    assert_eq!(got, format!("HD s{VALUE}\r\n").into_bytes());
+}

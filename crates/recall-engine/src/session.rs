@@ -29,9 +29,10 @@
 use std::sync::Arc;
 
 use recall_proto::binary::{BinCommand, BinDecoded};
+use recall_proto::reply::Status;
 use recall_proto::stream::{FrameEvent, FrameReader};
 use recall_proto::text::{self, Command, Decoded, StoreCmd, StreamBody};
-use recall_proto::Limits;
+use recall_proto::{Limits, PendingReply, PendingValue};
 use recall_store::{BigBuilder, Reservation, BIG_THRESHOLD};
 
 use crate::auth::AuthState;
@@ -168,6 +169,10 @@ pub struct Session {
     /// Run the next request here even if another node leads it (its
     /// refusal is the reply): the connection could not forward it.
     local_once: bool,
+    /// Memory held against `-m` for the binary or meta storage request at
+    /// the front of the input, which waits whole in the read buffer while
+    /// its value arrives, and that request's length (see `await_value`).
+    awaited: Option<(Reservation, usize)>,
 }
 
 impl Session {
@@ -196,6 +201,7 @@ impl Session {
             auth: AuthState::new(&engine.config.auth),
             forward: engine.cluster_map().is_some(),
             local_once: false,
+            awaited: None,
         }
     }
 
@@ -223,6 +229,14 @@ impl Session {
     /// Whether a streamed value is partly received.
     pub fn streaming(&self) -> bool {
         self.stream.is_some()
+    }
+
+    /// The length of the request at the front of the unused input when it
+    /// waits whole in the read buffer with its memory held against `-m`
+    /// (a binary or meta value of 16 KiB or more): the buffer should have
+    /// room for exactly that, not the doubling its growth would give.
+    pub fn awaiting(&self) -> Option<usize> {
+        self.awaited.as_ref().map(|a| a.1)
     }
 
     /// Execute the complete requests at the front of `input`, in order,
@@ -340,7 +354,18 @@ impl Session {
         if let Some(p) = self.paused_get {
             return self.run_get(engine, buf, p, limit, cx, out);
         }
-        match text::decode(buf, &self.limits) {
+        let decoded = text::decode(buf, &self.limits);
+        match decoded {
+            Ok(Decoded::Incomplete) if self.awaited.is_none() => {
+                let limits = self.limits;
+                return self.await_value(engine, buf, || text::pending_value(buf, &limits), cx, out);
+            }
+            Ok(Decoded::Incomplete) => return (0, Action::Continue),
+            // The request is whole (or refused): a write accounts for its
+            // own item from here.
+            _ => self.awaited = None,
+        }
+        match decoded {
             Ok(Decoded::Request(req, _)) if self.hold(engine, req.cmd.mutates()) => (0, Action::Continue),
             Ok(Decoded::Request(req, n)) => {
                 if let Command::StoreStream { cmd, key, flags, exptime, cas, body } = req.cmd {
@@ -440,7 +465,16 @@ impl Session {
                 }
             }
         }
-        match recall_proto::binary::decode(buf, &self.limits) {
+        let decoded = recall_proto::binary::decode(buf, &self.limits);
+        match decoded {
+            Ok(BinDecoded::Incomplete) if self.awaited.is_none() => {
+                let limits = self.limits;
+                return self.await_value(engine, buf, || recall_proto::binary::pending_value(buf, &limits), cx, out);
+            }
+            Ok(BinDecoded::Incomplete) => return (0, Action::Continue),
+            _ => self.awaited = None,
+        }
+        match decoded {
             Ok(BinDecoded::Incomplete) => (0, Action::Continue),
             Ok(BinDecoded::Request(req, _)) if self.hold(engine, req.cmd.mutates()) => (0, Action::Continue),
             Ok(BinDecoded::Request(req, used)) => {
@@ -462,6 +496,51 @@ impl Session {
                 (e.consumed, engine.binary_error(&e, cx, out))
             }
         }
+    }
+
+    /// A binary or meta storage request at the front of `buf` is waited
+    /// for whole (its decoder returns it only complete). Once its header
+    /// or line says how long its value is, hold that much of `-m` for it,
+    /// as a text `set` does for the value it streams, so that a stalled
+    /// upload lives inside the memory limit; when the store cannot make
+    /// room, answer memcached's out-of-memory reply now and drop the value
+    /// as it arrives. Values under 16 KiB wait in the connection's own
+    /// read buffer, which is bounded per connection. Returns what a step
+    /// returns.
+    fn await_value<'a>(
+        &mut self,
+        engine: &Engine,
+        buf: &'a [u8],
+        pending: impl FnOnce() -> Option<PendingValue<'a>>,
+        cx: &mut Cx<'_>,
+        out: &mut Out,
+    ) -> (usize, Action) {
+        // Cheap first: most partial requests are a small one cut by a read
+        // (no request with a value is shorter than a binary header).
+        if buf.len() < recall_proto::binary::HEADER_LEN {
+            return (0, Action::Continue);
+        }
+        let Some(p) = pending().filter(|p| p.value_len >= self.limits.stream_threshold) else {
+            return (0, Action::Continue);
+        };
+        let store = &engine.store;
+        if let Some(r) = store.reserve(store.footprint(p.key.len(), p.value_len), engine.now()) {
+            self.awaited = Some((r, p.total));
+            return (0, Action::Continue);
+        }
+        cx.counters.store_no_memory.incr();
+        if p.drop_on_refusal {
+            engine.drop_refused(&p.key, cx.barrier);
+        }
+        match p.reply {
+            PendingReply::Binary { opcode, opaque } => {
+                let st = recall_proto::binary::error_status(Status::StoreNoMemory, opcode);
+                recall_proto::binary::write_error(out, opcode, opaque, st);
+            }
+            PendingReply::Text => recall_proto::reply::text_status(out, Status::StoreNoMemory, None),
+        }
+        self.swallow = p.total - buf.len();
+        (buf.len(), Action::Continue)
     }
 
     /// Seed 000's promise to a client that replays after a crash: while

@@ -630,6 +630,9 @@ impl Engine {
         stat(out, "lru_bumps_dropped", 0);
         stat(out, "recall_version", env!("CARGO_PKG_VERSION"));
         stat(out, "recall_cas_last", self.store.current_cas());
+        // A gauge: memory held against `-m` for values still arriving
+        // (docs/design/connection-memory.md); `bytes` counts stored items.
+        stat(out, "ingest_bytes", self.store.ingest_bytes());
         let d = &self.durability;
         if d.enabled.load(Relaxed) {
             let (registered, known, replayed) = d.client_counts();

@@ -196,7 +196,7 @@ fn general_stats_keys_are_current_memcached_s() {
     let out = String::from_utf8(out).unwrap();
     let got: Vec<&str> = out.lines().filter_map(|l| l.strip_prefix("STAT ")?.split(' ').next()).collect();
     assert_eq!(&got[..want.len()], &want[..]);
-    assert_eq!(&got[want.len()..], ["recall_version", "recall_cas_last"]);
+    assert_eq!(&got[want.len()..], ["recall_version", "recall_cas_last", "ingest_bytes"]);
 }
 
 /// `-X` refuses the commands that list keys; `-D` sets the prefix

@@ -144,7 +144,9 @@
 //! magic 0x81 mid-stream: close without reply
 //! ```
 
-use crate::{Limits, KEY_MAX};
+use std::borrow::Cow;
+
+use crate::{Limits, PendingReply, PendingValue, KEY_MAX};
 
 /// Request magic byte.
 pub const MAGIC_REQUEST: u8 = 0x80;
@@ -687,6 +689,29 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<BinDecoded<'a>, BinE
         BinRequest { opcode: h.opcode, opaque: h.opaque, cas: h.cas, key, extras, value, cmd },
         total,
     ))
+}
+
+/// The storage request at the front of `buf` that [`decode`] waits for,
+/// once its header, extras and key are in and some of its value is not:
+/// what the server needs to hold memory for the value, or refuse it,
+/// before the rest arrives (see [`PendingValue`]). `None` for anything
+/// else.
+pub fn pending_value<'a>(buf: &'a [u8], limits: &Limits) -> Option<PendingValue<'a>> {
+    if !matches!(decode(buf, limits), Ok(BinDecoded::Incomplete)) || buf.len() < HEADER_LEN {
+        return None;
+    }
+    let h = Header::parse(buf);
+    let body = &buf[HEADER_LEN..];
+    if !stores_value(h.opcode) || body.len() < h.extlen + h.keylen {
+        return None;
+    }
+    Some(PendingValue {
+        key: Cow::Borrowed(&body[h.extlen..h.extlen + h.keylen]),
+        value_len: h.bodylen - h.extlen - h.keylen,
+        total: HEADER_LEN + h.bodylen,
+        drop_on_refusal: matches!(h.opcode, opcode::SET | opcode::SETQ),
+        reply: PendingReply::Binary { opcode: h.opcode, opaque: h.opaque },
+    })
 }
 
 /// Build the typed command; lengths were checked by [`shape`].

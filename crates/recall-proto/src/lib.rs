@@ -69,6 +69,34 @@ impl Limits {
     }
 }
 
+/// A storage request at the front of the input whose value has not all
+/// arrived, and that its decoder waits for whole (a binary SET-family
+/// request, a meta `ms`): enough is known, from the binary header or the
+/// `ms` line, for the server to hold memory for the value before it is
+/// buffered, or to refuse it and drop the value as it comes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingValue<'a> {
+    /// The key (decoded, for a base64 meta key).
+    pub key: std::borrow::Cow<'a, [u8]>,
+    pub value_len: usize,
+    /// The whole request's length, from the front of the input.
+    pub total: usize,
+    /// A refusal removes the key's old value, as memcached unlinks it when
+    /// it cannot allocate the item (binary SET/SETQ, meta `ms`).
+    pub drop_on_refusal: bool,
+    /// How a refusal is answered.
+    pub reply: PendingReply,
+}
+
+/// The protocol a [`PendingValue`] is refused in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PendingReply {
+    /// A binary error reply to this opcode and opaque.
+    Binary { opcode: u8, opaque: u32 },
+    /// A text line (meta `ms`).
+    Text,
+}
+
 /// What went wrong, in the terms of the reply memcached sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {

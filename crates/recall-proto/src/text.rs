@@ -16,7 +16,7 @@ use base64::Engine as _;
 
 use crate::meta::MetaFlags;
 use crate::num::{parse_exptime, parse_i32, parse_u32, parse_u64};
-use crate::{msg, ErrorKind, Limits, ProtoError, GET_LINE_MAX, KEY_MAX, LINE_MAX};
+use crate::{msg, ErrorKind, Limits, PendingReply, PendingValue, ProtoError, GET_LINE_MAX, KEY_MAX, LINE_MAX};
 
 /// Result of a decode attempt.
 ///
@@ -791,6 +791,13 @@ fn decode_meta<'a>(
     Ok(Decoded::Request(Request { cmd, noreply: false }, consumed))
 }
 
+/// An `ms` line, parsed and checked, with its value not yet looked at.
+struct MetaSetHead<'a> {
+    key: Cow<'a, [u8]>,
+    flags: MetaFlags<'a>,
+    vlen: usize,
+}
+
 fn decode_meta_set<'a>(
     buf: &'a [u8],
     line: &'a [u8],
@@ -799,6 +806,29 @@ fn decode_meta_set<'a>(
     consumed: usize,
     limits: &Limits,
 ) -> Result<Decoded<'a>, ProtoError<'a>> {
+    let MetaSetHead { key, flags, vlen } = meta_set_head(buf, line, t, ntok, consumed, limits)?;
+    let end = consumed + vlen + 2;
+    if buf.len() < end {
+        return Ok(Decoded::Incomplete);
+    }
+    if &buf[consumed + vlen..end] != b"\r\n" {
+        let mut e = ProtoError::new(ErrorKind::Client(msg::BAD_CHUNK), end);
+        e.meta = true;
+        return Err(e);
+    }
+    let data = &buf[consumed..consumed + vlen];
+    Ok(Decoded::Request(Request { cmd: Command::MetaSet { key, data, flags }, noreply: false }, end))
+}
+
+/// The checks of an `ms` line that come before its value.
+fn meta_set_head<'a>(
+    buf: &'a [u8],
+    line: &'a [u8],
+    t: &Tokens<'a>,
+    ntok: usize,
+    consumed: usize,
+    limits: &Limits,
+) -> Result<MetaSetHead<'a>, ProtoError<'a>> {
     let fail = |m, end: usize, swallow: usize| {
         let mut e = ProtoError::new(ErrorKind::Client(m), end);
         e.swallow = swallow;
@@ -850,15 +880,40 @@ fn decode_meta_set<'a>(
         }
         return Err(e);
     }
-    let end = consumed + total;
-    if buf.len() < end {
-        return Ok(Decoded::Incomplete);
+    Ok(MetaSetHead { key, flags, vlen })
+}
+
+/// The `ms` request at the front of `buf` that [`decode`] waits for, once
+/// its line is in and some of its value is not: what the server needs to
+/// hold memory for the value, or refuse it, before the rest arrives (see
+/// [`PendingValue`]). `None` for anything else, and for a line that does
+/// not start with `ms ` exactly (so a partial line of another command
+/// costs no search for its end).
+pub fn pending_value<'a>(buf: &'a [u8], limits: &Limits) -> Option<PendingValue<'a>> {
+    if !buf.starts_with(b"ms ") {
+        return None;
     }
-    if &buf[consumed + vlen..end] != b"\r\n" {
-        return fail(msg::BAD_CHUNK, end, 0);
+    let nl = memchr::memchr(b'\n', buf)?;
+    if nl > LINE_MAX {
+        return None;
     }
-    let data = &buf[consumed..consumed + vlen];
-    Ok(Decoded::Request(Request { cmd: Command::MetaSet { key, data, flags }, noreply: false }, end))
+    let mut line = &buf[..nl];
+    if line.len() > 1 && line[line.len() - 1] == b'\r' {
+        line = &line[..line.len() - 1];
+    }
+    let t = tokenize(line);
+    if t.n == 0 || t.toks[0] != b"ms" {
+        return None;
+    }
+    let head = meta_set_head(buf, line, &t, t.count(line), nl + 1, limits).ok()?;
+    let total = nl + 1 + head.vlen + 2;
+    (buf.len() < total).then_some(PendingValue {
+        key: head.key,
+        value_len: head.vlen,
+        total,
+        drop_on_refusal: true,
+        reply: PendingReply::Text,
+    })
 }
 
 pub mod auth;

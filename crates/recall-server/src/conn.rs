@@ -125,6 +125,15 @@ where
                 // A large request (a replay batch, a long get line) is
                 // done: don't keep its buffer for the connection's life.
                 buf = BytesMut::with_capacity(READ_CHUNK);
+            } else if let Some(whole) = session.awaiting() {
+                // A binary or meta value waits whole, its memory held
+                // against `-m` for its length: room for exactly that, not
+                // the doubling `reserve` would make.
+                if whole > buf.capacity() {
+                    let mut grown = BytesMut::with_capacity(whole);
+                    grown.extend_from_slice(&buf);
+                    buf = grown;
+                }
             } else if buf.capacity() - buf.len() < READ_CHUNK / 4 {
                 buf.reserve(READ_CHUNK);
             }

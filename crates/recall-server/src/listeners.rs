@@ -67,10 +67,40 @@ impl Listener {
             Listener::Tcp(l) => {
                 let (s, _) = l.accept().await?;
                 let _ = s.set_nodelay(true);
+                limit_unsent(&s);
                 Accepted::Tcp(s.into_std()?)
             }
             Listener::Unix(l) => Accepted::Unix(l.accept().await?.0.into_std()?),
         })
+    }
+}
+
+/// Unsent reply bytes the kernel may queue for one TCP connection before
+/// a write would block (`TCP_NOTSENT_LOWAT`).
+///
+/// Without it, a client that stops reading lets the kernel take replies
+/// until the socket's send buffer, which autotuning grows to 4 MiB, is
+/// full: 200 connections pipelining binary GETs and never reading had the
+/// worker copy hundreds of megabytes of replies into kernel memory, and a
+/// well-behaved client on the same worker waited behind every one of
+/// those writes (docs/benchmarks/abusive-clients.md). With it, such a
+/// connection's write blocks after a few hundred KiB and the connection
+/// waits, costing nothing. Data already sent, and so the throughput of a
+/// client that reads, is not limited: only the backlog not yet sent.
+const NOTSENT_LOWAT: libc::c_int = 128 * 1024;
+
+fn limit_unsent(s: &tokio::net::TcpStream) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: setsockopt on a socket we own, with a pointer to a live
+    // c_int and its size. A failure (an old kernel) leaves the default.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_NOTSENT_LOWAT,
+            (&NOTSENT_LOWAT as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
     }
 }
 

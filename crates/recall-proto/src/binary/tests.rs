@@ -603,3 +603,25 @@ fn sasl_opcodes_decode_for_the_engine() {
     assert_eq!(decode(&p[..p.len() - 1], &Limits::default()), Ok(BinDecoded::Incomplete));
     assert_eq!(req(&p).1, p.len());
 }
+
+#[test]
+fn pending_value_of_a_partial_store() {
+    let full = pkt(SET, 7, 0, &[0, 0, 0, 1, 0, 0, 0, 0], b"key", &[b'v'; 1000]);
+    // Header, extras and key in, the value not: reserve for all of it.
+    let p = pending_value(&full[..24 + 8 + 3 + 10], &Limits::default()).unwrap();
+    assert_eq!((p.key.as_ref(), p.value_len, p.total), (&b"key"[..], 1000, full.len()));
+    assert!(p.drop_on_refusal);
+    assert_eq!(p.reply, PendingReply::Binary { opcode: SET, opaque: 7 });
+    // Not yet the key, or the whole request: nothing to say.
+    assert_eq!(pending_value(&full[..24 + 8 + 2], &Limits::default()), None);
+    assert_eq!(pending_value(&full, &Limits::default()), None);
+    // An append keeps the old value when refused; a GET is no store.
+    let app = pkt(APPENDQ, 1, 0, &[], b"k", &[b'v'; 100]);
+    let p = pending_value(&app[..30], &Limits::default()).unwrap();
+    assert!(!p.drop_on_refusal);
+    let get = pkt(GET, 1, 0, &[], b"k", &[]);
+    assert_eq!(pending_value(&get[..get.len() - 1], &Limits::default()), None);
+    // A value too large is refused by `decode`, not waited for.
+    let limits = Limits { item_size_max: 512, ..Limits::default() };
+    assert_eq!(pending_value(&full[..40], &limits), None);
+}

@@ -230,3 +230,21 @@ fn timestamps_switch() {
         assert_eq!(kind(bad), ErrorKind::Client(msg::BAD_FORMAT), "{:?}", String::from_utf8_lossy(bad));
     }
 }
+
+#[test]
+fn pending_value_of_a_partial_meta_set() {
+    let lim = Limits::default();
+    let p = pending_value(b"ms key 1000 T0 F5\r\nvvv", &lim).unwrap();
+    assert_eq!((p.key.as_ref(), p.value_len, p.total), (&b"key"[..], 1000, 19 + 1002));
+    assert!(p.drop_on_refusal);
+    assert_eq!(p.reply, crate::PendingReply::Text);
+    // A base64 key is decoded.
+    let p = pending_value(b"ms a2V5 5 b\r\n", &lim).unwrap();
+    assert_eq!(p.key.as_ref(), b"key");
+    // The line not in yet, the request complete, another command, a bad line.
+    assert_eq!(pending_value(b"ms key 1000", &lim), None);
+    assert_eq!(pending_value(b"ms key 1 T0\r\nv\r\n", &lim), None);
+    assert_eq!(pending_value(b"set key 0 0 1000\r\nvv", &lim), None);
+    assert_eq!(pending_value(b"ms key -1\r\n", &lim), None);
+    assert_eq!(pending_value(b"ms key 2000000\r\nvv", &lim), None);
+}
