@@ -104,18 +104,14 @@ impl Engine {
         let Some(res) = res else { return };
         let status = write_status(res);
         let Some(code) = status.meta() else { return reply::line(out, status.text()) };
-        let cas = match res {
-            WriteOutcome::Stored { .. } if f.quiet => return,
-            WriteOutcome::Stored { cas } => cas,
-            // memcached answers `c` with 0 when nothing was stored.
-            _ => 0,
-        };
         // `s`: the size of the item as stored (after an append, the whole
-        // value); memcached gives the request's length when nothing was.
-        let mut size = data.len() as u64;
-        if f.ret_size && cas != 0 && matches!(mode, Mode::Append | Mode::Prepend) {
-            size = self.stored_size(key, cx).unwrap_or(size);
-        }
+        // value, as the store saw it under its lock); memcached answers `c`
+        // with 0 and `s` with the request's length when nothing was stored.
+        let (cas, size) = match res {
+            WriteOutcome::Stored { .. } if f.quiet => return,
+            WriteOutcome::Stored { cas, len } => (cas, len),
+            _ => (0, data.len() as u64),
+        };
         reply::meta_code(out, code);
         for tok in f.tokens() {
             match tok[0] {
@@ -127,18 +123,6 @@ impl Engine {
             }
         }
         reply::crlf(out);
-    }
-
-    /// The size of what is stored under `key` now, read without touching
-    /// it. After an append this is the whole value, unless another client
-    /// rewrote the key in between (the store does not report the size a
-    /// write left).
-    fn stored_size(&self, key: &[u8], cx: &mut Cx<'_>) -> Option<u64> {
-        let op = Op::Read(ReadOp { key, no_bump: true, ..Default::default() });
-        self.execute(&op, cx, |o| match o {
-            Outcome::Read(Read::Hit(v)) => Some(v.value.len() as u64),
-            _ => None,
-        })
     }
 
     pub(crate) fn meta_delete(&self, key: &[u8], f: &MetaFlags<'_>, cx: &mut Cx<'_>, out: &mut Out) {

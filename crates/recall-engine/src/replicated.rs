@@ -228,7 +228,7 @@ impl Decided {
     /// The outcome after commit: the timestamps are the log's.
     fn with_ts(self, ts: u64) -> Self {
         match self {
-            Decided::Write(WriteOutcome::Stored { .. }) => Decided::Write(WriteOutcome::Stored { cas: ts }),
+            Decided::Write(WriteOutcome::Stored { len, .. }) => Decided::Write(WriteOutcome::Stored { cas: ts, len }),
             Decided::Arith(ArithOutcome::Done { value, exptime, created, .. }) => {
                 Decided::Arith(ArithOutcome::Done { value, cas: ts, exptime, created })
             }

@@ -268,7 +268,7 @@ fn classic_write<'a>(cmd: StoreCmd, key: &'a [u8], data: Data<'a>, flags: u32, e
 fn render(out: &mut Out, o: Outcome<'_>, timestamps: bool) {
     let ts = |t: u64| timestamps.then_some(t);
     match o {
-        Outcome::Write(WriteOutcome::Stored { cas }) => reply::text_status(out, Status::Stored, ts(cas)),
+        Outcome::Write(WriteOutcome::Stored { cas, .. }) => reply::text_status(out, Status::Stored, ts(cas)),
         Outcome::Write(w) => reply::text_status(out, write_status(w), None),
         Outcome::Delete(recall_store::DeleteOutcome::Stamped { ts: t }) => {
             reply::text_status(out, Status::Deleted, ts(t))

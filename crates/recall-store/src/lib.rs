@@ -183,6 +183,10 @@ impl<'a> Write<'a> {
 pub enum WriteOutcome {
     Stored {
         cas: u64,
+        /// The length of the value as stored, read under the shard's lock
+        /// (after an append or prepend, the whole value): a second write
+        /// racing this one cannot change it (meta `ms ... s`).
+        len: u64,
     },
     /// add on a present key, replace/append/prepend on a missing one.
     NotStored,

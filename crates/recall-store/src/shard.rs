@@ -537,7 +537,7 @@ impl Shard {
             None => self.insert_new(ctx, h, slot, big),
         };
         self.log_slot(ctx, i);
-        Ok(WriteOutcome::Stored { cas })
+        Ok(WriteOutcome::Stored { cas, len: self.value_at(i).len() as u64 })
     }
 
     #[allow(clippy::too_many_arguments)]
