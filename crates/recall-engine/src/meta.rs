@@ -133,14 +133,15 @@ impl Engine {
             invalidate: f.invalidate,
             touch: if f.invalidate { f.ttl.map(i64::from) } else { None },
             clear_value: f.remove_value,
+            watch_as: Some("md"),
             // recall extension: `c` on md returns the delete's timestamp,
             // which a client's write backup needs to order the delete.
             stamp: f.ret_cas && !f.invalidate && !f.remove_value,
         });
         self.execute(&op, cx, |o| match o {
             // memcached's quiet mode hides only HD here: a miss is news.
-            Outcome::Delete(DeleteOutcome::Deleted | DeleteOutcome::Stamped { .. }) if f.quiet => {}
-            Outcome::Delete(DeleteOutcome::Stamped { ts }) => status_line(out, Status::Deleted, key, f, ts),
+            Outcome::Delete(DeleteOutcome::Deleted { .. } | DeleteOutcome::Stamped { .. }) if f.quiet => {}
+            Outcome::Delete(DeleteOutcome::Stamped { ts, .. }) => status_line(out, Status::Deleted, key, f, ts),
             Outcome::Delete(d) => status_line(out, delete_status(d), key, f, 0),
             other => render_other(out, other),
         });

@@ -232,7 +232,7 @@ impl Decided {
             Decided::Arith(ArithOutcome::Done { value, exptime, created, .. }) => {
                 Decided::Arith(ArithOutcome::Done { value, cas: ts, exptime, created })
             }
-            Decided::Delete(DeleteOutcome::Stamped { .. }) => Decided::Delete(DeleteOutcome::Stamped { ts }),
+            Decided::Delete(DeleteOutcome::Stamped { len, .. }) => Decided::Delete(DeleteOutcome::Stamped { ts, len }),
             d => d,
         }
     }
@@ -402,15 +402,16 @@ impl Engine {
             }
         }
         let mut barrier = Barrier::default();
-        let decided = s.execute(op, &mut Cx { counters, barrier: &mut barrier, read_fresh: false }, |o| match o {
-            Outcome::Write(w) => Decided::Write(w),
-            Outcome::Delete(d) => Decided::Delete(d),
-            Outcome::Arith(a) => Decided::Arith(a),
-            Outcome::Flushed => Decided::Flushed,
-            Outcome::FlushDisabled => Decided::FlushDisabled,
-            Outcome::Refused(r) => Decided::Other(r),
-            Outcome::Read(_) | Outcome::ReadLost | Outcome::Replayed(_) => Decided::Other(Refusal::ClusterInternal),
-        });
+        let decided =
+            s.execute(op, &mut Cx { counters, barrier: &mut barrier, read_fresh: false, conn: 0 }, |o| match o {
+                Outcome::Write(w) => Decided::Write(w),
+                Outcome::Delete(d) => Decided::Delete(d),
+                Outcome::Arith(a) => Decided::Arith(a),
+                Outcome::Flushed => Decided::Flushed,
+                Outcome::FlushDisabled => Decided::FlushDisabled,
+                Outcome::Refused(r) => Decided::Other(r),
+                Outcome::Read(_) | Outcome::ReadLost | Outcome::Replayed(_) => Decided::Other(Refusal::ClusterInternal),
+            });
         let effects = std::mem::take(&mut *scratch.captured.0.lock());
         if effects.is_empty() {
             self.watch_refused(op, decided, now);
@@ -441,7 +442,8 @@ impl Engine {
                     Data::Bytes(b) => b.len(),
                     Data::Big(b) => b.len(),
                 };
-                self.watch_store(w, res, self.resolve_exptime(w.exptime, now), size, now);
+                // Decided away from the connection: no id to log (`cfd=0`).
+                self.watch_store(w, res, self.resolve_exptime(w.exptime, now), size, now, 0);
             }
         }
     }
@@ -475,7 +477,8 @@ impl Engine {
                 ApplyOutcome::OutOfMemory => "no_memory",
             };
             let ttl = crate::execute::ttl_of(effect.exptime, now);
-            self.watchers.store(effect.key, cause.name(), status, ttl, effect.value.len());
+            // Applied on every replica, for no connection of its own: `cfd=0`.
+            self.watchers.store(effect.key, cause.name(), status, ttl, effect.value.len(), 0);
         }
         out
     }

@@ -161,6 +161,9 @@ pub struct Session {
     yielded: bool,
     /// What this connection has proved (`-S`, `-Y`): see `auth.rs`.
     auth: AuthState,
+    /// The connection's id (`stats conns`, `watch`'s `cfd=`); 0 until the
+    /// server sets it.
+    conn: u64,
 }
 
 impl Session {
@@ -181,7 +184,14 @@ impl Session {
             reqs_per_event: engine.config.reqs_per_event,
             yielded: false,
             auth: AuthState::new(&engine.config.auth),
+            conn: 0,
         }
+    }
+
+    /// Set the connection's id (its `stats conns` id), which `watch` lines
+    /// carry as `cfd=`.
+    pub fn set_conn_id(&mut self, id: u64) {
+        self.conn = id;
     }
 
     pub fn counters(&self) -> &Counters {
@@ -212,7 +222,7 @@ impl Session {
 
     fn run(&mut self, engine: &Engine, input: &[u8], out: &mut Out, barrier: &mut Barrier) -> (usize, Action) {
         let counters = self.counters.clone();
-        let mut cx = Cx { counters: &counters, barrier, read_fresh: false };
+        let mut cx = Cx { counters: &counters, barrier, read_fresh: false, conn: self.conn };
         let mut pos = 0;
         // Replies past this many bytes in `out` stop the call.
         let limit = out.wire_len().saturating_add(self.reply_budget);

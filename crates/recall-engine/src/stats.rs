@@ -327,6 +327,7 @@ struct ConnInfo {
 pub struct ConnGuard {
     table: Arc<ConnTable>,
     id: u64,
+    peer: Endpoint,
     last_cmd: Arc<std::sync::atomic::AtomicU32>,
 }
 
@@ -344,9 +345,10 @@ impl ConnTable {
     ) -> ConnGuard {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let last_cmd = Arc::new(std::sync::atomic::AtomicU32::new(now));
-        let info = ConnInfo { addr: addr.into(), listen: listen.into(), last_cmd: last_cmd.clone() };
+        let peer: Endpoint = addr.into();
+        let info = ConnInfo { addr: peer.clone(), listen: listen.into(), last_cmd: last_cmd.clone() };
         self.conns.lock().insert(id, info);
-        ConnGuard { table: self.clone(), id, last_cmd }
+        ConnGuard { table: self.clone(), id, peer, last_cmd }
     }
 
     /// `STAT <id>:addr tcp:<ip:port>` and the rest of memcached's lines
@@ -372,6 +374,16 @@ impl ConnTable {
 }
 
 impl ConnGuard {
+    /// The connection's id, as `stats conns` lists it.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Where the client is.
+    pub fn peer(&self) -> &Endpoint {
+        &self.peer
+    }
+
     /// A request arrived at `now`.
     pub fn command(&self, now: recall_store::UnixSecs) {
         self.last_cmd.store(now, Ordering::Relaxed);

@@ -309,10 +309,16 @@ pub enum ApplyOutcome {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeleteOutcome {
-    Deleted,
+    /// Removed (or marked stale, or its value dropped); `len` is the
+    /// length of the value it had, read under the shard lock (memcached's
+    /// `watch deletions` logs it).
+    Deleted {
+        len: u64,
+    },
     /// Removed, with the delete's own write timestamp (when `stamp` was set).
     Stamped {
         ts: u64,
+        len: u64,
     },
     NotFound,
     Exists,

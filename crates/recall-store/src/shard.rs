@@ -645,6 +645,7 @@ impl Shard {
 
     pub fn delete(&mut self, ctx: &Ctx<'_>, h: u64, d: &Delete<'_>) -> DeleteOutcome {
         let Some(i) = self.lookup(ctx, h, d.key, false) else { return DeleteOutcome::NotFound };
+        let len = self.value_at(i).len() as u64;
         let s = &mut self.slots[i as usize];
         if d.compare_cas != 0 && d.compare_cas != s.cas {
             return DeleteOutcome::Exists;
@@ -657,7 +658,7 @@ impl Shard {
                 self.set_expiry(i, t);
             }
             self.log_slot(ctx, i);
-            return DeleteOutcome::Deleted;
+            return DeleteOutcome::Deleted { len };
         }
         if d.clear_value {
             let cas = ctx.draw_cas(d.explicit_cas);
@@ -665,7 +666,7 @@ impl Shard {
             slot.assign_bits(s.bits());
             self.replace_in(ctx, h, i, slot, None);
             self.log_slot(ctx, i);
-            return DeleteOutcome::Deleted;
+            return DeleteOutcome::Deleted { len };
         }
         self.remove(ctx, i, h, Why::Deleted);
         if d.stamp || ctx.sink.is_some() {
@@ -674,10 +675,10 @@ impl Shard {
             let ts = ctx.draw_cas(d.explicit_cas);
             Self::log_tombstone(ctx, d.key, ts);
             if d.stamp {
-                return DeleteOutcome::Stamped { ts };
+                return DeleteOutcome::Stamped { ts, len };
             }
         }
-        DeleteOutcome::Deleted
+        DeleteOutcome::Deleted { len }
     }
 
     /// Scan up to `budget` slots from the crawl cursor, freeing dead items.

@@ -32,7 +32,7 @@ fn set_get_delete() {
     let s = store(1 << 20);
     assert!(matches!(set(&s, b"a", b"1", 0, 100), WriteOutcome::Stored { .. }));
     assert_eq!(get(&s, b"a", 100).as_deref(), Some(&b"1"[..]));
-    assert_eq!(s.delete(&Delete { key: b"a", ..Default::default() }, 100), DeleteOutcome::Deleted);
+    assert_eq!(s.delete(&Delete { key: b"a", ..Default::default() }, 100), DeleteOutcome::Deleted { len: 1 });
     assert_eq!(get(&s, b"a", 100), None);
     assert_eq!(s.delete(&Delete { key: b"a", ..Default::default() }, 100), DeleteOutcome::NotFound);
     assert_eq!(s.mem_used(), 0);
@@ -226,7 +226,10 @@ fn flush_all_now_and_delayed() {
 fn stale_while_revalidate_tokens() {
     let s = store(1 << 20);
     set(&s, b"k", b"v", 0, 1);
-    assert_eq!(s.delete(&Delete { key: b"k", invalidate: true, ..Default::default() }, 1), DeleteOutcome::Deleted);
+    assert!(matches!(
+        s.delete(&Delete { key: b"k", invalidate: true, ..Default::default() }, 1),
+        DeleteOutcome::Deleted { .. }
+    ));
     let t1 = s.read(b"k", 1, ReadOpts::default(), |r| match r {
         Read::Hit(v) => v.tokens,
         _ => panic!(),
@@ -381,7 +384,7 @@ fn check_model(kind: PolicyKind, ops: &[Op]) -> Result<(), TestCaseError> {
                 live(&mut model, k, now);
                 let r = s.delete(&Delete { key: &key(k), ..Default::default() }, now);
                 let was = model.remove(&k).is_some();
-                prop_assert_eq!(r == DeleteOutcome::Deleted, was);
+                prop_assert_eq!(matches!(r, DeleteOutcome::Deleted { .. }), was);
             }
             Op::Get(k) => {
                 live(&mut model, k, now);
