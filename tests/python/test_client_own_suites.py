@@ -91,6 +91,7 @@ def log_dir(root: Path) -> Path:
     return logs
 
 
+@pytest.mark.timeout(SUITE_TIMEOUT_S)
 def test_pylibmc_own_suite():
     root = sdist("pylibmc")
     logs = log_dir(root)
@@ -98,6 +99,7 @@ def test_pylibmc_own_suite():
     assert_passed(proc, logs)
 
 
+@pytest.mark.timeout(SUITE_TIMEOUT_S)
 def test_bmemcached_own_suite():
     root = sdist("python-binary-memcached")
     logs = log_dir(root)
