@@ -43,17 +43,11 @@ impl Engine {
                 }
                 let mut streams = 0;
                 for t in keys(args) {
-                    streams |= match t {
-                        b"fetchers" => crate::watch::FETCHERS,
-                        b"mutations" => crate::watch::MUTATIONS,
-                        b"evictions" => crate::watch::EVICTIONS,
-                        // memcached's other streams (rawcmds, connevents,
-                        // deletions, ...) are not logged by recall.
-                        _ => {
-                            reply::line(out, b"ERROR");
-                            return Action::Continue;
-                        }
+                    let Some(s) = crate::watch::stream_named(t) else {
+                        reply::line(out, b"ERROR");
+                        return Action::Continue;
                     };
+                    streams |= s;
                 }
                 return Action::Watch(if streams == 0 { crate::watch::FETCHERS } else { streams });
             }

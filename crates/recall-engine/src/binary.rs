@@ -250,7 +250,7 @@ mod tests;
 /// send nothing on success; errors are always sent.
 fn render(out: &mut Vec<u8>, op: u8, opaque: u32, quiet: bool, o: Outcome<'_>) {
     let err = match o {
-        Outcome::Write(WriteOutcome::Stored { cas }) => {
+        Outcome::Write(WriteOutcome::Stored { cas, .. }) => {
             if !quiet {
                 binary::write_ok(out, op, opaque, cas);
             }

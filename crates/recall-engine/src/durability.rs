@@ -598,8 +598,8 @@ impl Engine {
         let mut t = self.durability.tombstones.stripe(d.key);
         let r = self.store.delete_with(&d, now, sink);
         match r {
-            DeleteOutcome::Stamped { ts } => self.durability.record_tombstone(&mut t, d.key, ts),
-            DeleteOutcome::Deleted => self.durability.record_tombstone(&mut t, d.key, self.store.current_cas()),
+            DeleteOutcome::Stamped { ts, .. } => self.durability.record_tombstone(&mut t, d.key, ts),
+            DeleteOutcome::Deleted { .. } => self.durability.record_tombstone(&mut t, d.key, self.store.current_cas()),
             _ => {}
         }
         r
@@ -644,7 +644,8 @@ impl Engine {
     ) -> ApplyOutcome {
         let counters = crate::Counters::default();
         let mut barrier = crate::Barrier::default();
-        let mut cx = crate::Cx { counters: &counters, barrier: &mut barrier, read_fresh: false, not_leader: false };
+        let mut cx =
+            crate::Cx { counters: &counters, barrier: &mut barrier, read_fresh: false, not_leader: false, conn: 0 };
         let r = Record { tombstone, key, value, flags, exptime, ts };
         self.execute(&crate::Op::Replay(r), &mut cx, |o| match o {
             crate::Outcome::Replayed(a) => a,

@@ -15,7 +15,7 @@ use crate::write_path::Barrier;
 use crate::{Counters, Engine};
 
 /// What one batch's execution needs from its connection: the counters
-/// to bump and the barrier its writes join. A `Cx` lives for one batch
+/// to bump, the barrier its writes join, and the connection's id. A `Cx` lives for one batch
 /// (one `Session::process` call), whose requests had all arrived before
 /// it began.
 pub struct Cx<'c> {
@@ -28,6 +28,9 @@ pub struct Cx<'c> {
     /// Set when cluster mode refused an operation because another node
     /// leads its group: the session may forward the request there.
     pub not_leader: bool,
+    /// The connection's id: its `stats conns` id, the `cfd=` of `watch`
+    /// lines (0 for none).
+    pub conn: u64,
 }
 
 impl Engine {
@@ -79,7 +82,7 @@ impl Engine {
                     Read::Miss { .. } => Err(render),
                 });
                 let found = res.is_ok();
-                self.watchers.fetch(r.key, if found { Fetch::Found(size) } else { Fetch::NotFound });
+                self.watchers.fetch(r.key, if found { Fetch::Found(size) } else { Fetch::NotFound }, cx.conn);
                 if r.count_get {
                     if found {
                         c.get_hits.incr()
@@ -120,7 +123,7 @@ impl Engine {
                 sw.vivify = w.vivify.map(|t| self.resolve_exptime(t, now));
                 let res = self.store.write_with(&sw, now, sink);
                 if self.watchers.wants(watch::MUTATIONS) {
-                    self.watch_store(&w, res, sw.exptime, sw.big.map_or(sw.value.len(), |b| b.len()), now);
+                    self.watch_store(&w, res, sw.exptime, sw.big.map_or(sw.value.len(), |b| b.len()), now, cx.conn);
                 }
                 if w.cas_command {
                     match res {
@@ -149,8 +152,16 @@ impl Engine {
                     stamp: d.stamp,
                 };
                 let res = self.delete_key(del, now, sink);
+                if let (Some(cmd), DeleteOutcome::Deleted { len } | DeleteOutcome::Stamped { len, .. }) =
+                    (d.watch_as, res)
+                {
+                    // memcached logs what it removes, not an item marked stale.
+                    if !d.invalidate {
+                        self.watchers.deleted(d.key, cmd, len);
+                    }
+                }
                 match res {
-                    DeleteOutcome::Deleted | DeleteOutcome::Stamped { .. } => c.delete_hits.incr(),
+                    DeleteOutcome::Deleted { .. } | DeleteOutcome::Stamped { .. } => c.delete_hits.incr(),
                     DeleteOutcome::NotFound => c.delete_misses.incr(),
                     DeleteOutcome::Exists => {}
                 }
@@ -213,8 +224,9 @@ impl Engine {
         exptime: recall_store::UnixSecs,
         size: usize,
         now: recall_store::UnixSecs,
+        cfd: u64,
     ) {
-        self.watchers.store(w.key, Cause::of_write(w).name(), store_status(res), ttl_of(exptime, now), size);
+        self.watchers.store(w.key, Cause::of_write(w).name(), store_status(res), ttl_of(exptime, now), size, cfd);
     }
 
     /// The "before" stage of the write path: may this operation reach the
@@ -286,7 +298,7 @@ pub(crate) fn ttl_of(exptime: recall_store::UnixSecs, now: recall_store::UnixSec
 pub(crate) fn delete_status(o: DeleteOutcome) -> recall_proto::reply::Status {
     use recall_proto::reply::Status;
     match o {
-        DeleteOutcome::Deleted | DeleteOutcome::Stamped { .. } => Status::Deleted,
+        DeleteOutcome::Deleted { .. } | DeleteOutcome::Stamped { .. } => Status::Deleted,
         DeleteOutcome::NotFound => Status::NotFound,
         DeleteOutcome::Exists => Status::Exists,
     }

@@ -98,6 +98,12 @@ pub struct EngineConfig {
     pub reqs_per_event: usize,
     /// `-S` / `-Y`: what clients must prove before they are served.
     pub auth: auth::AuthConfig,
+    /// memcached's `-o no_lru_crawler` (false) and `-o
+    /// no_lru_maintainer` (false). recall has neither thread, but with
+    /// them switched off `stats` leaves out their keys, as memcached does,
+    /// so tools that count the keys (memcached's own `t/stats.t`) agree.
+    pub lru_crawler: bool,
+    pub lru_maintainer: bool,
 }
 
 impl Default for EngineConfig {
@@ -114,6 +120,8 @@ impl Default for EngineConfig {
             prefix_delimiter: b':',
             reqs_per_event: 0,
             auth: auth::AuthConfig::default(),
+            lru_crawler: true,
+            lru_maintainer: true,
         }
     }
 }

@@ -106,28 +106,23 @@ impl Engine {
         let Some(res) = res else { return };
         let status = write_status(res);
         let Some(code) = status.meta() else { return reply::line(out, status.text()) };
-        let cas = match res {
-            WriteOutcome::Stored { .. } if f.quiet => return,
-            WriteOutcome::Stored { cas } => cas,
-            // memcached answers `c` with 0 when nothing was stored.
-            _ => 0,
-        };
         // `s`: the size of the item as stored (after an append, the whole
-        // value); memcached gives the request's length when nothing was.
-        let mut size = data.len() as u64;
+        // value, as the store saw it under its lock); memcached answers `c`
+        // with 0 and `s` with the request's length when nothing was stored.
+        let (cas, size) = match res {
+            WriteOutcome::Stored { .. } if f.quiet => return,
+            WriteOutcome::Stored { cas, len } => (cas, len),
+            _ => (0, data.len() as u64),
+        };
         // recall extension `v` (with `f`, `t`): the item this write
         // produced, so that a client can back up what an append stored in
         // one round trip. Read after the write, it is that item only if it
         // still carries the write's timestamp; if a newer write got in
         // between, the reply is `HD` and says nothing about the value.
-        let mut produced = None;
-        let appended = matches!(mode, Mode::Append | Mode::Prepend);
-        if cas != 0 && (f.ret_value || (f.ret_size && appended)) {
-            if let Some(item) = self.stored_item(key, cx) {
-                size = if appended { item.len() as u64 } else { size };
-                produced = (f.ret_value && item.cas == cas).then_some(item);
-            }
-        }
+        let produced = match cas != 0 && f.ret_value {
+            true => self.stored_item(key, cx).filter(|item| item.cas == cas),
+            false => None,
+        };
         match &produced {
             Some(item) => reply::meta_value_code(out, item.len()),
             None => reply::meta_code(out, code),
@@ -164,8 +159,7 @@ impl Engine {
 
     /// What is stored under `key` now, read without touching it. After a
     /// write this is the write's item unless another client rewrote the
-    /// key in between (the store does not report what a write left), which
-    /// the caller tells by the timestamp.
+    /// key in between, which the caller tells by the timestamp.
     fn stored_item(&self, key: &[u8], cx: &mut Cx<'_>) -> Option<StoredItem> {
         let op = Op::Read(ReadOp { key, no_bump: true, ..Default::default() });
         self.execute(&op, cx, |o| match o {
@@ -190,14 +184,15 @@ impl Engine {
             invalidate: f.invalidate,
             touch: if f.invalidate { f.ttl.map(i64::from) } else { None },
             clear_value: f.remove_value,
+            watch_as: Some("md"),
             // recall extension: `c` on md returns the delete's timestamp,
             // which a client's write backup needs to order the delete.
             stamp: f.ret_cas && !f.invalidate && !f.remove_value,
         });
         self.execute(&op, cx, |o| match o {
             // memcached's quiet mode hides only HD here: a miss is news.
-            Outcome::Delete(DeleteOutcome::Deleted | DeleteOutcome::Stamped { .. }) if f.quiet => {}
-            Outcome::Delete(DeleteOutcome::Stamped { ts }) => status_line(out, Status::Deleted, key, f, ts),
+            Outcome::Delete(DeleteOutcome::Deleted { .. } | DeleteOutcome::Stamped { .. }) if f.quiet => {}
+            Outcome::Delete(DeleteOutcome::Stamped { ts, .. }) => status_line(out, Status::Deleted, key, f, ts),
             Outcome::Delete(d) => status_line(out, delete_status(d), key, f, 0),
             other => render_other(out, other),
         });

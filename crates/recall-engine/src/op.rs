@@ -131,6 +131,9 @@ pub struct DeleteOp<'a> {
     pub clear_value: bool,
     /// Report the delete's timestamp (`timestamps on`, md `c`).
     pub stamp: bool,
+    /// The command's name in `watch deletions` lines (`delete`, `md`);
+    /// `None` is not logged (binary DELETE, as in memcached).
+    pub watch_as: Option<&'static str>,
 }
 
 /// incr, decr, ma and binary INCREMENT/DECREMENT.

@@ -249,11 +249,11 @@ impl Decided {
     /// The outcome after commit: the timestamps are the log's.
     fn with_ts(self, ts: u64) -> Self {
         match self {
-            Decided::Write(WriteOutcome::Stored { .. }) => Decided::Write(WriteOutcome::Stored { cas: ts }),
+            Decided::Write(WriteOutcome::Stored { len, .. }) => Decided::Write(WriteOutcome::Stored { cas: ts, len }),
             Decided::Arith(ArithOutcome::Done { value, exptime, created, len, flags, .. }) => {
                 Decided::Arith(ArithOutcome::Done { value, cas: ts, exptime, created, len, flags })
             }
-            Decided::Delete(DeleteOutcome::Stamped { .. }) => Decided::Delete(DeleteOutcome::Stamped { ts }),
+            Decided::Delete(DeleteOutcome::Stamped { len, .. }) => Decided::Delete(DeleteOutcome::Stamped { ts, len }),
             d => d,
         }
     }
@@ -497,7 +497,7 @@ impl Engine {
         let mut barrier = Barrier::default();
         let decided = s.execute(
             op,
-            &mut Cx { counters, barrier: &mut barrier, read_fresh: false, not_leader: false },
+            &mut Cx { counters, barrier: &mut barrier, read_fresh: false, not_leader: false, conn: 0 },
             |o| match o {
                 Outcome::Write(w) => Decided::Write(w),
                 Outcome::Delete(d) => Decided::Delete(d),
@@ -550,7 +550,8 @@ impl Engine {
                     Data::Bytes(b) => b.len(),
                     Data::Big(b) => b.len(),
                 };
-                self.watch_store(w, res, self.resolve_exptime(w.exptime, now), size, now);
+                // Decided away from the connection: no id to log (`cfd=0`).
+                self.watch_store(w, res, self.resolve_exptime(w.exptime, now), size, now, 0);
             }
         }
     }
@@ -584,7 +585,8 @@ impl Engine {
                 ApplyOutcome::OutOfMemory => "no_memory",
             };
             let ttl = crate::execute::ttl_of(effect.exptime, now);
-            self.watchers.store(effect.key, cause.name(), status, ttl, effect.value.len());
+            // Applied on every replica, for no connection of its own: `cfd=0`.
+            self.watchers.store(effect.key, cause.name(), status, ttl, effect.value.len(), 0);
         }
         out
     }

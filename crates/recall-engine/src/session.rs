@@ -173,6 +173,9 @@ pub struct Session {
     /// the front of the input, which waits whole in the read buffer while
     /// its value arrives, and that request's length (see `await_value`).
     awaited: Option<(Reservation, usize)>,
+    /// The connection's id (`stats conns`, `watch`'s `cfd=`); 0 until the
+    /// server sets it.
+    conn: u64,
 }
 
 impl Session {
@@ -202,7 +205,14 @@ impl Session {
             forward: engine.cluster_map().is_some(),
             local_once: false,
             awaited: None,
+            conn: 0,
         }
+    }
+
+    /// Set the connection's id (its `stats conns` id), which `watch` lines
+    /// carry as `cfd=`.
+    pub fn set_conn_id(&mut self, id: u64) {
+        self.conn = id;
     }
 
     pub fn counters(&self) -> &Counters {
@@ -253,7 +263,7 @@ impl Session {
 
     fn run(&mut self, engine: &Engine, input: &[u8], out: &mut Out, barrier: &mut Barrier) -> (usize, Action) {
         let counters = self.counters.clone();
-        let mut cx = Cx { counters: &counters, barrier, read_fresh: false, not_leader: false };
+        let mut cx = Cx { counters: &counters, barrier, read_fresh: false, not_leader: false, conn: self.conn };
         let mut pos = 0;
         // Replies past this many bytes in `out` stop the call.
         let limit = out.wire_len().saturating_add(self.reply_budget);

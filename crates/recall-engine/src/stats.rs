@@ -327,6 +327,7 @@ struct ConnInfo {
 pub struct ConnGuard {
     table: Arc<ConnTable>,
     id: u64,
+    peer: Endpoint,
     last_cmd: Arc<std::sync::atomic::AtomicU32>,
 }
 
@@ -344,9 +345,10 @@ impl ConnTable {
     ) -> ConnGuard {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let last_cmd = Arc::new(std::sync::atomic::AtomicU32::new(now));
-        let info = ConnInfo { addr: addr.into(), listen: listen.into(), last_cmd: last_cmd.clone() };
+        let peer: Endpoint = addr.into();
+        let info = ConnInfo { addr: peer.clone(), listen: listen.into(), last_cmd: last_cmd.clone() };
         self.conns.lock().insert(id, info);
-        ConnGuard { table: self.clone(), id, last_cmd }
+        ConnGuard { table: self.clone(), id, peer, last_cmd }
     }
 
     /// `STAT <id>:addr tcp:<ip:port>` and the rest of memcached's lines
@@ -372,6 +374,16 @@ impl ConnTable {
 }
 
 impl ConnGuard {
+    /// The connection's id, as `stats conns` lists it.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Where the client is.
+    pub fn peer(&self) -> &Endpoint {
+        &self.peer
+    }
+
     /// A request arrived at `now`.
     pub fn command(&self, now: recall_store::UnixSecs) {
         self.last_cmd.store(now, Ordering::Relaxed);
@@ -438,6 +450,16 @@ impl Engine {
                 stat(out, "total_malloced", s.bytes);
             }
             b"sizes" => stat(out, "sizes_status", "disabled"),
+            // recall's own, kept out of the general `stats` so that it has
+            // exactly memcached's keys (tools and tests count them).
+            b"recall" => {
+                stat(out, "recall_version", env!("CARGO_PKG_VERSION"));
+                stat(out, "recall_cas_last", self.store.current_cas());
+                // A gauge: memory held against `-m` for values still
+                // arriving (docs/design/connection-memory.md); `bytes`
+                // counts stored items.
+                stat(out, "ingest_bytes", self.store.ingest_bytes());
+            }
             b"conns" => {
                 if self.conns.is_empty() {
                     // A server that does not register its connections (an
@@ -601,11 +623,15 @@ impl Engine {
         stat(out, "slabs_moved", 0);
         // The maintenance thread reclaims expired items as memcached's
         // crawler does, but in passes, not runs a client starts.
-        stat(out, "lru_crawler_running", 0);
-        stat(out, "lru_crawler_starts", 0);
+        if self.config.lru_crawler {
+            stat(out, "lru_crawler_running", 0);
+            stat(out, "lru_crawler_starts", 0);
+        }
         // The policy moves items inside the shard's lock, synchronously:
         // there is no maintainer thread to juggle.
-        stat(out, "lru_maintainer_juggles", 0);
+        if self.config.lru_maintainer {
+            stat(out, "lru_maintainer_juggles", 0);
+        }
         stat(out, "malloc_fails", 0);
         self.watchers.write_stats(out);
         stat(out, "unexpected_napi_ids", 0);
@@ -616,23 +642,28 @@ impl Engine {
         stat(out, "slab_global_page_pool", 0);
         stat(out, "expired_unfetched", s.expired_unfetched);
         stat(out, "evicted_unfetched", s.evicted_unfetched);
-        stat(out, "evicted_active", s.evicted_active);
+        if self.config.lru_maintainer {
+            stat(out, "evicted_active", s.evicted_active);
+        }
         stat(out, "evictions", s.evictions);
         stat(out, "reclaimed", s.reclaimed);
         stat(out, "crawler_reclaimed", s.crawler_reclaimed);
         stat(out, "crawler_items_checked", s.crawler_items_checked);
         stat(out, "lrutail_reflocked", 0);
-        for (name, v) in s.policy.named(self.store.policy_kind()) {
-            stat(out, name, v);
+        // memcached prints these with its maintainer thread only (the
+        // segmented LRU's moves are memcached's keys; another policy's
+        // counters are recall's and stay).
+        let kind = self.store.policy_kind();
+        if self.config.lru_maintainer || kind != recall_store::PolicyKind::SegmentedLru {
+            for (name, v) in s.policy.named(kind) {
+                stat(out, name, v);
+            }
         }
-        stat(out, "direct_reclaims", s.direct_reclaims);
-        // Bumps are never deferred to a queue that could overflow.
-        stat(out, "lru_bumps_dropped", 0);
-        stat(out, "recall_version", env!("CARGO_PKG_VERSION"));
-        stat(out, "recall_cas_last", self.store.current_cas());
-        // A gauge: memory held against `-m` for values still arriving
-        // (docs/design/connection-memory.md); `bytes` counts stored items.
-        stat(out, "ingest_bytes", self.store.ingest_bytes());
+        if self.config.lru_maintainer {
+            stat(out, "direct_reclaims", s.direct_reclaims);
+            // Bumps are never deferred to a queue that could overflow.
+            stat(out, "lru_bumps_dropped", 0);
+        }
         let d = &self.durability;
         if d.enabled.load(Relaxed) {
             let (registered, known, replayed) = d.client_counts();

@@ -101,7 +101,8 @@ impl Engine {
             }
             Command::Delete { key } => {
                 self.prefix.delete(key);
-                let op = Op::Delete(DeleteOp { key, stamp: timestamps, ..Default::default() });
+                let op =
+                    Op::Delete(DeleteOp { key, stamp: timestamps, watch_as: Some("delete"), ..Default::default() });
                 self.execute(&op, cx, |o| render(out, o, timestamps));
             }
             Command::Arith { incr, key, delta } => {
@@ -268,9 +269,9 @@ fn classic_write<'a>(cmd: StoreCmd, key: &'a [u8], data: Data<'a>, flags: u32, e
 fn render(out: &mut Out, o: Outcome<'_>, timestamps: bool) {
     let ts = |t: u64| timestamps.then_some(t);
     match o {
-        Outcome::Write(WriteOutcome::Stored { cas }) => reply::text_status(out, Status::Stored, ts(cas)),
+        Outcome::Write(WriteOutcome::Stored { cas, .. }) => reply::text_status(out, Status::Stored, ts(cas)),
         Outcome::Write(w) => reply::text_status(out, write_status(w), None),
-        Outcome::Delete(recall_store::DeleteOutcome::Stamped { ts: t }) => {
+        Outcome::Delete(recall_store::DeleteOutcome::Stamped { ts: t, .. }) => {
             reply::text_status(out, Status::Deleted, ts(t))
         }
         Outcome::Delete(d) => reply::text_status(out, delete_status(d), None),

@@ -1,9 +1,10 @@
 //! memcached's `watch`: log streams of fetches, mutations and evictions.
 //!
-//! A connection that sends `watch [fetchers] [mutations] [evictions]` gets
-//! `OK` and then one line per event, in the format of memcached's
-//! `logger.c` (`ts=<s>.<us> gid=<n> type=item_get key=... status=found
-//! clsid=1 cfd=0 size=5`). It sends no more commands.
+//! A connection that sends `watch [<stream>...]` gets `OK` and then one
+//! line per event, in the format of memcached's `logger.c` (`ts=<s>.<us>
+//! gid=<n> type=item_get key=... status=found clsid=1 cfd=7 size=5`). It
+//! sends no more commands. `cfd` is the connection's id, the one `stats
+//! conns` lists it under (memcached's are file descriptors).
 //!
 //! The request path must never wait for a watcher: when nobody watches a
 //! stream, logging it costs one relaxed load of [`Watchers::mask`]. When
@@ -26,6 +27,52 @@ use recall_store::{Evicted, EvictionListener, UnixSecs};
 pub const FETCHERS: u8 = 1;
 pub const MUTATIONS: u8 = 2;
 pub const EVICTIONS: u8 = 4;
+pub const CONNEVENTS: u8 = 8;
+pub const DELETIONS: u8 = 16;
+/// Streams memcached accepts that have nothing to log here: `rawcmds`
+/// (current memcached logs nothing to it either), `sysevents` (LRU
+/// crawler runs and slab moves: recall has neither) and the proxy's
+/// `proxyreqs`/`proxyevents`/`proxyuser` (as a memcached built without
+/// its proxy).
+pub const SILENT: u8 = 32;
+
+/// memcached's stream names in the order it tries them. It compares as
+/// many characters as the token has, so a token that starts a name picks
+/// the first such name (`watch mut` is `mutations`).
+const STREAMS: [(&[u8], u8); 10] = [
+    (b"rawcmds", SILENT),
+    (b"evictions", EVICTIONS),
+    (b"fetchers", FETCHERS),
+    (b"mutations", MUTATIONS),
+    (b"sysevents", SILENT),
+    (b"connevents", CONNEVENTS),
+    (b"proxyreqs", SILENT),
+    (b"proxyevents", SILENT),
+    (b"proxyuser", SILENT),
+    (b"deletions", DELETIONS),
+];
+
+/// The stream a `watch` argument names, or `None` (memcached: `ERROR`).
+pub fn stream_named(token: &[u8]) -> Option<u8> {
+    STREAMS.iter().find(|(name, _)| !token.is_empty() && name.starts_with(token)).map(|&(_, s)| s)
+}
+
+/// How a connection came: memcached's `transport=` (`local` is a unix
+/// socket).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Tcp,
+    Local,
+}
+
+/// Why a connection closed: memcached's `reason=`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    Error,
+    Normal,
+    IdleTimeout,
+    Shutdown,
+}
 
 /// A watcher's buffer (memcached's `logger_watcher_buf_size`).
 pub const BUF_CAP: usize = 256 * 1024;
@@ -105,8 +152,8 @@ impl Watchers {
         self.mask.store(mask, Ordering::Relaxed);
     }
 
-    /// `type=item_get`.
-    pub fn fetch(&self, key: &[u8], f: Fetch) {
+    /// `type=item_get`; `cfd` is the connection's id.
+    pub fn fetch(&self, key: &[u8], f: Fetch, cfd: u64) {
         if !self.wants(FETCHERS) {
             return;
         }
@@ -117,7 +164,7 @@ impl Watchers {
         self.log(FETCHERS, |line| {
             line.extend_from_slice(b"type=item_get key=");
             uri_encode(line, key);
-            let _ = writeln!(line, " status={status} clsid={clsid} cfd=0 size={size}");
+            let _ = writeln!(line, " status={status} clsid={clsid} cfd={cfd} size={size}");
         });
     }
 
@@ -125,14 +172,58 @@ impl Watchers {
     /// (`set`, `add`, `cas`, ...), `status` the outcome (`stored`,
     /// `not_stored`, `exists`, `not_found`, `no_memory`), `ttl` seconds
     /// left (0 = none).
-    pub fn store(&self, key: &[u8], cmd: &str, status: &str, ttl: u32, size: usize) {
+    pub fn store(&self, key: &[u8], cmd: &str, status: &str, ttl: u32, size: usize, cfd: u64) {
         if !self.wants(MUTATIONS) {
             return;
         }
         self.log(MUTATIONS, |line| {
             line.extend_from_slice(b"type=item_store key=");
             uri_encode(line, key);
-            let _ = writeln!(line, " status={status} cmd={cmd} ttl={ttl} clsid=1 cfd=0 size={size}");
+            let _ = writeln!(line, " status={status} cmd={cmd} ttl={ttl} clsid=1 cfd={cfd} size={size}");
+        });
+    }
+
+    /// `type=deleted`: `cmd` is `delete` or `md` (memcached logs no other
+    /// deletes), `size` the removed value's length.
+    pub fn deleted(&self, key: &[u8], cmd: &str, size: u64) {
+        if !self.wants(DELETIONS) {
+            return;
+        }
+        self.log(DELETIONS, |line| {
+            line.extend_from_slice(b"type=deleted key=");
+            uri_encode(line, key);
+            let _ = writeln!(line, " cmd={cmd} clsid=1 size={size}");
+        });
+    }
+
+    /// `type=conn_new`: a client connected (`peer` is `None` for a unix
+    /// socket: memcached prints `rip=unix rport=0`).
+    pub fn conn_new(&self, peer: Option<std::net::SocketAddr>, transport: Transport, cfd: u64) {
+        if !self.wants(CONNEVENTS) {
+            return;
+        }
+        self.log(CONNEVENTS, |line| {
+            line.extend_from_slice(b"type=conn_new ");
+            conn_endpoint(line, peer, transport);
+            let _ = writeln!(line, " cfd={cfd}");
+        });
+    }
+
+    /// `type=conn_close`.
+    pub fn conn_close(&self, peer: Option<std::net::SocketAddr>, transport: Transport, reason: CloseReason, cfd: u64) {
+        if !self.wants(CONNEVENTS) {
+            return;
+        }
+        let reason = match reason {
+            CloseReason::Error => "error",
+            CloseReason::Normal => "normal",
+            CloseReason::IdleTimeout => "idle_timeout",
+            CloseReason::Shutdown => "shutdown",
+        };
+        self.log(CONNEVENTS, |line| {
+            line.extend_from_slice(b"type=conn_close ");
+            conn_endpoint(line, peer, transport);
+            let _ = writeln!(line, " reason={reason} cfd={cfd}");
         });
     }
 
@@ -217,6 +308,20 @@ impl Watcher {
     }
 }
 
+/// `rip=<ip> rport=<port> transport=<tcp|local>`, as memcached's logger
+/// prints a peer (`inet_ntop`: an IPv6 address without brackets).
+fn conn_endpoint(line: &mut Vec<u8>, peer: Option<std::net::SocketAddr>, transport: Transport) {
+    let (rip, rport) = match peer {
+        Some(a) => (a.ip().to_string(), a.port()),
+        None => ("unix".to_string(), 0),
+    };
+    let transport = match transport {
+        Transport::Tcp => "tcp",
+        Transport::Local => "local",
+    };
+    let _ = write!(line, "rip={rip} rport={rport} transport={transport}");
+}
+
 /// memcached's logger URI-encodes keys.
 pub(crate) fn uri_encode(out: &mut Vec<u8>, key: &[u8]) {
     for &b in key {
@@ -247,12 +352,12 @@ mod tests {
         assert!(!ws.wants(FETCHERS));
         let w = ws.add(MUTATIONS).unwrap();
         assert!(ws.wants(MUTATIONS) && !ws.wants(FETCHERS));
-        ws.fetch(b"k", Fetch::NotFound);
-        ws.store(b"a b", "set", "stored", 0, 5);
+        ws.fetch(b"k", Fetch::NotFound, 3);
+        ws.store(b"a b", "set", "stored", 0, 5, 3);
         let got = drain(&w);
         assert!(got.starts_with("ts="), "{got}");
         assert!(
-            got.ends_with(" type=item_store key=a%20b status=stored cmd=set ttl=0 clsid=1 cfd=0 size=5\n"),
+            got.ends_with(" type=item_store key=a%20b status=stored cmd=set ttl=0 clsid=1 cfd=3 size=5\n"),
             "{got}"
         );
         assert_eq!(got.lines().count(), 1);
@@ -269,14 +374,14 @@ mod tests {
         let key = [b'x'; 200];
         let mut n = 0;
         while n < 10_000 {
-            ws.fetch(&key, Fetch::Found(1));
+            ws.fetch(&key, Fetch::Found(1), 0);
             n += 1;
         }
         let first = drain(&w);
         assert!(first.len() <= BUF_CAP);
         assert!(!first.contains("skipped="));
         let kept = first.lines().count() as u64;
-        ws.fetch(b"after", Fetch::NotFound);
+        ws.fetch(b"after", Fetch::NotFound, 0);
         let next = drain(&w);
         let skipped = n - kept;
         assert!(skipped > 0);
@@ -286,6 +391,46 @@ mod tests {
         ws.write_stats(&mut stats);
         let stats = String::from_utf8(stats).unwrap();
         assert!(stats.contains(&format!("STAT log_watcher_skipped {skipped}\r\n")), "{stats}");
+    }
+
+    /// memcached's stream names, matched as it matches them.
+    #[test]
+    fn stream_names() {
+        assert_eq!(stream_named(b"fetchers"), Some(FETCHERS));
+        assert_eq!(stream_named(b"mut"), Some(MUTATIONS));
+        assert_eq!(stream_named(b"connevents"), Some(CONNEVENTS));
+        assert_eq!(stream_named(b"deletions"), Some(DELETIONS));
+        for silent in [&b"rawcmds"[..], b"sysevents", b"proxyreqs", b"proxyevents", b"proxyuser", b"proxy"] {
+            assert_eq!(stream_named(silent), Some(SILENT));
+        }
+        assert_eq!(stream_named(b"fetchersx"), None);
+        assert_eq!(stream_named(b"x"), None);
+        assert_eq!(stream_named(b""), None);
+    }
+
+    #[test]
+    fn connection_and_deletion_lines() {
+        let ws = Watchers::default();
+        let w = ws.add(CONNEVENTS | DELETIONS).unwrap();
+        let peer = "127.0.0.1:40000".parse().ok();
+        ws.conn_new(peer, Transport::Tcp, 9);
+        ws.conn_close(peer, Transport::Tcp, CloseReason::Normal, 9);
+        ws.conn_new("[::1]:5".parse().ok(), Transport::Tcp, 10);
+        ws.conn_close(None, Transport::Local, CloseReason::IdleTimeout, 11);
+        ws.deleted(b"a/b", "md", 12);
+        ws.fetch(b"k", Fetch::NotFound, 9);
+        let got = drain(&w);
+        let bodies: Vec<&str> = got.lines().map(|l| l.splitn(3, ' ').nth(2).unwrap()).collect();
+        assert_eq!(
+            bodies,
+            [
+                "type=conn_new rip=127.0.0.1 rport=40000 transport=tcp cfd=9",
+                "type=conn_close rip=127.0.0.1 rport=40000 transport=tcp reason=normal cfd=9",
+                "type=conn_new rip=::1 rport=5 transport=tcp cfd=10",
+                "type=conn_close rip=unix rport=0 transport=local reason=idle_timeout cfd=11",
+                "type=deleted key=a%2Fb cmd=md clsid=1 size=12",
+            ]
+        );
     }
 
     #[test]

@@ -64,8 +64,13 @@ fn main() {
             let recs = decode_batch(body, *count).expect("valid batch");
             let counters = recall_engine::Counters::default();
             let mut barrier = recall_engine::Barrier::default();
-            let mut cx =
-                recall_engine::Cx { counters: &counters, barrier: &mut barrier, read_fresh: false, not_leader: false };
+            let mut cx = recall_engine::Cx {
+                counters: &counters,
+                barrier: &mut barrier,
+                read_fresh: false,
+                not_leader: false,
+                conn: 0,
+            };
             let o = e.replay_records(&recs, &limits, &mut cx);
             assert_eq!(o.applied as usize, *count);
         }

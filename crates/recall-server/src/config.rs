@@ -59,6 +59,13 @@ pub struct Config {
     /// `-D <char>`: the `stats detail` prefix delimiter (default `:`).
     #[serde(skip)]
     pub prefix_delimiter: Option<u8>,
+    /// `-o no_lru_crawler` / `-o no_lru_maintainer` (the last of
+    /// `lru_crawler`/`no_lru_crawler` wins): recall has neither thread;
+    /// these only leave their keys out of `stats`, as memcached does.
+    #[serde(skip)]
+    pub no_lru_crawler: bool,
+    #[serde(skip)]
+    pub no_lru_maintainer: bool,
     // Transport (config/transport.rs): the unix socket and TLS.
     pub unix_socket: String,
     pub unix_mask: String,
@@ -509,13 +516,11 @@ impl Config {
                             })?
                     }
                     "prio_threshold" => cfg.prio_threshold = num()?.min(u64::from(u32::MAX)) as u32,
+                    "lru_crawler" | "no_lru_crawler" => cfg.no_lru_crawler = k == "no_lru_crawler",
+                    "lru_maintainer" | "no_lru_maintainer" => cfg.no_lru_maintainer = k == "no_lru_maintainer",
                     // Behaviours recalld always has, or has no equivalent of.
                     "modern"
                     | "no_modern"
-                    | "lru_maintainer"
-                    | "no_lru_maintainer"
-                    | "lru_crawler"
-                    | "no_lru_crawler"
                     | "slab_reassign"
                     | "slab_automove"
                     | "hashpower"
@@ -715,6 +720,8 @@ impl Config {
             ("flush_enabled".into(), b(!self.disable_flush_all)),
             ("shutdown_command".into(), b(self.enable_shutdown)),
             ("idle_timeout".into(), self.idle_timeout.to_string()),
+            ("lru_crawler".into(), b(!self.no_lru_crawler)),
+            ("lru_maintainer_thread".into(), b(!self.no_lru_maintainer)),
         ]);
         s.extend(self.ssl_settings());
         s.extend([
@@ -748,6 +755,27 @@ mod tests {
         assert_eq!(c.port, 11211);
         assert_eq!(c.listen, "127.0.0.1");
         assert_eq!(c.udp_port, 0);
+    }
+
+    /// `-o no_lru_crawler,no_lru_maintainer` (memcached's t/stats.t runs
+    /// with them) reach `stats settings`; the last of a pair wins.
+    #[test]
+    fn lru_thread_switches() {
+        let settings = |args: &[&str]| {
+            let (c, _) = Config::from_cli(&cli(args)).unwrap();
+            let s = c.stats_settings();
+            let get = |k: &str| s.iter().find(|(n, _)| n == k).unwrap().1.clone();
+            (c.no_lru_crawler, c.no_lru_maintainer, get("lru_crawler"), get("lru_maintainer_thread"))
+        };
+        assert_eq!(settings(&[]), (false, false, "yes".into(), "yes".into()));
+        assert_eq!(
+            settings(&["-I", "1024", "-o", "slab_chunk_max=1,no_lru_crawler,no_lru_maintainer"]),
+            (true, true, "no".into(), "no".into())
+        );
+        assert_eq!(
+            settings(&["-o", "no_lru_crawler,lru_crawler", "-o", "no_lru_maintainer"]),
+            (false, true, "yes".into(), "no".into())
+        );
     }
 
     #[test]

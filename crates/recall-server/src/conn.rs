@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use recall_engine::stats::ConnGuard;
+use recall_engine::stats::{ConnGuard, Endpoint};
+use recall_engine::watch::{CloseReason, Transport};
 use recall_engine::{Action, Counters, Engine, Out, ProtocolChoice, Segment, Session};
 use recall_persist::wal::Wal;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -33,13 +34,35 @@ pub struct ConnCtx {
 }
 
 /// Serve one connection until it closes. `row` is its line in
-/// `stats conns`, removed when it closes.
-pub async fn connection<S>(cx: &ConnCtx, mut stream: S, row: Option<ConnGuard>) -> Action
+/// `stats conns`, removed when it closes; a registered connection's
+/// opening and closing are logged to `watch connevents`, and its id is
+/// the `cfd=` of its `watch` lines.
+pub async fn connection<S>(cx: &ConnCtx, stream: S, row: Option<ConnGuard>) -> Action
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let Some(row) = row else { return serve(cx, stream, None).await.0 };
+    let (peer, transport) = match row.peer() {
+        Endpoint::Tcp(a) => (Some(*a), Transport::Tcp),
+        Endpoint::Unix(_) => (None, Transport::Local),
+    };
+    let watchers = cx.engine.watchers.clone();
+    watchers.conn_new(peer, transport, row.id());
+    let id = row.id();
+    let (action, reason) = serve(cx, stream, Some(row)).await;
+    watchers.conn_close(peer, transport, reason, id);
+    action
+}
+
+async fn serve<S>(cx: &ConnCtx, mut stream: S, row: Option<ConnGuard>) -> (Action, CloseReason)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let (engine, counters, wal) = (&cx.engine, &cx.counters, &cx.wal);
     let mut session = Session::new(engine, counters.clone(), cx.choice);
+    if let Some(r) = &row {
+        session.set_conn_id(r.id());
+    }
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut out = Out::with_capacity(READ_CHUNK);
     loop {
@@ -61,7 +84,7 @@ where
         if let (Some(w), true) = (wal, b.log > 0) {
             if let Err(e) = w.wait(b.log).await {
                 tracing::error!(error = %e, "write-ahead log failed; closing without acknowledging");
-                return Action::Close;
+                return (Action::Close, CloseReason::Error);
             }
         }
         if b.snapshot > 0 && wal.is_none() {
@@ -70,7 +93,7 @@ where
         if !out.is_empty() {
             counters.bytes_written.add(out.wire_len() as u64);
             if write_out(&mut stream, &out).await.is_err() {
-                return Action::Close;
+                return (Action::Close, CloseReason::Error);
             }
             out.clear();
             // Don't let one huge reply pin its memory for the connection's life.
@@ -88,11 +111,13 @@ where
         if let Action::Watch(streams) = action {
             match crate::watch::serve(engine, &mut stream, streams).await {
                 Action::Continue => continue,
-                other => return other,
+                other => return (other, CloseReason::Normal),
             }
         }
-        if action != Action::Continue {
-            return action;
+        match action {
+            Action::Continue => {}
+            Action::Shutdown => return (action, CloseReason::Shutdown),
+            _ => return (action, CloseReason::Normal),
         }
         if b.recovery {
             // A write waits for the end of recovery (see the engine's
@@ -144,13 +169,14 @@ where
                 Ok(r) => r,
                 Err(_) => {
                     counters.idle_kicks.incr();
-                    return Action::Close;
+                    return (Action::Close, CloseReason::IdleTimeout);
                 }
             },
             None => read.await,
         };
         match n {
-            Ok(0) | Err(_) => return Action::Close,
+            Ok(0) => return (Action::Close, CloseReason::Normal),
+            Err(_) => return (Action::Close, CloseReason::Error),
             Ok(n) => counters.bytes_read.add(n as u64),
         }
     }

@@ -61,6 +61,8 @@ pub fn build_engine(cfg: &Config, clock: Arc<dyn Clock>) -> Engine {
         prefix_delimiter: cfg.prefix_delimiter.unwrap_or(b':'),
         // `run` loads the credentials (file reads, which can fail).
         auth: Default::default(),
+        lru_crawler: !cfg.no_lru_crawler,
+        lru_maintainer: !cfg.no_lru_maintainer,
     };
     let e = Engine::new(store, clock, ecfg);
     e.gauges.max_connections.store(cfg.max_connections as u64, Ordering::Relaxed);

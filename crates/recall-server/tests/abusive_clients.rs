@@ -13,7 +13,7 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{read_until, recalld, roundtrip, rss_kib, stat, Server};
+use common::{read_until, recalld, roundtrip, rss_kib, stat, stat_of, Server};
 use recall_proto::binary::opcode::{GET, SET};
 
 const KIB: u64 = 1024;
@@ -160,14 +160,14 @@ fn stalled_binary_and_meta_uploads_live_inside_the_memory_limit() {
     // Some uploads were refused (the in-flight cap), and the rest hold
     // their memory against `-m`.
     assert!(stat(&mut good, "store_no_memory") > 0, "every upload was admitted: no bound was tested");
-    let held = stat(&mut good, "ingest_bytes");
+    let held = stat_of(&mut good, b"stats recall\r\n", "ingest_bytes");
     assert!(held > 0 && held <= MEM_MIB << 20, "ingest_bytes {held}");
 
     let bound = before + MEM_MIB * 1024 + 2 * CONNS as u64 * PER_CONNECTION / KIB;
     check_rounds(&s, &mut good, bound, "stalled binary and meta uploads");
     drop(stalled);
     // Gone with their connections.
-    wait_for(&mut good, "the reservations to be released", |g| stat(g, "ingest_bytes") == 0);
+    wait_for(&mut good, "the reservations to be released", |g| stat_of(g, b"stats recall\r\n", "ingest_bytes") == 0);
 }
 
 /// 200 connections each send a multi-key `get` of 50 KB naming 16,000-byte

@@ -36,11 +36,73 @@ fn assert_line(line: &str, rest: &str) {
     assert_eq!(tail, rest);
 }
 
+/// A connection's id in `stats conns` (the `cfd=` of its watch lines).
+fn conn_id(c: &mut TcpStream) -> u64 {
+    let me = format!(":addr tcp:{}\r\n", c.local_addr().unwrap());
+    let stats = String::from_utf8(roundtrip(c, b"stats conns\r\n", b"END\r\n")).unwrap();
+    let line = stats.lines().find(|l| format!("{l}\r\n").ends_with(&me)).unwrap_or_else(|| panic!("{stats}"));
+    line.strip_prefix("STAT ").unwrap().split(':').next().unwrap().parse().unwrap()
+}
+
+/// A log line without what differs from run to run: `ts=`, `gid=`, the
+/// client's port and its connection id (each checked by the caller).
+fn normalized(line: &str) -> String {
+    let line = line.split_once(" gid=").map_or(line, |(_, rest)| rest.split_once(' ').unwrap().1);
+    line.split(' ')
+        .map(|tok| match tok.split_once('=') {
+            Some(("rport", _)) => "rport=<port>".to_string(),
+            Some(("cfd", _)) => "cfd=<cfd>".to_string(),
+            _ => tok.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `watch connevents deletions mutations` gives current memcached's lines
+/// (tests/differential/watch_current.txt, recorded from it) for the same
+/// requests, with this connection's real port and id.
+#[test]
+fn connevents_and_deletions_are_current_memcached_s() {
+    let recorded = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/differential/watch_current.txt"),
+    )
+    .unwrap();
+    let requests: Vec<String> = recorded
+        .lines()
+        .filter_map(|l| l.strip_prefix("> "))
+        .map(|r| format!("{}\r\n", r.replace("\\r\\n", "\r\n")))
+        .collect();
+    let want: Vec<String> = recorded.lines().filter(|l| l.starts_with("ts=")).map(normalized).collect();
+    assert_eq!(want.len(), 6);
+
+    let s = recalld(&["-t", "2"]);
+    let mut w = watch(&s, "connevents deletions mutations");
+    let mut c = s.connect();
+    let port = c.local_addr().unwrap().port();
+    let id = conn_id(&mut c);
+    for r in &requests {
+        roundtrip(&mut c, r.as_bytes(), b"\r\n");
+    }
+    c.write_all(b"quit\r\n").unwrap();
+    let text = lines_until(&mut w, "type=conn_close");
+    let got: Vec<&str> = text.lines().collect();
+    assert_eq!(got.iter().map(|l| normalized(l)).collect::<Vec<_>>(), want, "{text}");
+    for line in got {
+        if line.contains(" cfd=") {
+            assert!(line.ends_with(&format!(" cfd={id}")) || line.contains(&format!(" cfd={id} ")), "{line}");
+        }
+        if line.contains(" rport=") {
+            assert!(line.contains(&format!(" rport={port} ")), "{line}");
+        }
+    }
+}
+
 #[test]
 fn fetchers_and_mutations_stream_memcached_lines() {
     let s = recalld(&["-t", "2"]);
     let mut w = watch(&s, "fetchers mutations");
     let mut c = s.connect();
+    let id = conn_id(&mut c);
     assert_eq!(roundtrip(&mut c, b"set vfoo 0 0 4\r\nvbar\r\n", b"\r\n"), b"STORED\r\n");
     assert_eq!(roundtrip(&mut c, b"get vfoo\r\n", b"END\r\n"), b"VALUE vfoo 0 4\r\nvbar\r\nEND\r\n");
     assert_eq!(roundtrip(&mut c, b"cas vfoo 0 100 1 999\r\nx\r\n", b"\r\n"), b"EXISTS\r\n");
@@ -48,10 +110,10 @@ fn fetchers_and_mutations_stream_memcached_lines() {
     let text = lines_until(&mut w, "key=nope");
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 4, "{text:?}");
-    assert_line(lines[0], "type=item_store key=vfoo status=stored cmd=set ttl=0 clsid=1 cfd=0 size=4");
-    assert_line(lines[1], "type=item_get key=vfoo status=found clsid=1 cfd=0 size=4");
-    assert_line(lines[2], "type=item_store key=vfoo status=exists cmd=cas ttl=100 clsid=1 cfd=0 size=1");
-    assert_line(lines[3], "type=item_get key=nope status=not_found clsid=0 cfd=0 size=0");
+    assert_line(lines[0], &format!("type=item_store key=vfoo status=stored cmd=set ttl=0 clsid=1 cfd={id} size=4"));
+    assert_line(lines[1], &format!("type=item_get key=vfoo status=found clsid=1 cfd={id} size=4"));
+    assert_line(lines[2], &format!("type=item_store key=vfoo status=exists cmd=cas ttl=100 clsid=1 cfd={id} size=1"));
+    assert_line(lines[3], &format!("type=item_get key=nope status=not_found clsid=0 cfd={id} size=0"));
 
     // A watcher of mutations only sees no fetches; `stats` counts both.
     let mut m = watch(&s, "mutations");
@@ -95,6 +157,9 @@ fn watch_is_refused_with_dash_w_and_for_unknown_streams() {
     assert_eq!(roundtrip(&mut c, b"watch fetchers bogus\r\n", b"\r\n"), b"ERROR\r\n");
     // The connection still takes commands.
     assert_eq!(roundtrip(&mut c, b"mn\r\n", b"\r\n"), b"MN\r\n");
+    // memcached's streams with nothing to log here are accepted, as
+    // memcached (without its proxy) accepts them.
+    watch(&s, "rawcmds sysevents proxyreqs proxyevents proxyuser");
 }
 
 /// A watcher that never reads: its lines past the buffer are dropped and

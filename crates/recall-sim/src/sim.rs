@@ -254,7 +254,9 @@ impl Replay<'_> {
                     self.out.deletes += 1;
                 }
                 match self.store.delete(&Delete { key, ..Delete::default() }, now) {
-                    DeleteOutcome::Deleted | DeleteOutcome::Stamped { .. } => self.keys[k as usize].resident = false,
+                    DeleteOutcome::Deleted { .. } | DeleteOutcome::Stamped { .. } => {
+                        self.keys[k as usize].resident = false
+                    }
                     DeleteOutcome::NotFound | DeleteOutcome::Exists => self.vanished(k, now),
                 }
             }

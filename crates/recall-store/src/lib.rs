@@ -183,6 +183,10 @@ impl<'a> Write<'a> {
 pub enum WriteOutcome {
     Stored {
         cas: u64,
+        /// The length of the value as stored, read under the shard's lock
+        /// (after an append or prepend, the whole value): a second write
+        /// racing this one cannot change it (meta `ms ... s`).
+        len: u64,
     },
     /// add on a present key, replace/append/prepend on a missing one.
     NotStored,
@@ -315,10 +319,16 @@ pub enum ApplyOutcome {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeleteOutcome {
-    Deleted,
+    /// Removed (or marked stale, or its value dropped); `len` is the
+    /// length of the value it had, read under the shard lock (memcached's
+    /// `watch deletions` logs it).
+    Deleted {
+        len: u64,
+    },
     /// Removed, with the delete's own write timestamp (when `stamp` was set).
     Stamped {
         ts: u64,
+        len: u64,
     },
     NotFound,
     Exists,

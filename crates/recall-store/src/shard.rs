@@ -537,7 +537,7 @@ impl Shard {
             None => self.insert_new(ctx, h, slot, big),
         };
         self.log_slot(ctx, i);
-        Ok(WriteOutcome::Stored { cas })
+        Ok(WriteOutcome::Stored { cas, len: self.value_at(i).len() as u64 })
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -646,6 +646,7 @@ impl Shard {
 
     pub fn delete(&mut self, ctx: &Ctx<'_>, h: u64, d: &Delete<'_>) -> DeleteOutcome {
         let Some(i) = self.lookup(ctx, h, d.key, false) else { return DeleteOutcome::NotFound };
+        let len = self.value_at(i).len() as u64;
         let s = &mut self.slots[i as usize];
         if d.compare_cas != 0 && d.compare_cas != s.cas {
             return DeleteOutcome::Exists;
@@ -658,7 +659,7 @@ impl Shard {
                 self.set_expiry(i, t);
             }
             self.log_slot(ctx, i);
-            return DeleteOutcome::Deleted;
+            return DeleteOutcome::Deleted { len };
         }
         if d.clear_value {
             let cas = ctx.draw_cas(d.explicit_cas);
@@ -666,7 +667,7 @@ impl Shard {
             slot.assign_bits(s.bits());
             self.replace_in(ctx, h, i, slot, None);
             self.log_slot(ctx, i);
-            return DeleteOutcome::Deleted;
+            return DeleteOutcome::Deleted { len };
         }
         self.remove(ctx, i, h, Why::Deleted);
         if d.stamp || ctx.sink.is_some() {
@@ -675,10 +676,10 @@ impl Shard {
             let ts = ctx.draw_cas(d.explicit_cas);
             Self::log_tombstone(ctx, d.key, ts);
             if d.stamp {
-                return DeleteOutcome::Stamped { ts };
+                return DeleteOutcome::Stamped { ts, len };
             }
         }
-        DeleteOutcome::Deleted
+        DeleteOutcome::Deleted { len }
     }
 
     /// Scan up to `budget` slots from the crawl cursor, freeing dead items.

@@ -32,7 +32,7 @@ fn set_get_delete() {
     let s = store(1 << 20);
     assert!(matches!(set(&s, b"a", b"1", 0, 100), WriteOutcome::Stored { .. }));
     assert_eq!(get(&s, b"a", 100).as_deref(), Some(&b"1"[..]));
-    assert_eq!(s.delete(&Delete { key: b"a", ..Default::default() }, 100), DeleteOutcome::Deleted);
+    assert_eq!(s.delete(&Delete { key: b"a", ..Default::default() }, 100), DeleteOutcome::Deleted { len: 1 });
     assert_eq!(get(&s, b"a", 100), None);
     assert_eq!(s.delete(&Delete { key: b"a", ..Default::default() }, 100), DeleteOutcome::NotFound);
     assert_eq!(s.mem_used(), 0);
@@ -41,8 +41,8 @@ fn set_get_delete() {
 #[test]
 fn cas_is_monotonic_and_unchanged_by_touch() {
     let s = store(1 << 20);
-    let WriteOutcome::Stored { cas: c1 } = set(&s, b"a", b"1", 0, 1) else { panic!() };
-    let WriteOutcome::Stored { cas: c2 } = set(&s, b"b", b"1", 0, 1) else { panic!() };
+    let WriteOutcome::Stored { cas: c1, .. } = set(&s, b"a", b"1", 0, 1) else { panic!() };
+    let WriteOutcome::Stored { cas: c2, .. } = set(&s, b"b", b"1", 0, 1) else { panic!() };
     assert!(c2 > c1);
     assert!(s.touch(b"b", 50, 1));
     let c3 = s.read(b"b", 1, ReadOpts::default(), |r| match r {
@@ -63,6 +63,38 @@ fn expiry_is_lazy_and_crawled() {
     assert_eq!(s.reclaim_expired(11, 1000), 1, "crawler frees b");
     assert_eq!(s.stats().curr_items, 0);
     assert_eq!(s.mem_used(), 0);
+}
+
+/// A write reports the length it left, read under the shard's lock: two
+/// writers appending to one key each see a size of their own, never the
+/// other's later one (meta `ms ... MA s`), and together every size from
+/// the first append to the last.
+#[test]
+fn concurrent_appends_each_report_their_own_length() {
+    const PER_THREAD: u64 = 2000;
+    let s = store(16 << 20);
+    assert!(matches!(set(&s, b"k", b"", 0, 1), WriteOutcome::Stored { len: 0, .. }));
+    let lens: Vec<u64> = std::thread::scope(|scope| {
+        let writers: Vec<_> = (0..2)
+            .map(|_| {
+                scope.spawn(|| {
+                    (0..PER_THREAD)
+                        .map(|_| match s.write(&Write::new(Mode::Append, b"k", b"x", 0, 0), 1) {
+                            WriteOutcome::Stored { len, .. } => len,
+                            other => panic!("{other:?}"),
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        writers.into_iter().flat_map(|w| w.join().unwrap()).collect()
+    });
+    let mut sorted = lens.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, (1..=2 * PER_THREAD).collect::<Vec<_>>());
+    assert_eq!(get(&s, b"k", 1).map(|v| v.len() as u64), Some(2 * PER_THREAD));
+    let prepended = s.write(&Write::new(Mode::Prepend, b"k", b"yy", 0, 0), 1);
+    assert!(matches!(prepended, WriteOutcome::Stored { len, .. } if len == 2 * PER_THREAD + 2));
 }
 
 #[test]
@@ -194,7 +226,10 @@ fn flush_all_now_and_delayed() {
 fn stale_while_revalidate_tokens() {
     let s = store(1 << 20);
     set(&s, b"k", b"v", 0, 1);
-    assert_eq!(s.delete(&Delete { key: b"k", invalidate: true, ..Default::default() }, 1), DeleteOutcome::Deleted);
+    assert!(matches!(
+        s.delete(&Delete { key: b"k", invalidate: true, ..Default::default() }, 1),
+        DeleteOutcome::Deleted { .. }
+    ));
     let t1 = s.read(b"k", 1, ReadOpts::default(), |r| match r {
         Read::Hit(v) => v.tokens,
         _ => panic!(),
@@ -349,7 +384,7 @@ fn check_model(kind: PolicyKind, ops: &[Op]) -> Result<(), TestCaseError> {
                 live(&mut model, k, now);
                 let r = s.delete(&Delete { key: &key(k), ..Default::default() }, now);
                 let was = model.remove(&k).is_some();
-                prop_assert_eq!(r == DeleteOutcome::Deleted, was);
+                prop_assert_eq!(matches!(r, DeleteOutcome::Deleted { .. }), was);
             }
             Op::Get(k) => {
                 live(&mut model, k, now);

@@ -46,7 +46,7 @@
 //!    keeps the replayed entries until the new instance's watermark reaches
 //!    that write's timestamp `X`. A snapshot with watermark `>= X` began
 //!    after `X` was drawn, hence after every replay was applied, so it holds
-//!    them. (Reading `stats` `recall_cas_last` instead would not do: with no
+//!    them. (Reading `stats recall` `recall_cas_last` instead would not do: with no
 //!    other writes, a snapshot taken *before* the replay has the same
 //!    watermark as one taken after it.)
 //! 6. **Bound**: at half of `max_entries`/`max_bytes` the client sends

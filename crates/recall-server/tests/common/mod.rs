@@ -142,7 +142,12 @@ pub fn roundtrip(s: &mut TcpStream, req: &[u8], terminator: &[u8]) -> Vec<u8> {
 
 /// A counter from `stats`.
 pub fn stat(s: &mut TcpStream, name: &str) -> u64 {
-    let text = String::from_utf8(roundtrip(s, b"stats\r\n", b"END\r\n")).unwrap();
+    stat_of(s, b"stats\r\n", name)
+}
+
+/// A counter from the stats group `request` asks for (`stats recall\r\n`).
+pub fn stat_of(s: &mut TcpStream, request: &[u8], name: &str) -> u64 {
+    let text = String::from_utf8(roundtrip(s, request, b"END\r\n")).unwrap();
     text.lines()
         .find_map(|l| l.strip_prefix(&format!("STAT {name} ")).map(|v| v.trim().parse().unwrap()))
         .unwrap_or_else(|| panic!("no stat {name}"))
