@@ -103,7 +103,8 @@ where
         }
         if let Action::Forward { len, binary } = action {
             if let Err(a) = forward(cx, &mut stream, &mut session, &buf[..len], binary).await {
-                return a;
+                // Only a failed hop or a failed write ends the connection here.
+                return (a, CloseReason::Error);
             }
             bytes::Buf::advance(&mut buf, len);
             continue;
