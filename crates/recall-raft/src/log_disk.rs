@@ -4,9 +4,10 @@
 //! Files in the directory:
 //!
 //! * `raft.id`: the node id the directory belongs to, written once when a
-//!   new node first starts. A directory with a log but no `raft.id`, or
-//!   with `raft.id` but no log, is refused: that node lost state it
-//!   acknowledged, and must rejoin under a new id.
+//!   new node first starts. A directory with a non-empty log or a vote
+//!   but no `raft.id`, or with `raft.id` but no log, is refused: that node
+//!   lost state it acknowledged, and must rejoin under a new id. An empty
+//!   log without an id is a new node interrupted before writing its id.
 //! * `raft.vote`: the last vote, replaced atomically (temp file, fsync,
 //!   rename, directory fsync) before `save_vote` returns.
 //! * `raft.log`: what happened to the log, in order, each a frame
@@ -130,7 +131,15 @@ impl Disk {
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                if log_path.exists() || vote_path.exists() {
+                // An empty log without an id is a new node that crashed
+                // between the two steps below: nothing was written to it,
+                // so nothing was acknowledged, and it starts again.
+                let log_len = match std::fs::metadata(&log_path) {
+                    Ok(m) => m.len(),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+                    Err(e) => return Err(named(&log_path, e)),
+                };
+                if log_len > 0 || vote_path.exists() {
                     return Err(named(&id_path, "missing beside a Raft log: refusing to guess whose log it is"));
                 }
                 // A new node: the log file first, then the id that makes
@@ -401,6 +410,31 @@ mod tests {
         std::fs::remove_file(dir.join("raft.log")).unwrap();
         let err = Disk::open(&dir, 2).err().unwrap().to_string();
         assert!(err.contains("raft.log") && err.contains("lost"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A crash between creating a new node's empty log and writing its id
+    /// leaves a directory that held nothing acknowledged: it starts as
+    /// new. A log with something in it, or a vote, still needs its id.
+    #[test]
+    fn a_new_node_interrupted_before_its_id_starts_again() {
+        let dir = std::env::temp_dir().join(format!("recall-raft-log-new-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        File::create(dir.join("raft.log")).unwrap();
+        {
+            let (disk, rec) = Disk::open(&dir, 4).expect("an empty log without an id is a new node");
+            assert!(rec.log.is_empty() && rec.vote.is_none());
+            disk.write(&LogWrite::Append(&[entry(1, 1)]), None).unwrap();
+        }
+        assert_eq!(std::fs::read_to_string(dir.join("raft.id")).unwrap().trim(), "4");
+        std::fs::remove_file(dir.join("raft.id")).unwrap();
+        let err = Disk::open(&dir, 4).err().unwrap().to_string();
+        assert!(err.contains("raft.id") && err.contains("missing"), "{err}");
+        std::fs::write(dir.join("raft.log"), b"").unwrap();
+        std::fs::write(dir.join("raft.vote"), b"x").unwrap();
+        let err = Disk::open(&dir, 4).err().unwrap().to_string();
+        assert!(err.contains("raft.id") && err.contains("missing"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
