@@ -369,6 +369,17 @@ impl RecallFs {
         })
     }
 
+    /// The kernel dropped `n` references to `ino`. An inode that leaves
+    /// the table takes its write generation along: no handle holds it
+    /// (the kernel keeps an open file's inode), its number is never given
+    /// out again, and keeping it would grow `gens` by every file ever
+    /// written through the mount.
+    fn forgotten(&mut self, ino: u64, n: u64) {
+        if self.inodes.forget(ino, n) {
+            self.gens.remove(&ino);
+        }
+    }
+
     fn add_handle(&mut self, h: Handle) -> u64 {
         let fh = self.next_fh;
         self.next_fh += 1;
@@ -461,7 +472,7 @@ impl Filesystem for RecallFs {
     }
 
     fn forget(&mut self, _req: &Request<'_>, ino: u64, nlookup: u64) {
-        self.inodes.forget(ino, nlookup);
+        self.forgotten(ino, nlookup);
     }
 
     fn getattr(&mut self, _req: &Request<'_>, ino: u64, fh: Option<u64>, reply: ReplyAttr) {
@@ -882,5 +893,44 @@ impl Filesystem for RecallFs {
             }
             Err(e) => reply.error(errno(&e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mount_state() -> RecallFs {
+        let cfg = Config {
+            backing: PathBuf::from("/nonexistent-backing"),
+            max_file_size: 1024,
+            classes: Default::default(),
+            write_buffer: 0,
+            chunk_size: 0,
+            delay: Delay::default(),
+        };
+        RecallFs::new(cfg, None, None)
+    }
+
+    /// Memory stays bounded by what the kernel holds: the per-inode write
+    /// generations go when the inode is forgotten.
+    #[test]
+    fn forgotten_inodes_take_their_write_generation_along() {
+        let mut fs = mount_state();
+        for n in 0..100 {
+            let rel = PathBuf::from(format!("f{n}"));
+            let ino = fs.inodes.entry(&rel);
+            fs.changed(Change::Modified(&rel));
+            assert_eq!(fs.gens.get(&ino), Some(&1));
+            fs.forgotten(ino, 1);
+        }
+        assert!(fs.gens.is_empty(), "{} generations of forgotten inodes kept", fs.gens.len());
+        // One still held by the kernel keeps its generation.
+        let rel = PathBuf::from("kept");
+        let ino = fs.inodes.entry(&rel);
+        fs.inodes.entry(&rel);
+        fs.changed(Change::Modified(&rel));
+        fs.forgotten(ino, 1);
+        assert_eq!(fs.gens.get(&ino), Some(&1));
     }
 }
