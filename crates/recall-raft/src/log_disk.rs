@@ -23,7 +23,8 @@
 //! once, and only then reports them done. Appends that arrive while a sync
 //! runs share the next one. openraft reports a write to its client only
 //! after a quorum's flushes are done, so an acknowledged write is on the
-//! disks of a majority.
+//! disks of a majority. After one failed sync no later append is reported
+//! flushed (see `Flusher::run_with`).
 //!
 //! **Reading back.** Frames are read in order. The first one that does not
 //! decode is a *torn tail* when no valid frame follows it anywhere (a crash
@@ -83,8 +84,10 @@ pub(crate) struct Disk {
 }
 
 /// Callbacks waiting for the next sync, and the sync's file handle.
-struct Flusher {
-    pending: Mutex<Pending>,
+/// Generic over the callback only so the tests can watch what it reports
+/// (openraft's `LogFlushed` cannot be made outside openraft).
+struct Flusher<D = LogFlushed<TypeConfig>> {
+    pending: Mutex<Pending<D>>,
     wake: Condvar,
     file: File,
     path: PathBuf,
@@ -94,10 +97,26 @@ struct Flusher {
     entries: AtomicU64,
 }
 
-#[derive(Default)]
-struct Pending {
-    callbacks: Vec<LogFlushed<TypeConfig>>,
+struct Pending<D> {
+    callbacks: Vec<D>,
     stop: bool,
+}
+
+impl<D> Default for Pending<D> {
+    fn default() -> Self {
+        Pending { callbacks: Vec::new(), stop: false }
+    }
+}
+
+/// What the flusher reports a sync's outcome to.
+trait Done: Send {
+    fn done(self, r: io::Result<()>);
+}
+
+impl Done for LogFlushed<TypeConfig> {
+    fn done(self, r: io::Result<()>) {
+        self.log_io_completed(r)
+    }
 }
 
 fn named(p: &Path, e: impl std::fmt::Display) -> io::Error {
@@ -232,8 +251,19 @@ impl Drop for Disk {
     }
 }
 
-impl Flusher {
+impl<D: Done> Flusher<D> {
     fn run(&self) {
+        self.run_with(|| self.file.sync_data())
+    }
+
+    /// Once a sync failed, every later callback fails too, without asking
+    /// the disk again: after a failed `fdatasync` the kernel may have
+    /// dropped the dirty pages of frames written before it, and the next
+    /// sync can succeed without them (it reports each writeback error
+    /// once), so a success then would acknowledge entries that are not on
+    /// disk.
+    fn run_with(&self, mut sync: impl FnMut() -> io::Result<()>) {
+        let mut failed: Option<(io::ErrorKind, String)> = None;
         loop {
             let batch = {
                 let mut p = self.pending.lock().expect("flusher lock");
@@ -245,14 +275,17 @@ impl Flusher {
                 }
                 std::mem::take(&mut p.callbacks)
             };
-            let res = self.file.sync_data();
-            self.syncs.fetch_add(1, Ordering::Relaxed);
+            if failed.is_none() {
+                if let Err(e) = sync() {
+                    failed = Some((e.kind(), format!("{}: fdatasync: {e}", self.path.display())));
+                }
+                self.syncs.fetch_add(1, Ordering::Relaxed);
+            }
             for cb in batch {
-                let r = match &res {
-                    Ok(()) => Ok(()),
-                    Err(e) => Err(io::Error::new(e.kind(), format!("{}: fdatasync: {e}", self.path.display()))),
-                };
-                cb.log_io_completed(r);
+                cb.done(match &failed {
+                    None => Ok(()),
+                    Some((kind, why)) => Err(io::Error::new(*kind, why.clone())),
+                });
             }
         }
     }
@@ -382,6 +415,49 @@ mod tests {
         let second = frame(&LogWrite::Append(&[entry(1, 1), entry(1, 2), entry(1, 3)])).len();
         damaged[second + FRAME] ^= 0xff;
         assert_eq!(replay(&damaged).unwrap_err().0, second);
+    }
+
+    /// A callback reports which batch it was in and whether it was told
+    /// "flushed".
+    struct Seen(u32, std::sync::mpsc::Sender<(u32, bool)>);
+
+    impl Done for Seen {
+        fn done(self, r: io::Result<()>) {
+            self.1.send((self.0, r.is_ok())).unwrap();
+        }
+    }
+
+    #[test]
+    fn after_a_failed_sync_nothing_is_reported_flushed() {
+        let path = std::env::temp_dir().join(format!("recall-raft-flusher-{}", std::process::id()));
+        let file = File::create(&path).unwrap();
+        let f = Flusher::<Seen> {
+            pending: Mutex::new(Pending::default()),
+            wake: Condvar::new(),
+            file,
+            path: path.clone(),
+            syncs: AtomicU64::new(0),
+            entries: AtomicU64::new(0),
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        f.pending.lock().unwrap().callbacks.push(Seen(1, tx.clone()));
+        let mut calls = 0;
+        f.run_with(|| {
+            calls += 1;
+            if calls == 1 {
+                // A write arrives during the failing sync; the next sync
+                // would succeed.
+                let mut p = f.pending.lock().unwrap();
+                p.callbacks.push(Seen(2, tx.clone()));
+                p.stop = true;
+                Err(io::Error::other("EIO"))
+            } else {
+                Ok(())
+            }
+        });
+        drop(tx);
+        assert_eq!(rx.iter().collect::<Vec<_>>(), [(1, false), (2, false)]);
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]
