@@ -98,6 +98,11 @@ pub(crate) enum Handle {
         chunk: Option<(u64, Loaded)>,
         /// The backing file's (device, inode), which hard links share.
         backing: (u64, u64),
+        /// Opened with O_APPEND: its writes land at the backing file's end
+        /// whatever offset the kernel gave, so they are not buffered, and
+        /// every other handle's buffer of the file is drained before each
+        /// (else a later drain reorders appends or overwrites one).
+        append: bool,
         wrote: bool,
         wbuf: WriteBuf,
         /// A buffered write that failed when it reached the backing file,
@@ -267,16 +272,18 @@ impl RecallFs {
         self.inodes.path(parent).map(|p| p.join(name))
     }
 
-    fn file_handle(&self, file: File, ino: u64) -> Handle {
+    fn file_handle(&self, file: File, ino: u64, flags: i32) -> Handle {
         let backing = file.metadata().map(|m| (m.dev(), m.ino())).unwrap_or_default();
+        let append = flags & libc::O_APPEND != 0;
         Handle::File {
             file,
             ino,
             loaded: None,
             chunk: None,
             backing,
+            append,
             wrote: false,
-            wbuf: WriteBuf::new(self.cfg.write_buffer),
+            wbuf: WriteBuf::new(if append { 0 } else { self.cfg.write_buffer }),
             error: None,
         }
     }
@@ -408,7 +415,7 @@ impl RecallFs {
                 if flags & libc::O_TRUNC != 0 {
                     self.changed(Change::Modified(&rel));
                 }
-                let fh = self.add_handle(self.file_handle(file, ino));
+                let fh = self.add_handle(self.file_handle(file, ino, flags));
                 reply.opened(fh, 0);
             }
             Err(e) => reply.error(errno(&e)),
@@ -735,6 +742,9 @@ impl Filesystem for RecallFs {
         _lock_owner: Option<u64>,
         reply: ReplyWrite,
     ) {
+        if let Some(&Handle::File { ino, append: true, .. }) = self.handles.get(&fh) {
+            self.drain_ino(ino);
+        }
         let Some(Handle::File { file, ino, wrote, loaded, chunk, wbuf, error, .. }) = self.handles.get_mut(&fh) else {
             return reply.error(libc::EBADF);
         };
@@ -888,7 +898,7 @@ impl Filesystem for RecallFs {
                     Ok(m) => attr(self.inodes.entry(&rel), &m),
                     Err(e) => return reply.error(errno(&e)),
                 };
-                let fh = self.add_handle(self.file_handle(file, a.ino));
+                let fh = self.add_handle(self.file_handle(file, a.ino, flags));
                 reply.created(&TTL, &a, 0, fh, 0)
             }
             Err(e) => reply.error(errno(&e)),

@@ -300,6 +300,40 @@ fn a_concurrent_reader_only_ever_sees_a_prefix_of_the_appends() {
     assert_eq!(m.stat("fallbacks"), 0);
 }
 
+/// Appends through several handles land in the order the kernel gave
+/// them their offsets, as in a plain directory: no handle's buffered
+/// writes may be passed by another's append, nor overwrite it.
+#[test]
+fn appends_through_several_handles_keep_their_order() {
+    if !fuse_available() {
+        return;
+    }
+    let srv = Recalld::start(Vec::<String>::new()).expect("recalld");
+    let backing = TempDir::new("backing");
+    let m = Mount::start(&backing.0, &srv.addr().to_string());
+    let f = m.path("log");
+    let append = || OpenOptions::new().append(true).create(true).open(&f).unwrap();
+    let (mut a, mut b) = (append(), append());
+    let mut want = Vec::new();
+    for i in 0..6 {
+        let w = if i % 3 == 2 { &mut b } else { &mut a };
+        w.write_all(&piece(i)).unwrap();
+        want.extend(piece(i));
+    }
+    // A plain writer at the end, between two appends.
+    let mut plain = OpenOptions::new().write(true).open(&f).unwrap();
+    plain.write_all_at(&piece(6), want.len() as u64).unwrap();
+    want.extend(piece(6));
+    b.write_all(&piece(7)).unwrap();
+    want.extend(piece(7));
+    // Closed in the opposite order of their last writes.
+    drop(b);
+    drop(plain);
+    drop(a);
+    assert!(fs::read(&f).unwrap() == want, "the mount's file is not the appends in order");
+    assert!(fs::read(backing.0.join("log")).unwrap() == want, "the backing file is not the appends in order");
+}
+
 #[test]
 fn without_a_write_buffer_every_write_goes_through() {
     if !fuse_available() {
