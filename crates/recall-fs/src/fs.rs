@@ -326,6 +326,15 @@ impl RecallFs {
         }
     }
 
+    /// A failure kept by any handle of `fh`'s backing file (not taken).
+    fn error_of_file(&self, fh: u64) -> Option<i32> {
+        let Some(Handle::File { backing, .. }) = self.handles.get(&fh) else { return None };
+        self.handles.values().find_map(|h| match h {
+            Handle::File { backing: b, error: Some(e), .. } if b == backing => Some(*e),
+            _ => None,
+        })
+    }
+
     /// Drain every handle's buffer of the backing file behind `ino`:
     /// called before anything reads the file's bytes or attributes (read,
     /// getattr, lookup, setattr, open), so no one, through any handle or
@@ -807,9 +816,17 @@ impl Filesystem for RecallFs {
         }
     }
 
-    fn fsync(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, datasync: bool, reply: ReplyEmpty) {
+    fn fsync(&mut self, _req: &Request<'_>, ino: u64, fh: u64, datasync: bool, reply: ReplyEmpty) {
+        // fsync(2) covers all of the file's modified data: every handle's
+        // buffer of it, not only this one's.
+        self.drain_ino(ino);
         self.drain(fh);
         if let Some(e) = self.take_error(fh) {
+            return reply.error(e);
+        }
+        // Another handle's write of this file that failed: not durable
+        // either (left for its owner to see as well).
+        if let Some(e) = self.error_of_file(fh) {
             return reply.error(e);
         }
         let res = match self.handles.get(&fh) {

@@ -334,6 +334,28 @@ fn appends_through_several_handles_keep_their_order() {
     assert!(fs::read(backing.0.join("log")).unwrap() == want, "the backing file is not the appends in order");
 }
 
+/// fsync of any descriptor of a file covers what was written through the
+/// others (fsync(2): all modified data of the file), so their buffered
+/// writes reach the backing file before it returns.
+#[test]
+fn fsync_of_one_handle_covers_the_writes_of_another() {
+    if !fuse_available() {
+        return;
+    }
+    let srv = Recalld::start(Vec::<String>::new()).expect("recalld");
+    let backing = TempDir::new("backing");
+    let m = Mount::start(&backing.0, &srv.addr().to_string());
+    let mut w = File::create(m.path("f")).unwrap();
+    let other = OpenOptions::new().read(true).write(true).open(m.path("f")).unwrap();
+    w.write_all(&piece(0)).unwrap();
+    other.sync_all().unwrap();
+    // Behind the mount's back: what a crash after the fsync would keep.
+    assert_eq!(fs::read(backing.0.join("f")).unwrap(), piece(0), "fsync returned before another handle's write");
+    w.write_all(&piece(1)).unwrap();
+    other.sync_data().unwrap();
+    assert_eq!(fs::metadata(backing.0.join("f")).unwrap().len(), 2 * 4096, "fdatasync likewise");
+}
+
 #[test]
 fn without_a_write_buffer_every_write_goes_through() {
     if !fuse_available() {
