@@ -466,6 +466,21 @@ impl Filesystem for RecallFs {
     }
 
     fn destroy(&mut self) {
+        // Stopped while files are open (unmounted while busy): their
+        // buffered writes were acknowledged, so they go out now; a failure
+        // has nobody left to be told but the log.
+        let open: Vec<u64> = self.handles.keys().copied().collect();
+        for fh in open {
+            self.drain(fh);
+            if let (Some(e), Some(Handle::File { ino, .. })) = (self.take_error(fh), self.handles.get(&fh)) {
+                let name = self.inodes.path(*ino).map_or_else(|| format!("inode {ino}"), |p| p.display().to_string());
+                eprintln!(
+                    "recall-fs: {}: buffered writes lost at unmount: {}",
+                    self.cfg.backing.join(name).display(),
+                    io::Error::from_raw_os_error(e)
+                );
+            }
+        }
         if let Some(tx) = self.on_destroy.take() {
             let _ = tx.send(());
         }

@@ -321,7 +321,7 @@ fn appends_through_several_handles_keep_their_order() {
         want.extend(piece(i));
     }
     // A plain writer at the end, between two appends.
-    let mut plain = OpenOptions::new().write(true).open(&f).unwrap();
+    let plain = OpenOptions::new().write(true).open(&f).unwrap();
     plain.write_all_at(&piece(6), want.len() as u64).unwrap();
     want.extend(piece(6));
     b.write_all(&piece(7)).unwrap();
@@ -354,6 +354,38 @@ fn fsync_of_one_handle_covers_the_writes_of_another() {
     w.write_all(&piece(1)).unwrap();
     other.sync_data().unwrap();
     assert_eq!(fs::metadata(backing.0.join("f")).unwrap().len(), 2 * 4096, "fdatasync likewise");
+}
+
+/// Stopped (SIGTERM) while a file is open with writes in its buffer: the
+/// mount goes away at once, the open file works on until it is closed, and
+/// its acknowledged writes reach the backing file before recall-fs exits.
+#[test]
+fn stopping_while_busy_keeps_buffered_writes() {
+    if !fuse_available() {
+        return;
+    }
+    let srv = Recalld::start(Vec::<String>::new()).expect("recalld");
+    let backing = TempDir::new("backing");
+    let m = Mount::start(&backing.0, &srv.addr().to_string());
+    let mut w = File::create(m.path("f")).unwrap();
+    w.write_all(&piece(0)).unwrap();
+    let mnt = m.mnt.clone();
+    std::thread::scope(|s| {
+        // SIGTERM, and wait for the exit.
+        let stop = s.spawn(move || drop(m));
+        // The application closes its file after the (lazy) unmount.
+        let mounted = || fs::read_to_string("/proc/self/mountinfo").unwrap().contains(&*mnt.to_string_lossy());
+        let start = std::time::Instant::now();
+        while mounted() {
+            assert!(start.elapsed() < Duration::from_secs(30), "recall-fs did not unmount on SIGTERM");
+            std::thread::yield_now();
+        }
+        w.write_all(&piece(1)).expect("an open file works on after the unmount");
+        drop(w);
+        stop.join().unwrap();
+    });
+    let want: Vec<u8> = [piece(0), piece(1)].concat();
+    assert!(fs::read(backing.0.join("f")).unwrap() == want, "acknowledged writes were lost at the stop");
 }
 
 #[test]
