@@ -98,6 +98,11 @@ pub(crate) enum Handle {
         chunk: Option<(u64, Loaded)>,
         /// The backing file's (device, inode), which hard links share.
         backing: (u64, u64),
+        /// Opened with O_APPEND: its writes land at the backing file's end
+        /// whatever offset the kernel gave, so they are not buffered, and
+        /// every other handle's buffer of the file is drained before each
+        /// (else a later drain reorders appends or overwrites one).
+        append: bool,
         wrote: bool,
         wbuf: WriteBuf,
         /// A buffered write that failed when it reached the backing file,
@@ -267,16 +272,18 @@ impl RecallFs {
         self.inodes.path(parent).map(|p| p.join(name))
     }
 
-    fn file_handle(&self, file: File, ino: u64) -> Handle {
+    fn file_handle(&self, file: File, ino: u64, flags: i32) -> Handle {
         let backing = file.metadata().map(|m| (m.dev(), m.ino())).unwrap_or_default();
+        let append = flags & libc::O_APPEND != 0;
         Handle::File {
             file,
             ino,
             loaded: None,
             chunk: None,
             backing,
+            append,
             wrote: false,
-            wbuf: WriteBuf::new(self.cfg.write_buffer),
+            wbuf: WriteBuf::new(if append { 0 } else { self.cfg.write_buffer }),
             error: None,
         }
     }
@@ -317,6 +324,15 @@ impl RecallFs {
             Some(Handle::File { error, .. }) => error.take(),
             _ => None,
         }
+    }
+
+    /// A failure kept by any handle of `fh`'s backing file (not taken).
+    fn error_of_file(&self, fh: u64) -> Option<i32> {
+        let Some(Handle::File { backing, .. }) = self.handles.get(&fh) else { return None };
+        self.handles.values().find_map(|h| match h {
+            Handle::File { backing: b, error: Some(e), .. } if b == backing => Some(*e),
+            _ => None,
+        })
     }
 
     /// Drain every handle's buffer of the backing file behind `ino`:
@@ -369,6 +385,17 @@ impl RecallFs {
         })
     }
 
+    /// The kernel dropped `n` references to `ino`. An inode that leaves
+    /// the table takes its write generation along: no handle holds it
+    /// (the kernel keeps an open file's inode), its number is never given
+    /// out again, and keeping it would grow `gens` by every file ever
+    /// written through the mount.
+    fn forgotten(&mut self, ino: u64, n: u64) {
+        if self.inodes.forget(ino, n) {
+            self.gens.remove(&ino);
+        }
+    }
+
     fn add_handle(&mut self, h: Handle) -> u64 {
         let fh = self.next_fh;
         self.next_fh += 1;
@@ -397,7 +424,7 @@ impl RecallFs {
                 if flags & libc::O_TRUNC != 0 {
                     self.changed(Change::Modified(&rel));
                 }
-                let fh = self.add_handle(self.file_handle(file, ino));
+                let fh = self.add_handle(self.file_handle(file, ino, flags));
                 reply.opened(fh, 0);
             }
             Err(e) => reply.error(errno(&e)),
@@ -439,6 +466,21 @@ impl Filesystem for RecallFs {
     }
 
     fn destroy(&mut self) {
+        // Stopped while files are open (unmounted while busy): their
+        // buffered writes were acknowledged, so they go out now; a failure
+        // has nobody left to be told but the log.
+        let open: Vec<u64> = self.handles.keys().copied().collect();
+        for fh in open {
+            self.drain(fh);
+            if let (Some(e), Some(Handle::File { ino, .. })) = (self.take_error(fh), self.handles.get(&fh)) {
+                let name = self.inodes.path(*ino).map_or_else(|| format!("inode {ino}"), |p| p.display().to_string());
+                eprintln!(
+                    "recall-fs: {}: buffered writes lost at unmount: {}",
+                    self.cfg.backing.join(name).display(),
+                    io::Error::from_raw_os_error(e)
+                );
+            }
+        }
         if let Some(tx) = self.on_destroy.take() {
             let _ = tx.send(());
         }
@@ -461,7 +503,7 @@ impl Filesystem for RecallFs {
     }
 
     fn forget(&mut self, _req: &Request<'_>, ino: u64, nlookup: u64) {
-        self.inodes.forget(ino, nlookup);
+        self.forgotten(ino, nlookup);
     }
 
     fn getattr(&mut self, _req: &Request<'_>, ino: u64, fh: Option<u64>, reply: ReplyAttr) {
@@ -724,6 +766,9 @@ impl Filesystem for RecallFs {
         _lock_owner: Option<u64>,
         reply: ReplyWrite,
     ) {
+        if let Some(&Handle::File { ino, append: true, .. }) = self.handles.get(&fh) {
+            self.drain_ino(ino);
+        }
         let Some(Handle::File { file, ino, wrote, loaded, chunk, wbuf, error, .. }) = self.handles.get_mut(&fh) else {
             return reply.error(libc::EBADF);
         };
@@ -786,9 +831,17 @@ impl Filesystem for RecallFs {
         }
     }
 
-    fn fsync(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, datasync: bool, reply: ReplyEmpty) {
+    fn fsync(&mut self, _req: &Request<'_>, ino: u64, fh: u64, datasync: bool, reply: ReplyEmpty) {
+        // fsync(2) covers all of the file's modified data: every handle's
+        // buffer of it, not only this one's.
+        self.drain_ino(ino);
         self.drain(fh);
         if let Some(e) = self.take_error(fh) {
+            return reply.error(e);
+        }
+        // Another handle's write of this file that failed: not durable
+        // either (left for its owner to see as well).
+        if let Some(e) = self.error_of_file(fh) {
             return reply.error(e);
         }
         let res = match self.handles.get(&fh) {
@@ -877,10 +930,49 @@ impl Filesystem for RecallFs {
                     Ok(m) => attr(self.inodes.entry(&rel), &m),
                     Err(e) => return reply.error(errno(&e)),
                 };
-                let fh = self.add_handle(self.file_handle(file, a.ino));
+                let fh = self.add_handle(self.file_handle(file, a.ino, flags));
                 reply.created(&TTL, &a, 0, fh, 0)
             }
             Err(e) => reply.error(errno(&e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mount_state() -> RecallFs {
+        let cfg = Config {
+            backing: PathBuf::from("/nonexistent-backing"),
+            max_file_size: 1024,
+            classes: Default::default(),
+            write_buffer: 0,
+            chunk_size: 0,
+            delay: Delay::default(),
+        };
+        RecallFs::new(cfg, None, None)
+    }
+
+    /// Memory stays bounded by what the kernel holds: the per-inode write
+    /// generations go when the inode is forgotten.
+    #[test]
+    fn forgotten_inodes_take_their_write_generation_along() {
+        let mut fs = mount_state();
+        for n in 0..100 {
+            let rel = PathBuf::from(format!("f{n}"));
+            let ino = fs.inodes.entry(&rel);
+            fs.changed(Change::Modified(&rel));
+            assert_eq!(fs.gens.get(&ino), Some(&1));
+            fs.forgotten(ino, 1);
+        }
+        assert!(fs.gens.is_empty(), "{} generations of forgotten inodes kept", fs.gens.len());
+        // One still held by the kernel keeps its generation.
+        let rel = PathBuf::from("kept");
+        let ino = fs.inodes.entry(&rel);
+        fs.inodes.entry(&rel);
+        fs.changed(Change::Modified(&rel));
+        fs.forgotten(ino, 1);
+        assert_eq!(fs.gens.get(&ino), Some(&1));
     }
 }

@@ -49,15 +49,16 @@ impl Inodes {
         *self.lookups.entry(i).or_default() += 1;
         i
     }
-    /// The kernel dropped `n` references to `ino`.
-    pub fn forget(&mut self, ino: u64, n: u64) {
+    /// The kernel dropped `n` references to `ino`; returns whether it left
+    /// the table (its number is never given out again).
+    pub fn forget(&mut self, ino: u64, n: u64) -> bool {
         if ino == ROOT_INO {
-            return;
+            return false;
         }
-        let Some(count) = self.lookups.get_mut(&ino) else { return };
+        let Some(count) = self.lookups.get_mut(&ino) else { return false };
         *count = count.saturating_sub(n);
         if *count > 0 {
-            return;
+            return false;
         }
         self.lookups.remove(&ino);
         if let Some(p) = self.paths.remove(&ino) {
@@ -67,6 +68,7 @@ impl Inodes {
                 self.inos.remove(&p);
             }
         }
+        true
     }
     fn ino(&mut self, rel: &Path) -> u64 {
         if let Some(i) = self.inos.get(rel) {
@@ -126,12 +128,12 @@ mod tests {
         let mut t = Inodes::new();
         let a = t.entry(Path::new("a"));
         assert_eq!(t.entry(Path::new("a")), a);
-        t.forget(a, 1);
+        assert!(!t.forget(a, 1));
         assert_eq!(t.known(Path::new("a")), Some(a));
-        t.forget(a, 1);
+        assert!(t.forget(a, 1), "the last reference takes it out");
         assert_eq!((t.known(Path::new("a")), t.path(a)), (None, None));
         assert_eq!(t.len(), 1, "only the root is left");
-        t.forget(ROOT_INO, 5);
+        assert!(!t.forget(ROOT_INO, 5));
         assert!(t.path(ROOT_INO).is_some());
     }
 

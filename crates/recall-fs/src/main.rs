@@ -88,10 +88,12 @@ fn signals(tx: mpsc::Sender<()>) -> Result<(), String> {
             return Err(format!("pthread_sigmask failed: {rc}"));
         }
         let set = set;
-        std::thread::spawn(move || {
+        std::thread::spawn(move || loop {
             let mut sig = 0;
             libc::sigwait(&set, &mut sig);
-            let _ = tx.send(());
+            if tx.send(()).is_err() {
+                break;
+            }
         });
     }
     Ok(())
@@ -125,6 +127,7 @@ fn run(args: Args) -> Result<(), String> {
     };
     let (tx, rx) = mpsc::channel();
     signals(tx.clone())?;
+    let ended = tx.clone();
     let cfg = Config {
         backing: backing.clone(),
         max_file_size: args.max_file_size,
@@ -151,9 +154,34 @@ fn run(args: Args) -> Result<(), String> {
     let _ = std::io::stdout().flush();
     // A signal, or the session ending (unmounted from outside).
     let _ = rx.recv();
-    drop(session);
+    // Unmount lazily (fuser's own unmount is refused while a file is open,
+    // and the process used to exit anyway, dropping the open files'
+    // buffered writes): the mount point is free at once, files still open
+    // go on working, and the session ends once the last of them is closed,
+    // its buffered writes then in the backing directory. A second signal
+    // stops at once. (Already unmounted from outside: fusermount3 finds
+    // nothing to do.)
+    let _ = std::process::Command::new("fusermount3")
+        .args(["-u", "-z", "-q", "--"])
+        .arg(&args.mount)
+        .stderr(std::process::Stdio::null())
+        .status();
+    std::thread::spawn(move || {
+        let _ended = Ended(ended);
+        session.join();
+    });
+    let _ = rx.recv();
     eprintln!("recall-fs: unmounted {}", args.mount.display());
     Ok(())
+}
+
+/// Tells `run` that the session thread is done, even if it panicked.
+struct Ended(mpsc::Sender<()>);
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        let _ = self.0.send(());
+    }
 }
 
 fn main() -> ExitCode {

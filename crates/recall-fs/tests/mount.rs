@@ -300,6 +300,94 @@ fn a_concurrent_reader_only_ever_sees_a_prefix_of_the_appends() {
     assert_eq!(m.stat("fallbacks"), 0);
 }
 
+/// Appends through several handles land in the order the kernel gave
+/// them their offsets, as in a plain directory: no handle's buffered
+/// writes may be passed by another's append, nor overwrite it.
+#[test]
+fn appends_through_several_handles_keep_their_order() {
+    if !fuse_available() {
+        return;
+    }
+    let srv = Recalld::start(Vec::<String>::new()).expect("recalld");
+    let backing = TempDir::new("backing");
+    let m = Mount::start(&backing.0, &srv.addr().to_string());
+    let f = m.path("log");
+    let append = || OpenOptions::new().append(true).create(true).open(&f).unwrap();
+    let (mut a, mut b) = (append(), append());
+    let mut want = Vec::new();
+    for i in 0..6 {
+        let w = if i % 3 == 2 { &mut b } else { &mut a };
+        w.write_all(&piece(i)).unwrap();
+        want.extend(piece(i));
+    }
+    // A plain writer at the end, between two appends.
+    let plain = OpenOptions::new().write(true).open(&f).unwrap();
+    plain.write_all_at(&piece(6), want.len() as u64).unwrap();
+    want.extend(piece(6));
+    b.write_all(&piece(7)).unwrap();
+    want.extend(piece(7));
+    // Closed in the opposite order of their last writes.
+    drop(b);
+    drop(plain);
+    drop(a);
+    assert!(fs::read(&f).unwrap() == want, "the mount's file is not the appends in order");
+    assert!(fs::read(backing.0.join("log")).unwrap() == want, "the backing file is not the appends in order");
+}
+
+/// fsync of any descriptor of a file covers what was written through the
+/// others (fsync(2): all modified data of the file), so their buffered
+/// writes reach the backing file before it returns.
+#[test]
+fn fsync_of_one_handle_covers_the_writes_of_another() {
+    if !fuse_available() {
+        return;
+    }
+    let srv = Recalld::start(Vec::<String>::new()).expect("recalld");
+    let backing = TempDir::new("backing");
+    let m = Mount::start(&backing.0, &srv.addr().to_string());
+    let mut w = File::create(m.path("f")).unwrap();
+    let other = OpenOptions::new().read(true).write(true).open(m.path("f")).unwrap();
+    w.write_all(&piece(0)).unwrap();
+    other.sync_all().unwrap();
+    // Behind the mount's back: what a crash after the fsync would keep.
+    assert_eq!(fs::read(backing.0.join("f")).unwrap(), piece(0), "fsync returned before another handle's write");
+    w.write_all(&piece(1)).unwrap();
+    other.sync_data().unwrap();
+    assert_eq!(fs::metadata(backing.0.join("f")).unwrap().len(), 2 * 4096, "fdatasync likewise");
+}
+
+/// Stopped (SIGTERM) while a file is open with writes in its buffer: the
+/// mount goes away at once, the open file works on until it is closed, and
+/// its acknowledged writes reach the backing file before recall-fs exits.
+#[test]
+fn stopping_while_busy_keeps_buffered_writes() {
+    if !fuse_available() {
+        return;
+    }
+    let srv = Recalld::start(Vec::<String>::new()).expect("recalld");
+    let backing = TempDir::new("backing");
+    let m = Mount::start(&backing.0, &srv.addr().to_string());
+    let mut w = File::create(m.path("f")).unwrap();
+    w.write_all(&piece(0)).unwrap();
+    let mnt = m.mnt.clone();
+    std::thread::scope(|s| {
+        // SIGTERM, and wait for the exit.
+        let stop = s.spawn(move || drop(m));
+        // The application closes its file after the (lazy) unmount.
+        let mounted = || fs::read_to_string("/proc/self/mountinfo").unwrap().contains(&*mnt.to_string_lossy());
+        let start = std::time::Instant::now();
+        while mounted() {
+            assert!(start.elapsed() < Duration::from_secs(30), "recall-fs did not unmount on SIGTERM");
+            std::thread::yield_now();
+        }
+        w.write_all(&piece(1)).expect("an open file works on after the unmount");
+        drop(w);
+        stop.join().unwrap();
+    });
+    let want: Vec<u8> = [piece(0), piece(1)].concat();
+    assert!(fs::read(backing.0.join("f")).unwrap() == want, "acknowledged writes were lost at the stop");
+}
+
 #[test]
 fn without_a_write_buffer_every_write_goes_through() {
     if !fuse_available() {

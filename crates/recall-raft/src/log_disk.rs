@@ -4,9 +4,10 @@
 //! Files in the directory:
 //!
 //! * `raft.id`: the node id the directory belongs to, written once when a
-//!   new node first starts. A directory with a log but no `raft.id`, or
-//!   with `raft.id` but no log, is refused: that node lost state it
-//!   acknowledged, and must rejoin under a new id.
+//!   new node first starts. A directory with a non-empty log or a vote
+//!   but no `raft.id`, or with `raft.id` but no log, is refused: that node
+//!   lost state it acknowledged, and must rejoin under a new id. An empty
+//!   log without an id is a new node interrupted before writing its id.
 //! * `raft.vote`: the last vote, replaced atomically (temp file, fsync,
 //!   rename, directory fsync) before `save_vote` returns.
 //! * `raft.log`: what happened to the log, in order, each a frame
@@ -22,7 +23,8 @@
 //! once, and only then reports them done. Appends that arrive while a sync
 //! runs share the next one. openraft reports a write to its client only
 //! after a quorum's flushes are done, so an acknowledged write is on the
-//! disks of a majority.
+//! disks of a majority. After one failed sync no later append is reported
+//! flushed (see `Flusher::run_with`).
 //!
 //! **Reading back.** Frames are read in order. The first one that does not
 //! decode is a *torn tail* when no valid frame follows it anywhere (a crash
@@ -82,8 +84,10 @@ pub(crate) struct Disk {
 }
 
 /// Callbacks waiting for the next sync, and the sync's file handle.
-struct Flusher {
-    pending: Mutex<Pending>,
+/// Generic over the callback only so the tests can watch what it reports
+/// (openraft's `LogFlushed` cannot be made outside openraft).
+struct Flusher<D = LogFlushed<TypeConfig>> {
+    pending: Mutex<Pending<D>>,
     wake: Condvar,
     file: File,
     path: PathBuf,
@@ -93,10 +97,26 @@ struct Flusher {
     entries: AtomicU64,
 }
 
-#[derive(Default)]
-struct Pending {
-    callbacks: Vec<LogFlushed<TypeConfig>>,
+struct Pending<D> {
+    callbacks: Vec<D>,
     stop: bool,
+}
+
+impl<D> Default for Pending<D> {
+    fn default() -> Self {
+        Pending { callbacks: Vec::new(), stop: false }
+    }
+}
+
+/// What the flusher reports a sync's outcome to.
+trait Done: Send {
+    fn done(self, r: io::Result<()>);
+}
+
+impl Done for LogFlushed<TypeConfig> {
+    fn done(self, r: io::Result<()>) {
+        self.log_io_completed(r)
+    }
 }
 
 fn named(p: &Path, e: impl std::fmt::Display) -> io::Error {
@@ -130,7 +150,15 @@ impl Disk {
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                if log_path.exists() || vote_path.exists() {
+                // An empty log without an id is a new node that crashed
+                // between the two steps below: nothing was written to it,
+                // so nothing was acknowledged, and it starts again.
+                let log_len = match std::fs::metadata(&log_path) {
+                    Ok(m) => m.len(),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+                    Err(e) => return Err(named(&log_path, e)),
+                };
+                if log_len > 0 || vote_path.exists() {
                     return Err(named(&id_path, "missing beside a Raft log: refusing to guess whose log it is"));
                 }
                 // A new node: the log file first, then the id that makes
@@ -223,8 +251,19 @@ impl Drop for Disk {
     }
 }
 
-impl Flusher {
+impl<D: Done> Flusher<D> {
     fn run(&self) {
+        self.run_with(|| self.file.sync_data())
+    }
+
+    /// Once a sync failed, every later callback fails too, without asking
+    /// the disk again: after a failed `fdatasync` the kernel may have
+    /// dropped the dirty pages of frames written before it, and the next
+    /// sync can succeed without them (it reports each writeback error
+    /// once), so a success then would acknowledge entries that are not on
+    /// disk.
+    fn run_with(&self, mut sync: impl FnMut() -> io::Result<()>) {
+        let mut failed: Option<(io::ErrorKind, String)> = None;
         loop {
             let batch = {
                 let mut p = self.pending.lock().expect("flusher lock");
@@ -236,14 +275,17 @@ impl Flusher {
                 }
                 std::mem::take(&mut p.callbacks)
             };
-            let res = self.file.sync_data();
-            self.syncs.fetch_add(1, Ordering::Relaxed);
+            if failed.is_none() {
+                if let Err(e) = sync() {
+                    failed = Some((e.kind(), format!("{}: fdatasync: {e}", self.path.display())));
+                }
+                self.syncs.fetch_add(1, Ordering::Relaxed);
+            }
             for cb in batch {
-                let r = match &res {
-                    Ok(()) => Ok(()),
-                    Err(e) => Err(io::Error::new(e.kind(), format!("{}: fdatasync: {e}", self.path.display()))),
-                };
-                cb.log_io_completed(r);
+                cb.done(match &failed {
+                    None => Ok(()),
+                    Some((kind, why)) => Err(io::Error::new(*kind, why.clone())),
+                });
             }
         }
     }
@@ -375,6 +417,49 @@ mod tests {
         assert_eq!(replay(&damaged).unwrap_err().0, second);
     }
 
+    /// A callback reports which batch it was in and whether it was told
+    /// "flushed".
+    struct Seen(u32, std::sync::mpsc::Sender<(u32, bool)>);
+
+    impl Done for Seen {
+        fn done(self, r: io::Result<()>) {
+            self.1.send((self.0, r.is_ok())).unwrap();
+        }
+    }
+
+    #[test]
+    fn after_a_failed_sync_nothing_is_reported_flushed() {
+        let path = std::env::temp_dir().join(format!("recall-raft-flusher-{}", std::process::id()));
+        let file = File::create(&path).unwrap();
+        let f = Flusher::<Seen> {
+            pending: Mutex::new(Pending::default()),
+            wake: Condvar::new(),
+            file,
+            path: path.clone(),
+            syncs: AtomicU64::new(0),
+            entries: AtomicU64::new(0),
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        f.pending.lock().unwrap().callbacks.push(Seen(1, tx.clone()));
+        let mut calls = 0;
+        f.run_with(|| {
+            calls += 1;
+            if calls == 1 {
+                // A write arrives during the failing sync; the next sync
+                // would succeed.
+                let mut p = f.pending.lock().unwrap();
+                p.callbacks.push(Seen(2, tx.clone()));
+                p.stop = true;
+                Err(io::Error::other("EIO"))
+            } else {
+                Ok(())
+            }
+        });
+        drop(tx);
+        assert_eq!(rx.iter().collect::<Vec<_>>(), [(1, false), (2, false)]);
+        std::fs::remove_file(&path).unwrap();
+    }
+
     #[test]
     fn a_directory_belongs_to_one_node_and_a_lost_log_is_refused() {
         let dir = std::env::temp_dir().join(format!("recall-raft-log-{}", std::process::id()));
@@ -401,6 +486,31 @@ mod tests {
         std::fs::remove_file(dir.join("raft.log")).unwrap();
         let err = Disk::open(&dir, 2).err().unwrap().to_string();
         assert!(err.contains("raft.log") && err.contains("lost"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A crash between creating a new node's empty log and writing its id
+    /// leaves a directory that held nothing acknowledged: it starts as
+    /// new. A log with something in it, or a vote, still needs its id.
+    #[test]
+    fn a_new_node_interrupted_before_its_id_starts_again() {
+        let dir = std::env::temp_dir().join(format!("recall-raft-log-new-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        File::create(dir.join("raft.log")).unwrap();
+        {
+            let (disk, rec) = Disk::open(&dir, 4).expect("an empty log without an id is a new node");
+            assert!(rec.log.is_empty() && rec.vote.is_none());
+            disk.write(&LogWrite::Append(&[entry(1, 1)]), None).unwrap();
+        }
+        assert_eq!(std::fs::read_to_string(dir.join("raft.id")).unwrap().trim(), "4");
+        std::fs::remove_file(dir.join("raft.id")).unwrap();
+        let err = Disk::open(&dir, 4).err().unwrap().to_string();
+        assert!(err.contains("raft.id") && err.contains("missing"), "{err}");
+        std::fs::write(dir.join("raft.log"), b"").unwrap();
+        std::fs::write(dir.join("raft.vote"), b"x").unwrap();
+        let err = Disk::open(&dir, 4).err().unwrap().to_string();
+        assert!(err.contains("raft.id") && err.contains("missing"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -19,7 +19,9 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::error::{
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError, Unreachable,
+};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
@@ -35,7 +37,9 @@ use crate::{NodeId, Raft, TypeConfig};
 
 /// The largest frame either side accepts. openraft sends snapshots in
 /// chunks (3 MiB by default) and batches of log entries whose values are
-/// bounded by the item size limit (1 GiB at most, far less by default).
+/// bounded by the item size limit (1 GiB at most, far less by default); a
+/// batch over this is split (`PayloadTooLarge`), but a single entry over
+/// it cannot be sent at all.
 pub const FRAME_MAX: usize = 64 << 20;
 
 /// A call from one node's Raft to another's.
@@ -90,10 +94,16 @@ fn codec() -> impl bincode::Options {
     bincode::DefaultOptions::new().with_limit(FRAME_MAX as u64)
 }
 
-/// Encode a frame's body.
+/// Encode a frame's body. A body over [`FRAME_MAX`] is an `InvalidInput`
+/// error (see [`Client::append_entries`]).
 pub fn encode<T: Serialize>(v: &T) -> io::Result<Vec<u8>> {
     use bincode::Options as _;
-    codec().serialize(v).map_err(io::Error::other)
+    codec().serialize(v).map_err(|e| match *e {
+        bincode::ErrorKind::SizeLimit => {
+            io::Error::new(io::ErrorKind::InvalidInput, format!("raft frame over the {FRAME_MAX}-byte limit"))
+        }
+        e => io::Error::other(e),
+    })
 }
 
 /// Decode a frame's body: a call on the serving side, its reply on the
@@ -165,9 +175,8 @@ enum CallError {
 }
 
 impl Client {
-    async fn call<Resp: DeserializeOwned>(&mut self, rpc: &Rpc, ttl: Duration) -> Result<Resp, CallError> {
-        let body = encode(rpc).map_err(CallError::Network)?;
-        let res = tokio::time::timeout(ttl, self.call_inner(&body)).await;
+    async fn call<Resp: DeserializeOwned>(&mut self, body: &[u8], ttl: Duration) -> Result<Resp, CallError> {
+        let res = tokio::time::timeout(ttl, self.call_inner(body)).await;
         let res = res.unwrap_or_else(|_| {
             Err(CallError::Network(io::Error::new(io::ErrorKind::TimedOut, format!("no answer within {ttl:?}"))))
         });
@@ -211,7 +220,20 @@ impl Client {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        match self.call::<Result<Resp, RaftError<NodeId, E>>>(&rpc, option.hard_ttl()).await {
+        let body = encode(&rpc).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        self.send(&body, option).await
+    }
+
+    async fn send<Resp, E>(
+        &mut self,
+        body: &[u8],
+        option: RPCOption,
+    ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
+    where
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        match self.call::<Result<Resp, RaftError<NodeId, E>>>(body, option.hard_ttl()).await {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(remote)) => Err(RPCError::RemoteError(RemoteError::new(self.target, remote))),
             Err(CallError::Unreachable(e)) => Err(RPCError::Unreachable(Unreachable::new(&e))),
@@ -226,7 +248,17 @@ impl RaftNetwork<TypeConfig> for Client {
         req: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        self.rpc(Rpc::Append(req), option).await
+        let entries = req.entries.len() as u64;
+        match encode(&Rpc::Append(req)) {
+            Ok(body) => self.send(&body, option).await,
+            // Entries of large values: openraft retries at once with the
+            // hinted number (a single entry it cannot split counts as
+            // unreachable).
+            Err(e) if e.kind() == io::ErrorKind::InvalidInput => Err(RPCError::PayloadTooLarge(
+                PayloadTooLarge::new_entries_hint((entries / 2).max(1)).with_source_error(&e),
+            )),
+            Err(e) => Err(RPCError::Network(NetworkError::new(&e))),
+        }
     }
 
     async fn install_snapshot(
@@ -268,6 +300,36 @@ mod tests {
         if !bytes.is_empty() {
             assert!(decode::<T>(&bytes[..bytes.len() - 1]).is_err(), "a cut body is an error");
         }
+    }
+
+    /// A batch of entries over a frame is sent back to openraft as "too
+    /// large" (it retries at once with fewer entries), not as a network
+    /// error it would retry with the same batch forever, leaving the
+    /// follower behind for good.
+    #[test]
+    fn a_batch_over_a_frame_asks_openraft_for_fewer_entries() {
+        let log_id = LogId::new(CommittedLeaderId::new(1, 1), 1);
+        let big = |_| Entry::<TypeConfig> {
+            log_id,
+            payload: EntryPayload::Normal(Effect { cause: 1, record: vec![7; FRAME_MAX / 3 + 1] }),
+        };
+        let req = |n: usize| AppendEntriesRequest {
+            vote: Vote::new_committed(1, 1),
+            prev_log_id: None,
+            entries: (0..n).map(big).collect(),
+            leader_commit: None,
+        };
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        // Nothing listens there: a call that reached the network would be
+        // Unreachable.
+        let mut client = Client { target: 2, addr: "127.0.0.1:1".into(), conn: None };
+        let opt = || RPCOption::new(Duration::from_secs(5));
+        match rt.block_on(client.append_entries(req(3), opt())) {
+            Err(RPCError::PayloadTooLarge(p)) => assert_eq!(p.entries_hint(), 1, "{p}"),
+            other => panic!("expected PayloadTooLarge, got {other:?}"),
+        }
+        // Two fit: sent (and unreachable here).
+        assert!(matches!(rt.block_on(client.append_entries(req(2), opt())), Err(RPCError::Unreachable(_))));
     }
 
     #[test]
