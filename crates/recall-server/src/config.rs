@@ -631,12 +631,24 @@ impl Config {
             "wal" => {}
             other => return Err(ConfigError(format!("invalid durability: {other} (none | client-backup | wal)"))),
         }
-        if self.cluster.to_raft()?.is_some() && !self.data_dir.is_empty() && self.durability != "none" {
+        let cluster = self.cluster.to_raft()?.is_some();
+        if cluster && !self.data_dir.is_empty() && self.durability != "none" {
             return Err(ConfigError(
-                "cluster mode does not combine with durability yet (the group's log is in memory; \
-                 leave --data-dir unset or use --durability none)"
+                "cluster mode does not combine with durability (seed 000's snapshots and client replay) yet; \
+                 leave --data-dir unset or use --durability none, and keep the Raft log on disk with \
+                 --cluster-log-dir"
                     .into(),
             ));
+        }
+        // One log entry travels in one Raft RPC frame (with its key and
+        // encoding overhead): a bigger item could be stored by the leader
+        // but never replicated.
+        let item_cap = recall_raft::network::FRAME_MAX / 2;
+        if cluster && self.item_size_max_bytes()? > item_cap {
+            return Err(ConfigError(format!(
+                "cluster mode: item_size_max (-I) is at most {} MiB, so that every item fits in one Raft message",
+                item_cap >> 20
+            )));
         }
         if self.snapshot_interval == 0 {
             return Err(ConfigError("snapshot_interval must be at least 1 second".into()));

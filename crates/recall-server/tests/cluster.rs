@@ -379,5 +379,18 @@ fn cluster_flags_are_checked() {
         "/tmp/recall-cluster-never-created",
     ])
     .expect_err("cluster with durability");
-    assert!(err.contains("cluster mode does not combine with durability yet"), "{err}");
+    assert!(err.contains("cluster mode does not combine with durability"), "{err}");
+    // An item must fit in one Raft message.
+    let err = Recalld::start([
+        "--cluster-node-id",
+        "1",
+        "--cluster-peer",
+        "1=127.0.0.1:1/127.0.0.1:2",
+        "-I",
+        "64m",
+        "-m",
+        "1024",
+    ])
+    .expect_err("cluster with -I 64m");
+    assert!(err.contains("item_size_max (-I) is at most 32 MiB"), "{err}");
 }
