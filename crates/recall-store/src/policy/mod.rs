@@ -20,8 +20,8 @@
 //!   set online by the pure [`Tuner`] (`tuner.rs`).
 //!
 //! Most policies are one independent instance per shard. The prioritized
-//! ones and S3-FIFO also share store-wide state (class or queue byte
-//! totals, shares, the tuner): [`PolicyShared`], built once per store and
+//! ones, S3-FIFO and the segmented LRU also share store-wide state (class
+//! or queue byte totals, segment item counts, shares, the tuner): [`PolicyShared`], built once per store and
 //! handed to every shard's instance.
 //!
 //! Lanes: a policy whose next victim comes from one of several queues,
@@ -46,7 +46,7 @@ pub use list::NIL;
 pub use prioritized::{PrioConfig, PrioShared, Prioritized};
 pub use s3fifo::{S3Fifo, S3FifoConfig, S3FifoShared};
 pub use sieve::{Sieve, SieveConfig};
-pub use slru::{SegmentedLru, SlruConfig};
+pub use slru::{SegmentedLru, SlruConfig, SlruShared};
 pub use tuner::Tuner;
 
 use std::sync::Arc;
@@ -250,11 +250,13 @@ pub struct PolicyConfig {
 
 /// Store-wide policy state, built once per store and given to every
 /// shard's policy: the prioritized policies' class totals, shares and
-/// tuner; nothing for the others.
+/// tuner, S3-FIFO's queue bytes, the segmented LRU's segment sizes;
+/// nothing for SIEVE.
 #[derive(Debug, Clone)]
 pub struct PolicyShared {
     prio: Option<Arc<PrioShared>>,
     s3fifo: Option<Arc<S3FifoShared>>,
+    slru: Option<Arc<SlruShared>>,
 }
 
 impl PolicyShared {
@@ -269,7 +271,8 @@ impl PolicyShared {
             _ => None,
         };
         let s3fifo = (cfg.kind == PolicyKind::S3Fifo).then(|| S3FifoShared::new(cfg.s3fifo));
-        PolicyShared { prio, s3fifo }
+        let slru = (cfg.kind == PolicyKind::SegmentedLru).then(|| SlruShared::new(cfg.slru));
+        PolicyShared { prio, s3fifo, slru }
     }
 
     /// How many eviction lanes the store's policy has (1 to [`MAX_LANES`]).
@@ -416,10 +419,11 @@ macro_rules! dispatch {
 impl AnyPolicy {
     /// One shard's policy; `shared` is the store's (one per store).
     pub fn new(cfg: &PolicyConfig, shared: &PolicyShared) -> AnyPolicy {
-        match (cfg.kind, &shared.prio, &shared.s3fifo) {
+        match (cfg.kind, &shared.prio, &shared.s3fifo, &shared.slru) {
+            (PolicyKind::SegmentedLru, _, _, Some(s)) => AnyPolicy::SegmentedLru(SegmentedLru::with_shared(s)),
             (PolicyKind::Sieve, ..) => AnyPolicy::Sieve(Sieve::new(cfg.sieve)),
-            (PolicyKind::S3Fifo, _, Some(s)) => AnyPolicy::S3Fifo(S3Fifo::with_shared(s)),
-            (PolicyKind::Prioritized | PolicyKind::PrioritizedAdaptive, Some(p), _) => {
+            (PolicyKind::S3Fifo, _, Some(s), _) => AnyPolicy::S3Fifo(S3Fifo::with_shared(s)),
+            (PolicyKind::Prioritized | PolicyKind::PrioritizedAdaptive, Some(p), ..) => {
                 AnyPolicy::Prioritized(Prioritized::new(p))
             }
             // A shared state built for another kind cannot happen

@@ -1,6 +1,9 @@
 //! memcached's segmented LRU (doc/new_lru.txt), done synchronously inside
 //! the shard.
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
 use super::list::{Lists, NIL, NONE};
 use super::{lru_rank, Admit, Age, Policy, PolicyCounters};
 
@@ -23,6 +26,72 @@ impl Default for SlruConfig {
 const HOT: u8 = 1;
 const WARM: u8 = 2;
 const COLD: u8 = 3;
+
+/// Items per segment (HOT, WARM, COLD), in one shard or in the store.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Counts {
+    pub hot: u64,
+    pub warm: u64,
+    pub cold: u64,
+}
+
+impl Counts {
+    fn total(self) -> u64 {
+        self.hot + self.warm + self.cold
+    }
+}
+
+/// The segment one balancing step moves a tail out of, if any: HOT's when
+/// the store's HOT is over its share, else WARM's when the store's WARM is
+/// over its share, and only if this shard (`own`) has an item there.
+///
+/// The shares are the store's, not the shard's: in one segmented LRU over
+/// the whole store, HOT holds the newest `hot_pct` of the items and WARM
+/// `warm_pct`. Judged per shard, a shard of two items (1024 shards, a small
+/// cache) has its HOT "over 20%" whenever it holds anything, so new items
+/// went straight to COLD, and its WARM share rounds to nothing. A shard
+/// that writes while the store's HOT is over its share gives up its own
+/// oldest HOT item, which with few items per shard is the store's
+/// (an item written to this shard one of its writes ago, when the store's
+/// HOT holds only the latest fifth of the items).
+pub(crate) fn over_share(store: Counts, own: Counts, cfg: SlruConfig) -> Option<u8> {
+    let total = store.total().max(1);
+    if own.hot > 0 && store.hot * 100 > total * cfg.hot_pct as u64 {
+        Some(HOT)
+    } else if own.warm > 0 && store.warm * 100 > total * cfg.warm_pct as u64 {
+        Some(WARM)
+    } else {
+        None
+    }
+}
+
+/// Store-wide segmented-LRU state: every shard's segment sizes, summed,
+/// which decide when a shard's HOT or WARM is trimmed ([`over_share`]).
+#[derive(Debug)]
+pub struct SlruShared {
+    cfg: SlruConfig,
+    /// Items in HOT, WARM and COLD, summed over shards.
+    items: [AtomicU64; 3],
+}
+
+impl SlruShared {
+    pub fn new(cfg: SlruConfig) -> Arc<SlruShared> {
+        Arc::new(SlruShared { cfg, items: Default::default() })
+    }
+
+    fn counts(&self) -> Counts {
+        let [h, w, c] = &self.items;
+        Counts { hot: h.load(Relaxed), warm: w.load(Relaxed), cold: c.load(Relaxed) }
+    }
+
+    fn add(&self, seg: u8, n: u64) {
+        self.items[(seg - HOT) as usize].fetch_add(n, Relaxed);
+    }
+
+    fn sub(&self, seg: u8, n: u64) {
+        self.items[(seg - HOT) as usize].fetch_sub(n, Relaxed);
+    }
+}
 
 /// `bits` of a node: accessed since it last moved (memcached's ITEM_ACTIVE).
 const ACTIVE: u8 = 1;
@@ -49,6 +118,7 @@ const SECOND_CHANCES: usize = 64;
 #[derive(Debug)]
 pub struct SegmentedLru {
     lists: Lists<(), 4>,
+    shared: Arc<SlruShared>,
     cfg: SlruConfig,
     counters: PolicyCounters,
 }
@@ -60,41 +130,59 @@ impl Default for SegmentedLru {
 }
 
 impl SegmentedLru {
+    /// One segmented LRU on its own (its store-wide state is its own).
     pub fn new(cfg: SlruConfig) -> Self {
-        SegmentedLru { lists: Lists::new(), cfg, counters: PolicyCounters::default() }
+        Self::with_shared(&SlruShared::new(cfg))
     }
 
-    /// Empty, with the same settings and counters.
+    /// One shard's segmented LRU in a store whose shards share `shared`.
+    pub fn with_shared(shared: &Arc<SlruShared>) -> Self {
+        SegmentedLru { lists: Lists::new(), shared: shared.clone(), cfg: shared.cfg, counters: PolicyCounters::default() }
+    }
+
+    /// Empty, with the same settings and counters; gives its items back
+    /// to the store-wide totals.
     pub fn emptied(&self) -> Self {
-        SegmentedLru { counters: self.counters, ..Self::new(self.cfg) }
+        for seg in [HOT, WARM, COLD] {
+            self.shared.sub(seg, self.len(seg) as u64);
+        }
+        SegmentedLru { counters: self.counters, ..Self::with_shared(&self.shared) }
     }
 
     fn len(&self, seg: u8) -> u32 {
         self.lists.ends(seg).len
     }
 
-    fn total(&self) -> u32 {
-        self.len(HOT) + self.len(WARM) + self.len(COLD)
+    fn own(&self) -> Counts {
+        Counts { hot: self.len(HOT) as u64, warm: self.len(WARM) as u64, cold: self.len(COLD) as u64 }
+    }
+
+    fn push(&mut self, seg: u8, t: u32) {
+        self.lists.push_head(seg, t);
+        self.shared.add(seg, 1);
+    }
+
+    fn unlink(&mut self, t: u32) {
+        let seg = self.lists.unlink(t);
+        if seg != NONE {
+            self.shared.sub(seg, 1);
+        }
     }
 
     /// Move `t`'s node to the head of `seg`, clearing its active bit.
     fn move_to(&mut self, t: u32, seg: u8) {
-        self.lists.unlink(t);
+        self.unlink(t);
         self.lists.at_mut(t).bits &= !ACTIVE;
-        self.lists.push_head(seg, t);
+        self.push(seg, t);
     }
 
-    /// Move tails out of HOT and WARM until both are within their shares.
-    /// Bounded per call so an insert never does unbounded work.
+    /// Move tails out of HOT and WARM while the store's are over their
+    /// shares ([`over_share`]). Bounded per call so an insert never does
+    /// unbounded work.
     fn balance(&mut self) {
         for _ in 0..4 {
-            let total = self.total().max(1);
-            let hot_over = self.len(HOT) * 100 > total * self.cfg.hot_pct;
-            // WARM keeps at least one item: in a shard of one or two items
-            // (many shards, a small cache) its share would round to none, and
-            // an item hit again would fall straight back to COLD.
-            let warm_over = self.len(WARM) > 1 && self.len(WARM) * 100 > total * self.cfg.warm_pct;
-            if hot_over {
+            let over = over_share(self.shared.counts(), self.own(), self.cfg);
+            if over == Some(HOT) {
                 let t = self.lists.ends(HOT).tail;
                 if self.lists.at(t).bits & ACTIVE != 0 {
                     self.move_to(t, WARM);
@@ -103,7 +191,7 @@ impl SegmentedLru {
                     self.move_to(t, COLD);
                     self.counters.moves_to_cold += 1;
                 }
-            } else if warm_over {
+            } else if over == Some(WARM) {
                 let t = self.lists.ends(WARM).tail;
                 if self.lists.at(t).bits & ACTIVE != 0 {
                     self.move_to(t, WARM);
@@ -132,7 +220,7 @@ impl SegmentedLru {
 impl Policy for SegmentedLru {
     fn on_insert(&mut self, slot: u32, _admit: Admit) {
         self.lists.node(slot).bits &= !ACTIVE;
-        self.lists.push_head(HOT, slot);
+        self.push(HOT, slot);
         self.balance();
     }
 
@@ -146,7 +234,7 @@ impl Policy for SegmentedLru {
 
     fn on_remove(&mut self, slot: u32) {
         if self.lists.known(slot) {
-            self.lists.unlink(slot);
+            self.unlink(slot);
             self.lists.at_mut(slot).bits &= !ACTIVE;
         }
     }
@@ -245,13 +333,62 @@ mod tests {
 
     #[test]
     fn a_tiny_shard_keeps_its_hit_item_in_warm() {
-        let mut p = SegmentedLru::default();
+        // One shard of a store whose other shards hold many items.
+        let shared = SlruShared::new(SlruConfig::default());
+        let mut others = SegmentedLru::with_shared(&shared);
+        for s in 0..100 {
+            others.on_insert(s, A);
+        }
+        let mut p = SegmentedLru::with_shared(&shared);
         p.on_insert(0, A);
+        assert_eq!(p.segment_lens(), (0, 0, 1), "the store's HOT is full: the new item's shard gives up its HOT tail");
         p.on_access(0);
         assert_eq!(p.victim(0), Some(0), "the only item is still the victim");
         assert_eq!(p.segment_lens(), (0, 1, 0), "but from WARM, which ranks it after COLD and HOT elsewhere");
         let age = Age { atime: 1, seq: 1, round: 0 };
         assert!(p.rank(0, age) > SegmentedLru::default().rank(0, Age { atime: u32::MAX, seq: 0, round: 0 }));
+    }
+
+    #[test]
+    fn shares_are_the_stores_not_the_shards() {
+        let cfg = SlruConfig::default();
+        let own = |hot, warm, cold| Counts { hot, warm, cold };
+        // A shard of two items, one HOT: over 20% on its own, but the
+        // store's HOT is within its share, so nothing moves.
+        assert_eq!(over_share(own(150, 300, 550), own(1, 0, 1), cfg), None);
+        // The store's HOT is over: the shard gives up its HOT tail.
+        assert_eq!(over_share(own(250, 300, 450), own(1, 0, 1), cfg), Some(HOT));
+        // ... if it has one; else WARM's, if that is over too.
+        assert_eq!(over_share(own(250, 300, 450), own(0, 1, 1), cfg), None);
+        assert_eq!(over_share(own(250, 450, 300), own(0, 1, 1), cfg), Some(WARM));
+        // A store of one shard is the shard: memcached's rule.
+        assert_eq!(over_share(own(3, 0, 7), own(3, 0, 7), cfg), Some(HOT));
+        assert_eq!(over_share(own(2, 5, 3), own(2, 5, 3), cfg), Some(WARM));
+        assert_eq!(over_share(own(0, 0, 0), own(0, 0, 0), cfg), None);
+    }
+
+    #[test]
+    fn store_wide_counts_follow_every_move_and_flush() {
+        let shared = SlruShared::new(SlruConfig::default());
+        let mut a = SegmentedLru::with_shared(&shared);
+        let mut b = SegmentedLru::with_shared(&shared);
+        for s in 0..10 {
+            a.on_insert(s, A);
+            b.on_insert(s, A);
+            a.on_access(s / 2);
+        }
+        for _ in 0..5 {
+            let v = a.victim(0).unwrap();
+            a.on_remove(v);
+        }
+        b.on_remove(3);
+        let (ah, aw, ac) = a.segment_lens();
+        let (bh, bw, bc) = b.segment_lens();
+        let want = Counts { hot: (ah + bh) as u64, warm: (aw + bw) as u64, cold: (ac + bc) as u64 };
+        assert_eq!(shared.counts(), want);
+        assert_eq!(want.total(), 14);
+        let _ = a.emptied();
+        assert_eq!(shared.counts(), Counts { hot: bh as u64, warm: bw as u64, cold: bc as u64 });
     }
 
     #[test]
