@@ -42,23 +42,27 @@ impl Counts {
 }
 
 /// The segment one balancing step moves a tail out of, if any: HOT's when
-/// the store's HOT is over its share, else WARM's when the store's WARM is
-/// over its share, and only if this shard (`own`) has an item there.
+/// this shard's (`own`) HOT is over its share of the shard's items, else
+/// WARM's when the store's WARM is over its share of the store's items
+/// (and this shard has a WARM item).
 ///
-/// The shares are the store's, not the shard's: in one segmented LRU over
-/// the whole store, HOT holds the newest `hot_pct` of the items and WARM
-/// `warm_pct`. Judged per shard, a shard of two items (1024 shards, a small
-/// cache) has its HOT "over 20%" whenever it holds anything, so new items
-/// went straight to COLD, and its WARM share rounds to nothing. A shard
-/// that writes while the store's HOT is over its share gives up its own
-/// oldest HOT item, which with few items per shard is the store's
-/// (an item written to this shard one of its writes ago, when the store's
-/// HOT holds only the latest fifth of the items).
+/// WARM's share is the store's: WARM items rank after every COLD and HOT
+/// item across shards (see [`SegmentedLru::rank`]), so how many there are
+/// store-wide decides what the rest of the cache has left. Judged per
+/// shard, a shard of two items (1024 shards, a small cache) has a WARM
+/// share that rounds to nothing; keeping at least one WARM item per shard
+/// made up to half such a cache WARM, against 40% in one segmented LRU.
+///
+/// HOT's share stays the shard's: HOT only delays an item's move to COLD,
+/// and an item that leaves a small shard's HOT at once still ranks by its
+/// last access among every COLD item of the store, behind all older ones.
+/// Judging HOT store-wide as well was measured worse (a shard that writes
+/// while the store's HOT is over gives up its own HOT tail, which need not
+/// be the store's oldest HOT item).
 pub(crate) fn over_share(store: Counts, own: Counts, cfg: SlruConfig) -> Option<u8> {
-    let total = store.total().max(1);
-    if own.hot > 0 && store.hot * 100 > total * cfg.hot_pct as u64 {
+    if own.hot * 100 > own.total().max(1) * cfg.hot_pct as u64 {
         Some(HOT)
-    } else if own.warm > 0 && store.warm * 100 > total * cfg.warm_pct as u64 {
+    } else if own.warm > 0 && store.warm * 100 > store.total().max(1) * cfg.warm_pct as u64 {
         Some(WARM)
     } else {
         None
@@ -66,7 +70,7 @@ pub(crate) fn over_share(store: Counts, own: Counts, cfg: SlruConfig) -> Option<
 }
 
 /// Store-wide segmented-LRU state: every shard's segment sizes, summed,
-/// which decide when a shard's HOT or WARM is trimmed ([`over_share`]).
+/// which decide when a shard's WARM is trimmed ([`over_share`]).
 #[derive(Debug)]
 pub struct SlruShared {
     cfg: SlruConfig,
@@ -107,9 +111,11 @@ const SECOND_CHANCES: usize = 64;
 ///   COLD's tail is promoted to WARM instead of being evicted (memcached
 ///   promotes a COLD hit right away, from a background thread; here the move
 ///   waits until memory is short, so a hit never relinks lists).
-/// * When HOT exceeds `hot_pct` of the items, its tail moves to WARM if it
-///   was active, or to COLD. When WARM exceeds `warm_pct`, its tail is
-///   re-queued at WARM's head if active, or demoted to COLD.
+/// * When HOT exceeds `hot_pct` of the shard's items, its tail moves to
+///   WARM if it was active, or to COLD. When WARM exceeds `warm_pct` of
+///   the *store's* items (summed over shards in [`SlruShared`]; see
+///   [`over_share`]), its tail is re-queued at WARM's head if active, or
+///   demoted to COLD.
 /// * Victims come from COLD's tail, then HOT's, then WARM's.
 ///
 /// This keeps one-hit wonders from flushing out the working set (they age
@@ -341,7 +347,7 @@ mod tests {
         }
         let mut p = SegmentedLru::with_shared(&shared);
         p.on_insert(0, A);
-        assert_eq!(p.segment_lens(), (0, 0, 1), "the store's HOT is full: the new item's shard gives up its HOT tail");
+        assert_eq!(p.segment_lens(), (0, 0, 1), "HOT's share of one item is none: to COLD");
         p.on_access(0);
         assert_eq!(p.victim(0), Some(0), "the only item is still the victim");
         assert_eq!(p.segment_lens(), (0, 1, 0), "but from WARM, which ranks it after COLD and HOT elsewhere");
@@ -350,21 +356,24 @@ mod tests {
     }
 
     #[test]
-    fn shares_are_the_stores_not_the_shards() {
+    fn warm_share_is_the_stores_hot_share_the_shards() {
         let cfg = SlruConfig::default();
-        let own = |hot, warm, cold| Counts { hot, warm, cold };
-        // A shard of two items, one HOT: over 20% on its own, but the
-        // store's HOT is within its share, so nothing moves.
-        assert_eq!(over_share(own(150, 300, 550), own(1, 0, 1), cfg), None);
-        // The store's HOT is over: the shard gives up its HOT tail.
-        assert_eq!(over_share(own(250, 300, 450), own(1, 0, 1), cfg), Some(HOT));
-        // ... if it has one; else WARM's, if that is over too.
-        assert_eq!(over_share(own(250, 300, 450), own(0, 1, 1), cfg), None);
-        assert_eq!(over_share(own(250, 450, 300), own(0, 1, 1), cfg), Some(WARM));
+        let c = |hot, warm, cold| Counts { hot, warm, cold };
+        // A shard of two items, one WARM: 50% on its own, but the store's
+        // WARM is within its 40%, so it stays.
+        assert_eq!(over_share(c(150, 350, 500), c(0, 1, 1), cfg), None);
+        // The store's WARM is over: the shard gives up its WARM tail...
+        assert_eq!(over_share(c(150, 450, 400), c(0, 1, 1), cfg), Some(WARM));
+        // ... if it has one.
+        assert_eq!(over_share(c(150, 450, 400), c(0, 0, 2), cfg), None);
+        // HOT is the shard's own: over 20% of two items with one in it,
+        // however small the store's HOT is.
+        assert_eq!(over_share(c(10, 300, 690), c(1, 0, 1), cfg), Some(HOT));
+        assert_eq!(over_share(c(10, 300, 690), c(1, 0, 4), cfg), None);
         // A store of one shard is the shard: memcached's rule.
-        assert_eq!(over_share(own(3, 0, 7), own(3, 0, 7), cfg), Some(HOT));
-        assert_eq!(over_share(own(2, 5, 3), own(2, 5, 3), cfg), Some(WARM));
-        assert_eq!(over_share(own(0, 0, 0), own(0, 0, 0), cfg), None);
+        assert_eq!(over_share(c(3, 0, 7), c(3, 0, 7), cfg), Some(HOT));
+        assert_eq!(over_share(c(2, 5, 3), c(2, 5, 3), cfg), Some(WARM));
+        assert_eq!(over_share(c(0, 0, 0), c(0, 0, 0), cfg), None);
     }
 
     #[test]
