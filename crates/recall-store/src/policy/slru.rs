@@ -149,7 +149,12 @@ impl SegmentedLru {
 
     /// One shard's segmented LRU in a store whose shards share `shared`.
     pub fn with_shared(shared: &Arc<SlruShared>) -> Self {
-        SegmentedLru { lists: Lists::new(), shared: shared.clone(), cfg: shared.cfg, counters: PolicyCounters::default() }
+        SegmentedLru {
+            lists: Lists::new(),
+            shared: shared.clone(),
+            cfg: shared.cfg,
+            counters: PolicyCounters::default(),
+        }
     }
 
     /// Empty, with the same settings and counters; gives its items back
