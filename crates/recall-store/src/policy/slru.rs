@@ -53,9 +53,10 @@ impl Counts {
 /// nothing): up to half such a cache was WARM, against 40% in one
 /// segmented LRU. Judged by the store alone, a shard demoted its WARM tail
 /// whenever it wrote while the store's WARM was over, whether or not its
-/// own WARM was large: with 16 shards that moved hit ratios 0.3 to 0.6
-/// points below one shard (from 0.0 to 0.2). Both together keep each
-/// shard's WARM near its share and the store's at it.
+/// own WARM was large: with 16 shards that put hit ratios 0.3 to 0.7
+/// points below one shard (from 0.0 to 0.25). Both together keep each
+/// shard's WARM near its share and the store's at it
+/// (docs/benchmarks/hit-ratio.md has the figures).
 ///
 /// HOT's share stays the shard's: HOT only delays an item's move to COLD,
 /// and an item that leaves a small shard's HOT at once still ranks by its
