@@ -21,8 +21,9 @@
 //!
 //! Most policies are one independent instance per shard. The prioritized
 //! ones, S3-FIFO and the segmented LRU also share store-wide state (class
-//! or queue byte totals, segment item counts, shares, the tuner): [`PolicyShared`], built once per store and
-//! handed to every shard's instance.
+//! or queue byte totals, segment item counts, shares, the tuner):
+//! [`PolicyShared`], built once per store and handed to every shard's
+//! instance.
 //!
 //! Lanes: a policy whose next victim comes from one of several queues,
 //! chosen by store-wide state (S3-FIFO: small while the store's small
