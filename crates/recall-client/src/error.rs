@@ -50,6 +50,11 @@ pub enum Error {
     Timeout { server: ServerName, phase: TimeoutPhase, after: Duration },
     /// The server failed recently and is in back-off: the request was not sent.
     ServerDead { server: ServerName, retry_in: Duration },
+    /// The server restarted (or may have: a write or a poll failed) and
+    /// this client's replay to it did not finish within `after`: the write
+    /// was not sent, since on the restarted server it would act on the
+    /// state reloaded before the replay (durable client only).
+    NotReplayed { server: ServerName, after: Duration },
     /// The reply could not be parsed; the connection was closed.
     Protocol { server: ServerName, message: String },
     /// The key cannot be sent (empty, too long, or with spaces or control
@@ -76,6 +81,7 @@ impl Error {
             | Error::Connection { server, .. }
             | Error::Timeout { server, .. }
             | Error::ServerDead { server, .. }
+            | Error::NotReplayed { server, .. }
             | Error::Protocol { server, .. } => Some(server),
             _ => None,
         }
@@ -87,7 +93,11 @@ impl Error {
     pub fn is_connection_level(&self) -> bool {
         matches!(
             self,
-            Error::Connection { .. } | Error::Timeout { .. } | Error::ServerDead { .. } | Error::Protocol { .. }
+            Error::Connection { .. }
+                | Error::Timeout { .. }
+                | Error::ServerDead { .. }
+                | Error::NotReplayed { .. }
+                | Error::Protocol { .. }
         )
     }
 
@@ -126,6 +136,9 @@ impl fmt::Display for Error {
             Error::ServerDead { server, retry_in } => {
                 write!(f, "{server}: server marked dead after failures; next retry in {retry_in:?}")
             }
+            Error::NotReplayed { server, after } => {
+                write!(f, "{server}: restart suspected and not replayed to within {after:?}; write not sent")
+            }
             Error::Protocol { server, message } => write!(f, "{server}: protocol error: {message}"),
             Error::InvalidKey { key, reason } => write!(f, "invalid key {:?}: {reason}", String::from_utf8_lossy(key)),
             Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
@@ -148,7 +161,7 @@ impl std::error::Error for Error {
 impl From<Error> for io::Error {
     fn from(e: Error) -> io::Error {
         let kind = match &e {
-            Error::Timeout { .. } => io::ErrorKind::TimedOut,
+            Error::Timeout { .. } | Error::NotReplayed { .. } => io::ErrorKind::TimedOut,
             Error::Connection { source, .. } => source.kind(),
             Error::Unsupported(_) => io::ErrorKind::Unsupported,
             Error::InvalidKey { .. } | Error::InvalidArgument(_) => io::ErrorKind::InvalidInput,

@@ -36,6 +36,8 @@ struct FakeState {
     state: &'static str,
     registry: bool,
     lost_check: bool,
+    /// `hello` and `durable` fail (`SERVER_ERROR`): the client's polls fail.
+    polls_fail: bool,
     /// key → (value, client flags, timestamp)
     items: HashMap<String, (Vec<u8>, u32, u64)>,
     lines: Vec<String>,
@@ -67,6 +69,7 @@ impl Fake {
             state: "ok",
             registry,
             lost_check,
+            polls_fail: false,
             items: HashMap::new(),
             lines: Vec::new(),
         }));
@@ -128,6 +131,7 @@ fn serve(s: TcpStream, st: Arc<Mutex<FakeState>>) {
         let mut st = st.lock().unwrap();
         st.lines.push(l.clone());
         let reply = match f[0] {
+            "durable" | "hello" if st.polls_fail => "SERVER_ERROR busy\r\n".into(),
             "durable" => st.durable(),
             "hello" if st.registry => st.durable(),
             "replay_done" | "goodbye" if st.registry => "OK\r\n".into(),
@@ -273,6 +277,43 @@ fn hello_then_replay_done_after_a_replay_then_goodbye_on_close() {
         db.close(Duration::from_secs(5)).await.expect("close");
         let lines = fake.lines();
         assert_eq!(lines.last().map(String::as_str), Some("goodbye app-1"), "{lines:?}");
+    });
+}
+
+/// Issue 16 (the crash harness's spill mode): a write that waited for a
+/// suspected restart to be replayed used to go ahead after the request
+/// timeout. On a restarted recalld it acted on the reloaded state before
+/// this client's replay (an `add` finding its key missing), was held until
+/// recovery ended, and the replay waited for it (it was inside the gate)
+/// until the grace period ended recovery without this client: its key's
+/// replay then came back `STALE`. It must fail unsent instead.
+#[test]
+fn a_write_never_goes_ahead_of_the_replay_it_waits_for() {
+    let fake = Fake::start(true, true);
+    rt().block_on(async {
+        let db =
+            client(&fake.spec()).client_id("w").request_timeout(Duration::from_millis(200)).build().expect("client");
+        db.poll_now().await.expect("poll");
+        db.set("k", "v1", 0, 0).await.expect("set");
+        // The server restarts without `k`, and this client cannot poll it.
+        fake.restart();
+        fake.with(|s| s.polls_fail = true);
+        assert!(db.poll_now().await.is_err(), "the poll fails: a restart is suspected");
+        let before = fake.lines().len();
+        let r = db.add("k", "v2", 0, 0).await;
+        assert!(matches!(r, Err(Error::NotReplayed { .. })), "{r:?}");
+        let sent: Vec<String> = fake.lines()[before..]
+            .iter()
+            .filter(|l| !l.starts_with("durable") && !l.starts_with("hello"))
+            .cloned()
+            .collect();
+        assert!(sent.is_empty(), "a write reached the server before the replay: {sent:?}");
+        assert_eq!(db.status()[0].not_replayed, 1);
+        // Once a poll has replayed, writes go again, on the replayed state.
+        fake.with(|s| s.polls_fail = false);
+        db.poll_now().await.expect("poll replays");
+        assert_eq!(fake.with(|s| s.items["k"].0.clone()), b"v1");
+        db.set("k2", "v", 0, 0).await.expect("a write after the replay");
     });
 }
 

@@ -66,6 +66,11 @@ pub struct Durability {
     /// Writes that waited for the end of recovery (see the session's
     /// `hold`), counted once per wait.
     pub held_writes: AtomicU64,
+    /// Registered clients that had not said `replay_done` when the grace
+    /// period ended this instance's recovery (0: it ended otherwise, or has
+    /// not ended). Their writes not yet replayed may be lost: held writes
+    /// ran before them, and a snapshot may now promise past them.
+    pub grace_missed: AtomicU64,
     /// The registry loaded at boot names at least one client.
     awaiting_clients: AtomicBool,
     /// Test-only failpoint (`RECALL_FAILPOINT=replay-after-N`): abort the
@@ -439,6 +444,9 @@ impl Durability {
     /// snapshot covers them.
     pub fn end_recovery(&self, why: RecoveryEnd) {
         if self.recovering.swap(false, Ordering::AcqRel) {
+            if let RecoveryEnd::GraceExpired { n_missing, .. } = &why {
+                self.grace_missed.store(*n_missing as u64, Ordering::Release);
+            }
             *self.recovery_end.lock() = Some(why);
             self.events.signal();
         }

@@ -63,6 +63,7 @@ mod tests {
         assert_eq!(send(&e, &mut s, b"replay_done b\r\n"), "OK\r\n");
         assert!(!e.durability.recovering.load(Ordering::Acquire));
         assert_eq!(e.durability.take_recovery_end(), Some(RecoveryEnd::AllReplayed { n: 3 }));
+        assert_eq!(e.durability.grace_missed.load(Ordering::Acquire), 0, "no client missed");
         // Later: grace expiry finds nothing to end; replay_done is just OK.
         e.durability.end_recovery_by_grace();
         assert_eq!(e.durability.take_recovery_end(), None);
@@ -72,6 +73,7 @@ mod tests {
             "STAT clients_registered 3\r\n",
             "STAT recovery_clients_known 3\r\n",
             "STAT recovery_clients_replayed 3\r\n",
+            "STAT recovery_grace_missed 0\r\n",
         ] {
             assert!(stats.contains(want), "{want} missing from {stats}");
         }
@@ -85,6 +87,12 @@ mod tests {
         let why = e.durability.take_recovery_end().unwrap();
         assert_eq!(why, RecoveryEnd::GraceExpired { n_missing: 1, missing: vec!["y".into()] });
         assert_eq!(why.to_string(), "grace period expired with 1 clients missing: y");
+        // The clients the grace period gave up on, in `stats` for as long as
+        // the instance lives (the crash harness reads it after each restart).
+        assert_eq!(e.durability.grace_missed.load(Ordering::Acquire), 1);
+        let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+        let stats = send(&e, &mut s, b"stats\r\n");
+        assert!(stats.contains("STAT recovery_grace_missed 1\r\n"), "{stats}");
         // An empty registry: nobody to wait for.
         let (e, _) = recovering(Some(&[]));
         assert!(!e.durability.recovering.load(Ordering::Acquire));

@@ -676,6 +676,7 @@ impl Engine {
             stat(out, "clients_registered", registered);
             stat(out, "recovery_clients_known", known);
             stat(out, "recovery_clients_replayed", replayed);
+            stat(out, "recovery_grace_missed", d.grace_missed.load(Relaxed));
             stat(out, "durable_tombstones", d.tombstone_count());
             stat(out, "durable_tombstones_dropped", d.tombstones_dropped.load(Relaxed));
             stat(out, "durable_flushed_at", d.flushed_at.load(Relaxed));

@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use recall_engine::durability::SaveClients;
+use recall_engine::durability::{RecoveryEnd, SaveClients};
 use recall_engine::Engine;
 use recall_persist::failpoint::{self, Crash};
 use recall_persist::fsutil::{write_atomically_at, FailAt};
@@ -361,8 +361,14 @@ impl Persist {
             if p.end_recovery {
                 d.end_recovery_by_grace();
             }
-            if let Some(why) = d.take_recovery_end() {
-                tracing::info!("recovery over: {why}");
+            match d.take_recovery_end() {
+                // The missing clients' writes not replayed yet may be lost:
+                // worth more than an info line.
+                Some(why @ RecoveryEnd::GraceExpired { n_missing: 1.., .. }) => {
+                    tracing::warn!("recovery over: {why}");
+                }
+                Some(why) => tracing::info!("recovery over: {why}"),
+                None => {}
             }
             if p.snapshot {
                 match self.snapshot_now(FailAt::None) {

@@ -232,20 +232,26 @@ async fn read_line(
 
 /// `recovery_held_writes` from `stats`: writes the server held for recovery.
 pub async fn held_writes(addr: SocketAddr) -> Result<u64, String> {
+    stat(addr, "recovery_held_writes").await
+}
+
+/// One numeric value of `stats`.
+pub async fn stat(addr: SocketAddr, name: &str) -> Result<u64, String> {
     let stream = tokio::net::TcpStream::connect(addr).await.map_err(|e| format!("stats: {e}"))?;
     let (rd, mut wr) = stream.into_split();
     let mut rd = BufReader::new(rd);
     wr.write_all(b"stats\r\n").await.map_err(|e| format!("stats: {e}"))?;
+    let prefix = format!("STAT {name} ");
     let mut line = String::new();
-    let mut held = None;
+    let mut value = None;
     loop {
         read_line(&mut rd, &mut line, Duration::from_secs(5)).await?;
         if line == "END\r\n" {
             break;
         }
-        if let Some(v) = line.trim_end().strip_prefix("STAT recovery_held_writes ") {
-            held = v.parse().ok();
+        if let Some(v) = line.trim_end().strip_prefix(&prefix) {
+            value = v.parse().ok();
         }
     }
-    held.ok_or_else(|| "stats: no recovery_held_writes".into())
+    value.ok_or_else(|| format!("stats: no {name}"))
 }

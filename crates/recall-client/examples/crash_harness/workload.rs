@@ -16,7 +16,7 @@ use super::{lock, stripe, Rng, Shared};
 /// Not sent at all, so certainly not applied.
 fn not_sent(e: &Error) -> bool {
     match e {
-        Error::ServerDead { .. } => true,
+        Error::ServerDead { .. } | Error::NotReplayed { .. } => true,
         Error::Connection { source, .. } => source.kind() == std::io::ErrorKind::ConnectionRefused,
         _ => false,
     }

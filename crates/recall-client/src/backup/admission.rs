@@ -177,7 +177,7 @@ impl Node {
     /// Admission when a restart is suspected or there is no room: wait for
     /// the poller, then for room.
     pub(super) async fn enter_slow(&self, cfg: &Cfg, bytes: usize) -> Result<Entered<'_>> {
-        self.wait_ready(cfg).await;
+        self.wait_ready(cfg).await?;
         if let Ok(e) = self.try_enter(cfg, bytes) {
             return Ok(e);
         }
@@ -217,24 +217,34 @@ impl Node {
         }
     }
 
-    /// Wait (up to the request timeout) while a restart is suspected. If
-    /// the poller cannot settle it in that time the server is most likely
-    /// down, and the write goes ahead to fail (or to be checked when its
-    /// acknowledgement comes back).
-    async fn wait_ready(&self, cfg: &Cfg) {
+    /// Wait (up to the request timeout) while a restart is suspected, then
+    /// fail without sending. The write must not go ahead unreplayed: on a
+    /// restarted server it would act on the state reloaded before this
+    /// client's replay (an `add` finding its key missing), recalld would
+    /// hold it until recovery ends, and the replay, which waits for the
+    /// writes inside the gate, would wait for it: until the grace period
+    /// ended recovery without this client, when the write ran first and
+    /// its key's replay came back `STALE` (the crash harness's spill-mode
+    /// loss, issue 16). A server that is down fails the write just the
+    /// same, only later.
+    async fn wait_ready(&self, cfg: &Cfg) -> Result<()> {
         if !self.suspect.load(Ordering::Acquire) {
-            return;
+            return Ok(());
         }
         let deadline = tokio::time::Instant::now() + cfg.request_timeout;
         loop {
             let mut ready = pin!(self.ready.notified());
             ready.as_mut().enable();
             if !self.suspect.load(Ordering::Acquire) {
-                return;
+                return Ok(());
             }
             self.poke.notify_one();
             if tokio::time::timeout_at(deadline, ready).await.is_err() {
-                return;
+                if !self.suspect.load(Ordering::Acquire) {
+                    return Ok(());
+                }
+                self.counters.not_replayed.fetch_add(1, Ordering::Relaxed);
+                return Err(Error::NotReplayed { server: self.name.clone(), after: cfg.request_timeout });
             }
         }
     }

@@ -109,7 +109,12 @@
 //!   unseen instance, or the client started on a spill file with entries)
 //!   until the next poll has replayed, so that this
 //!   client's conditional writes (`add`, `replace`, `delete`) do not act
-//!   on the state the server reloaded before its replay.
+//!   on the state the server reloaded before its replay. If no poll has
+//!   replayed within the request timeout the write fails unsent
+//!   ([`Error::NotReplayed`](crate::Error::NotReplayed)); it used to go
+//!   ahead, and on a recovering recalld that deadlocked with the replay
+//!   until the grace period, then lost the key's acknowledged write (the
+//!   crash harness's spill mode, issue 16).
 //! * **A server without `--data-dir`** (`DURABLE 0 0 off`): nothing is
 //!   backed up.
 //!

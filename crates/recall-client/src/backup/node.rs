@@ -78,6 +78,7 @@ pub(super) struct Counters {
     pub(super) dropped: AtomicU64,
     pub(super) snapshots: AtomicU64,
     pub(super) waits: AtomicU64,
+    pub(super) not_replayed: AtomicU64,
     pub(super) unprotected: AtomicU64,
     pub(super) lost_reads: AtomicU64,
 }

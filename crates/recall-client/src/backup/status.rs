@@ -66,6 +66,10 @@ pub struct BackupStatus {
     pub snapshots_requested: u64,
     /// Writes that had to wait for room in the backup.
     pub backpressure_waits: u64,
+    /// Writes failed unsent ([`Error::NotReplayed`](crate::Error::NotReplayed)):
+    /// a restart was suspected and no poll had replayed within the request
+    /// timeout.
+    pub not_replayed: u64,
     /// Acknowledged writes the client could not back up (see
     /// [`DurableClient::append`]); they are reported to the caller as
     /// errors.
@@ -129,6 +133,7 @@ impl DurableClient {
                     dropped_unreplayed: get(&c.dropped),
                     snapshots_requested: get(&c.snapshots),
                     backpressure_waits: get(&c.waits),
+                    not_replayed: get(&c.not_replayed),
                     unprotected: get(&c.unprotected),
                     lost_reads: get(&c.lost_reads),
                     registered: v.registry,
