@@ -47,7 +47,11 @@
 //! clients' poll interval, 20), `--recovery-grace S` (1; it must be well
 //! above the poll interval, and in the plain-writer modes above the time
 //! from a restart to the burst being held, or the run fails),
-//! `--verbose`. recalld runs with
+//! `--verbose`. After every restart, once the clients have replayed, the
+//! harness reads recalld's `recovery_grace_missed`: a recovery the grace
+//! period ended with a client missing is printed and listed in the
+//! summary with the violations of its cycle (the guarantee does not cover
+//! that client's writes). recalld runs with
 //! `--snapshot-interval 2 --snapshot-after-writes 0 --recovery-grace 1`
 //! (see the `backup` module docs for why not `--snapshot-after-writes`).
 //! `RECALLD_BIN` overrides the server binary (otherwise it is built with
