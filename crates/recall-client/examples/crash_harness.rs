@@ -47,6 +47,9 @@
 //! clients' poll interval, 20), `--recovery-grace S` (1; it must be well
 //! above the poll interval, and in the plain-writer modes above the time
 //! from a restart to the burst being held, or the run fails),
+//! `--request-timeout-ms N` (the durable clients' request timeout, 2000;
+//! it also bounds how long a write waits for a suspected restart to be
+//! replayed, so a small one makes writes reach that bound often),
 //! `--verbose`. After every restart, once the clients have replayed, the
 //! harness reads recalld's `recovery_grace_missed`: a recovery the grace
 //! period ended with a client missing is printed and listed in the
@@ -244,6 +247,9 @@ pub struct Config {
     /// recalld `--snapshot-interval` and `--recovery-grace` (seconds).
     pub snapshot_interval: u64,
     pub recovery_grace: u64,
+    /// The durable clients' request timeout, which also bounds how long a
+    /// write waits for a suspected restart to be replayed.
+    pub request_timeout: Duration,
     /// After every restart a plain memcached client appends to
     /// `plain_keys` of the durable tasks' keys while the server recovers
     /// (see `crash_harness/others.rs`).
@@ -279,6 +285,7 @@ impl Config {
             verbose: false,
             snapshot_interval: 2,
             recovery_grace: 1,
+            request_timeout: Duration::from_secs(2),
             plain_writer: false,
             plain_held: true,
             meta_e: false,
@@ -425,7 +432,7 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
             .server(&spec)
             .poll_interval(cfg.poll_interval)
             .connect_timeout(Duration::from_millis(500))
-            .request_timeout(Duration::from_secs(2))
+            .request_timeout(cfg.request_timeout)
             .retry_backoff(Duration::from_millis(10), Duration::from_millis(100))
             .max_entries(cfg.max_entries)
             .backpressure_timeout(Duration::from_secs(5))
@@ -721,6 +728,9 @@ fn main() {
             }
             "--meta-e" => cfg.meta_e = true,
             "--plain-keys" => cfg.plain_keys = num(args.next(), "--plain-keys").max(1) as usize,
+            "--request-timeout-ms" => {
+                cfg.request_timeout = Duration::from_millis(num(args.next(), "--request-timeout-ms").max(1))
+            }
             "--poll-ms" => cfg.poll_interval = Duration::from_millis(num(args.next(), "--poll-ms").max(1)),
             "--recovery-grace" => cfg.recovery_grace = num(args.next(), "--recovery-grace").max(1),
             "--verbose" => cfg.verbose = true,

@@ -184,6 +184,10 @@ impl Node {
         let deadline = tokio::time::Instant::now() + cfg.backpressure_timeout;
         let mut counted = false;
         loop {
+            // Again after each wait: a replay that failed (the server died
+            // under it) opens the gate with a restart suspected, and the
+            // writes it held must wait for the next one.
+            self.wait_ready(cfg).await?;
             let mut room = pin!(self.room.notified());
             let mut opened = pin!(self.admission.opened.notified());
             // Registered before the check, so a trim or the end of a replay

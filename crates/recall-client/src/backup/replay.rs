@@ -28,6 +28,20 @@ const REPLAY_BATCH_BYTES: usize = 64 << 10;
 /// `replay` command per entry on the control connection.
 pub(super) async fn replay(node: &Node, cfg: &Cfg, ctl: &mut Ctl, d: Durable) -> Result<()> {
     let _gate = node.admission.close().await;
+    let r = replay_closed(node, cfg, ctl, d).await;
+    if r.is_err() {
+        // Before the gate opens: the writes it held must not go out until
+        // a replay succeeds (the poll's caller sets this too, but only
+        // after the gate has opened, and a write let in between could
+        // reach a restarted server ahead of the replay). No poke: the
+        // poller would spin against a server that is down.
+        node.suspect.store(true, Ordering::Release);
+    }
+    r
+}
+
+/// [`replay`], with the gate closed.
+async fn replay_closed(node: &Node, cfg: &Cfg, ctl: &mut Ctl, d: Durable) -> Result<()> {
     if !node.log().log.needs_replay(d.instance) {
         return Ok(());
     }
