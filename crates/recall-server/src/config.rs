@@ -12,7 +12,10 @@ use clap::{ArgAction, CommandFactory, Parser};
 use recall_store::{PolicyKind, PrioConfig};
 use serde::{Deserialize, Serialize};
 
+mod listen;
 mod transport;
+
+pub use listen::{ListenSpec, ListenTls};
 
 /// The embedded default configuration, which is also the documented example.
 pub const DEFAULT_TOML: &str = include_str!("../recalld.toml");

@@ -10,6 +10,7 @@
 //!   verify again on); `ssl_min_version` is 2 (tlsv1.2, the default) or 3
 //!   (tlsv1.3): rustls does not offer TLS 1.0 or 1.1.
 
+use super::listen::{parse_listen, ListenRules, ListenSpec};
 use super::{Cli, Config, ConfigError};
 
 /// The TLS versions `ssl_min_version` accepts, by memcached's number and
@@ -79,6 +80,7 @@ impl Config {
     /// their errors reported, when the server starts).
     pub(super) fn validate_transport(&self) -> Result<(), ConfigError> {
         self.unix_mask_bits()?;
+        self.listeners()?;
         if self.ssl_verify_mode > 3 {
             return Err(ConfigError(format!(
                 "Invalid ssl_verify_mode {}: 0 (none), 1 (request), 2 (require) or 3 (once)",
@@ -106,11 +108,34 @@ impl Config {
     /// What to tell the operator about a transport setting that does less
     /// than they may think.
     pub(super) fn transport_warnings(&self) -> Vec<String> {
-        let mut w = Vec::new();
+        let mut w = self.listeners().map(|(_, w)| w).unwrap_or_default();
         if self.ssl_enabled && !self.unix_socket.is_empty() {
             w.push("-Z: TLS is for TCP; with -s recalld serves only the unix socket, without TLS".into());
         }
         w
+    }
+
+    /// The TCP listeners `-l` and `-p` name (none with `-s`: memcached
+    /// then serves the unix socket alone), and memcached's warnings about
+    /// them. See listen.rs for the syntax.
+    pub fn listeners(&self) -> Result<(Vec<ListenSpec>, Vec<String>), ConfigError> {
+        if !self.unix_socket.is_empty() {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let rules = ListenRules {
+            default_port: self.port,
+            ssl: self.ssl_enabled,
+            auth_file: !self.auth_file.is_empty(),
+            sasl: self.sasl,
+        };
+        let (specs, warnings) = parse_listen(&self.listen, rules)?;
+        if self.ssl_enabled && self.ssl_ca_cert.is_empty() && specs.iter().any(|s| s.tls == super::ListenTls::Peer) {
+            return Err(ConfigError(
+                "mtls: listeners check client certificates: they need -o ssl_ca_cert=FILE (the CAs they must chain to)"
+                    .into(),
+            ));
+        }
+        Ok((specs, warnings))
     }
 
     /// `-a`: the unix socket's access mask (octal, like chmod).
