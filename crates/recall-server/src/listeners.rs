@@ -1,5 +1,6 @@
-//! The listening socket: TCP (`-l`, `-p`) or, with `-s`, a unix socket
-//! instead, as memcached serves one or the other.
+//! The listening sockets: TCP (every entry of `-l`, on `-p` unless the
+//! entry names its port) or, with `-s`, one unix socket instead, as
+//! memcached serves one or the other.
 
 use std::io::{self, Write as _};
 use std::net::SocketAddr;
@@ -9,12 +10,27 @@ use std::sync::Arc;
 
 use recall_engine::stats::Endpoint;
 
-use crate::config::Config;
+use recall_engine::ProtocolChoice;
+
+use crate::config::{Config, ListenSpec, ListenTls};
 
 /// A bound, listening socket, not yet on a runtime.
 pub enum Bound {
     Tcp(std::net::TcpListener),
     Unix(std::os::unix::net::UnixListener, PathBuf),
+}
+
+/// What a listener's `-l` prefixes ask of the connections it accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Via {
+    /// `proto[...]`; `None` is `-B`'s choice.
+    pub protocol: Option<ProtocolChoice>,
+    pub tls: ListenTls,
+}
+
+impl Via {
+    /// The unix socket's: `-B`, never TLS.
+    const UNIX: Via = Via { protocol: None, tls: ListenTls::None };
 }
 
 /// A listener on the acceptor's runtime.
@@ -31,16 +47,27 @@ pub enum Accepted {
 
 impl Bound {
     /// Bind what the configuration names: the unix socket if `-s` is set,
-    /// else TCP.
-    pub fn bind(cfg: &Config) -> io::Result<Bound> {
+    /// else every address of every `-l` entry, in the order given (the
+    /// first is the one the "listening on" line shows).
+    pub fn bind_all(cfg: &Config) -> io::Result<Vec<(Bound, Via)>> {
+        let invalid = |e: crate::config::ConfigError| io::Error::new(io::ErrorKind::InvalidInput, e.0);
         if cfg.unix_socket.is_empty() {
-            bind_tcp(cfg).map(Bound::Tcp)
+            let (specs, _) = cfg.listeners().map_err(invalid)?;
+            let mut bound = Vec::new();
+            for spec in &specs {
+                let via = Via { protocol: spec.protocol, tls: spec.tls };
+                for l in bind_entry(spec, cfg.listen_backlog as i32)? {
+                    bound.push((Bound::Tcp(l), via));
+                }
+            }
+            Ok(bound)
         } else {
-            let mask = cfg.unix_mask_bits().map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.0))?;
+            let mask = cfg.unix_mask_bits().map_err(invalid)?;
             let path = PathBuf::from(&cfg.unix_socket);
-            bind_unix(&path, mask, cfg.listen_backlog as i32).map(|l| Bound::Unix(l, path.clone())).map_err(|e| {
+            let l = bind_unix(&path, mask, cfg.listen_backlog as i32).map_err(|e| {
                 io::Error::new(e.kind(), format!("failed to listen on UNIX socket {}: {e}", path.display()))
-            })
+            })?;
+            Ok(vec![(Bound::Unix(l, path), Via::UNIX)])
         }
     }
 
@@ -126,18 +153,59 @@ pub fn unix_endpoints(s: &tokio::net::UnixStream) -> (Endpoint, Endpoint) {
     (Endpoint::Unix(name(s.peer_addr())), Endpoint::Unix(name(s.local_addr())))
 }
 
-fn bind_tcp(cfg: &Config) -> io::Result<std::net::TcpListener> {
-    let addr: SocketAddr = format!("{}:{}", cfg.listen, cfg.port).parse().or_else(|_| {
-        use std::net::ToSocketAddrs;
-        (cfg.listen.as_str(), cfg.port)
-            .to_socket_addrs()?
-            .next()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address"))
-    })?;
+/// Every address one `-l` entry names, as memcached's getaddrinfo loop
+/// binds them: `*` is the IPv4 and the IPv6 any-address, a host name each
+/// address it resolves to. An address that cannot be bound is skipped
+/// (with a warning) when another of the entry's addresses can, except an
+/// address in use, which stops the start as in memcached.
+fn bind_entry(spec: &ListenSpec, backlog: i32) -> io::Result<Vec<std::net::TcpListener>> {
+    use std::net::{Ipv4Addr, Ipv6Addr, ToSocketAddrs};
+    let addrs: Vec<SocketAddr> = match &spec.host {
+        None => vec![(Ipv4Addr::UNSPECIFIED, spec.port).into(), (Ipv6Addr::UNSPECIFIED, spec.port).into()],
+        Some(h) => match h.parse::<std::net::IpAddr>() {
+            Ok(ip) => vec![SocketAddr::new(ip, spec.port)],
+            Err(_) => (h.as_str(), spec.port)
+                .to_socket_addrs()
+                .map_err(|e| io::Error::new(e.kind(), format!("getaddrinfo({h}): {e}")))?
+                .collect(),
+        },
+    };
+    let mut bound = Vec::new();
+    let mut first_err = None;
+    for addr in addrs {
+        match bind_tcp(addr, backlog) {
+            Ok(l) => bound.push(l),
+            Err(e) => {
+                let e = io::Error::new(e.kind(), format!("failed to listen on TCP {addr}: {e}"));
+                if e.kind() == io::ErrorKind::AddrInUse {
+                    return Err(e);
+                }
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    match first_err {
+        Some(e) if bound.is_empty() => Err(e),
+        Some(e) => {
+            tracing::warn!("{e}: listening on the entry's other addresses");
+            Ok(bound)
+        }
+        None if bound.is_empty() => {
+            Err(io::Error::new(io::ErrorKind::InvalidInput, format!("no address to listen on for {spec:?}")))
+        }
+        None => Ok(bound),
+    }
+}
+
+fn bind_tcp(addr: SocketAddr, backlog: i32) -> io::Result<std::net::TcpListener> {
     let sock = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)?;
     sock.set_reuse_address(true)?;
+    // As memcached: `*` binds [::] beside 0.0.0.0, so IPv6 only.
+    if addr.is_ipv6() {
+        sock.set_only_v6(true)?;
+    }
     sock.bind(&addr.into())?;
-    sock.listen(cfg.listen_backlog as i32)?;
+    sock.listen(backlog)?;
     sock.set_nonblocking(true)?;
     Ok(sock.into())
 }

@@ -28,8 +28,9 @@ use recall_store::{Clock, PolicyConfig, SlruConfig, Store, StoreConfig, SystemCl
 use tokio::sync::{mpsc, Notify};
 
 use crate::config::Config;
+use crate::config::ListenTls;
 use crate::conn::{connection, ConnCtx};
-use crate::listeners::{unix_endpoints, Accepted, Bound};
+use crate::listeners::{unix_endpoints, Accepted, Bound, Via};
 use crate::tls::Tls;
 use crate::udp;
 use recall_persist::wal::Wal;
@@ -94,7 +95,7 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
             .map_err(std::io::Error::other)?;
     // First, while this is the only thread: binding a unix socket sets the
     // process's umask for a moment (see listeners.rs).
-    let bound = Bound::bind(&cfg)?;
+    let bound = Bound::bind_all(&cfg)?;
     let clock = Arc::new(SystemClock::new());
     let mut engine = build_engine(&cfg, clock.clone());
     engine.config.auth = auth;
@@ -147,8 +148,12 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
             }
             None => None,
         };
-    let local = bound.endpoint()?;
-    engine.conns.listening(local.clone());
+    let locals = bound.iter().map(|(b, _)| b.endpoint()).collect::<std::io::Result<Vec<_>>>()?;
+    for l in &locals {
+        engine.conns.listening(l.clone());
+    }
+    // The first listener is the one the "listening on" line shows.
+    let local = locals.first().cloned().ok_or_else(|| std::io::Error::other("no listener"))?;
     let shutdown = Arc::new(Notify::new());
 
     let choice = match cfg.protocol.as_str() {
@@ -162,7 +167,7 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
     // Workers.
     let mut senders = Vec::new();
     for i in 0..cfg.effective_threads() {
-        let (tx, rx) = mpsc::unbounded_channel::<Accepted>();
+        let (tx, rx) = mpsc::unbounded_channel::<(Accepted, Via)>();
         senders.push(tx);
         let w = Worker { engine: engine.clone(), choice, idle, wal: wal.clone(), tls: tls.clone(), forward_timeout };
         let shutdown = shutdown.clone();
@@ -186,9 +191,10 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
     }
 
     let mut udp_local = None;
-    // memcached serves a unix socket alone: no TCP, no UDP.
-    if cfg.udp_port != 0 && cfg.unix_socket.is_empty() {
-        let sock = std::net::UdpSocket::bind((cfg.listen.as_str(), cfg.udp_port))?;
+    // memcached serves a unix socket alone: no TCP, no UDP. UDP listens
+    // on the first TCP listener's address only.
+    if let (true, Endpoint::Tcp(first)) = (cfg.udp_port != 0, &local) {
+        let sock = std::net::UdpSocket::bind((first.ip(), cfg.udp_port))?;
         let engine = engine.clone();
         let udp_addr = sock.local_addr()?;
         udp_local = Some(udp_addr);
@@ -198,8 +204,10 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
     }
 
     // memcached writes the ports file only when it listens on TCP.
-    if let (Some(path), Endpoint::Tcp(tcp)) = (std::env::var_os(crate::portfile::ENV), &local) {
-        crate::portfile::write(path.as_ref(), *tcp, udp_local)?;
+    let tcp: Vec<std::net::SocketAddr> =
+        locals.iter().filter_map(|l| if let Endpoint::Tcp(a) = l { Some(*a) } else { None }).collect();
+    if let (Some(path), false) = (std::env::var_os(crate::portfile::ENV), tcp.is_empty()) {
+        crate::portfile::write(path.as_ref(), &tcp, udp_local)?;
     }
 
     if !cfg.pid_file.is_empty() {
@@ -207,7 +215,8 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
     }
 
     // Tests and scripts read this line to learn the port when -p 0 is used
-    // ("listening on 127.0.0.1:PORT", or "listening on unix:PATH").
+    // ("listening on 127.0.0.1:PORT", or "listening on unix:PATH"); with
+    // several `-l` entries it names the first (the ports file has all).
     match &local {
         Endpoint::Tcp(a) => println!("listening on {a}"),
         unix => println!("listening on {unix}"),
@@ -220,23 +229,37 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
     let acceptor_engine = engine.clone();
     rt.block_on(async move {
         let engine = acceptor_engine;
-        let listener = bound.into_listener()?;
+        // One task per listener, all feeding this loop: the connection
+        // limit and the round-robin stay in one place.
+        let (accepted_tx, mut accepted) = mpsc::channel::<(Accepted, Via)>(64);
+        for (b, via) in bound {
+            let listener = b.into_listener()?;
+            let tx = accepted_tx.clone();
+            tokio::spawn(async move {
+                loop {
+                    match listener.accept().await {
+                        Ok(s) => {
+                            if tx.send((s, via)).await.is_err() {
+                                return;
+                            }
+                        }
+                        Err(e) => {
+                            // EMFILE and friends: back off briefly instead of spinning.
+                            tracing::warn!(error = %e, "accept failed");
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                    }
+                }
+            });
+        }
+        drop(accepted_tx);
         let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         // SIGHUP reloads the auth file and the TLS certificates, as in memcached.
         let mut sighup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
         let mut next = 0usize;
         loop {
             tokio::select! {
-                r = listener.accept() => {
-                    let stream = match r {
-                        Ok(s) => s,
-                        Err(e) => {
-                            // EMFILE and friends: back off briefly instead of spinning.
-                            tracing::warn!(error = %e, "accept failed");
-                            tokio::time::sleep(Duration::from_millis(10)).await;
-                            continue;
-                        }
-                    };
+                Some((stream, via)) = accepted.recv() => {
                     let g = &engine.gauges;
                     if g.curr_connections.load(Ordering::Relaxed) >= max_conns {
                         g.rejected_connections.fetch_add(1, Ordering::Relaxed);
@@ -245,7 +268,7 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
                     }
                     g.curr_connections.fetch_add(1, Ordering::Relaxed);
                     g.total_connections.fetch_add(1, Ordering::Relaxed);
-                    let _ = senders[next % senders.len()].send(stream);
+                    let _ = senders[next % senders.len()].send((stream, via));
                     next = next.wrapping_add(1);
                 }
                 _ = tokio::signal::ctrl_c() => { tracing::info!("SIGINT: shutting down"); break; }
@@ -295,7 +318,7 @@ struct Worker {
 }
 
 impl Worker {
-    fn run(self, mut rx: mpsc::UnboundedReceiver<Accepted>, shutdown: Arc<Notify>) {
+    fn run(self, mut rx: mpsc::UnboundedReceiver<(Accepted, Via)>, shutdown: Arc<Notify>) {
         // The timer driver is only needed for idle timeouts; without it every
         // park of the event loop skips the timer wheel.
         let mut b = tokio::runtime::Builder::new_current_thread();
@@ -320,12 +343,14 @@ impl Worker {
         };
         let tls = self.tls;
         rt.block_on(async move {
-            while let Some(s) = rx.recv().await {
-                let cx = cx.clone();
+            while let Some((s, via)) = rx.recv().await {
+                let mut cx = cx.clone();
+                cx.choice = via.protocol.unwrap_or(cx.choice);
                 let shutdown = shutdown.clone();
                 let tls = tls.clone();
                 tokio::spawn(async move {
-                    let action = serve(&cx, s, tls.as_ref()).await;
+                    let tls = tls.as_ref().filter(|_| via.tls != ListenTls::None).map(|t| (t, via.tls));
+                    let action = serve(&cx, s, tls).await;
                     cx.engine.gauges.curr_connections.fetch_sub(1, Ordering::Relaxed);
                     if action == Action::Shutdown {
                         shutdown.notify_one();
@@ -338,7 +363,7 @@ impl Worker {
 
 /// Put an accepted connection on this worker's runtime, register it in
 /// `stats conns`, and run it over its transport.
-async fn serve(cx: &ConnCtx, accepted: Accepted, tls: Option<&Tls>) -> Action {
+async fn serve(cx: &ConnCtx, accepted: Accepted, tls: Option<(&Tls, ListenTls)>) -> Action {
     let now = cx.engine.now();
     match accepted {
         Accepted::Tcp(s) => {
@@ -349,7 +374,7 @@ async fn serve(cx: &ConnCtx, accepted: Accepted, tls: Option<&Tls>) -> Action {
             };
             match tls {
                 None => connection(cx, stream, row).await,
-                Some(t) => match t.accept(stream, cx.idle).await {
+                Some((t, mode)) => match t.accept(stream, cx.idle, mode).await {
                     Some(stream) => connection(cx, stream, row).await,
                     None => Action::Close,
                 },

@@ -1,5 +1,9 @@
-//! TLS (`-Z`): memcached's `ssl_*` settings as one rustls `ServerConfig`,
-//! loaded once at start, and the TLS stream a connection runs over.
+//! TLS (`-Z`): memcached's `ssl_*` settings as rustls `ServerConfig`s,
+//! loaded once at start, and the TLS stream a connection runs over. The
+//! settings make one configuration per listener kind of `-l`: no prefix
+//! (`ssl_verify_mode`'s client checks), `btls:` (no client certificate
+//! asked for) and, given `ssl_ca_cert`, `mtls:` (one required); all share
+//! the certificate, the key and the other settings.
 //!
 //! Every file error names the file and stops the server at start, as
 //! memcached does: a server that came up without the certificate it was
@@ -27,17 +31,45 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 
-use crate::config::Config;
+use crate::config::{Config, ListenTls};
 
 /// Sessions the cache keeps (`ssl_session_cache`); the oldest go first.
 const SESSION_CACHE_SIZE: usize = 4096;
 
-/// What every TLS connection shares: the acceptor (replaced whole by a
+/// What every TLS connection shares: the acceptors (replaced whole by a
 /// reload) and the counters.
 #[derive(Clone)]
 pub struct Tls {
-    acceptor: Arc<RwLock<TlsAcceptor>>,
+    acceptor: Arc<RwLock<Acceptors>>,
     stats: Arc<TlsStats>,
+}
+
+/// One acceptor per kind of TLS listener.
+struct Acceptors {
+    default: TlsAcceptor,
+    no_peer: TlsAcceptor,
+    /// `None` without `ssl_ca_cert` (configuration refuses `mtls:` then).
+    peer: Option<TlsAcceptor>,
+}
+
+impl Acceptors {
+    fn load(cfg: &Config, stats: &Arc<TlsStats>) -> Result<Acceptors, String> {
+        Ok(Acceptors {
+            default: server_config(cfg, cfg.ssl_verify_mode, stats)?,
+            no_peer: server_config(cfg, 0, stats)?,
+            // memcached's MC_SSL_ENABLED_PEER: VERIFY_PEER | FAIL_IF_NO_PEER_CERT.
+            peer: if cfg.ssl_ca_cert.is_empty() { None } else { Some(server_config(cfg, 2, stats)?) },
+        })
+    }
+
+    fn get(&self, mode: ListenTls) -> Option<&TlsAcceptor> {
+        match mode {
+            ListenTls::Default => Some(&self.default),
+            ListenTls::NoPeer => Some(&self.no_peer),
+            ListenTls::Peer => self.peer.as_ref(),
+            ListenTls::None => None,
+        }
+    }
 }
 
 impl Tls {
@@ -46,10 +78,10 @@ impl Tls {
     /// certificates' load time (`time_since_server_cert_refresh`).
     pub fn load(cfg: &Config, now: recall_store::UnixSecs) -> Result<Tls, String> {
         let stats = Arc::new(TlsStats::new(cfg.ssl_session_cache, now));
-        let acceptor = Arc::new(RwLock::new(server_config(cfg, &stats)?));
+        let acceptor = Arc::new(RwLock::new(Acceptors::load(cfg, &stats)?));
         let (files, target, counters) = (cfg.clone(), acceptor.clone(), stats.clone());
         stats.set_reload(Box::new(move || {
-            let fresh = server_config(&files, &counters)?;
+            let fresh = Acceptors::load(&files, &counters)?;
             *target.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = fresh;
             Ok(())
         }));
@@ -60,10 +92,15 @@ impl Tls {
         &self.stats
     }
 
-    /// Run the server's side of the handshake; `None` (counted) if it
-    /// fails or, with an idle timeout, takes longer than that.
-    pub async fn accept(&self, tcp: TcpStream, idle: Option<Duration>) -> Option<TlsConn> {
-        let acceptor = self.acceptor.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
+    /// Run the server's side of the handshake for a listener of kind
+    /// `mode`; `None` (counted) if it fails or, with an idle timeout,
+    /// takes longer than that.
+    pub async fn accept(&self, tcp: TcpStream, idle: Option<Duration>, mode: ListenTls) -> Option<TlsConn> {
+        let acceptor = self.acceptor.read().unwrap_or_else(|poisoned| poisoned.into_inner()).get(mode).cloned();
+        let Some(acceptor) = acceptor else {
+            self.stats.handshake_error();
+            return None;
+        };
         let handshake = acceptor.accept(tcp);
         let done = match idle {
             Some(d) => tokio::time::timeout(d, handshake).await.unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into())),
@@ -80,9 +117,9 @@ impl Tls {
     }
 }
 
-/// The rustls configuration the settings describe, from the files as
-/// they are now.
-fn server_config(cfg: &Config, stats: &Arc<TlsStats>) -> Result<TlsAcceptor, String> {
+/// The rustls configuration the settings describe, with client checks
+/// `verify` (`ssl_verify_mode`'s numbers), from the files as they are now.
+fn server_config(cfg: &Config, verify: u8, stats: &Arc<TlsStats>) -> Result<TlsAcceptor, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let versions: &[&rustls::SupportedProtocolVersion] = match cfg.ssl_min_version.as_str() {
         "tlsv1.3" => &[&rustls::version::TLS13],
@@ -91,7 +128,7 @@ fn server_config(cfg: &Config, stats: &Arc<TlsStats>) -> Result<TlsAcceptor, Str
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(versions)
         .map_err(|e| format!("TLS: {e}"))?;
-    let builder = if cfg.ssl_verify_mode == 0 {
+    let builder = if verify == 0 {
         builder.with_no_client_auth()
     } else {
         let roots = load_roots(Path::new(&cfg.ssl_ca_cert))?;
@@ -99,7 +136,7 @@ fn server_config(cfg: &Config, stats: &Arc<TlsStats>) -> Result<TlsAcceptor, Str
         // Mode 1 (memcached's SSL_VERIFY_PEER alone): ask for a
         // certificate and check one that is sent, but let a client
         // without one in. Modes 2 and 3 refuse it.
-        let verifier = if cfg.ssl_verify_mode == 1 { verifier.allow_unauthenticated() } else { verifier };
+        let verifier = if verify == 1 { verifier.allow_unauthenticated() } else { verifier };
         let verifier =
             verifier.build().map_err(|e| format!("cannot use the CA certificates in {}: {e}", cfg.ssl_ca_cert))?;
         builder.with_client_cert_verifier(verifier)
