@@ -180,9 +180,11 @@ pub struct Cli {
     /// UDP port to listen on (0 = off).
     #[arg(short = 'U', long = "udp-port")]
     pub udp_port: Option<u16>,
-    /// Interface to listen on.
-    #[arg(short = 'l', long = "listen")]
-    pub listen: Option<String>,
+    /// Interfaces to listen on: memcached's list, entries separated by
+    /// `,` or `;`, each `[notls:|btls:|mtls:][proto[ascii|binary|negotiating]:][tag[NAME]:]HOST[:PORT]`
+    /// (`[v6]` brackets, `*` for every address). Repeated `-l` add to the list.
+    #[arg(short = 'l', long = "listen", action = ArgAction::Append)]
+    pub listen: Vec<String>,
     /// Memory limit in megabytes (k/m/g suffixes accepted).
     #[arg(short = 'm', long = "memory-limit")]
     pub memory_limit: Option<String>,
@@ -373,6 +375,25 @@ impl Cli {
     }
 }
 
+/// Repeated `-l` flags as memcached joins them: with `,`, leaving out an
+/// argument already in the list (memcached looks for it as a substring,
+/// which also drops `-l 127.0.0.1` after `-l 127.0.0.10`; recalld
+/// compares whole entries).
+fn listen_list(flags: &[String]) -> Option<String> {
+    let mut list: Option<String> = None;
+    for f in flags {
+        match &mut list {
+            None => list = Some(f.clone()),
+            Some(l) if l.split([',', ';']).any(|e| e == f) => {}
+            Some(l) => {
+                l.push(',');
+                l.push_str(f);
+            }
+        }
+    }
+    list
+}
+
 /// Why the configuration was refused.
 #[derive(Debug, PartialEq, Eq)]
 pub struct ConfigError(pub String);
@@ -423,8 +444,8 @@ impl Config {
         if let Some(p) = cli.udp_port {
             cfg.udp_port = p;
         }
-        if let Some(l) = &cli.listen {
-            cfg.listen = l.clone();
+        if let Some(l) = listen_list(&cli.listen) {
+            cfg.listen = l;
         }
         if let Some(m) = &cli.memory_limit {
             let bytes = parse_size(m, 1 << 20).ok_or_else(|| ConfigError(format!("invalid -m value: {m}")))?;
@@ -817,6 +838,18 @@ mod tests {
         let e = Config::from_cli(&cli(&["-o", "reply_budget=lots"])).unwrap_err();
         assert!(e.0.contains("reply_budget"), "{}", e.0);
         assert!(c.disable_evictions && c.disable_cas && c.disable_flush_all && c.enable_shutdown);
+    }
+
+    #[test]
+    fn repeated_listen_flags_join_as_in_memcached() {
+        let listen = |args: &[&str]| Config::from_cli(&cli(args)).map(|(c, _)| c.listen).map_err(|e| e.0);
+        assert_eq!(listen(&[]).unwrap(), "127.0.0.1");
+        assert_eq!(
+            listen(&["-l", "127.0.0.2", "-l", "notls:x:1"]).unwrap_err(),
+            "'notls' option is valid only when SSL is enabled"
+        );
+        assert_eq!(listen(&["-l", "127.0.0.2", "-l", "[::1]:5;*", "-l", "127.0.0.2"]).unwrap(), "127.0.0.2,[::1]:5;*");
+        assert_eq!(listen(&["-l", "127.0.0.10", "-l", "127.0.0.1"]).unwrap(), "127.0.0.10,127.0.0.1");
     }
 
     #[test]
