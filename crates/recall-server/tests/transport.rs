@@ -136,19 +136,49 @@ impl Pki {
         self.dir.join(f).to_str().unwrap().to_string()
     }
 
-    /// recalld with TLS and these files, client verify `mode`.
-    fn start(&self, mode: u8, extra: &[&str]) -> Result<Recalld, String> {
+    /// The `-Z -o ...` arguments for these files, client verify `mode`.
+    fn args(&self, mode: u8) -> [String; 3] {
         let opts = format!(
             "ssl_chain_cert={},ssl_key={},ssl_ca_cert={},ssl_verify_mode={mode},reply_budget=64k",
             self.path("server.pem"),
             self.path("server.key"),
             self.path("ca.pem")
         );
-        Recalld::start(["-Z", "-o", &opts].iter().copied().chain(extra.iter().copied()))
+        ["-Z".into(), "-o".into(), opts]
+    }
+
+    /// recalld with TLS and these files, client verify `mode`.
+    fn start(&self, mode: u8, extra: &[&str]) -> Result<Recalld, String> {
+        let args = self.args(mode);
+        Recalld::start(args.iter().map(String::as_str).chain(extra.iter().copied()))
+    }
+
+    /// As `start`, with more `-l` listeners: the server and the TCP ports
+    /// of all its listeners (from the ports file), in order.
+    fn start_listening(&self, mode: u8, listen: &str) -> (Recalld, Vec<u16>) {
+        let ports = self.dir.join("ports");
+        let _ = std::fs::remove_file(&ports);
+        let srv = Recalld::builder()
+            .args(self.args(mode))
+            .args(["-l", listen])
+            .env("MEMCACHED_PORT_FILENAME", &ports)
+            .start()
+            .expect("recalld with several listeners");
+        let text = std::fs::read_to_string(&ports).expect("ports file");
+        (srv, text.lines().filter_map(|l| l.strip_prefix("TCP INET: ")).map(|p| p.parse().unwrap()).collect())
     }
 
     /// A TLS client trusting the CA, presenting `client` (a file stem) if given.
     fn connect(&self, srv: &Recalld, client: Option<&str>) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
+        self.connect_to(srv.addr(), client)
+    }
+
+    /// As `connect`, to any address (the certificate names 127.0.0.1).
+    fn connect_to(
+        &self,
+        addr: std::net::SocketAddr,
+        client: Option<&str>,
+    ) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
         let mut roots = rustls::RootCertStore::empty();
         roots.add(self.ca.clone()).unwrap();
         let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -169,7 +199,7 @@ impl Pki {
         };
         let name = ServerName::try_from("127.0.0.1").unwrap().to_owned();
         let conn = rustls::ClientConnection::new(Arc::new(cfg), name).unwrap();
-        let tcp = TcpStream::connect(srv.addr()).expect("connect");
+        let tcp = TcpStream::connect(addr).expect("connect");
         tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         rustls::StreamOwned::new(conn, tcp)
     }
@@ -371,4 +401,35 @@ fn refresh_certs_and_sighup_reload_the_files_and_a_bad_file_keeps_the_old_ones()
         ok
     });
     assert!(reloaded, "SIGHUP did not bring the test CA's certificate back");
+}
+
+#[test]
+fn listener_prefixes_choose_tls_per_listener() {
+    let pki = Pki::new("tls-prefixes");
+    let at = |last: u8, port: u16| std::net::SocketAddr::from(([127, 0, 0, last], port));
+
+    // Client certificates required by default (mode 2): btls: asks for
+    // none, notls: is plain text.
+    let (srv, ports) = pki.start_listening(2, "notls:127.0.0.2:0,btls:127.0.0.3:0");
+    assert_eq!(ports.len(), 3, "{ports:?}");
+    assert!(refused(&mut pki.connect(&srv, None)), "the default listener follows ssl_verify_mode 2");
+    assert!(version(&mut pki.connect(&srv, Some("client"))));
+    let mut plain = TcpStream::connect(at(2, ports[1])).unwrap();
+    plain.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    assert!(version(&mut plain), "notls: answers plain text");
+    assert!(version(&mut pki.connect_to(at(3, ports[2]), None)), "btls: asks for no certificate");
+    drop(srv);
+
+    // No client checks by default (mode 0): mtls: requires a certificate
+    // from the CA all the same.
+    let (srv, ports) = pki.start_listening(0, "mtls:127.0.0.4:0");
+    assert_eq!(ports.len(), 2, "{ports:?}");
+    assert!(version(&mut pki.connect(&srv, None)), "the default listener follows ssl_verify_mode 0");
+    assert!(refused(&mut pki.connect_to(at(4, ports[1]), None)), "mtls: without a certificate");
+    assert!(refused(&mut pki.connect_to(at(4, ports[1]), Some("intruder"))), "mtls: another CA's certificate");
+    assert!(version(&mut pki.connect_to(at(4, ports[1]), Some("client"))));
+}
+
+fn version<S: Read + Write>(s: &mut S) -> bool {
+    ask(s, b"version\r\n", b"\r\n")[..8] == *b"VERSION "
 }

@@ -3,7 +3,9 @@
 //!
 //! * `-s PATH` serves on the unix socket only (no TCP, no UDP); `-a` is the
 //!   socket file's access mask in octal, default 0700.
-//! * `-Z` puts TLS on every TCP connection. `ssl_chain_cert` is required;
+//! * `-Z` puts TLS on every TCP listener but those `-l` marks `notls:`
+//!   (`btls:` asks for no client certificate, `mtls:` requires one; see
+//!   listen.rs). `ssl_chain_cert` is required;
 //!   `ssl_key` defaults to the chain file (a key "part of the chain");
 //!   `ssl_verify_mode` is 0 none, 1 request (a certificate, if sent, must
 //!   verify), 2 require, 3 once (as 2: TLS 1.3 has no renegotiation to
@@ -243,6 +245,9 @@ mod tests {
         assert!(e.contains("ssl_chain_cert"), "{e}");
         let e = cfg(&["-Z", "-o", "ssl_chain_cert=/c.pem,ssl_verify_mode=2"]).unwrap_err();
         assert!(e.contains("ssl_ca_cert"), "{e}");
+        let e = cfg(&["-Z", "-o", "ssl_chain_cert=/c.pem", "-l", "127.0.0.1,mtls:127.0.0.2"]).unwrap_err();
+        assert!(e.starts_with("mtls:") && e.contains("ssl_ca_cert"), "{e}");
+        assert!(cfg(&["-Z", "-o", "ssl_chain_cert=/c.pem,ssl_ca_cert=/ca.pem", "-l", "mtls:127.0.0.2"]).is_ok());
         for (opt, word) in [
             ("ssl_min_version=1", "not offered"),
             ("ssl_min_version=9", "Invalid ssl_min_version"),
