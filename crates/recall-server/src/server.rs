@@ -2,8 +2,8 @@
 //!
 //! ```text
 //!            main thread (tokio current_thread)
-//!   listener ──accept──► round-robin ──► worker 0 (tokio current_thread) ─┐
-//!   (TCP, or -s unix)                      TLS handshake (-Z), then conn.rs
+//!   listeners ─accept──► round-robin ──► worker 0 (tokio current_thread) ─┐
+//!   (each -l, or -s unix)                  TLS handshake (-Z), then conn.rs
 //!   signals, shutdown                 └► worker 1 ...                     ├─► Engine ─► Store shards
 //!                                                                          │
 //!   maintenance thread: clock tick every second, expired-item reclaim ────┘
