@@ -346,6 +346,12 @@ def write_seeds(seeds, quiet):
             b"MAP self 1 term 0 leader 0", b"MAP self 1 term x leader 0", b"NODE 1 a"]
     for i, m in enumerate(maps):
         put("cluster_map", f"map{i}", m)
+    # `-l` lists; byte 0: bit 0 -Z, bit 1 -Y, bit 2 -S.
+    lists = [b"\x00127.0.0.1", b"\x01notls:127.0.0.1:0,btls:*:1;mtls:[::1]:2",
+             b"\x00proto[binary]:tag[abc]:localhost:11211", b"\x02proto[negotiating]:tag_x_:::1",
+             b"\x04proto[ascii]:h", b"\x00tag[123456789]:h", b"\x00[::1", b"\x00h:99999"]
+    for i, m in enumerate(lists):
+        put("listen_list", f"list{i}", m)
     ctl = [b"DURABLE 3 3298534883330 recovering\r\n", b"DURABLE 0 0 off\n", b"OK\r\nAPPLIED\r\nSTALE\r\n",
            b"REPLAYED 10 2 0\r\nREPLAYED 0 0 0\r\nMN\r\n", b"HD c1099511627781\r\n", b"ERROR\r\nERROR\r\n",
            b"SERVER_ERROR out of memory\r\nCLIENT_ERROR bad id\r\n", b"DURABLE 2 77 maybe\r\n", b"REPLAYED 1 x 3\r\n"]

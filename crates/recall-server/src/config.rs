@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 mod listen;
 mod transport;
 
-pub use listen::{ListenSpec, ListenTls};
+pub use listen::{parse_listen, ListenRules, ListenSpec, ListenTls};
 
 /// The embedded default configuration, which is also the documented example.
 pub const DEFAULT_TOML: &str = include_str!("../recalld.toml");
