@@ -12,22 +12,19 @@ use std::path::Path;
 /// The environment variable memcached reads.
 pub const ENV: &str = "MEMCACHED_PORT_FILENAME";
 
-/// The file's lines for the TCP listeners (one line each, in order, as
-/// memcached writes one per bound socket) and an optional UDP listener.
-pub fn lines(tcp: &[SocketAddr], udp: Option<SocketAddr>) -> String {
+/// The file's lines for the TCP listeners, then the UDP ones (one line
+/// each, in order, as memcached writes one per bound socket).
+pub fn lines(tcp: &[SocketAddr], udp: &[SocketAddr]) -> String {
     let line = |proto: &str, a: SocketAddr| {
         let family = if a.is_ipv4() { "INET" } else { "INET6" };
         format!("{proto} {family}: {}\n", a.port())
     };
-    let mut s: String = tcp.iter().map(|a| line("TCP", *a)).collect();
-    if let Some(u) = udp {
-        s.push_str(&line("UDP", u));
-    }
-    s
+    let tcp = tcp.iter().map(|a| line("TCP", *a));
+    tcp.chain(udp.iter().map(|a| line("UDP", *a))).collect()
 }
 
 /// Write the ports file at `path` (via `<path>.lck`). Errors name the file.
-pub fn write(path: &Path, tcp: &[SocketAddr], udp: Option<SocketAddr>) -> std::io::Result<()> {
+pub fn write(path: &Path, tcp: &[SocketAddr], udp: &[SocketAddr]) -> std::io::Result<()> {
     let mut lck = path.as_os_str().to_owned();
     lck.push(".lck");
     let named = |e: std::io::Error, p: &std::ffi::OsStr| {
@@ -47,9 +44,10 @@ mod tests {
     fn memcached_lines() {
         let tcp: SocketAddr = "127.0.0.1:40000".parse().unwrap();
         let udp: SocketAddr = "[::1]:40001".parse().unwrap();
-        assert_eq!(lines(&[tcp], None), "TCP INET: 40000\n");
-        assert_eq!(lines(&[tcp], Some(udp)), "TCP INET: 40000\nUDP INET6: 40001\n");
-        assert_eq!(lines(&[tcp, udp], None), "TCP INET: 40000\nTCP INET6: 40001\n");
+        assert_eq!(lines(&[tcp], &[]), "TCP INET: 40000\n");
+        assert_eq!(lines(&[tcp], &[udp]), "TCP INET: 40000\nUDP INET6: 40001\n");
+        assert_eq!(lines(&[tcp, udp], &[]), "TCP INET: 40000\nTCP INET6: 40001\n");
+        assert_eq!(lines(&[tcp], &[tcp, udp]), "TCP INET: 40000\nUDP INET: 40000\nUDP INET6: 40001\n");
     }
 
     #[test]
@@ -57,7 +55,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("recall-portfile-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("ports");
-        write(&path, &["127.0.0.1:1234".parse().unwrap()], None).unwrap();
+        write(&path, &["127.0.0.1:1234".parse().unwrap()], &[]).unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "TCP INET: 1234\n");
         assert!(!dir.join("ports.lck").exists());
         let err = write(&dir.join("missing/ports"), &["127.0.0.1:1".parse().unwrap()], None).unwrap_err();

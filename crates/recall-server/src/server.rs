@@ -190,24 +190,34 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
         })?;
     }
 
-    let mut udp_local = None;
-    // memcached serves a unix socket alone: no TCP, no UDP. UDP listens
-    // on the first TCP listener's address only.
-    if let (true, Endpoint::Tcp(first)) = (cfg.udp_port != 0, &local) {
-        let sock = std::net::UdpSocket::bind((first.ip(), cfg.udp_port))?;
-        let engine = engine.clone();
-        let udp_addr = sock.local_addr()?;
-        udp_local = Some(udp_addr);
-        let wal = wal.clone();
-        std::thread::Builder::new().name("recall-udp".into()).spawn(move || udp::serve(engine, sock, choice, wal))?;
-        println!("udp listening on {udp_addr}");
+    let tcp: Vec<std::net::SocketAddr> =
+        locals.iter().filter_map(|l| if let Endpoint::Tcp(a) = l { Some(*a) } else { None }).collect();
+    // memcached serves a unix socket alone: no TCP, no UDP. With `-U`, UDP
+    // listens on every address a TCP listener has (once per address), as
+    // memcached binds it for every `-l` entry.
+    let mut udp_locals = Vec::new();
+    if cfg.udp_port != 0 {
+        let mut ips: Vec<std::net::IpAddr> = Vec::new();
+        for a in &tcp {
+            if !ips.contains(&a.ip()) {
+                ips.push(a.ip());
+            }
+        }
+        for ip in ips {
+            let sock = udp::bind(std::net::SocketAddr::new(ip, cfg.udp_port))?;
+            let udp_addr = sock.local_addr()?;
+            udp_locals.push(udp_addr);
+            let (engine, wal) = (engine.clone(), wal.clone());
+            std::thread::Builder::new()
+                .name("recall-udp".into())
+                .spawn(move || udp::serve(engine, sock, choice, wal))?;
+            println!("udp listening on {udp_addr}");
+        }
     }
 
     // memcached writes the ports file only when it listens on TCP.
-    let tcp: Vec<std::net::SocketAddr> =
-        locals.iter().filter_map(|l| if let Endpoint::Tcp(a) = l { Some(*a) } else { None }).collect();
     if let (Some(path), false) = (std::env::var_os(crate::portfile::ENV), tcp.is_empty()) {
-        crate::portfile::write(path.as_ref(), &tcp, udp_local)?;
+        crate::portfile::write(path.as_ref(), &tcp, &udp_locals)?;
     }
 
     if !cfg.pid_file.is_empty() {

@@ -37,6 +37,18 @@ pub fn frame(request_id: u16, reply: &[u8]) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// A UDP socket on `addr`. An IPv6 one takes IPv6 only, as the TCP
+/// listeners do, so `*` (0.0.0.0 and [::]) can bind both on one port.
+pub fn bind(addr: std::net::SocketAddr) -> std::io::Result<UdpSocket> {
+    let sock = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::DGRAM, None)?;
+    if addr.is_ipv6() {
+        sock.set_only_v6(true)?;
+    }
+    sock.bind(&addr.into())
+        .map_err(|e| std::io::Error::new(e.kind(), format!("failed to listen on UDP {addr}: {e}")))?;
+    Ok(sock.into())
+}
+
 pub fn serve(engine: Arc<Engine>, sock: UdpSocket, choice: ProtocolChoice, wal: Option<Arc<recall_persist::wal::Wal>>) {
     let counters = engine.registry.register();
     let mut buf = vec![0u8; 64 * 1024];

@@ -139,3 +139,51 @@ fn bad_entries_stop_the_start_with_memcacheds_messages() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("Cannot use binary protocol when ascii authentication enabled"), "{err}");
 }
+
+/// One UDP datagram carrying `version`, and whether a framed reply came
+/// back from `to`.
+fn udp_answers(to: SocketAddr) -> bool {
+    let u = std::net::UdpSocket::bind((to.ip(), 0)).unwrap();
+    u.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut dgram = vec![0, 7, 0, 0, 0, 1, 0, 0];
+    dgram.extend_from_slice(b"version\r\n");
+    if u.send_to(&dgram, to).is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 1500];
+    matches!(u.recv(&mut buf), Ok(n) if n > 8 && buf[..2] == [0, 7] && buf[8..n].starts_with(b"VERSION "))
+}
+
+/// With `-U`, UDP listens on every listener's address, as memcached binds
+/// it for every `-l` entry, and the ports file lists each UDP socket.
+#[test]
+fn udp_listens_on_every_listeners_address() {
+    // A UDP port free on both addresses; retry if recalld loses the race.
+    for _ in 0..10 {
+        let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        if std::net::UdpSocket::bind(("127.0.0.2", port)).is_err() {
+            continue;
+        }
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("listeners-udp-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let ports = dir.join("ports");
+        let Ok(_srv) = Recalld::builder()
+            .bin(env!("CARGO_BIN_EXE_recalld"))
+            .args(["-l", "127.0.0.2:0", "-U", &port.to_string()])
+            .env("MEMCACHED_PORT_FILENAME", &ports)
+            .start()
+        else {
+            continue; // the port was taken in between
+        };
+        let text = std::fs::read_to_string(&ports).expect("ports file");
+        let _ = std::fs::remove_dir_all(&dir);
+        let udp: Vec<&str> = text.lines().filter(|l| l.starts_with("UDP ")).collect();
+        assert_eq!(udp, [format!("UDP INET: {port}"), format!("UDP INET: {port}")], "{text}");
+        for ip in ["127.0.0.1", "127.0.0.2"] {
+            assert!(udp_answers(SocketAddr::new(ip.parse().unwrap(), port)), "no UDP reply on {ip}:{port}");
+        }
+        return;
+    }
+    panic!("no free UDP port in 10 tries");
+}
