@@ -58,7 +58,7 @@ mod tests {
         write(&path, &["127.0.0.1:1234".parse().unwrap()], &[]).unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "TCP INET: 1234\n");
         assert!(!dir.join("ports.lck").exists());
-        let err = write(&dir.join("missing/ports"), &["127.0.0.1:1".parse().unwrap()], None).unwrap_err();
+        let err = write(&dir.join("missing/ports"), &["127.0.0.1:1".parse().unwrap()], &[]).unwrap_err();
         assert!(err.to_string().contains("missing/ports.lck"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
