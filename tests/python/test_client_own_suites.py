@@ -5,7 +5,8 @@ version installed (pinned in requirements.txt) is fetched with pip, once,
 into the virtualenv (`<venv>/own-suites/`, or $OWN_SUITES_CACHE). Their tests expect memcached at
 fixed places (127.0.0.1:11211, port 5000, /tmp/memcached.sock), so each
 suite runs in a child pytest inside a network and mount namespace of its
-own (`unshare -n -m`, a private /tmp), where own_suites/suite_conftest.py
+own (`unshare -n -m`, a private /tmp into which whatever the child needs
+from the real /tmp is bound back), where own_suites/suite_conftest.py
 starts recalld at those places. Nothing outside the namespace is touched.
 
 What is left out, and why, is listed next to each suite below.
@@ -65,10 +66,32 @@ def run_in_namespace(root: Path, conftest_dir: Path, args: list[str], logs: Path
         "MEMCACHED_PORT": "11211",
         "OWN_SUITE_LOG_DIR": str(logs),
     }
-    shell = 'ip link set lo up && mount -t tmpfs tmpfs /tmp && exec "$@"'
+    # The private /tmp hides the real one, so what the child needs from it
+    # (a checkout, its virtualenv, the server binary, when they live under
+    # /tmp) is bound back in: the real /tmp is first bound at /mnt (a tmpfs
+    # in this namespace only), then each needed top directory is bound from
+    # there into the new /tmp.
+    keep = sorted({top_under_tmp(p) for p in (HERE, Path(sys.prefix), Path(server[0]), root, logs)} - {None})
+    shell = (
+        'ip link set lo up && mount -t tmpfs tmpfs /mnt && mkdir /mnt/tmp && mount --bind /tmp /mnt/tmp'
+        ' && mount -t tmpfs tmpfs /tmp'
+        ' && for d in $KEEP; do mkdir -p "/tmp/$d" && mount --bind "/mnt/tmp/$d" "/tmp/$d" || exit 1; done'
+        ' && exec "$@"'
+    )
+    env["KEEP"] = " ".join(keep)
     cmd = ["unshare", "-n", "-m", "--", "sh", "-c", shell, "sh",
            sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfE", "--rootdir", str(root), *args]
     return subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S)
+
+
+def top_under_tmp(path: Path) -> str | None:
+    """The name of the directory directly under /tmp that holds `path`, if
+    `path` is under /tmp."""
+    try:
+        parts = path.resolve().relative_to("/tmp").parts
+    except ValueError:
+        return None
+    return parts[0] if parts else None
 
 
 def assert_passed(proc: subprocess.CompletedProcess, logs: Path) -> None:
