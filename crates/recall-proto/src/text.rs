@@ -582,16 +582,9 @@ fn decode_store<'a>(
         let cmd = Command::StoreStream { cmd, key, flags, exptime, cas, body: StreamBody::Sized(vlen) };
         return Ok(Decoded::Request(Request { cmd, noreply }, consumed));
     }
-    let end = consumed + vlen + 2;
-    if buf.len() < end {
+    let Some((data, end)) = data_block(buf, consumed, vlen, noreply)? else {
         return Ok(Decoded::Incomplete);
-    }
-    if &buf[consumed + vlen..end] != b"\r\n" {
-        let mut e = ProtoError::new(ErrorKind::Client(msg::BAD_CHUNK), end);
-        e.noreply = noreply;
-        return Err(e);
-    }
-    let data = &buf[consumed..consumed + vlen];
+    };
     Ok(Decoded::Request(Request { cmd: Command::Store { cmd, key, flags, exptime, cas, data }, noreply }, end))
 }
 
@@ -807,16 +800,13 @@ fn decode_meta_set<'a>(
     limits: &Limits,
 ) -> Result<Decoded<'a>, ProtoError<'a>> {
     let MetaSetHead { key, flags, vlen } = meta_set_head(buf, line, t, ntok, consumed, limits)?;
-    let end = consumed + vlen + 2;
-    if buf.len() < end {
-        return Ok(Decoded::Incomplete);
-    }
-    if &buf[consumed + vlen..end] != b"\r\n" {
-        let mut e = ProtoError::new(ErrorKind::Client(msg::BAD_CHUNK), end);
+    let block = data_block(buf, consumed, vlen, false).map_err(|mut e| {
         e.meta = true;
-        return Err(e);
-    }
-    let data = &buf[consumed..consumed + vlen];
+        e
+    })?;
+    let Some((data, end)) = block else {
+        return Ok(Decoded::Incomplete);
+    };
     Ok(Decoded::Request(Request { cmd: Command::MetaSet { key, data, flags }, noreply: false }, end))
 }
 
