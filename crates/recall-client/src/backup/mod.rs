@@ -141,6 +141,7 @@ mod ctl;
 pub mod ctl_reply;
 mod durable;
 mod exptime;
+mod fresh;
 mod log;
 mod node;
 mod poller;
