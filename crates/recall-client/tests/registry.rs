@@ -133,6 +133,8 @@ fn serve(s: TcpStream, st: Arc<Mutex<FakeState>>) {
         let reply = match f[0] {
             "durable" | "hello" if st.polls_fail => "SERVER_ERROR busy\r\n".into(),
             "durable" => st.durable(),
+            // What a new data connection of the client asks first.
+            "stats" => format!("STAT durable_instance {}\r\nEND\r\n", st.instance),
             "hello" if st.registry => st.durable(),
             "replay_done" | "goodbye" if st.registry => "OK\r\n".into(),
             "snapshot" => {

@@ -241,12 +241,10 @@ impl DurableBuilder {
             (None, None) => random_client_id(),
         };
         check_client_id(&cfg.client_id)?;
-        let fresh = Arc::new(FreshCheck {
-            nodes: OnceLock::new(),
-            connect_timeout: cfg.connect_timeout,
-            request_timeout: cfg.request_timeout,
-        });
-        let client = self.client.dead_servers(DeadServerPolicy::FailFast).connect_check(fresh.clone()).build()?;
+        let fresh = Arc::new(FreshCheck { nodes: OnceLock::new(), request_timeout: cfg.request_timeout });
+        let client = self.client.dead_servers(DeadServerPolicy::FailFast);
+        let writer = client.clone().connect_check(fresh.clone()).build()?;
+        let client = client.build()?;
         let nodes: Vec<Arc<Node>> =
             client.servers().into_iter().map(|name| Arc::new(Node::new(name, cfg.health))).collect();
         let _ = fresh.nodes.set(nodes.iter().map(Arc::downgrade).collect());
@@ -294,7 +292,7 @@ impl DurableBuilder {
                 rt.spawn(poller(Arc::downgrade(n), cfg.clone(), spill.as_ref().map(Arc::downgrade))).abort_handle()
             })
             .collect();
-        Ok(DurableClient { inner: Arc::new(Shared { client, cfg, nodes, by_name, pollers, spill }) })
+        Ok(DurableClient { inner: Arc::new(Shared { client, writer, cfg, nodes, by_name, pollers, spill }) })
     }
 }
 

@@ -10,17 +10,20 @@
 //! older value, an `add` finding its key missing) and its key's replay
 //! came back `STALE` (docs/durability.md, issue 16).
 //!
-//! So a new data connection (the pool's, and the delete connection) is
-//! used only once this client has replayed to the instance it reaches: a
-//! fresh control connection asks `durable` (after the data connection is
-//! open, so if another instance answers, the data connection's server has
-//! died since and the request fails anyway), and if the instance is not
-//! the one this client last found nothing to replay to, the restart is
-//! marked suspected and the request fails unsent
-//! ([`Error::NotReplayed`]). It leaves the replay gate at once, so the
-//! replay it would have stalled goes ahead; the next write waits for it.
-//! Until the first good poll nothing is asked (nothing to compare with; a
-//! write then goes ahead as it always did).
+//! So a new connection of the write path (writes have a pool of their own,
+//! and deletes a connection of their own) is used only once this client
+//! has replayed to the instance it reaches:
+//! before its first request it asks `stats` for `durable_instance`, and if
+//! that is not the instance this client last found nothing (more) to
+//! replay to, the restart is marked suspected and the request fails
+//! unsent ([`Error::NotReplayed`]). It leaves the replay gate at once, so
+//! the replay it would have stalled goes ahead; the next write waits for
+//! it. The question goes on the new connection itself, so it needs no
+//! connection more (a server at its `-c` limit) and names the very
+//! instance the requests would reach. Until the first good poll nothing is
+//! asked (nothing to compare with; a write then goes ahead as it always
+//! did). Reads keep the other pool, unchecked: a read that reaches a
+//! restarted server first is what `OL` is for (`repair.rs`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -28,33 +31,44 @@ use std::sync::atomic::Ordering;
 use std::sync::{OnceLock, Weak};
 use std::time::Duration;
 
-use super::ctl::Ctl;
-use super::ctl_reply::{Durable, DurableState};
 use super::node::Node;
 use crate::client::ConnectCheck;
+use crate::conn::{Conn, Expect, Reply};
 use crate::error::{Error, Result, ServerName};
 
-/// Whether a new connection to a server that answers `d` may carry this
-/// client's requests, `ready` being the instance it has replayed to (0:
-/// none yet).
-pub(super) fn usable(ready: u64, d: Durable) -> bool {
-    ready == 0 || d.state == DurableState::Off || d.instance == ready
+/// Whether a new connection to a server whose `stats` show
+/// `durable_instance` `instance` (`None`: no such line, durability off)
+/// may carry this client's requests, `ready` being the instance it has
+/// replayed to (0: none yet).
+pub(super) fn usable(ready: u64, instance: Option<u64>) -> bool {
+    ready == 0 || instance.is_none_or(|i| i == ready)
+}
+
+/// `durable_instance` from a `stats` reply.
+fn instance_in(stats: &[Reply]) -> Option<u64> {
+    stats.iter().find_map(|r| match r {
+        Reply::Stat(name, value) if name == "durable_instance" => value.parse().ok(),
+        _ => None,
+    })
 }
 
 /// The pool's check of new connections (see the module docs).
 pub(super) struct FreshCheck {
     /// Filled once the nodes exist (after the client they are built from).
     pub(super) nodes: OnceLock<Vec<Weak<Node>>>,
-    pub(super) connect_timeout: Duration,
     pub(super) request_timeout: Duration,
 }
 
 impl ConnectCheck for FreshCheck {
-    fn check<'a>(&'a self, server: &'a ServerName) -> Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>> {
+    fn check<'a>(
+        &'a self,
+        server: &'a ServerName,
+        conn: &'a Conn,
+    ) -> Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>> {
         Box::pin(async move {
             let node = self.nodes.get().and_then(|ns| ns.iter().filter_map(Weak::upgrade).find(|n| &n.name == server));
             match node {
-                Some(n) => n.check_fresh(self.connect_timeout, self.request_timeout).await,
+                Some(n) => n.check_fresh(conn, self.request_timeout).await,
                 None => Ok(()),
             }
         })
@@ -62,14 +76,15 @@ impl ConnectCheck for FreshCheck {
 }
 
 impl Node {
-    /// Check a data connection just opened to this server (module docs).
-    pub(super) async fn check_fresh(&self, connect_timeout: Duration, request_timeout: Duration) -> Result<()> {
+    /// Check `conn`, a data connection just opened to this server, before
+    /// its first request (module docs).
+    pub(super) async fn check_fresh(&self, conn: &Conn, request_timeout: Duration) -> Result<()> {
         let ready = self.ready_instance.load(Ordering::Acquire);
         if ready == 0 {
             return Ok(());
         }
-        let d = Ctl::connect(&self.addr, &self.name, connect_timeout, request_timeout).await?.durable().await?;
-        if usable(ready, d) {
+        let stats = conn.request(b"stats\r\n".to_vec(), Expect::UntilEnd, request_timeout).await?;
+        if usable(ready, instance_in(&stats)) {
             return Ok(());
         }
         self.set_suspect();
@@ -82,17 +97,20 @@ impl Node {
 mod tests {
     use super::*;
 
-    fn d(instance: u64, state: DurableState) -> Durable {
-        Durable { instance, watermark: 0, state }
+    #[test]
+    fn only_an_instance_replayed_to_gets_new_connections() {
+        assert!(usable(5, Some(5)));
+        assert!(!usable(5, Some(6)), "restarted, not replayed to yet");
+        assert!(usable(0, Some(6)), "never polled: as before the first poll");
+        assert!(usable(5, None), "durability off: nothing to replay");
     }
 
     #[test]
-    fn only_an_instance_replayed_to_gets_new_connections() {
-        assert!(usable(5, d(5, DurableState::Ok)));
-        assert!(usable(5, d(5, DurableState::Recovering)), "replayed to it, and it still waits for others");
-        assert!(!usable(5, d(6, DurableState::Recovering)), "restarted, not replayed to yet");
-        assert!(!usable(5, d(6, DurableState::Ok)), "restarted and recovered without this client");
-        assert!(usable(0, d(6, DurableState::Recovering)), "never polled: as before the first poll");
-        assert!(usable(5, d(0, DurableState::Off)), "nothing durable, nothing to replay");
+    fn the_instance_is_read_from_stats() {
+        let stat = |n: &str, v: &str| Reply::Stat(n.into(), v.into());
+        let stats = [stat("pid", "7"), stat("durable_instance", "12"), stat("durable_watermark", "3"), Reply::End];
+        assert_eq!(instance_in(&stats), Some(12));
+        assert_eq!(instance_in(&[stat("pid", "7"), Reply::End]), None, "no data directory");
+        assert_eq!(instance_in(&[stat("durable_instance", "x")]), None);
     }
 }

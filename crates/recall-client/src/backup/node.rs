@@ -256,7 +256,7 @@ impl Node {
         }
         *slot = None;
         let c = Conn::connect(&self.addr, &self.name, &self.health, cfg.connect_timeout).await?;
-        self.check_fresh(cfg.connect_timeout, cfg.request_timeout).await?;
+        self.check_fresh(&c, cfg.request_timeout).await?;
         *slot = Some(c.clone());
         Ok(c)
     }

@@ -22,7 +22,11 @@ use crate::stream::StreamPool;
 /// durable client's (`backup/fresh.rs`): a new connection may reach a
 /// restarted server this client has not replayed to yet.
 pub(crate) trait ConnectCheck: Send + Sync {
-    fn check<'a>(&'a self, server: &'a ServerName) -> Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>>;
+    fn check<'a>(
+        &'a self,
+        server: &'a ServerName,
+        conn: &'a Conn,
+    ) -> Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>>;
 }
 
 pub(super) struct Server {
@@ -93,7 +97,7 @@ impl Server {
             Ok(c) => {
                 // Not stored if refused: dropped, the connection closes.
                 if let Some(check) = &self.check {
-                    check.check(&self.name).await?;
+                    check.check(&self.name, &c).await?;
                 }
                 *slot = Some(c.clone());
                 Ok(c)
