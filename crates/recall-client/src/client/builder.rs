@@ -248,7 +248,11 @@ impl ClientBuilder {
             retry_max: self.opts.retry_max,
         };
         let nodes: Vec<Node> = self.servers.iter().map(|s| Node::new(s.host.clone(), s.port, s.weight)).collect();
-        let servers = self.servers.iter().map(|s| Server::new(s.name(), health_cfg, self.opts.pool_size, self.check.clone())).collect();
+        let servers = self
+            .servers
+            .iter()
+            .map(|s| Server::new(s.name(), health_cfg, self.opts.pool_size, self.check.clone()))
+            .collect();
         let continuum = Continuum::build_with(self.opts.distribution, &nodes, |_| true);
         if continuum.is_empty() {
             return Err(Error::InvalidArgument("every server has weight 0".into()));
