@@ -208,6 +208,27 @@ mod tests {
         }
     }
 
+    /// A replay running with the gate closed (returns once it is) until
+    /// the returned sender fires; it then ends with `outcome`.
+    async fn replay_until(
+        node: &Arc<Node>,
+        outcome: Result<()>,
+    ) -> (tokio::task::JoinHandle<Result<()>>, tokio::sync::oneshot::Sender<()>) {
+        let (at_gate_tx, at_gate) = tokio::sync::oneshot::channel::<()>();
+        let (end_tx, end) = tokio::sync::oneshot::channel::<()>();
+        let node = node.clone();
+        let task = tokio::spawn(async move {
+            gated(&node, async move {
+                let _ = at_gate_tx.send(());
+                let _ = end.await;
+                outcome
+            })
+            .await
+        });
+        at_gate.await.unwrap();
+        (task, end_tx)
+    }
+
     /// The second fix of issue 16's spill-mode loss, which had no test: a
     /// replay that fails (the server died under it) must not let the
     /// writes it held out go to the server before the next replay. Before,
@@ -223,20 +244,8 @@ mod tests {
         let cfg = Arc::new(cfg());
         let node = Arc::new(Node::new("127.0.0.1:1".into(), cfg.health));
         let entered = Arc::new(AtomicBool::new(false));
-        let (at_gate_tx, at_gate) = tokio::sync::oneshot::channel::<()>();
-        let (fail_tx, fail) = tokio::sync::oneshot::channel::<()>();
-        let failed = {
-            let node = node.clone();
-            tokio::spawn(async move {
-                gated(&node, async {
-                    let _ = at_gate_tx.send(());
-                    let _ = fail.await;
-                    Err::<(), _>(Error::Internal("the server died under the replay".into()))
-                })
-                .await
-            })
-        };
-        at_gate.await.unwrap();
+        let died = Err(Error::Internal("the server died under the replay".into()));
+        let (failed, fail_tx) = replay_until(&node, died).await;
         // A write arrives while the replay runs: it waits at the gate.
         let writer = {
             let (node, cfg, entered) = (node.clone(), cfg.clone(), entered.clone());
@@ -265,20 +274,7 @@ mod tests {
     async fn a_write_held_by_a_good_replay_enters_when_it_ends() {
         let cfg = Arc::new(cfg());
         let node = Arc::new(Node::new("127.0.0.1:1".into(), cfg.health));
-        let (at_gate_tx, at_gate) = tokio::sync::oneshot::channel::<()>();
-        let (done_tx, done) = tokio::sync::oneshot::channel::<()>();
-        let replay = {
-            let node = node.clone();
-            tokio::spawn(async move {
-                gated(&node, async {
-                    let _ = at_gate_tx.send(());
-                    let _ = done.await;
-                    Ok(())
-                })
-                .await
-            })
-        };
-        at_gate.await.unwrap();
+        let (replay, done_tx) = replay_until(&node, Ok(())).await;
         let writer = {
             let (node, cfg) = (node.clone(), cfg.clone());
             tokio::spawn(async move { node.enter_slow(&cfg, 10).await.map(drop) })
