@@ -71,7 +71,8 @@ pub struct BackupStatus {
     pub backpressure_waits: u64,
     /// Writes failed unsent ([`Error::NotReplayed`](crate::Error::NotReplayed)):
     /// a restart was suspected and no poll had replayed within the request
-    /// timeout.
+    /// timeout, or a new connection of the write path reached an instance
+    /// this client had not replayed to yet.
     pub not_replayed: u64,
     /// Acknowledged writes the client could not back up (see
     /// [`DurableClient::append`]); they are reported to the caller as
