@@ -519,3 +519,105 @@ fn big_files_are_cached_in_chunks_and_partial_reads_hit() {
     assert_eq!(fs::read(&f).unwrap(), changed, "read from the backing file");
     assert!(m.stat("fallbacks") >= 1);
 }
+
+fn cpath(p: &Path) -> std::ffi::CString {
+    std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap()
+}
+
+/// getxattr(2): the value, or the errno.
+fn get_xattr(p: &Path, name: &str) -> Result<Vec<u8>, i32> {
+    let (p, name) = (cpath(p), std::ffi::CString::new(name).unwrap());
+    // SAFETY: NUL-terminated strings; a null buffer of 0 asks for the size.
+    let n = unsafe { libc::getxattr(p.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap());
+    }
+    let mut buf = vec![0u8; n as usize];
+    // SAFETY: `buf` is valid for its length.
+    let n = unsafe { libc::getxattr(p.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap());
+    }
+    buf.truncate(n as usize);
+    Ok(buf)
+}
+
+fn set_xattr(p: &Path, name: &str, value: &[u8]) {
+    let (p, name) = (cpath(p), std::ffi::CString::new(name).unwrap());
+    // SAFETY: NUL-terminated strings; `value` is valid for its length.
+    let rc = unsafe { libc::setxattr(p.as_ptr(), name.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    assert_eq!(rc, 0, "setxattr: {}", std::io::Error::last_os_error());
+}
+
+fn list_xattr(p: &Path) -> Vec<String> {
+    let p = cpath(p);
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: `buf` is valid for its length.
+    let n = unsafe { libc::listxattr(p.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    assert!(n >= 0, "listxattr: {}", std::io::Error::last_os_error());
+    buf[..n as usize].split(|b| *b == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into()).collect()
+}
+
+fn statvfs(p: &Path) -> libc::statvfs {
+    let p = cpath(p);
+    // SAFETY: a NUL-terminated path and a zeroed struct to fill.
+    unsafe {
+        let mut s: libc::statvfs = std::mem::zeroed();
+        assert_eq!(libc::statvfs(p.as_ptr(), &mut s), 0, "statvfs: {}", std::io::Error::last_os_error());
+        s
+    }
+}
+
+#[test]
+fn xattrs_and_statfs_pass_through_to_the_backing_directory() {
+    if !fuse_available() {
+        return;
+    }
+    let srv = Recalld::start(Vec::<String>::new()).expect("recalld");
+    let backing = TempDir::new("backing");
+    let b = backing.0.join("tagged");
+    fs::write(&b, b"tagged content\n").unwrap();
+    let m = Mount::start(&backing.0, &srv.addr().to_string());
+    let f = m.path("tagged");
+    assert_eq!(fs::read(&f).unwrap(), b"tagged content\n");
+    assert_eq!(fs::read(&f).unwrap(), b"tagged content\n");
+    assert_eq!(m.stat("hits"), 1);
+    let invalidations = m.stat("invalidations");
+
+    // Set through the mount: lands on the backing file, reads back, listed.
+    set_xattr(&f, "user.colour", b"blue");
+    assert_eq!(get_xattr(&b, "user.colour"), Ok(b"blue".to_vec()));
+    assert_eq!(get_xattr(&f, "user.colour"), Ok(b"blue".to_vec()));
+    // Set behind the mount's back: seen through it.
+    set_xattr(&b, "user.shape", b"round");
+    assert_eq!(get_xattr(&f, "user.shape"), Ok(b"round".to_vec()));
+    let mut names = list_xattr(&f);
+    names.sort();
+    assert_eq!(names, ["user.colour", "user.shape"]);
+    assert_eq!(get_xattr(&f, "user.missing"), Err(libc::ENODATA));
+
+    // An xattr is not content: nothing invalidated; the moved ctime makes
+    // the next read reload the copy once (never serve another version).
+    assert_eq!(fs::read(&f).unwrap(), b"tagged content\n");
+    assert_eq!(m.stat("invalidations"), invalidations, "{}", m.stats());
+    assert_eq!(m.stat("stale"), 1, "{}", m.stats());
+    assert_eq!(fs::read(&f).unwrap(), b"tagged content\n");
+    assert_eq!(m.stat("hits"), 2, "{}", m.stats());
+
+    // Removed through the mount: gone from the backing file.
+    let name = std::ffi::CString::new("user.colour").unwrap();
+    // SAFETY: NUL-terminated strings.
+    assert_eq!(unsafe { libc::removexattr(cpath(&f).as_ptr(), name.as_ptr()) }, 0);
+    assert_eq!(get_xattr(&b, "user.colour"), Err(libc::ENODATA));
+    assert_eq!(list_xattr(&f), ["user.shape"]);
+    // On a directory too.
+    set_xattr(&m.mnt, "user.dir", b"d");
+    assert_eq!(get_xattr(&backing.0, "user.dir"), Ok(b"d".to_vec()));
+
+    // statfs answers for the backing file system (the fields that do not
+    // move while other processes write).
+    let (sm, sb) = (statvfs(&m.mnt), statvfs(&backing.0));
+    assert_eq!((sm.f_bsize, sm.f_frsize, sm.f_blocks, sm.f_files), (sb.f_bsize, sb.f_frsize, sb.f_blocks, sb.f_files));
+    assert_eq!(sm.f_namemax, sb.f_namemax);
+    assert!(sm.f_blocks > 0);
+}
