@@ -621,3 +621,47 @@ fn xattrs_and_statfs_pass_through_to_the_backing_directory() {
     assert_eq!(sm.f_namemax, sb.f_namemax);
     assert!(sm.f_blocks > 0);
 }
+
+/// A handle that changes a file keeps its reads through the mount off
+/// recall until it is released, and its release invalidates once: a new
+/// file costs one delete, not one per create, first write and close.
+#[test]
+fn a_changing_handle_bypasses_recall_and_invalidates_once_at_release() {
+    if !fuse_available() {
+        return;
+    }
+    let srv = Recalld::start(Vec::<String>::new()).expect("recalld");
+    let backing = TempDir::new("backing");
+    fs::write(backing.0.join("f"), b"old content\n").unwrap();
+    let m = Mount::start(&backing.0, &srv.addr().to_string());
+    let f = m.path("f");
+    assert_eq!(fs::read(&f).unwrap(), b"old content\n");
+    assert_eq!(fs::read(&f).unwrap(), b"old content\n");
+    assert_eq!(m.stat("hits"), 1);
+
+    // Same size, written in place through a handle kept open.
+    let w = OpenOptions::new().write(true).open(&f).unwrap();
+    w.write_all_at(b"NEW", 0).unwrap();
+    let (hits, passthrough, invalidations) = (m.stat("hits"), m.stat("passthrough"), m.stat("invalidations"));
+    for _ in 0..3 {
+        assert_eq!(fs::read(&f).unwrap(), b"NEW content\n");
+    }
+    assert_eq!(m.stat("hits"), hits, "recall's old copy never served while the writer is open:\n{}", m.stats());
+    assert!(m.stat("passthrough") >= passthrough + 3, "{}", m.stats());
+    assert_eq!(m.stat("invalidations"), invalidations, "nothing deleted before the release");
+    drop(w);
+    assert_eq!(fs::read(&f).unwrap(), b"NEW content\n");
+    assert_eq!(m.stat("invalidations"), invalidations + 1, "{}", m.stats());
+    assert_eq!(fs::read(&f).unwrap(), b"NEW content\n");
+    assert_eq!(m.stat("hits"), hits + 1, "cached again after the release:\n{}", m.stats());
+
+    // A new file: one invalidation for its create, writes and close.
+    let before = m.stat("invalidations");
+    let mut n = File::create(m.path("new")).unwrap();
+    for _ in 0..4 {
+        n.write_all(&[b'x'; 1000]).unwrap();
+    }
+    drop(n);
+    assert_eq!(m.stat("invalidations"), before + 1, "{}", m.stats());
+    assert_eq!(fs::read(m.path("new")).unwrap(), vec![b'x'; 4000]);
+}
