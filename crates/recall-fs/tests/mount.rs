@@ -234,8 +234,13 @@ fn write_buffer_collects_writes_and_every_reader_sees_them() {
     assert_eq!(fs::read(&f).unwrap(), expected);
     assert_eq!(m.stat("writes"), 256);
     let backing_writes = m.stat("backing_writes");
-    // The reads every 37 writes each drain a partial buffer.
-    assert!(backing_writes <= 2 + 256 / 37 + 1, "{backing_writes} backing writes for 256 writes");
+    // The reads every 37 writes (at i = 0, 37, ..., 222: seven of them)
+    // each drain a partial buffer, and one goes at close. A read's
+    // readahead requests are asynchronous in the kernel and may reach
+    // recall-fs after the next writes, draining again (seen: 10 and 11
+    // under load), so the bound is "a few per read", far below one per
+    // write.
+    assert!(backing_writes <= 4 * 256usize.div_ceil(37) as u64 + 1, "{backing_writes} backing writes for 256 writes");
 
     // Append: O_APPEND handles buffer too, and a read of the same file in
     // between (another handle) sees every acknowledged append.
