@@ -61,9 +61,11 @@ STARTUP_BUDGET_S = 30.0
 class Link:
     """A TCP relay for one directed Raft link (node i dialling node j).
 
-    Up, it pipes bytes both ways; cut, it closes every relayed connection
-    and closes new ones as soon as they are accepted, so the dialling node
-    sees its RPC fail and retries (as with a dead peer)."""
+    Up, it pipes bytes both ways. Cut, it closes the connections it relays
+    and black-holes new ones: accepted, never read or answered, so the
+    dialling node's RPCs time out as across a real partition (a link that
+    refused or reset them would make openraft retry at once, in a tight
+    loop). Healing closes the black-holed connections; the nodes redial."""
 
     def __init__(self, target: tuple[str, int]):
         self.target = target
@@ -75,6 +77,7 @@ class Link:
         self.lock = threading.Lock()
         self.up = True
         self.live: set[socket.socket] = set()
+        self.held: list[socket.socket] = []
         self.closed = False
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -85,10 +88,12 @@ class Link:
             except OSError:
                 return
             with self.lock:
-                up = self.up and not self.closed
-            if not up:
-                conn.close()
-                continue
+                if self.closed:
+                    conn.close()
+                    continue
+                if not self.up:
+                    self.held.append(conn)
+                    continue
             try:
                 upstream = socket.create_connection(self.target, timeout=2.0)
                 upstream.settimeout(None)
@@ -135,11 +140,15 @@ class Link:
     def heal(self) -> None:
         with self.lock:
             self.up = True
+            held, self.held = self.held, []
+        for s in held:
+            s.close()
 
     def close(self) -> None:
         with self.lock:
             self.closed = True
         self.cut()
+        self.heal()
         self.listener.close()
 
 
