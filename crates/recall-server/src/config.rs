@@ -111,7 +111,11 @@ pub struct ClusterSection {
 
 impl Default for ClusterSection {
     fn default() -> Self {
-        ClusterSection { node_id: 0, peers: Vec::new(), bootstrap: false, timeout_ms: 5000,
+        ClusterSection {
+            node_id: 0,
+            peers: Vec::new(),
+            bootstrap: false,
+            timeout_ms: 5000,
             log_dir: String::new(),
             read: "linearizable".into(),
         }
