@@ -98,8 +98,18 @@ class Link:
                 upstream = socket.create_connection(self.target, timeout=2.0)
                 upstream.settimeout(None)
             except OSError:
-                conn.close()
+                # The target is down (killed). Closing `conn` would fail the
+                # dialler's RPC at once and openraft would retry at once;
+                # held, it times out, as dialling a dead node's port would
+                # be refused and backed off from.
+                with self.lock:
+                    self.held.append(conn)
                 continue
+            with self.lock:
+                # The target is back: release what waited for it.
+                held, self.held = (self.held, []) if self.up else ([], self.held)
+            for s in held:
+                s.close()
             with self.lock:
                 if not self.up or self.closed:
                     conn.close()
