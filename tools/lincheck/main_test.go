@@ -80,3 +80,26 @@ func TestBadLineNamesFileAndLine(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// FuzzReadHistory: any file is either refused with an error or read into
+// a history the checker can take (go test -fuzz=FuzzReadHistory).
+func FuzzReadHistory(f *testing.F) {
+	f.Add([]byte(`{"client":0,"op":"set","key":"k","value":"a","call":0,"return":10}` + "\n"))
+	f.Add([]byte(`{"client":1,"op":"get","key":"k","found":true,"value":"a","call":5,"return":null}` + "\n"))
+	f.Add([]byte(`{"op":"delete","key":"k","call":3,"return":2}` + "\n\n"))
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		path := filepath.Join(dir, "h.jsonl")
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		ops, _, err := readHistory(path)
+		if err != nil {
+			return
+		}
+		if len(ops) > 8 {
+			ops = ops[:8] // the search is exponential; the reader is the target
+		}
+		porcupine.CheckOperationsVerbose(model, ops, 0)
+	})
+}
