@@ -22,53 +22,35 @@ func check(t *testing.T, history string) porcupine.CheckResult {
 	return res
 }
 
-func TestConcurrentReadMaySeeEitherValue(t *testing.T) {
-	h := `{"client":0,"op":"set","key":"k","value":"a","call":0,"return":10}
-{"client":0,"op":"set","key":"k","value":"b","call":20,"return":30}
-{"client":1,"op":"get","key":"k","found":true,"value":"a","call":15,"return":25}
-`
-	if got := check(t, h); got != porcupine.Ok {
-		t.Fatalf("got %v", got)
-	}
-}
-
-func TestStaleReadIsFlagged(t *testing.T) {
-	// The read starts after "b" was acknowledged and still sees "a".
-	h := `{"client":0,"op":"set","key":"k","value":"a","call":0,"return":10}
-{"client":0,"op":"set","key":"k","value":"b","call":20,"return":30}
-{"client":1,"op":"get","key":"k","found":true,"value":"a","call":31,"return":40}
-`
-	if got := check(t, h); got != porcupine.Illegal {
-		t.Fatalf("got %v", got)
-	}
-}
-
-func TestUnknownWriteMayTakeEffectLate(t *testing.T) {
+func TestVerdicts(t *testing.T) {
+	const a, b = `{"client":0,"op":"set","key":"k","value":"a","call":0,"return":10}` + "\n",
+		`{"client":0,"op":"set","key":"k","value":"b","call":20,"return":30}` + "\n"
 	// "b" timed out: it may land after the first read, or never.
-	h := `{"client":0,"op":"set","key":"k","value":"a","call":0,"return":10}
-{"client":0,"op":"set","key":"k","value":"b","call":20,"return":null}
+	const unknownB = a + `{"client":0,"op":"set","key":"k","value":"b","call":20,"return":null}
 {"client":1,"op":"get","key":"k","found":true,"value":"a","call":50,"return":60}
 {"client":1,"op":"get","key":"k","found":true,"value":"b","call":70,"return":80}
 `
-	if got := check(t, h); got != porcupine.Ok {
-		t.Fatalf("got %v", got)
+	cases := []struct {
+		name, history string
+		want          porcupine.CheckResult
+	}{
+		{"a concurrent read may see either value", a + b +
+			`{"client":1,"op":"get","key":"k","found":true,"value":"a","call":15,"return":25}`, porcupine.Ok},
+		{"a read after an acknowledged write cannot miss it", a + b +
+			`{"client":1,"op":"get","key":"k","found":true,"value":"a","call":31,"return":40}`, porcupine.Illegal},
+		{"an unknown write may take effect late", unknownB, porcupine.Ok},
+		{"an unknown write once seen stays seen", unknownB +
+			`{"client":1,"op":"get","key":"k","found":true,"value":"a","call":90,"return":95}`, porcupine.Illegal},
+		{"a miss before any write and after a delete", `{"client":0,"op":"get","key":"k","found":false,"call":0,"return":5}` +
+			"\n" + a + `{"client":0,"op":"delete","key":"k","call":30,"return":40}
+{"client":1,"op":"get","key":"k","found":false,"call":50,"return":60}`, porcupine.Ok},
+		{"keys are independent registers", a +
+			`{"client":1,"op":"get","key":"other","found":false,"call":50,"return":60}`, porcupine.Ok},
 	}
-	// ... but once seen, it cannot be unseen.
-	h += `{"client":1,"op":"get","key":"k","found":true,"value":"a","call":90,"return":95}
-`
-	if got := check(t, h); got != porcupine.Illegal {
-		t.Fatalf("got %v", got)
-	}
-}
-
-func TestMissBeforeAnyWriteAndAfterDelete(t *testing.T) {
-	h := `{"client":0,"op":"get","key":"k","found":false,"call":0,"return":5}
-{"client":0,"op":"set","key":"k","value":"a","call":10,"return":20}
-{"client":0,"op":"delete","key":"k","call":30,"return":40}
-{"client":1,"op":"get","key":"k","found":false,"call":50,"return":60}
-`
-	if got := check(t, h); got != porcupine.Ok {
-		t.Fatalf("got %v", got)
+	for _, c := range cases {
+		if got := check(t, c.history); got != c.want {
+			t.Errorf("%s: got %v, want %v", c.name, got, c.want)
+		}
 	}
 }
 
