@@ -3,8 +3,8 @@
 Three real recalld processes on loopback, their Raft traffic passing
 through a fault proxy per directed link (so a test can cut any link),
 several concurrent clients writing and reading a few keys through every
-node, and a nemesis that partitions nodes and kills them with SIGKILL and
-restarts them. Every operation is recorded with its invocation and return
+node, and a nemesis that partitions nodes, slows a node's links, and kills
+nodes with SIGKILL and restarts them. Every operation is recorded with its invocation and return
 time; the history is checked by tools/lincheck (Porcupine).
 
 Used by test_linearizability.py (the short run CI does) and as a command
@@ -53,6 +53,10 @@ SOCKET_TIMEOUT_S = 4.0
 # (an election is 1.5-3 s; nodes share a busy machine).
 RECOVERY_BUDGET_S = 30.0
 STARTUP_BUDGET_S = 30.0
+# The slow-node fault: each message to and from the node held back this
+# long. A round trip then takes 2x this, under the 300 ms heartbeat that is
+# also openraft's AppendEntries timeout, so the node is slow, not cut off.
+SLOW_S = 0.1
 
 
 # -- the fault proxy ------------------------------------------------------------
@@ -79,6 +83,9 @@ class Link:
         self.live: set[socket.socket] = set()
         self.held: list[socket.socket] = []
         self.closed = False
+        # Slow: seconds each relayed chunk is held back (the fault itself,
+        # not a wait for anything).
+        self.delay = 0.0
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -125,6 +132,8 @@ class Link:
                 data = src.recv(65536)
                 if not data:
                     break
+                if self.delay:
+                    time.sleep(self.delay)
                 dst.sendall(data)
         except OSError:
             pass
@@ -150,6 +159,7 @@ class Link:
     def heal(self) -> None:
         with self.lock:
             self.up = True
+            self.delay = 0.0
             held, self.held = self.held, []
         for s in held:
             s.close()
@@ -278,6 +288,12 @@ class Cluster:
         for (a, b), link in self.links.items():
             if i in (a, b):
                 link.cut()
+
+    def slow(self, i: int, delay: float) -> None:
+        """Delay every chunk on the Raft links to and from node i."""
+        for (a, b), link in self.links.items():
+            if i in (a, b):
+                link.delay = delay
 
     def heal(self) -> None:
         for link in self.links.values():
@@ -503,10 +519,10 @@ def run(
     """Start a cluster, run clients under the nemesis, check the history.
 
     Without `stale`, each round partitions the leader, partitions a
-    follower, kills the leader and restarts it, kills a follower and
-    restarts it; a phase lasts until the clients completed `ops_per_phase`
-    operations (the cluster serves again) after the fault and after its
-    repair. With `stale` (every node serving reads from its own store),
+    follower, slows the leader's links, kills the leader and restarts it,
+    kills a follower and restarts it; a phase lasts until the clients
+    completed `ops_per_phase` operations (the cluster serves again) after
+    the fault and after its repair. With `stale` (every node serving reads from its own store),
     each round partitions a follower, writes through the leader and reads
     at the cut-off follower, the negative control."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -550,6 +566,8 @@ def run(
             follower = rng.choice([i for i in cluster.ids if i != lead])
             phase(f"partition follower {follower}", lambda: cluster.partition(follower), cluster.heal)
             lead = cluster.leader()
+            phase(f"slow leader {lead} ({SLOW_S * 1000:.0f} ms a message)", lambda: cluster.slow(lead, SLOW_S), cluster.heal)
+            lead = cluster.leader()
             phase(f"kill -9 leader {lead}", lambda: cluster.kill(lead), lambda: cluster.start(lead))
             lead = cluster.leader()
             follower = rng.choice([i for i in cluster.ids if i != lead])
@@ -588,7 +606,7 @@ def stale_probe(cluster: Cluster, history: History, follower: int, lead: int) ->
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=5, help="nemesis rounds (4 faults each)")
+    ap.add_argument("--rounds", type=int, default=5, help="nemesis rounds (5 faults each)")
     ap.add_argument("--clients", type=int, default=6)
     ap.add_argument("--keys", type=int, default=4)
     ap.add_argument("--ops-per-phase", type=int, default=200)
