@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import random
 import shutil
 import signal
@@ -83,8 +84,7 @@ class Link:
         self.live: set[socket.socket] = set()
         self.held: list[socket.socket] = []
         self.closed = False
-        # Slow: seconds each relayed chunk is held back (the fault itself,
-        # not a wait for anything).
+        # Slow: seconds each relayed chunk is held back.
         self.delay = 0.0
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -127,13 +127,27 @@ class Link:
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
     def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        """Read `src`; each chunk is due at `dst` `delay` after it arrived
+        (latency, not a bandwidth limit: chunks in flight overlap)."""
+        due: queue.Queue[tuple[float, bytes] | None] = queue.Queue()
+        threading.Thread(target=self._deliver, args=(due, src, dst), daemon=True).start()
         try:
             while True:
                 data = src.recv(65536)
                 if not data:
                     break
-                if self.delay:
-                    time.sleep(self.delay)
+                due.put((time.monotonic() + self.delay, data))
+        except OSError:
+            pass
+        due.put(None)
+
+    def _deliver(self, due: queue.Queue, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while (item := due.get()) is not None:
+                at, data = item
+                # The slow-link fault itself: hold the chunk until it is due.
+                if (wait := at - time.monotonic()) > 0:
+                    time.sleep(wait)
                 dst.sendall(data)
         except OSError:
             pass
