@@ -162,7 +162,8 @@ impl Cause {
 pub trait Replicator: Send + Sync {
     /// Return once a read of the local store is linearizable: this node
     /// leads the group and has applied every entry committed before the
-    /// read (a read index).
+    /// read (a read index). A node its operator opted into stale reads
+    /// returns at once, leader or not (recall-raft's `ReadMode::Stale`).
     fn read_barrier(&self) -> Result<(), Refusal>;
     /// Return once this node may decide a write: it leads the group and has
     /// applied every entry of earlier terms, so its store holds every

@@ -96,6 +96,22 @@ pub struct ClusterConfig {
     pub timeout: Duration,
     /// Keep the Raft log (and vote) on disk here; `None`: in memory only.
     pub log_dir: Option<std::path::PathBuf>,
+    /// How plain reads are served (`--cluster-read`).
+    pub reads: ReadMode,
+}
+
+/// How a node serves plain reads (get, gets, mg without touch, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReadMode {
+    /// On the leader, after a ReadIndex (openraft's `ensure_linearizable`);
+    /// a follower forwards them. Linearizable.
+    #[default]
+    Linearizable,
+    /// From this node's store as it is, leader or follower, without a
+    /// barrier: the state of some prefix of the log this node applied,
+    /// possibly stale by any amount (a partitioned follower's forever).
+    /// Not linearizable; docs/design/replication.md has the exact terms.
+    Stale,
 }
 
 /// A running node: its Raft, the runtime its Raft and RPC run on, and the
@@ -113,6 +129,7 @@ pub struct Node {
     /// proposer's stripe was released, and a write of the same key decided
     /// now could miss an effect that still commits before it.
     unresolved: Arc<AtomicUsize>,
+    reads: ReadMode,
 }
 
 /// A proposal's wait, between the proposer and the task running it.
@@ -170,7 +187,9 @@ impl Node {
             let raft = Raft::new(
                 cfg.node_id,
                 Arc::new(raft_cfg),
-                network::Network,
+                network::Network {
+                    peers: Arc::new(cfg.peers.iter().map(|(id, p)| (*id, p.raft.to_string())).collect()),
+                },
                 log.clone(),
                 state_machine::StateMachine::new(engine),
             )
@@ -200,7 +219,16 @@ impl Node {
             })
             .collect();
         let members = cfg.peers.iter().map(|(id, p)| (*id, p.client.clone())).collect();
-        Ok(Arc::new(Node { raft, log, rt, timeout: cfg.timeout, not_leader, members, unresolved: Default::default() }))
+        Ok(Arc::new(Node {
+            raft,
+            log,
+            rt,
+            timeout: cfg.timeout,
+            not_leader,
+            members,
+            unresolved: Default::default(),
+            reads: cfg.reads,
+        }))
     }
 
     /// The line that tells a client who leads (or that nobody does yet).
@@ -258,6 +286,18 @@ impl Node {
         self.raft.metrics().borrow().current_leader
     }
 
+    /// A ReadIndex: return once this node leads (confirmed by a quorum) and
+    /// has applied everything committed before the call.
+    fn read_index(&self) -> Result<(), Refusal> {
+        let raft = self.raft.clone();
+        match self.wait(async move { raft.ensure_linearizable().await })? {
+            Ok(_) => Ok(()),
+            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => Err(self.not_leader(f.leader_id)),
+            Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_))) => Err(Refusal::Replication(NO_QUORUM)),
+            Err(RaftError::Fatal(_)) => Err(Refusal::Replication(SHUT_DOWN)),
+        }
+    }
+
     /// Stop the Raft core (the process is ending).
     pub fn shutdown(&self) {
         let raft = self.raft.clone();
@@ -267,12 +307,10 @@ impl Node {
 
 impl Replicator for Node {
     fn read_barrier(&self) -> Result<(), Refusal> {
-        let raft = self.raft.clone();
-        match self.wait(async move { raft.ensure_linearizable().await })? {
-            Ok(_) => Ok(()),
-            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => Err(self.not_leader(f.leader_id)),
-            Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_))) => Err(Refusal::Replication(NO_QUORUM)),
-            Err(RaftError::Fatal(_)) => Err(Refusal::Replication(SHUT_DOWN)),
+        match self.reads {
+            ReadMode::Linearizable => self.read_index(),
+            // Opted in: the local store as it is, on any node.
+            ReadMode::Stale => Ok(()),
         }
     }
 
@@ -292,7 +330,9 @@ impl Replicator for Node {
         }
         match (leader, settled) {
             (true, true) => Ok(()),
-            (true, false) => self.read_barrier(),
+            // Never skipped, whatever the read mode: deciding a write
+            // needs the committed state.
+            (true, false) => self.read_index(),
             (false, _) => Err(self.not_leader(known)),
         }
     }
@@ -334,6 +374,7 @@ impl Replicator for Node {
             ("cluster_term", m.current_term.to_string()),
             ("cluster_last_log_index", m.last_log_index.unwrap_or(0).to_string()),
             ("cluster_last_applied", m.last_applied.map_or(0, |l| l.index).to_string()),
+            ("cluster_read", if self.reads == ReadMode::Stale { "stale" } else { "linearizable" }.to_string()),
         ];
         // The log on disk: fsyncs against entries written show group
         // commit at work.

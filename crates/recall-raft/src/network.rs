@@ -148,14 +148,23 @@ async fn serve_conn(mut sock: TcpStream, raft: Raft) -> io::Result<()> {
 }
 
 /// Makes a client per target node.
+///
+/// A peer is dialled at the Raft address *this* node's peer list names
+/// (`--cluster-peer`), and only a node missing from that list at the one
+/// the group's membership carries (the bootstrapping node's list). So each
+/// node may reach a peer by its own route: through a NAT, or, in the
+/// linearizability test, through a fault proxy per directed link.
 #[derive(Clone, Default)]
-pub struct Network;
+pub struct Network {
+    pub peers: std::sync::Arc<std::collections::BTreeMap<NodeId, String>>,
+}
 
 impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = Client;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Client {
-        Client { target, addr: node.addr.clone(), conn: None }
+        let addr = self.peers.get(&target).unwrap_or(&node.addr).clone();
+        Client { target, addr, conn: None }
     }
 }
 
@@ -330,6 +339,18 @@ mod tests {
         }
         // Two fit: sent (and unreachable here).
         assert!(matches!(rt.block_on(client.append_entries(req(2), opt())), Err(RPCError::Unreachable(_))));
+    }
+
+    #[test]
+    fn a_peer_is_dialled_where_this_nodes_list_says() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let mut net = Network { peers: std::sync::Arc::new([(2, "127.0.0.9:7".to_string())].into()) };
+        let membership = |addr: &str| BasicNode { addr: addr.into() };
+        // Listed here: this node's address wins over the membership's.
+        assert_eq!(rt.block_on(net.new_client(2, &membership("127.0.0.2:1"))).addr, "127.0.0.9:7");
+        // Not listed (a member this node was not told about): the
+        // membership's address.
+        assert_eq!(rt.block_on(net.new_client(3, &membership("127.0.0.3:1"))).addr, "127.0.0.3:1");
     }
 
     #[test]
