@@ -192,7 +192,7 @@ fn add_node(node: &Node<'_>, id: u64, addr: &str, wait: u64) -> Result<(), Faile
 fn remove_node(node: &Node<'_>, id: u64) -> Result<(), Failed> {
     if node.status()?.leader == Some(id) {
         // The leader does not remove itself: hand over first.
-        transfer(&node, None)?;
+        transfer(node, None)?;
         eprintln!("recall: node {id} led; leadership transferred");
     }
     node.command(&Admin::RemoveNode { id })?;
