@@ -328,6 +328,9 @@ impl Replicator for Node {
     }
 
     fn propose(&self, effect: &recall_record::Record<'_>, cause: Cause) -> Result<Applied, Refusal> {
+        // Counted until answered: a leader handing over waits for it
+        // (`membership.rs`).
+        let _in_flight = self.gate.enter(self.timeout);
         let mut bytes = Vec::with_capacity(effect.encoded_len());
         effect.encode(&mut bytes);
         let raft = self.raft.clone();
