@@ -27,6 +27,7 @@ pub enum ClusterCmd {
     /// Add a node (started empty, with its own id and addresses) as a
     /// learner, and promote it to a voter once it has caught up.
     AddNode {
+        /// The new node's id (its --cluster-node-id).
         id: u64,
         /// Where the node's Raft RPC and its clients connect.
         #[arg(value_name = "RAFT_ADDR/CLIENT_ADDR")]
@@ -37,11 +38,16 @@ pub enum ClusterCmd {
     },
     /// Remove a node; if it leads, hand the leadership to another voter
     /// first.
-    RemoveNode { id: u64 },
+    RemoveNode {
+        /// The node's id.
+        id: u64,
+    },
     /// Move a replica: add node TO (learner, catch up, voter), then remove
     /// node FROM.
     Move {
+        /// The node whose replica moves away (removed last).
         from: u64,
+        /// The new node's id (started empty).
         to: u64,
         /// Node TO's addresses.
         #[arg(value_name = "RAFT_ADDR/CLIENT_ADDR")]
@@ -52,7 +58,10 @@ pub enum ClusterCmd {
     },
     /// Hand the leadership to a voter (default: the one whose log is the
     /// furthest along).
-    TransferLeader { id: Option<u64> },
+    TransferLeader {
+        /// The voter to hand over to.
+        id: Option<u64>,
+    },
 }
 
 /// A failure, as the message printed and the exit status.
