@@ -247,3 +247,29 @@ fn bad_admin_commands_get_clear_errors() {
     ok(&recall(f, &["transfer-leader", &(other + 1).to_string()]));
     assert_eq!(c.leader(), other);
 }
+
+/// A node whose log was in memory and died comes back only under a new id
+/// (docs/design/replication.md, "Durability"): a new, empty node takes
+/// the dead one's place with `move`, while the dead one cannot answer.
+#[test]
+fn a_dead_node_is_replaced_by_a_new_one() {
+    let mut c = Cluster::start(3);
+    let leader = c.leader();
+    let dead = (leader + 1) % 3;
+    let mut conn = Conn::new(c.clients[leader]);
+    for i in 0..50 {
+        assert_eq!(conn.ask(&format!("set k{i} 0 0 1\r\n{}\r\n", i % 10)), "STORED\r\n");
+    }
+    c.kill9(dead);
+    let new = c.start_empty_node(None);
+    let out = ok(&recall(c.clients[leader], &["move", &(dead + 1).to_string(), "4", &c.member(new)]));
+    assert!(out.contains(&format!("node {} removed", dead + 1)), "{out}");
+    let st = status(c.clients[leader]);
+    assert!(!st.contains(&c.member(dead)) && st.contains(&c.member(new)), "{st}");
+    // The new node holds everything: it leads once the leader hands over.
+    ok(&recall(c.clients[leader], &["transfer-leader", "4"]));
+    let mut conn = Conn::new(c.clients[new]);
+    for i in 0..50 {
+        assert_eq!(conn.ask(&format!("get k{i}\r\n")), format!("VALUE k{i} 0 1\r\n{}\r\nEND\r\n", i % 10));
+    }
+}
