@@ -184,6 +184,13 @@ pub trait Replicator: Send + Sync {
     fn map(&self) -> ClusterMap {
         ClusterMap::default()
     }
+    /// Run a membership command (`cluster add-node`, ...) and write its
+    /// reply to `out`. A node that must not run it (it does not lead)
+    /// refuses with [`Refusal::NotLeader`], and the request is forwarded.
+    fn admin(&self, cmd: &recall_proto::cluster_admin::Admin<'_>, out: &mut Vec<u8>) -> Result<(), Refusal> {
+        let _ = (cmd, out);
+        Err(Refusal::Replication("SERVER_ERROR cluster admin commands are not supported by this node"))
+    }
 }
 
 pub use recall_proto::cluster::ClusterMap;
@@ -417,6 +424,11 @@ impl Engine {
     /// The cluster as this node sees it, in cluster mode.
     pub fn cluster_map(&self) -> Option<ClusterMap> {
         self.replication.get().map(|rep| rep.replicator.map())
+    }
+
+    /// The group, in cluster mode (its admin commands: `admin.rs`).
+    pub(crate) fn replicator(&self) -> Option<&dyn Replicator> {
+        self.replication.get().map(|rep| &*rep.replicator)
     }
 
     /// Decide `op` on a scratch engine, propose its effects, wait for them

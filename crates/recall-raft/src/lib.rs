@@ -10,6 +10,8 @@
 //!   log on disk with group-committed fsync (`--cluster-log-dir`);
 //! * `state_machine.rs`: committed effects → `Store::apply`, snapshots;
 //! * `network.rs`: the RPC between nodes (length-prefixed frames on TCP);
+//! * `membership.rs`: `cluster status`, adding and removing nodes, and
+//!   handing the leadership over;
 //! * this file: the type configuration, starting a node, and the
 //!   blocking bridge from the engine's threads to the group.
 //!
@@ -18,6 +20,7 @@
 
 pub mod log_disk;
 mod log_store;
+mod membership;
 pub mod network;
 mod state_machine;
 
@@ -28,7 +31,7 @@ use std::io;
 use std::io::Cursor;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
@@ -121,9 +124,14 @@ pub struct Node {
     log: log_store::LogStore,
     rt: tokio::runtime::Runtime,
     timeout: Duration,
-    not_leader: BTreeMap<NodeId, &'static str>,
-    /// Every member's id and client address (`cluster map`).
-    members: Vec<(NodeId, String)>,
+    /// The peers' client addresses from the configuration, for members
+    /// whose address in the log has none (logs of the first slice).
+    peers: BTreeMap<NodeId, String>,
+    /// The lines that name a leader, made once per client address: a
+    /// refusal carries a static line.
+    not_leader_lines: Mutex<BTreeMap<String, &'static str>>,
+    /// Closed while the leadership is handed over (`membership.rs`).
+    gate: membership::Gate,
     /// Proposals whose proposer stopped waiting (timed out) before they
     /// resolved. While any is unresolved no write is decided: the
     /// proposer's stripe was released, and a write of the same key decided
@@ -177,8 +185,10 @@ impl Node {
         .validate()
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("raft config: {e}")))?;
         let listen = me.raft;
+        // A member's address in the log is `RAFT_ADDR/CLIENT_ADDR`, so
+        // every node learns a new member's client address from the log.
         let members: BTreeMap<NodeId, BasicNode> =
-            cfg.peers.iter().map(|(id, p)| (*id, BasicNode { addr: p.raft.to_string() })).collect();
+            cfg.peers.iter().map(|(id, p)| (*id, BasicNode { addr: format!("{}/{}", p.raft, p.client) })).collect();
         let log = match &cfg.log_dir {
             Some(dir) => log_store::LogStore::open(dir, cfg.node_id)?,
             None => log_store::LogStore::default(),
@@ -209,23 +219,15 @@ impl Node {
             }
             Ok::<_, io::Error>(raft)
         })?;
-        // One line per peer, made once: a refusal carries a static line.
-        let not_leader = cfg
-            .peers
-            .iter()
-            .map(|(id, p)| {
-                let line: &'static str = format!("SERVER_ERROR not leader; leader is {}", p.client).leak();
-                (*id, line)
-            })
-            .collect();
-        let members = cfg.peers.iter().map(|(id, p)| (*id, p.client.clone())).collect();
+        let peers = cfg.peers.iter().map(|(id, p)| (*id, p.client.clone())).collect();
         Ok(Arc::new(Node {
             raft,
             log,
             rt,
             timeout: cfg.timeout,
-            not_leader,
-            members,
+            peers,
+            not_leader_lines: Default::default(),
+            gate: Default::default(),
             unresolved: Default::default(),
             reads: cfg.reads,
         }))
@@ -233,7 +235,24 @@ impl Node {
 
     /// The line that tells a client who leads (or that nobody does yet).
     fn not_leader(&self, leader: Option<NodeId>) -> Refusal {
-        Refusal::NotLeader(leader.and_then(|l| self.not_leader.get(&l).copied()).unwrap_or(NO_LEADER))
+        let Some(addr) = leader.and_then(|l| self.client_addr(l)) else {
+            return Refusal::NotLeader(NO_LEADER);
+        };
+        // One leaked line per address ever named: bounded by the members
+        // the cluster ever had.
+        let mut lines = self.not_leader_lines.lock().unwrap_or_else(|e| e.into_inner());
+        let line =
+            lines.entry(addr).or_insert_with_key(|addr| format!("SERVER_ERROR not leader; leader is {addr}").leak());
+        Refusal::NotLeader(line)
+    }
+
+    /// A member's client address: from the membership in the log, else
+    /// from the configuration.
+    fn client_addr(&self, id: NodeId) -> Option<String> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        let in_log = m.membership_config.membership().get_node(&id).and_then(|n| membership::client_of(&n.addr));
+        in_log.map(str::to_string).or_else(|| self.peers.get(&id).cloned())
     }
 
     /// Run `fut` on the Raft runtime and wait for it on this thread, for
@@ -315,6 +334,9 @@ impl Replicator for Node {
     }
 
     fn write_barrier(&self) -> Result<(), Refusal> {
+        // A leader handing its leadership over lets no write start until it
+        // is done (the target's log must match its own).
+        self.gate.wait_open(self.timeout);
         // A leader that applied an entry of its own term applied its term's
         // first entry, and so everything committed before it: its store
         // holds every committed effect. Only until then does it need a
@@ -338,6 +360,9 @@ impl Replicator for Node {
     }
 
     fn propose(&self, effect: &recall_record::Record<'_>, cause: Cause) -> Result<Applied, Refusal> {
+        // Counted until answered: a leader handing over waits for it
+        // (`membership.rs`).
+        let _in_flight = self.gate.enter(self.timeout);
         let mut bytes = Vec::with_capacity(effect.encoded_len());
         effect.encode(&mut bytes);
         let raft = self.raft.clone();
@@ -354,7 +379,21 @@ impl Replicator for Node {
     fn map(&self) -> ClusterMap {
         let m = self.raft.metrics();
         let m = m.borrow();
-        ClusterMap { me: m.id, term: m.current_term, leader: m.current_leader, nodes: self.members.clone() }
+        let nodes = m
+            .membership_config
+            .membership()
+            .nodes()
+            .map(|(id, n)| {
+                let client = membership::client_of(&n.addr).map(str::to_string);
+                (*id, client.or_else(|| self.peers.get(id).cloned()).unwrap_or_default())
+            })
+            .filter(|(_, client)| !client.is_empty())
+            .collect();
+        ClusterMap { me: m.id, term: m.current_term, leader: m.current_leader, nodes }
+    }
+
+    fn admin(&self, cmd: &recall_proto::cluster_admin::Admin<'_>, out: &mut Vec<u8>) -> Result<(), Refusal> {
+        self.run_admin(cmd, out)
     }
 
     fn stats(&self) -> Vec<(&'static str, String)> {

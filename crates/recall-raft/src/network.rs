@@ -48,6 +48,10 @@ pub enum Rpc {
     Append(AppendEntriesRequest<TypeConfig>),
     Vote(VoteRequest<NodeId>),
     Snapshot(InstallSnapshotRequest<TypeConfig>),
+    /// A leader handing its leadership over: the receiver, a caught-up
+    /// voter, starts an election now (Raft's TimeoutNow; `membership.rs`).
+    /// Answered with `Result<(), String>`.
+    Elect,
 }
 
 /// Read one frame's body. `Ok(None)` is a clean end of stream before a
@@ -141,10 +145,29 @@ async fn serve_conn(mut sock: TcpStream, raft: Raft) -> io::Result<()> {
             Rpc::Append(r) => encode(&raft.append_entries(r).await)?,
             Rpc::Vote(r) => encode(&raft.vote(r).await)?,
             Rpc::Snapshot(r) => encode(&raft.install_snapshot(r).await)?,
+            Rpc::Elect => encode(&crate::membership::elect_now(&raft).await)?,
         };
         write_frame(&mut sock, &reply).await?;
     }
     Ok(())
+}
+
+/// Ask the node whose Raft RPC listens at `addr` to start an election
+/// ([`Rpc::Elect`]), on a connection of its own, within `ttl`. The outer
+/// error is the call's, the inner one the node's refusal.
+pub async fn request_elect(addr: SocketAddr, ttl: Duration) -> io::Result<Result<(), String>> {
+    let call = async {
+        let mut s = TcpStream::connect(addr).await?;
+        let _ = s.set_nodelay(true);
+        write_frame(&mut s, &encode(&Rpc::Elect)?).await?;
+        match read_frame(&mut s).await? {
+            Some(reply) => decode(&reply),
+            None => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed")),
+        }
+    };
+    tokio::time::timeout(ttl, call)
+        .await
+        .unwrap_or_else(|_| Err(io::Error::new(io::ErrorKind::TimedOut, format!("no answer within {ttl:?}"))))
 }
 
 /// Makes a client per target node.
@@ -163,7 +186,10 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = Client;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Client {
-        let addr = self.peers.get(&target).unwrap_or(&node.addr).clone();
+        // A member's address in the log is `RAFT_ADDR/CLIENT_ADDR` (the
+        // first slice stored the Raft address alone).
+        let raft = node.addr.split_once('/').map_or(node.addr.as_str(), |(raft, _)| raft);
+        let addr = self.peers.get(&target).map_or(raft, String::as_str).to_string();
         Client { target, addr, conn: None }
     }
 }
@@ -369,6 +395,9 @@ mod tests {
         let vote = Vote::new_committed(3, 1);
         round_trip(Rpc::Append(AppendEntriesRequest { vote, prev_log_id: Some(log_id), entries, leader_commit: None }));
         round_trip(Rpc::Vote(VoteRequest { vote, last_log_id: None }));
+        round_trip(Rpc::Elect);
+        round_trip(Ok::<(), String>(()));
+        round_trip(Err::<(), String>("not a voter".into()));
         round_trip(Rpc::Snapshot(InstallSnapshotRequest {
             vote,
             meta: SnapshotMeta {

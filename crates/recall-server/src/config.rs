@@ -139,13 +139,8 @@ impl ClusterSection {
             let (id, addrs) = p.split_once('=').ok_or_else(|| bad("no '='"))?;
             let id: u64 =
                 id.trim().parse().ok().filter(|&i| i != 0).ok_or_else(|| bad("the id is not a number above 0"))?;
-            let (raft, client) = addrs.split_once('/').ok_or_else(|| bad("no '/'"))?;
-            let raft: std::net::SocketAddr = raft.trim().parse().map_err(|_| bad("the Raft address is not IP:PORT"))?;
-            let client = client.trim();
-            if client.is_empty() {
-                return Err(bad("no client address"));
-            }
-            let peer = recall_raft::Peer { raft, client: client.to_string() };
+            let m = recall_proto::cluster_admin::Member::parse(addrs).map_err(|e| bad(&e.to_string()))?;
+            let peer = recall_raft::Peer { raft: m.raft, client: m.client.to_string() };
             if peers.insert(id, peer).is_some() {
                 return Err(bad("the id is listed twice"));
             }
