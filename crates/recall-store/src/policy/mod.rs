@@ -110,6 +110,24 @@ pub struct Age {
 /// unaffected.
 pub const NEXT_ROUND: u64 = 1 << 62;
 
+/// With [`NEXT_ROUND`]: "not before the round after the next ends". A
+/// policy sets it on an item that the current round already passed and
+/// that was used again since, which the next round must pass once more
+/// before it can be a victim (SIEVE's survivors, all visited again, of a
+/// shard whose hand went round this round). When a round ends it becomes
+/// plain [`NEXT_ROUND`].
+pub const AFTER_NEXT_ROUND: u64 = 1 << 61;
+
+/// The rank a published rank `r` has in the next round.
+#[inline]
+pub(crate) fn next_round_rank(r: u64) -> u64 {
+    if r & AFTER_NEXT_ROUND != 0 {
+        r & !AFTER_NEXT_ROUND
+    } else {
+        r & !NEXT_ROUND
+    }
+}
+
 /// The most eviction lanes a policy has (see the module docs).
 pub const MAX_LANES: usize = 2;
 
@@ -183,6 +201,12 @@ pub trait Policy: Send + 'static {
     fn rank(&self, slot: u32, age: Age) -> u64 {
         let _ = slot;
         lru_rank(age)
+    }
+    /// The store started eviction round `round` (see [`Age::round`]); the
+    /// shard tells its policy before it next asks it anything. Only a
+    /// policy whose victims come in rounds (SIEVE's hand) cares.
+    fn on_round(&mut self, round: u64) {
+        let _ = round;
     }
     /// Bytes of bookkeeping per tracked slot, for honest memory accounting.
     fn overhead_per_slot(&self) -> usize;
@@ -494,6 +518,10 @@ impl Policy for AnyPolicy {
     #[inline]
     fn rank(&self, slot: u32, age: Age) -> u64 {
         dispatch!(self, p => p.rank(slot, age))
+    }
+    #[inline]
+    fn on_round(&mut self, round: u64) {
+        dispatch!(self, p => p.on_round(round))
     }
     fn overhead_per_slot(&self) -> usize {
         dispatch!(self, p => p.overhead_per_slot())
