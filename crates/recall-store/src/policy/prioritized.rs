@@ -57,7 +57,12 @@
 //! stamped with the store's write clock. A class list is therefore ordered
 //! by each item's write or last second chance, whichever is later, and
 //! that is its rank across shards (so a shard whose only item is hot does
-//! not offer it at its old write rank).
+//! not offer it at its old write rank). In the permanent and
+//! temporary-high classes the count buys the second chances: one per hit,
+//! at most `FREQ_CAP` (3) without a further hit (S3-FIFO's main queue keeps
+//! the same), so an item hit often outlasts one hit once; temporary-low
+//! keeps its count for promotion and gives one second chance per
+//! reference bit.
 //!
 //! **Adaptive** (`prioritized-adaptive`): each shard keeps, per class, a
 //! ghost of the key hashes it evicted, and counts ghost hits (an evicted
