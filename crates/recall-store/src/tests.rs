@@ -729,18 +729,13 @@ fn prioritized_keeps_permanent_and_hot_items_through_a_burst_of_temporary_ones()
     for kind in [PolicyKind::Prioritized, PolicyKind::PrioritizedAdaptive] {
         for shards in [1, 1024] {
             let (perm, hot, st) = lost(kind, shards);
-            // One shard is exact. Across 1024 shards a few may go: when a
-            // class crosses its share (here, as the burst starts, permanent
-            // and temporary-high drop from 50% each to below 25%), the
-            // ranks shards published before are stale, and an eviction
-            // corrects at most a few of them before it settles for the
-            // writer's own candidate (`shard/evict.rs`).
-            let allowed = if shards == 1 { 0 } else { 5 };
-            assert!(
-                perm + hot <= allowed,
-                "{kind}, {shards} shards: lost {perm} permanent, {hot} hot: {:?}",
-                st.policy
-            );
+            // Across 1024 shards as in one: each class is its own eviction
+            // lane, so the burst is evicted from temporary-low store-wide.
+            // (When a shard offered one candidate ranked by whether its
+            // class was over its share, the ranks shards published before
+            // the burst went stale as the classes crossed their shares,
+            // and a few permanent and hot items went.)
+            assert!(perm + hot == 0, "{kind}, {shards} shards: lost {perm} permanent, {hot} hot: {:?}", st.policy);
             let c = st.policy;
             assert!(c.prio_evictions[1] > 1000, "{kind}: {c:?}");
             assert_eq!(c.prio_evictions[0] + c.prio_evictions[2], (perm + hot) as u64, "{kind}: {c:?}");

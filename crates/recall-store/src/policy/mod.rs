@@ -27,8 +27,8 @@
 //!
 //! Lanes: a policy whose next victim comes from one of several queues,
 //! chosen by store-wide state (S3-FIFO: small while the store's small
-//! queues are over their share, else main), has one eviction *lane* per
-//! queue. Each shard publishes its candidate in every lane, and an
+//! queues are over their share, else main; the prioritized cache: the class
+//! furthest over its share), has one eviction *lane* per queue. Each shard publishes its candidate in every lane, and an
 //! eviction first asks [`PolicyShared::lane`] which queue the store-wide
 //! policy takes now, then compares only that lane's candidates across
 //! shards (`shard/evict.rs`). Ranks are then compared only within a queue,
@@ -129,7 +129,7 @@ pub(crate) fn next_round_rank(r: u64) -> u64 {
 }
 
 /// The most eviction lanes a policy has (see the module docs).
-pub const MAX_LANES: usize = 2;
+pub const MAX_LANES: usize = 3;
 
 /// The rank of LRU-ordered policies: last access, writes of the same second
 /// in write order.
@@ -304,6 +304,8 @@ impl PolicyShared {
     pub fn lanes(&self) -> usize {
         if self.s3fifo.is_some() {
             2
+        } else if self.prio.is_some() {
+            3
         } else {
             1
         }
@@ -312,7 +314,13 @@ impl PolicyShared {
     /// The lane the store-wide policy evicts from now.
     #[inline]
     pub fn lane(&self) -> usize {
-        self.s3fifo.as_ref().map_or(0, |s| s.lane())
+        if let Some(s) = &self.s3fifo {
+            s.lane()
+        } else if let Some(p) = &self.prio {
+            p.lane()
+        } else {
+            0
+        }
     }
 }
 
