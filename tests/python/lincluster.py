@@ -14,7 +14,8 @@ for long runs (docs/benchmarks/cluster-linearizability.md):
     python tests/python/lincluster.py --stale --rounds 3 --out /tmp/lin-stale
 
 How outcomes are recorded (what an unknown outcome means is the point):
-  * a set answered STORED: known, with its return time;
+  * a set answered STORED, a delete answered DELETED or NOT_FOUND: known,
+    with its return time (and a delete's answer, checked like a read's);
   * a set answered with an error that says it was not applied (not
     leader, unreachable leader "not applied", cluster busy): left out;
   * a set that timed out, lost its connection, or got an error that says
@@ -463,7 +464,15 @@ class Client(threading.Thread):
     def delete(self, node: int, key: str) -> None:
         op = {"client": self.cid, "op": "delete", "key": key, "node": node}
         req = b"delete %s\r\n" % key.encode()
-        self._op(node, op, req, lambda s, buf: self._write_outcome(op, _line(s, buf), (b"DELETED", b"NOT_FOUND")))
+
+        def parse(s: socket.socket, buf: bytearray) -> str:
+            line = _line(s, buf)
+            # The answer is checked too: a NOT_FOUND after an acknowledged
+            # set is a lost write even when no read follows.
+            op["found"] = line == b"DELETED"
+            return self._write_outcome(op, line, (b"DELETED", b"NOT_FOUND"))
+
+        self._op(node, op, req, parse)
 
     def get(self, node: int, key: str) -> None:
         op = {"client": self.cid, "op": "get", "key": key, "node": node}

@@ -10,12 +10,18 @@
 //	{"client":0,"op":"set","key":"k1","value":"v17","call":123,"return":456}
 //	{"client":1,"op":"get","key":"k1","found":true,"value":"v17","call":130,"return":400}
 //	{"client":2,"op":"set","key":"k2","value":"v18","call":140,"return":null}
+//	{"client":3,"op":"delete","key":"k1","found":true,"call":150,"return":420}
 //
 // call and return are nanoseconds on one monotonic clock. A return of null
 // is an unknown outcome (a write that timed out or whose connection broke):
 // it may have taken effect at any time after its call, or never, so it is
 // checked as an operation that returns after everything else. Reads with no
 // answer carry no information and belong out of the history.
+//
+// A delete's "found" is its answer (true: DELETED, false: NOT_FOUND) and is
+// checked like a read's: a NOT_FOUND after an acknowledged set, with nothing
+// in between, is a lost write even when no read follows. A delete without
+// "found" (or with an unknown outcome) may have found either.
 //
 // Exit status: 0 linearizable, 1 not linearizable (with -html, Porcupine's
 // visualization of the longest linearizable prefixes is written there),
@@ -39,7 +45,7 @@ type line struct {
 	Op     string  `json:"op"`
 	Key    string  `json:"key"`
 	Value  *string `json:"value"`
-	Found  bool    `json:"found"`
+	Found  *bool   `json:"found"`
 	Call   *int64  `json:"call"`
 	Return *int64  `json:"return"`
 }
@@ -54,6 +60,8 @@ type input struct {
 type output struct {
 	found bool
 	value string
+	// A delete's answer is known (found says which); a get's always is.
+	known bool
 }
 
 // register is one key's state: absent, or holding a value.
@@ -92,7 +100,8 @@ var model = porcupine.Model{
 		case "set":
 			return true, register{present: true, value: i.value}
 		default: // delete
-			return true, register{}
+			o := out.(output)
+			return !o.known || o.found == st.present, register{}
 		}
 	},
 	DescribeOperation: func(in, out interface{}) string {
@@ -107,7 +116,15 @@ var model = porcupine.Model{
 		case "set":
 			return fmt.Sprintf("set(%s, %s)", i.key, i.value)
 		default:
-			return fmt.Sprintf("delete(%s)", i.key)
+			o := out.(output)
+			switch {
+			case !o.known:
+				return fmt.Sprintf("delete(%s)", i.key)
+			case o.found:
+				return fmt.Sprintf("delete(%s) -> deleted", i.key)
+			default:
+				return fmt.Sprintf("delete(%s) -> not found", i.key)
+			}
 		}
 	},
 	DescribeState: func(state interface{}) string {
@@ -152,11 +169,12 @@ func readHistory(path string) (ops []porcupine.Operation, unknown int, err error
 			if l.Return == nil {
 				return nil, 0, bad("a get without a return (leave unanswered reads out)")
 			}
-			if l.Found {
+			out.known = true
+			if l.Found != nil && *l.Found {
 				if l.Value == nil {
 					return nil, 0, bad("a get that found a value without its value")
 				}
-				out = output{found: true, value: *l.Value}
+				out = output{found: true, value: *l.Value, known: true}
 			}
 		case "set":
 			if l.Value == nil {
@@ -164,6 +182,10 @@ func readHistory(path string) (ops []porcupine.Operation, unknown int, err error
 			}
 			in.value = *l.Value
 		case "delete":
+			// An unknown outcome has no answer, whatever the line says.
+			if l.Found != nil && l.Return != nil {
+				out = output{found: *l.Found, known: true}
+			}
 		default:
 			return nil, 0, bad(fmt.Sprintf("unknown op %q (get, set or delete)", l.Op))
 		}

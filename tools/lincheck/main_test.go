@@ -44,6 +44,18 @@ func TestVerdicts(t *testing.T) {
 		{"a miss before any write and after a delete", `{"client":0,"op":"get","key":"k","found":false,"call":0,"return":5}` +
 			"\n" + a + `{"client":0,"op":"delete","key":"k","call":30,"return":40}
 {"client":1,"op":"get","key":"k","found":false,"call":50,"return":60}`, porcupine.Ok},
+		{"a NOT_FOUND delete after an acknowledged write is a lost write", a +
+			`{"client":1,"op":"delete","key":"k","found":false,"call":20,"return":30}
+{"client":1,"op":"get","key":"k","found":false,"call":40,"return":50}`, porcupine.Illegal},
+		{"of two concurrent deletes one may find nothing", a +
+			`{"client":1,"op":"delete","key":"k","found":true,"call":20,"return":30}
+{"client":2,"op":"delete","key":"k","found":false,"call":22,"return":32}`, porcupine.Ok},
+		{"a DELETED delete of an absent key is an anomaly",
+			`{"client":1,"op":"delete","key":"k","found":true,"call":20,"return":30}`, porcupine.Illegal},
+		{"a delete without its answer may have found either", a +
+			`{"client":1,"op":"delete","key":"k","call":20,"return":30}
+{"client":1,"op":"delete","key":"k","found":false,"call":40,"return":null}
+{"client":1,"op":"get","key":"k","found":false,"call":50,"return":60}`, porcupine.Ok},
 		{"keys are independent registers", a +
 			`{"client":1,"op":"get","key":"other","found":false,"call":50,"return":60}`, porcupine.Ok},
 	}
