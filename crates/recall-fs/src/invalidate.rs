@@ -123,26 +123,20 @@ impl Invalidator {
     /// Wait until no delete of `key` is on its way (every recall call is
     /// bounded by the client's timeout, so this is too).
     pub fn settle(&mut self, key: &str) -> Vec<Answered> {
-        let mut out = self.poll();
-        while !self.pending.clear(key) {
-            match self.done.recv() {
-                Ok(a) => out.push(self.note(a)),
-                // The worker is gone (it panicked): nothing is on its way.
-                Err(_) => {
-                    self.pending = Pending::default();
-                    break;
-                }
-            }
-        }
-        out
+        self.settle_until(|p| p.clear(key))
     }
 
     /// Wait until every delete sent has been answered.
     pub fn settle_all(&mut self) -> Vec<Answered> {
+        self.settle_until(Pending::is_empty)
+    }
+
+    fn settle_until(&mut self, done: impl Fn(&Pending) -> bool) -> Vec<Answered> {
         let mut out = self.poll();
-        while !self.pending.is_empty() {
+        while !done(&self.pending) {
             match self.done.recv() {
                 Ok(a) => out.push(self.note(a)),
+                // The worker is gone (it panicked): nothing is on its way.
                 Err(_) => {
                     self.pending = Pending::default();
                     break;
