@@ -1,5 +1,5 @@
 module recall/tools/lincheck
 
-go 1.16
+go 1.18
 
 require github.com/anishathalye/porcupine v1.3.1
