@@ -13,6 +13,7 @@
 mod admin;
 pub mod auth;
 mod binary;
+pub mod commit;
 pub mod durability;
 mod execute;
 mod meta;
@@ -34,7 +35,8 @@ use recall_store::{Clock, Store, UnixSecs};
 pub use execute::Cx;
 pub use op::{Op, Outcome};
 pub use out::{Out, Segment};
-pub use replicated::{Applied, Cause, ClusterMap, Replicator};
+pub use commit::{Commit, Resolver};
+pub use replicated::{Applied, Cause, ClusterMap, Pending, Replicator, Wait};
 pub use session::{Processed, ProtocolChoice, Session};
 pub use stats::{Counters, Registry};
 pub use write_path::{Barrier, Observer, Observers};

@@ -27,14 +27,14 @@ use std::future::Future;
 use std::io;
 use std::io::Cursor;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
+
 use openraft::{BasicNode, ServerState};
 use recall_engine::op::Refusal;
-use recall_engine::{Applied, Cause, ClusterMap, Engine, Replicator};
+use recall_engine::{Applied, Cause, ClusterMap, Engine, Replicator, Resolver};
 use serde::{Deserialize, Serialize};
 
 pub type NodeId = u64;
@@ -105,27 +105,16 @@ pub struct Node {
     log: log_store::LogStore,
     rt: tokio::runtime::Runtime,
     timeout: Duration,
-    not_leader: BTreeMap<NodeId, &'static str>,
+    not_leader: Arc<BTreeMap<NodeId, &'static str>>,
     /// Every member's id and client address (`cluster map`).
     members: Vec<(NodeId, String)>,
-    /// Proposals whose proposer stopped waiting (timed out) before they
-    /// resolved. While any is unresolved no write is decided: the
-    /// proposer's stripe was released, and a write of the same key decided
-    /// now could miss an effect that still commits before it.
-    unresolved: Arc<AtomicUsize>,
 }
-
-/// A proposal's wait, between the proposer and the task running it.
-const PENDING: u8 = 0;
-const DONE: u8 = 1;
-const ABANDONED: u8 = 2;
 
 const NO_LEADER: &str = "SERVER_ERROR not leader; no leader elected yet";
 const TIMED_OUT: &str = "SERVER_ERROR cluster timed out; the write may or may not have been applied";
 const FAILED: &str = "SERVER_ERROR cluster failed; the write may or may not have been applied";
 const SHUT_DOWN: &str = "SERVER_ERROR cluster node is shutting down";
 const NO_QUORUM: &str = "SERVER_ERROR cluster has no quorum";
-const UNRESOLVED: &str = "SERVER_ERROR cluster busy; an earlier write's outcome is not known yet";
 
 impl Node {
     /// Start this node's Raft (its own runtime, two threads) and its RPC
@@ -200,12 +189,12 @@ impl Node {
             })
             .collect();
         let members = cfg.peers.iter().map(|(id, p)| (*id, p.client.clone())).collect();
-        Ok(Arc::new(Node { raft, log, rt, timeout: cfg.timeout, not_leader, members, unresolved: Default::default() }))
+        Ok(Arc::new(Node { raft, log, rt, timeout: cfg.timeout, not_leader: Arc::new(not_leader), members }))
     }
 
     /// The line that tells a client who leads (or that nobody does yet).
     fn not_leader(&self, leader: Option<NodeId>) -> Refusal {
-        Refusal::NotLeader(leader.and_then(|l| self.not_leader.get(&l).copied()).unwrap_or(NO_LEADER))
+        not_leader(&self.not_leader, leader)
     }
 
     /// Run `fut` on the Raft runtime and wait for it on this thread, for
@@ -222,37 +211,6 @@ impl Node {
         })
     }
 
-    /// [`Node::wait`] for a proposal: one given up on is counted in
-    /// `unresolved` until it resolves.
-    fn wait_proposal<T: Send + 'static>(&self, fut: impl Future<Output = T> + Send + 'static) -> Result<T, Refusal> {
-        let state = Arc::new(AtomicU8::new(PENDING));
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        let (st, unresolved) = (state.clone(), self.unresolved.clone());
-        self.rt.spawn(async move {
-            let out = fut.await;
-            if st.compare_exchange(PENDING, DONE, Ordering::AcqRel, Ordering::Acquire).is_err() {
-                // Abandoned: the proposer counted it before it let go.
-                unresolved.fetch_sub(1, Ordering::AcqRel);
-            }
-            let _ = tx.send(out);
-        });
-        match rx.recv_timeout(self.timeout) {
-            Ok(v) => Ok(v),
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                // Counted before the state says so, so the task's
-                // decrement can never come first.
-                self.unresolved.fetch_add(1, Ordering::AcqRel);
-                if state.compare_exchange(PENDING, ABANDONED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                    return Err(Refusal::Replication(TIMED_OUT));
-                }
-                // It resolved at this very moment: take its answer.
-                self.unresolved.fetch_sub(1, Ordering::AcqRel);
-                rx.recv().map_err(|_| Refusal::Replication(SHUT_DOWN))
-            }
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(Refusal::Replication(SHUT_DOWN)),
-        }
-    }
-
     /// The current leader, as this node knows it.
     pub fn leader(&self) -> Option<NodeId> {
         self.raft.metrics().borrow().current_leader
@@ -263,6 +221,11 @@ impl Node {
         let raft = self.raft.clone();
         let _ = self.wait(async move { raft.shutdown().await });
     }
+}
+
+/// The line that tells a client who leads (or that nobody does yet).
+fn not_leader(lines: &BTreeMap<NodeId, &'static str>, leader: Option<NodeId>) -> Refusal {
+    Refusal::NotLeader(leader.and_then(|l| lines.get(&l).copied()).unwrap_or(NO_LEADER))
 }
 
 impl Replicator for Node {
@@ -287,9 +250,6 @@ impl Replicator for Node {
             let settled = m.last_applied.is_some_and(|l| l.leader_id.term == m.current_term);
             (m.state == ServerState::Leader, settled, m.current_leader)
         };
-        if self.unresolved.load(Ordering::Acquire) > 0 {
-            return Err(Refusal::Replication(UNRESOLVED));
-        }
         match (leader, settled) {
             (true, true) => Ok(()),
             (true, false) => self.read_barrier(),
@@ -297,18 +257,33 @@ impl Replicator for Node {
         }
     }
 
-    fn propose(&self, effect: &recall_record::Record<'_>, cause: Cause) -> Result<Applied, Refusal> {
+    fn propose(&self, effect: &recall_record::Record<'_>, cause: Cause, done: Resolver) -> Result<(), Refusal> {
         let mut bytes = Vec::with_capacity(effect.encoded_len());
         effect.encode(&mut bytes);
-        let raft = self.raft.clone();
-        match self
-            .wait_proposal(async move { raft.client_write(Effect { cause: cause.code(), record: bytes }).await })?
-        {
-            Ok(resp) => Ok(Applied { ts: resp.data.ts, outcome: state_machine::outcome_of(resp.data.outcome) }),
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(self.not_leader(f.leader_id)),
-            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(_))) => Err(Refusal::Replication(FAILED)),
-            Err(RaftError::Fatal(_)) => Err(Refusal::Replication(SHUT_DOWN)),
-        }
+        // Submitted here, on the caller's thread, so effects enter the log
+        // in the order of the calls: `client_write_ff` is a send on the
+        // core's unbounded channel and completes on its first poll (it
+        // waits only when the core has stopped).
+        let submit = self.raft.client_write_ff(Effect { cause: cause.code(), record: bytes });
+        let mut submit = std::pin::pin!(submit);
+        let rx = match submit.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
+            std::task::Poll::Ready(Ok(rx)) => rx,
+            std::task::Poll::Ready(Err(_)) | std::task::Poll::Pending => return Err(Refusal::Replication(SHUT_DOWN)),
+        };
+        let lines = self.not_leader.clone();
+        self.rt.spawn(async move {
+            done.resolve(match rx.await {
+                Ok(Ok(resp)) => Ok(Applied { ts: resp.data.ts, outcome: state_machine::outcome_of(resp.data.outcome) }),
+                Ok(Err(ClientWriteError::ForwardToLeader(f))) => Err(not_leader(&lines, f.leader_id)),
+                Ok(Err(ClientWriteError::ChangeMembershipError(_))) => Err(Refusal::Replication(FAILED)),
+                Err(_) => Err(Refusal::Replication(SHUT_DOWN)),
+            })
+        });
+        Ok(())
+    }
+
+    fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     fn map(&self) -> ClusterMap {
