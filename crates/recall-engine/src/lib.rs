@@ -32,10 +32,10 @@ use std::sync::Arc;
 
 use recall_store::{Clock, Store, UnixSecs};
 
+pub use commit::{Commit, Resolver};
 pub use execute::Cx;
 pub use op::{Op, Outcome};
 pub use out::{Out, Segment};
-pub use commit::{Commit, Resolver};
 pub use replicated::{Applied, Cause, ClusterMap, Pending, Replicator, Wait};
 pub use session::{Processed, ProtocolChoice, Session};
 pub use stats::{Counters, Registry};

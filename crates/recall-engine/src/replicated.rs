@@ -563,7 +563,8 @@ impl Engine {
             }
         }
         let mut barrier = Barrier::default();
-        let mut cx = Cx { counters, barrier: &mut barrier, read_fresh: false, not_leader: false, conn: 0, wait: Wait::Block };
+        let mut cx =
+            Cx { counters, barrier: &mut barrier, read_fresh: false, not_leader: false, conn: 0, wait: Wait::Block };
         let decided = s.execute(op, &mut cx, |o| match o {
             Outcome::Write(w) => Decided::Write(w),
             Outcome::Delete(d) => Decided::Delete(d),
@@ -597,8 +598,8 @@ impl Engine {
         if !key.is_empty() {
             // What the key holds once the effects apply: the scratch
             // store's item.
-            let after = s.store.read(key, now, recall_store::ReadOpts { no_bump: true, ..Default::default() }, |r| {
-                match r {
+            let after =
+                s.store.read(key, now, recall_store::ReadOpts { no_bump: true, ..Default::default() }, |r| match r {
                     recall_store::Read::Hit(v) => Some(OwnedRecord {
                         tombstone: false,
                         key: key.to_vec(),
@@ -608,8 +609,7 @@ impl Engine {
                         ts: 0,
                     }),
                     recall_store::Read::Miss { .. } => None,
-                }
-            });
+                });
             if scratch.inflight.len() >= INFLIGHT_SWEEP {
                 scratch.inflight.retain(|_, (_, probe)| !probe.resolved());
             }

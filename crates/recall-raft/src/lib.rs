@@ -19,6 +19,8 @@
 pub mod log_disk;
 mod log_store;
 pub mod network;
+mod propose;
+mod read;
 mod state_machine;
 
 use std::collections::BTreeMap;
@@ -30,43 +32,61 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
+use openraft::error::RaftError;
 
 use openraft::{BasicNode, ServerState};
 use recall_engine::op::Refusal;
-use recall_engine::{Applied, Cause, ClusterMap, Engine, Replicator, Resolver};
+use recall_engine::{Cause, ClusterMap, Engine, Replicator, Resolver};
 use serde::{Deserialize, Serialize};
 
 pub type NodeId = u64;
 
-/// One log entry's payload: a `recall_record::Record` in its one encoding
-/// (its timestamp field is 0; the entry's log index is the timestamp),
-/// and the client's command that caused it
-/// ([`recall_engine::Cause::code`], for replicas' `watch mutations`).
+/// One write's effect: a `recall_record::Record` in its one encoding
+/// (its timestamp field is 0: the log assigns it, see [`timestamp`]), and
+/// the client's command that caused it ([`recall_engine::Cause::code`],
+/// for replicas' `watch mutations`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Effect {
     pub cause: u8,
     pub record: Vec<u8>,
 }
 
-impl std::fmt::Display for Effect {
+/// One log entry's payload: the effects of the writes proposed together
+/// (group commit, `propose.rs`), at most [`BATCH_MAX`], in log order.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Batch(pub Vec<Effect>);
+
+impl std::fmt::Display for Batch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "effect({} bytes)", self.record.len())
+        write!(f, "batch({} effects)", self.0.len())
     }
 }
 
-/// What applying an entry did: its timestamp (the log index) and the
-/// store's outcome (see `state_machine::outcome_of`).
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+/// At most this many effects in one entry: an effect's place in its entry
+/// takes the low bits of its timestamp.
+pub const BATCH_BITS: u32 = 8;
+pub const BATCH_MAX: usize = 1 << BATCH_BITS;
+
+/// The write timestamp (CAS) of the effect at `pos` in the entry at log
+/// index `index`: identical on every replica, growing with the log across
+/// leader changes and restarts.
+pub fn timestamp(index: u64, pos: usize) -> u64 {
+    (index << BATCH_BITS) | pos as u64
+}
+
+/// What applying an entry did: its first effect's timestamp (the next
+/// effects' follow it) and each effect's store outcome (see
+/// `state_machine::outcome_of`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ApplyResult {
     pub ts: u64,
-    pub outcome: u8,
+    pub outcomes: Vec<u8>,
 }
 
 openraft::declare_raft_types!(
-    /// recall's Raft types: effects in, apply results out.
+    /// recall's Raft types: batches of effects in, apply results out.
     pub TypeConfig:
-        D = Effect,
+        D = Batch,
         R = ApplyResult,
 );
 
@@ -106,15 +126,17 @@ pub struct Node {
     rt: tokio::runtime::Runtime,
     timeout: Duration,
     not_leader: Arc<BTreeMap<NodeId, &'static str>>,
+    proposer: Arc<propose::Proposer>,
+    reads: Arc<read::Reads>,
     /// Every member's id and client address (`cluster map`).
     members: Vec<(NodeId, String)>,
 }
 
 const NO_LEADER: &str = "SERVER_ERROR not leader; no leader elected yet";
-const TIMED_OUT: &str = "SERVER_ERROR cluster timed out; the write may or may not have been applied";
-const FAILED: &str = "SERVER_ERROR cluster failed; the write may or may not have been applied";
-const SHUT_DOWN: &str = "SERVER_ERROR cluster node is shutting down";
-const NO_QUORUM: &str = "SERVER_ERROR cluster has no quorum";
+pub(crate) const TIMED_OUT: &str = "SERVER_ERROR cluster timed out; the write may or may not have been applied";
+pub(crate) const FAILED: &str = "SERVER_ERROR cluster failed; the write may or may not have been applied";
+pub(crate) const SHUT_DOWN: &str = "SERVER_ERROR cluster node is shutting down";
+pub(crate) const NO_QUORUM: &str = "SERVER_ERROR cluster has no quorum";
 
 impl Node {
     /// Start this node's Raft (its own runtime, two threads) and its RPC
@@ -168,7 +190,7 @@ impl Node {
             let listener = tokio::net::TcpListener::bind(listen)
                 .await
                 .map_err(|e| io::Error::new(e.kind(), format!("cluster listen {listen}: {e}")))?;
-            tokio::spawn(network::serve(listener, raft.clone()));
+            tokio::spawn(network::serve(listener, raft.clone(), std::time::Instant::now() + read::LEASE));
             if cfg.bootstrap {
                 match raft.initialize(members).await {
                     Ok(()) => {}
@@ -180,7 +202,7 @@ impl Node {
             Ok::<_, io::Error>(raft)
         })?;
         // One line per peer, made once: a refusal carries a static line.
-        let not_leader = cfg
+        let not_leader: BTreeMap<NodeId, &'static str> = cfg
             .peers
             .iter()
             .map(|(id, p)| {
@@ -189,7 +211,16 @@ impl Node {
             })
             .collect();
         let members = cfg.peers.iter().map(|(id, p)| (*id, p.client.clone())).collect();
-        Ok(Arc::new(Node { raft, log, rt, timeout: cfg.timeout, not_leader: Arc::new(not_leader), members }))
+        let not_leader = Arc::new(not_leader);
+        let proposer = propose::Proposer::new(raft.clone(), rt.handle().clone(), not_leader.clone());
+        let lines = not_leader.clone();
+        let reads = read::Reads::new(
+            raft.clone(),
+            rt.handle().clone(),
+            cfg.timeout,
+            Arc::new(move |l| crate::not_leader(&lines, l)),
+        );
+        Ok(Arc::new(Node { raft, log, rt, timeout: cfg.timeout, not_leader, proposer, reads, members }))
     }
 
     /// The line that tells a client who leads (or that nobody does yet).
@@ -224,19 +255,13 @@ impl Node {
 }
 
 /// The line that tells a client who leads (or that nobody does yet).
-fn not_leader(lines: &BTreeMap<NodeId, &'static str>, leader: Option<NodeId>) -> Refusal {
+pub(crate) fn not_leader(lines: &BTreeMap<NodeId, &'static str>, leader: Option<NodeId>) -> Refusal {
     Refusal::NotLeader(leader.and_then(|l| lines.get(&l).copied()).unwrap_or(NO_LEADER))
 }
 
 impl Replicator for Node {
     fn read_barrier(&self) -> Result<(), Refusal> {
-        let raft = self.raft.clone();
-        match self.wait(async move { raft.ensure_linearizable().await })? {
-            Ok(_) => Ok(()),
-            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => Err(self.not_leader(f.leader_id)),
-            Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_))) => Err(Refusal::Replication(NO_QUORUM)),
-            Err(RaftError::Fatal(_)) => Err(Refusal::Replication(SHUT_DOWN)),
-        }
+        self.reads.barrier()
     }
 
     fn write_barrier(&self) -> Result<(), Refusal> {
@@ -260,25 +285,7 @@ impl Replicator for Node {
     fn propose(&self, effect: &recall_record::Record<'_>, cause: Cause, done: Resolver) -> Result<(), Refusal> {
         let mut bytes = Vec::with_capacity(effect.encoded_len());
         effect.encode(&mut bytes);
-        // Submitted here, on the caller's thread, so effects enter the log
-        // in the order of the calls: `client_write_ff` is a send on the
-        // core's unbounded channel and completes on its first poll (it
-        // waits only when the core has stopped).
-        let submit = self.raft.client_write_ff(Effect { cause: cause.code(), record: bytes });
-        let mut submit = std::pin::pin!(submit);
-        let rx = match submit.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
-            std::task::Poll::Ready(Ok(rx)) => rx,
-            std::task::Poll::Ready(Err(_)) | std::task::Poll::Pending => return Err(Refusal::Replication(SHUT_DOWN)),
-        };
-        let lines = self.not_leader.clone();
-        self.rt.spawn(async move {
-            done.resolve(match rx.await {
-                Ok(Ok(resp)) => Ok(Applied { ts: resp.data.ts, outcome: state_machine::outcome_of(resp.data.outcome) }),
-                Ok(Err(ClientWriteError::ForwardToLeader(f))) => Err(not_leader(&lines, f.leader_id)),
-                Ok(Err(ClientWriteError::ChangeMembershipError(_))) => Err(Refusal::Replication(FAILED)),
-                Err(_) => Err(Refusal::Replication(SHUT_DOWN)),
-            })
-        });
+        self.proposer.propose(Effect { cause: cause.code(), record: bytes }, done);
         Ok(())
     }
 
@@ -312,9 +319,11 @@ impl Replicator for Node {
         ];
         // The log on disk: fsyncs against entries written show group
         // commit at work.
-        if let Some((syncs, entries)) = self.log.disk_counts() {
+        if let Some((syncs, entries, effects)) = self.log.disk_counts() {
             lines.push(("cluster_log_fsyncs", syncs.to_string()));
             lines.push(("cluster_log_entries_written", entries.to_string()));
+            // An entry carries a batch of writes' effects (group commit).
+            lines.push(("cluster_log_effects_written", effects.to_string()));
         }
         lines
     }
