@@ -10,8 +10,11 @@
 //!   log on disk with group-committed fsync (`--cluster-log-dir`);
 //! * `state_machine.rs`: committed effects → `Store::apply`, snapshots;
 //! * `network.rs`: the RPC between nodes (length-prefixed frames on TCP);
-//! * this file: the type configuration, starting a node, and the
-//!   blocking bridge from the engine's threads to the group.
+//! * `propose.rs`: group commit, the effects of many writes in one entry;
+//! * `read.rs`: read barriers (a leader lease, or one shared ReadIndex
+//!   round);
+//! * this file: the type configuration, starting a node, and the bridge
+//!   from the engine's threads to the group.
 //!
 //! Layout, guarantees and what is not done yet:
 //! docs/design/replication.md.
