@@ -346,6 +346,14 @@ def write_seeds(seeds, quiet):
             b"MAP self 1 term 0 leader 0", b"MAP self 1 term x leader 0", b"NODE 1 a"]
     for i, m in enumerate(maps):
         put("cluster_map", f"map{i}", m)
+    # `cluster ...` admin commands (byte 0 even) and status replies (odd).
+    admin = [b"\x00status", b"\x00add-node 4 127.0.0.4:11311/127.0.0.4:11211", b"\x00remove-node 2",
+             b"\x00transfer-leader", b"\x00transfer-leader 3", b"\x00add-node 4 [::1]:1/h:2", b"\x00add-node 0 x/y",
+             b"\x01STATUS self 1 role leader term 3 leader 1 last_log 9 applied 9\n"
+             b"MEMBER 1 voter 127.0.0.1:1/127.0.0.1:2 9\nMEMBER 4 learner 127.0.0.4:1/h:2 -",
+             b"\x01STATUS self 2 role follower term 3 leader 0 last_log 0 applied 0", b"\x01MEMBER 1 voter a/b 1"]
+    for i, a in enumerate(admin):
+        put("cluster_admin", f"admin{i}", a)
     # `-l` lists; byte 0: bit 0 -Z, bit 1 -Y, bit 2 -S.
     lists = [b"\x00127.0.0.1", b"\x01notls:127.0.0.1:0,btls:*:1;mtls:[::1]:2",
              b"\x00proto[binary]:tag[abc]:localhost:11211", b"\x02proto[negotiating]:tag_x_:::1",

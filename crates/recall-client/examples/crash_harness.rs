@@ -56,7 +56,10 @@
 //! summary with the violations of its cycle (the guarantee does not cover
 //! that client's writes). recalld runs with
 //! `--snapshot-interval 2 --snapshot-after-writes 0 --recovery-grace 1`
-//! (see the `backup` module docs for why not `--snapshot-after-writes`).
+//! (snapshots come on the interval and on the clients' requests only). A
+//! replay counted "too late" (`BackupStatus::replay_after_snapshot`: after
+//! the instance's recovery had ended and it had snapshotted) fails the run
+//! like a violation: that replay was outside the guarantee.
 //! `RECALLD_BIN` overrides the server binary (otherwise it is built with
 //! cargo into the same target directory and profile).
 //!

@@ -51,9 +51,10 @@ pub enum Error {
     /// The server failed recently and is in back-off: the request was not sent.
     ServerDead { server: ServerName, retry_in: Duration },
     /// The server restarted (or may have: a write or a poll failed) and
-    /// this client's replay to it did not finish within `after`: the write
-    /// was not sent, since on the restarted server it would act on the
-    /// state reloaded before the replay (durable client only).
+    /// this client's replay to it did not finish within `after` (0: a new
+    /// connection reached an instance not replayed to yet): the write was
+    /// not sent, since on the restarted server it would act on the state
+    /// reloaded before the replay (durable client only).
     NotReplayed { server: ServerName, after: Duration },
     /// The reply could not be parsed; the connection was closed.
     Protocol { server: ServerName, message: String },

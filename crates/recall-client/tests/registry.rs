@@ -133,6 +133,8 @@ fn serve(s: TcpStream, st: Arc<Mutex<FakeState>>) {
         let reply = match f[0] {
             "durable" | "hello" if st.polls_fail => "SERVER_ERROR busy\r\n".into(),
             "durable" => st.durable(),
+            // What a new data connection of the client asks first.
+            "stats" => format!("STAT durable_instance {}\r\nEND\r\n", st.instance),
             "hello" if st.registry => st.durable(),
             "replay_done" | "goodbye" if st.registry => "OK\r\n".into(),
             "snapshot" => {
@@ -314,6 +316,48 @@ fn a_write_never_goes_ahead_of_the_replay_it_waits_for() {
         db.poll_now().await.expect("poll replays");
         assert_eq!(fake.with(|s| s.items["k"].0.clone()), b"v1");
         db.set("k2", "v", 0, 0).await.expect("a write after the replay");
+    });
+}
+
+/// Issue 16, the spill mode's narrower window (docs/durability.md used to
+/// list it under "Not done yet"): a write admitted before this client has
+/// seen any failure takes a new pooled connection, which reaches the
+/// restarted server before this client's replay. recalld held it until
+/// recovery ended, the replay waited for it (it was inside the replay
+/// gate), and when the grace period ended recovery it ran first, on the
+/// reloaded state. Forced here with the pool's second connection, opened
+/// only after the restart: the write must fail unsent, and go once a poll
+/// has replayed.
+#[test]
+fn a_new_connection_to_an_instance_not_replayed_to_carries_no_write() {
+    let fake = Fake::start(true, true);
+    rt().block_on(async {
+        let db = client(&fake.spec()).client_id("fresh").pool_size(2).build().expect("client");
+        db.poll_now().await.expect("poll");
+        // The pool's first connection, to instance 1.
+        db.set("k", "v1", 0, 0).await.expect("set");
+        // The server restarts without `k`; the first connection stays open
+        // (the fake is one process), so this client sees no failure.
+        fake.restart();
+        let before = fake.lines().len();
+        // Round robin: this write opens the pool's second connection, to
+        // instance 2, which this client has not replayed to.
+        let r = db.add("k", "v2", 0, 0).await;
+        assert!(matches!(r, Err(Error::NotReplayed { .. })), "{r:?}");
+        let after = fake.lines()[before..].to_vec();
+        assert!(!after.iter().any(|l| l.starts_with("ms k ")), "the write reached instance 2 unreplayed: {after:?}");
+        assert!(db.status()[0].not_replayed >= 1);
+        // The next poll replays (the refusal woke the poller too); then
+        // writes go again, on the replayed state, over new connections.
+        db.poll_now().await.expect("poll replays");
+        assert_eq!(fake.with(|s| s.items["k"].0.clone()), b"v1");
+        for i in 0..4 {
+            db.set(format!("k{i}"), "v", 0, 0).await.expect("a write after the replay");
+        }
+        let lines = fake.lines();
+        let replayed = lines.iter().position(|l| l.starts_with("replay k ")).expect("k replayed");
+        let first_k = lines[before..].iter().position(|l| l.starts_with("ms k")).map(|i| i + before);
+        assert!(first_k.is_none_or(|i| i > replayed), "{lines:?}");
     });
 }
 

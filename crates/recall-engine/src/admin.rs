@@ -95,6 +95,26 @@ impl Engine {
         Action::Continue
     }
 
+    /// `cluster status | add-node | remove-node | transfer-leader`. They
+    /// change the group's membership through its log, not items, so they
+    /// do not pass the write path; a node that does not lead marks `cx`
+    /// and the session forwards the request to the leader, as it forwards
+    /// a write.
+    pub(crate) fn cluster_admin(
+        &self,
+        cmd: &recall_proto::cluster_admin::Admin<'_>,
+        cx: &mut crate::Cx<'_>,
+        out: &mut Vec<u8>,
+    ) {
+        let Some(rep) = self.replicator() else {
+            return reply::line(out, b"SERVER_ERROR not in cluster mode");
+        };
+        if let Err(r) = rep.admin(cmd, out) {
+            cx.not_leader |= matches!(r, crate::op::Refusal::NotLeader(_));
+            reply::line(out, r.line());
+        }
+    }
+
     /// The fields memcached's metadump and `me` print after the key:
     /// ` exp=.. la=.. cas=.. fetch=.. cls=1 size=..` and CRLF (`exp` and
     /// `la` differ between the two: absolute in metadump, relative in me).

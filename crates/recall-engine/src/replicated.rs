@@ -175,7 +175,8 @@ impl Cause {
 pub trait Replicator: Send + Sync {
     /// Return once a read of the local store is linearizable: this node
     /// leads the group and has applied every entry committed before the
-    /// read (a read index).
+    /// read (a read index). A node its operator opted into stale reads
+    /// returns at once, leader or not (recall-raft's `ReadMode::Stale`).
     fn read_barrier(&self) -> Result<(), Refusal>;
     /// Return once this node may decide a write: it leads the group and has
     /// applied every entry of earlier terms, so its store holds every
@@ -203,6 +204,13 @@ pub trait Replicator: Send + Sync {
     /// (`cluster map`, and where a follower forwards a request).
     fn map(&self) -> ClusterMap {
         ClusterMap::default()
+    }
+    /// Run a membership command (`cluster add-node`, ...) and write its
+    /// reply to `out`. A node that must not run it (it does not lead)
+    /// refuses with [`Refusal::NotLeader`], and the request is forwarded.
+    fn admin(&self, cmd: &recall_proto::cluster_admin::Admin<'_>, out: &mut Vec<u8>) -> Result<(), Refusal> {
+        let _ = (cmd, out);
+        Err(Refusal::Replication("SERVER_ERROR cluster admin commands are not supported by this node"))
     }
 }
 
@@ -496,6 +504,11 @@ impl Engine {
         self.replication.get().map(|rep| rep.replicator.map())
     }
 
+    /// The group, in cluster mode (its admin commands: `admin.rs`).
+    pub(crate) fn replicator(&self) -> Option<&dyn Replicator> {
+        self.replication.get().map(|rep| &*rep.replicator)
+    }
+
     /// Decide `op` and propose its effects, under its key's stripe (a
     /// flush: under every stripe, waiting for its commit there). `Err` is
     /// the answer when nothing was proposed.
@@ -543,19 +556,7 @@ impl Engine {
                 Some((item, probe)) if !probe.resolved() => Some(item.clone()),
                 _ => None,
             };
-            let current = inflight.unwrap_or_else(|| {
-                self.store.read(key, now, recall_store::ReadOpts { no_bump: true, ..Default::default() }, |r| match r {
-                    recall_store::Read::Hit(v) => Some(OwnedRecord {
-                        tombstone: false,
-                        key: key.to_vec(),
-                        value: v.value.to_vec(),
-                        flags: v.flags,
-                        exptime: v.exptime,
-                        ts: v.cas,
-                    }),
-                    recall_store::Read::Miss { .. } => None,
-                })
-            });
+            let current = inflight.unwrap_or_else(|| item_record(&self.store, key, now));
             if let Some(cur) = current {
                 if s.store.apply(&cur.as_record(), now) != ApplyOutcome::Applied {
                     return Err(Decided::Other(Refusal::ClusterInternal));
@@ -597,19 +598,9 @@ impl Engine {
         }
         if !key.is_empty() {
             // What the key holds once the effects apply: the scratch
-            // store's item.
-            let after =
-                s.store.read(key, now, recall_store::ReadOpts { no_bump: true, ..Default::default() }, |r| match r {
-                    recall_store::Read::Hit(v) => Some(OwnedRecord {
-                        tombstone: false,
-                        key: key.to_vec(),
-                        value: v.value.to_vec(),
-                        flags: v.flags,
-                        exptime: v.exptime,
-                        ts: 0,
-                    }),
-                    recall_store::Read::Miss { .. } => None,
-                });
+            // store's item. Its timestamp is not known until the log gives
+            // it, so a `cas` decided on it meanwhile matches nothing.
+            let after = item_record(&s.store, key, now).map(|r| OwnedRecord { ts: 0, ..r });
             if scratch.inflight.len() >= INFLIGHT_SWEEP {
                 scratch.inflight.retain(|_, (_, probe)| !probe.resolved());
             }
@@ -618,6 +609,21 @@ impl Engine {
         }
         Ok(Pending { decided, commits, last, key: key.to_vec(), stripe: rep.stripe_index(key), outcome: None })
     }
+}
+
+/// `key`'s live item in `store` as a record, if it has one.
+fn item_record(store: &Store, key: &[u8], now: recall_store::UnixSecs) -> Option<OwnedRecord> {
+    store.read(key, now, recall_store::ReadOpts { no_bump: true, ..Default::default() }, |r| match r {
+        recall_store::Read::Hit(v) => Some(OwnedRecord {
+            tombstone: false,
+            key: key.to_vec(),
+            value: v.value.to_vec(),
+            flags: v.flags,
+            exptime: v.exptime,
+            ts: v.cas,
+        }),
+        recall_store::Read::Miss { .. } => None,
+    })
 }
 
 /// The key a replicated operation writes (empty for a flush).

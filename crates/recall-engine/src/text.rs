@@ -154,6 +154,7 @@ impl Engine {
             Command::Watch { .. } if !Out::is_empty(out) => {
                 reply::line(out, b"ERROR cannot pipeline other commands before watch")
             }
+            Command::ClusterAdmin(a) => self.cluster_admin(a, cx, out),
             _ => return self.admin(&req.cmd, out),
         }
         Action::Continue

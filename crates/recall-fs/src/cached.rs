@@ -25,6 +25,14 @@ pub trait Remote: Send {
     fn delete(&self, key: &str) -> Result<(), String>;
 }
 
+/// The two connections a mount with a cache uses: one for the session's
+/// gets and sets, one for the invalidation thread's deletes
+/// ([`crate::invalidate`]).
+pub struct Remotes {
+    pub cache: Box<dyn Remote>,
+    pub invalidations: Box<dyn Remote>,
+}
+
 impl Remote for recall_client::blocking::Client {
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
         recall_client::blocking::Client::get(self, key).map(|o| o.map(|i| i.value)).map_err(|e| e.to_string())
@@ -54,7 +62,33 @@ pub(crate) struct Loaded {
     id: Identity,
     /// The inode's write generation at load time (see `RecallFs::gens`).
     gen: u64,
-    bytes: Vec<u8>,
+    /// The content from `start` on: a value from recall is kept whole,
+    /// header included, rather than copied out of it.
+    buf: Vec<u8>,
+    start: usize,
+}
+
+impl Loaded {
+    fn read(id: Identity, gen: u64, bytes: Vec<u8>) -> Loaded {
+        Loaded { id, gen, buf: bytes, start: 0 }
+    }
+
+    /// A hit: `value` as recall returned it, its last `len` bytes the
+    /// content.
+    fn hit(id: Identity, gen: u64, value: Vec<u8>, len: usize) -> Loaded {
+        Loaded { id, gen, start: value.len() - len, buf: value }
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+}
+
+/// What a read request is answered with.
+pub(crate) enum Served {
+    Bytes(Vec<u8>),
+    /// This range of the handle's loaded copy (not copied out of it).
+    Held(std::ops::Range<usize>),
 }
 
 /// Up to `len` bytes of `file` from `offset` (fewer only at its end).
@@ -73,10 +107,14 @@ fn read_range(file: &File, offset: u64, len: usize) -> io::Result<Vec<u8>> {
     Ok(buf)
 }
 
+fn range_at(len: usize, offset: i64, size: u32) -> std::ops::Range<usize> {
+    let start = (offset.max(0) as usize).min(len);
+    let end = start.saturating_add(size as usize).min(len);
+    start..end
+}
+
 fn slice_at(bytes: &[u8], offset: i64, size: u32) -> &[u8] {
-    let start = (offset.max(0) as usize).min(bytes.len());
-    let end = start.saturating_add(size as usize).min(bytes.len());
-    &bytes[start..end]
+    &bytes[range_at(bytes.len(), offset, size)]
 }
 
 impl RecallFs {
@@ -96,32 +134,63 @@ impl RecallFs {
         }
     }
 
+    /// A write through the mount to `ino`: an open handle's loaded copy of
+    /// it is no longer served.
+    pub(crate) fn bump_gen(&mut self, ino: u64) {
+        *self.gens.entry(ino).or_default() += 1;
+    }
+
+    /// Delete the cached copies a change made through the mount makes
+    /// wrong. The deletes go out on the invalidation thread; the session
+    /// asks recall for none of these keys before they are answered.
     pub(crate) fn changed(&mut self, change: Change<'_>) {
         let paths = cache::invalidations(&change);
         for rel in paths {
             if let Some(i) = self.inodes.known(&rel) {
-                *self.gens.entry(i).or_default() += 1;
+                self.bump_gen(i);
             }
             let mut keys = vec![cache_key(&self.full(&rel))];
             if self.cfg.chunk_size > 0 {
                 keys.push(self.epoch_key(&rel));
             }
             for key in keys {
-                let Some(remote) = &self.remote else { continue };
-                match remote.delete(&key) {
-                    Ok(()) => {
-                        self.stats.invalidations += 1;
-                        self.remote_ok();
-                    }
-                    Err(e) => self.remote_failed("delete", &e),
-                }
+                let Some(inv) = &mut self.invalidator else { continue };
+                let answered = inv.send(key);
+                self.count_answers(answered);
             }
         }
     }
 
+    fn count_answers(&mut self, answered: Vec<crate::invalidate::Answered>) {
+        for (_, res) in answered {
+            match res {
+                Ok(()) => {
+                    self.stats.invalidations += 1;
+                    self.remote_ok();
+                }
+                Err(e) => self.remote_failed("delete", &e),
+            }
+        }
+    }
+
+    /// Wait until every invalidation sent has been answered (before a
+    /// stats snapshot, and at unmount).
+    pub(crate) fn settle_all(&mut self) {
+        if let Some(inv) = &mut self.invalidator {
+            let answered = inv.settle_all();
+            self.count_answers(answered);
+        }
+    }
+
     /// recall's copy under `key`; `Err` when there is no recall or it
-    /// failed (counted and logged).
+    /// failed (counted and logged). Asked only once no delete of `key` is
+    /// on its way, so it never returns a copy an invalidation sent earlier
+    /// is still to remove.
     fn ask(&mut self, key: &str) -> Result<Option<Vec<u8>>, ()> {
+        if let Some(inv) = &mut self.invalidator {
+            let answered = inv.settle(key);
+            self.count_answers(answered);
+        }
         let Some(remote) = &self.remote else { return Err(()) };
         match remote.get(key) {
             Ok(v) => {
@@ -146,17 +215,21 @@ impl RecallFs {
             Err(()) => Answer::Unreachable,
         };
         let outcome = cache::decide(&fresh, answer);
+        let store = outcome != Outcome::Fallback;
         match outcome {
             Outcome::Hit(bytes) => {
+                let len = bytes.len();
                 self.stats.hits += 1;
-                self.stats.bytes_from_cache += bytes.len() as u64;
-                return Ok(Loaded { id: fresh, gen, bytes: bytes.to_vec() });
+                self.stats.bytes_from_cache += len as u64;
+                // Always a value (a hit is decoded from one).
+                if let Ok(Some(value)) = got {
+                    return Ok(Loaded::hit(fresh, gen, value, len));
+                }
             }
             Outcome::Miss | Outcome::Corrupt => self.stats.misses += 1,
             Outcome::Stale => self.stats.stale += 1,
             Outcome::Fallback => {}
         }
-        let store = outcome != Outcome::Fallback;
         let Some(Handle::File { file, .. }) = self.handles.get(&fh) else {
             return Err(io::Error::from_raw_os_error(libc::EBADF));
         };
@@ -183,16 +256,16 @@ impl RecallFs {
                 None => {}
             }
         }
-        Ok(Loaded { id: fresh, gen, bytes })
+        Ok(Loaded::read(fresh, gen, bytes))
     }
 
-    pub(crate) fn read_file(&mut self, fh: u64, offset: i64, size: u32) -> io::Result<Vec<u8>> {
+    pub(crate) fn read_file(&mut self, fh: u64, offset: i64, size: u32) -> io::Result<Served> {
         if let Some(Handle::File { ino, .. }) = self.handles.get(&fh) {
             self.drain_ino(*ino);
         }
-        let (ino, meta) = match self.handles.get(&fh) {
-            Some(Handle::File { file, ino, .. }) => (*ino, file.metadata()?),
-            Some(Handle::Stats(text)) => return Ok(slice_at(text, offset, size).to_vec()),
+        let (ino, backing, meta) = match self.handles.get(&fh) {
+            Some(Handle::File { file, ino, backing, .. }) => (*ino, *backing, file.metadata()?),
+            Some(Handle::Stats(text)) => return Ok(Served::Bytes(slice_at(text, offset, size).to_vec())),
             None => return Err(io::Error::from_raw_os_error(libc::EBADF)),
         };
         let fresh = Identity::of(&meta);
@@ -200,9 +273,13 @@ impl RecallFs {
         let rel = self.inodes.path(ino).cloned();
         let plan =
             cache::plan(self.cfg.max_file_size, self.cfg.chunk_size, &fresh, meta.file_type().is_file(), meta.nlink());
+        // A handle that changed the file is open: its changes are not yet
+        // invalidated in recall (that happens at its release), so neither
+        // recall's copy nor one stored now may be served.
+        let plan = if self.changing(backing) { Plan::PassThrough } else { plan };
         if let (Plan::Chunks, Some(rel)) = (&plan, &rel) {
             match self.read_chunked(fh, rel, fresh, gen, offset.max(0) as u64, size) {
-                Ok(b) => return Ok(b),
+                Ok(b) => return Ok(Served::Bytes(b)),
                 // Changed while read: the backing file answers.
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
@@ -210,16 +287,16 @@ impl RecallFs {
         } else if let (Plan::Ask, Some(rel)) = (plan, rel) {
             if let Some(Handle::File { loaded: Some(l), .. }) = self.handles.get(&fh) {
                 if l.id == fresh && l.gen == gen {
-                    return Ok(slice_at(&l.bytes, offset, size).to_vec());
+                    return Ok(Served::Held(range_at(l.bytes().len(), offset, size)));
                 }
             }
             match self.load(fh, &rel, fresh, gen) {
                 Ok(l) => {
-                    let out = slice_at(&l.bytes, offset, size).to_vec();
+                    let out = range_at(l.bytes().len(), offset, size);
                     if let Some(Handle::File { loaded, .. }) = self.handles.get_mut(&fh) {
                         *loaded = Some(l);
                     }
-                    return Ok(out);
+                    return Ok(Served::Held(out));
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
@@ -231,7 +308,12 @@ impl RecallFs {
             return Err(io::Error::from_raw_os_error(libc::EBADF));
         };
         Delay::wait(self.cfg.delay.data);
-        read_range(file, offset.max(0) as u64, size as usize)
+        read_range(file, offset.max(0) as u64, size as usize).map(Served::Bytes)
+    }
+
+    /// Is a handle that changed the backing file `backing` open?
+    fn changing(&self, backing: (u64, u64)) -> bool {
+        self.handles.values().any(|h| matches!(h, Handle::File { backing: b, wrote: true, .. } if *b == backing))
     }
 
     /// The key of the random epoch under which the chunks of `rel` are
@@ -285,11 +367,15 @@ impl RecallFs {
             Err(()) => Answer::Unreachable,
         };
         let outcome = cache::decide_chunk(&fresh, cs, index, answer);
+        let store = outcome != Outcome::Fallback;
         match outcome {
             Outcome::Hit(bytes) => {
+                let len = bytes.len();
                 self.stats.chunk_hits += 1;
-                self.stats.bytes_from_cache += bytes.len() as u64;
-                return Ok(Loaded { id: fresh, gen, bytes: bytes.to_vec() });
+                self.stats.bytes_from_cache += len as u64;
+                if let Ok(Some(value)) = got {
+                    return Ok(Loaded::hit(fresh, gen, value, len));
+                }
             }
             Outcome::Miss | Outcome::Corrupt | Outcome::Stale => self.stats.chunk_misses += 1,
             Outcome::Fallback => {}
@@ -303,7 +389,7 @@ impl RecallFs {
         if !cache::should_store_chunk(&fresh, &after, len, bytes.len()) {
             return Err(io::Error::from(io::ErrorKind::Interrupted));
         }
-        if let (Some(k), true) = (key, outcome != Outcome::Fallback) {
+        if let (Some(k), true) = (key, store) {
             let v = value::encode_chunk(&fresh, cs, index, &bytes);
             let res = self.remote.as_ref().map(|r| r.set(&k, &v, self.cfg.classes.exptime(rel)));
             match res {
@@ -313,7 +399,7 @@ impl RecallFs {
                 None => {}
             }
         }
-        Ok(Loaded { id: fresh, gen, bytes })
+        Ok(Loaded::read(fresh, gen, bytes))
     }
 
     /// A read request of a big file, assembled from its chunks.
@@ -346,8 +432,8 @@ impl RecallFs {
             };
             let start = index * cs;
             let lo = (offset.max(start) - start) as usize;
-            let hi = (end.min(start + l.bytes.len() as u64) - start) as usize;
-            out.extend_from_slice(&l.bytes[lo..hi]);
+            let hi = (end.min(start + l.bytes().len() as u64) - start) as usize;
+            out.extend_from_slice(&l.bytes()[lo..hi]);
             if let Some(Handle::File { chunk, .. }) = self.handles.get_mut(&fh) {
                 *chunk = Some((index, l));
             }

@@ -21,13 +21,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     FileAttr, FileType, Filesystem, KernelConfig, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyWrite, Request, TimeOrNow,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
 };
 
 use crate::cache::Change;
-use crate::cached::Loaded;
-pub use crate::cached::{cache_key, Remote};
+pub use crate::cached::{cache_key, Remote, Remotes};
+use crate::cached::{Loaded, Served};
 use crate::inodes::{Inodes, ROOT_INO};
+use crate::invalidate::Invalidator;
 use crate::stats::Stats;
 use crate::wbuf::{Extent, WriteBuf};
 
@@ -89,6 +90,9 @@ impl Delay {
     }
 }
 
+// One per open file, nearly all of them `File`s: boxing that variant would
+// only add an allocation per open.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Handle {
     File {
         file: File,
@@ -103,6 +107,10 @@ pub(crate) enum Handle {
         /// every other handle's buffer of the file is drained before each
         /// (else a later drain reorders appends or overwrites one).
         append: bool,
+        /// This handle changed the file (created it, truncated it at open,
+        /// or wrote to it): while it is open the mount neither serves nor
+        /// stores the file's content through recall, and its release
+        /// invalidates the cached copy (see docs/design/recall-fs.md).
         wrote: bool,
         wbuf: WriteBuf,
         /// A buffered write that failed when it reached the backing file,
@@ -116,6 +124,9 @@ pub(crate) enum Handle {
 pub struct RecallFs {
     pub(crate) cfg: Config,
     pub(crate) remote: Option<Box<dyn Remote>>,
+    /// Sends the deletes of changes made through the mount, off this
+    /// thread (present when `remote` is).
+    pub(crate) invalidator: Option<Invalidator>,
     pub(crate) inodes: Inodes,
     pub(crate) handles: HashMap<u64, Handle>,
     next_fh: u64,
@@ -250,10 +261,15 @@ fn set_times(target: &Target<'_>, atime: Option<TimeOrNow>, mtime: Option<TimeOr
 }
 
 impl RecallFs {
-    pub fn new(cfg: Config, remote: Option<Box<dyn Remote>>, on_destroy: Option<Sender<()>>) -> RecallFs {
+    pub fn new(cfg: Config, remotes: Option<Remotes>, on_destroy: Option<Sender<()>>) -> RecallFs {
+        let (remote, invalidator) = match remotes {
+            Some(r) => (Some(r.cache), Some(Invalidator::start(r.invalidations))),
+            None => (None, None),
+        };
         RecallFs {
             cfg,
             remote,
+            invalidator,
             inodes: Inodes::new(),
             handles: HashMap::new(),
             next_fh: 1,
@@ -272,7 +288,8 @@ impl RecallFs {
         self.inodes.path(parent).map(|p| p.join(name))
     }
 
-    fn file_handle(&self, file: File, ino: u64, flags: i32) -> Handle {
+    /// `changed`: the open itself changed the file (a create, O_TRUNC).
+    fn file_handle(&self, file: File, ino: u64, flags: i32, changed: bool) -> Handle {
         let backing = file.metadata().map(|m| (m.dev(), m.ino())).unwrap_or_default();
         let append = flags & libc::O_APPEND != 0;
         Handle::File {
@@ -282,7 +299,7 @@ impl RecallFs {
             chunk: None,
             backing,
             append,
-            wrote: false,
+            wrote: changed,
             wbuf: WriteBuf::new(if append { 0 } else { self.cfg.write_buffer }),
             error: None,
         }
@@ -405,6 +422,8 @@ impl RecallFs {
 
     fn open_backing(&mut self, ino: u64, flags: i32, reply: ReplyOpen) {
         if ino == STATS_INO {
+            // The counts include every invalidation sent so far.
+            self.settle_all();
             let fh = self.add_handle(Handle::Stats(self.stats.render().into_bytes()));
             // Direct I/O: the size getattr reported is not the snapshot's.
             reply.opened(fh, fuser::consts::FOPEN_DIRECT_IO);
@@ -421,10 +440,14 @@ impl RecallFs {
             .custom_flags(flags & (libc::O_APPEND | libc::O_TRUNC | libc::O_NOFOLLOW));
         match o.open(self.full(&rel)) {
             Ok(file) => {
-                if flags & libc::O_TRUNC != 0 {
-                    self.changed(Change::Modified(&rel));
+                // A truncating open changes the file: invalidated when this
+                // handle is released, and not cached through the mount
+                // until then.
+                let trunc = flags & libc::O_TRUNC != 0;
+                if trunc {
+                    self.bump_gen(ino);
                 }
-                let fh = self.add_handle(self.file_handle(file, ino, flags));
+                let fh = self.add_handle(self.file_handle(file, ino, flags, trunc));
                 reply.opened(fh, 0);
             }
             Err(e) => reply.error(errno(&e)),
@@ -472,6 +495,14 @@ impl Filesystem for RecallFs {
         let open: Vec<u64> = self.handles.keys().copied().collect();
         for fh in open {
             self.drain(fh);
+            // As at release: what this handle changed is invalidated.
+            let changed = match self.handles.get(&fh) {
+                Some(Handle::File { ino, wrote: true, .. }) => self.inodes.path(*ino).cloned(),
+                _ => None,
+            };
+            if let Some(rel) = changed {
+                self.changed(Change::Modified(&rel));
+            }
             if let (Some(e), Some(Handle::File { ino, .. })) = (self.take_error(fh), self.handles.get(&fh)) {
                 let name = self.inodes.path(*ino).map_or_else(|| format!("inode {ino}"), |p| p.display().to_string());
                 eprintln!(
@@ -481,6 +512,8 @@ impl Filesystem for RecallFs {
                 );
             }
         }
+        // The deletes on their way reach recall before the process ends.
+        self.settle_all();
         if let Some(tx) = self.on_destroy.take() {
             let _ = tx.send(());
         }
@@ -731,6 +764,49 @@ impl Filesystem for RecallFs {
         }
     }
 
+    fn statfs(&mut self, _req: &Request<'_>, _ino: u64, reply: ReplyStatfs) {
+        self.statfs_backing(reply)
+    }
+
+    fn getxattr(&mut self, _req: &Request<'_>, ino: u64, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match ino {
+            CTL_INO | STATS_INO => reply.error(libc::ENODATA),
+            _ => self.xattr_get(ino, name, size, reply),
+        }
+    }
+
+    fn listxattr(&mut self, _req: &Request<'_>, ino: u64, size: u32, reply: ReplyXattr) {
+        match ino {
+            CTL_INO | STATS_INO if size == 0 => reply.size(0),
+            CTL_INO | STATS_INO => reply.data(&[]),
+            _ => self.xattr_list(ino, size, reply),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn setxattr(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        match ino {
+            CTL_INO | STATS_INO => reply.error(libc::ENOTSUP),
+            _ => self.xattr_set(ino, name, value, flags, reply),
+        }
+    }
+
+    fn removexattr(&mut self, _req: &Request<'_>, ino: u64, name: &OsStr, reply: ReplyEmpty) {
+        match ino {
+            CTL_INO | STATS_INO => reply.error(libc::ENOTSUP),
+            _ => self.xattr_remove(ino, name, reply),
+        }
+    }
+
     fn open(&mut self, _req: &Request<'_>, ino: u64, flags: i32, reply: ReplyOpen) {
         self.open_backing(ino, flags, reply)
     }
@@ -748,7 +824,11 @@ impl Filesystem for RecallFs {
         reply: ReplyData,
     ) {
         match self.read_file(fh, offset, size) {
-            Ok(b) => reply.data(&b),
+            Ok(Served::Bytes(b)) => reply.data(&b),
+            Ok(Served::Held(range)) => match self.handles.get(&fh) {
+                Some(Handle::File { loaded: Some(l), .. }) => reply.data(&l.bytes()[range]),
+                _ => reply.error(libc::EIO),
+            },
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -778,22 +858,18 @@ impl Filesystem for RecallFs {
         let out = wbuf.write(offset.max(0) as u64, data);
         *loaded = None;
         *chunk = None;
-        let (ino, first) = (*ino, !std::mem::replace(wrote, true));
+        *wrote = true;
+        let ino = *ino;
         self.stats.writes += 1;
         let res = match (out.is_empty(), file.try_clone()) {
             (true, _) => Ok(()),
             (false, Ok(file)) => self.write_out(&file, out),
             (false, Err(e)) => Err(e),
         };
-        *self.gens.entry(ino).or_default() += 1;
-        // Invalidate on the first write of a handle (readers elsewhere stop
-        // getting the old copy now) and again at release (a copy stored
-        // from a half-written file in between goes too).
-        if first {
-            if let Some(rel) = self.inodes.path(ino).cloned() {
-                self.changed(Change::Modified(&rel));
-            }
-        }
+        // The handle is now one that changed the file (`wrote`): reads
+        // through this mount bypass recall until its release, which
+        // invalidates the cached copy once.
+        self.bump_gen(ino);
         match res {
             Ok(()) => reply.written(data.len() as u32),
             Err(e) => reply.error(errno(&e)),
@@ -924,13 +1000,14 @@ impl Filesystem for RecallFs {
         match o.open(&full) {
             Ok(file) => {
                 give_to_caller(&full, req);
-                // It may have existed (O_CREAT without O_EXCL, with O_TRUNC).
-                self.changed(Change::Modified(&rel));
                 let a = match file.metadata() {
                     Ok(m) => attr(self.inodes.entry(&rel), &m),
                     Err(e) => return reply.error(errno(&e)),
                 };
-                let fh = self.add_handle(self.file_handle(file, a.ino, flags));
+                // It may have existed (O_CREAT without O_EXCL, with
+                // O_TRUNC): a changing handle, invalidated at its release.
+                self.bump_gen(a.ino);
+                let fh = self.add_handle(self.file_handle(file, a.ino, flags, true));
                 reply.created(&TTL, &a, 0, fh, 0)
             }
             Err(e) => reply.error(errno(&e)),

@@ -12,13 +12,18 @@
 //! * [`stats`]: the counters behind `.recall-fs/stats`.
 //! * [`wbuf`]: the per-handle write buffer, pure.
 //! * [`inodes`]: the mount's inode table (paths, lookup counts).
+//! * [`invalidate`]: the thread that sends invalidations, and when a key may
+//!   be asked for again.
 //! * [`cached`]: the read cache carried out against recall and the files.
+//! * [`xattr`]: extended attributes and `statfs`, passed through.
 //! * [`fs`]: the `fuser::Filesystem`: the pass-through and its handles.
 
 pub mod cache;
 pub mod cached;
 pub mod fs;
 pub mod inodes;
+pub mod invalidate;
 pub mod stats;
 pub mod value;
 pub mod wbuf;
+pub mod xattr;

@@ -16,7 +16,7 @@ use std::time::Duration;
 use clap::Parser;
 use fuser::MountOption;
 use recall_fs::cache::Classes;
-use recall_fs::fs::{Config, Delay, RecallFs, Remote, CTL_DIR};
+use recall_fs::fs::{Config, Delay, RecallFs, Remote, Remotes, CTL_DIR};
 
 #[derive(Parser, Debug)]
 #[command(name = "recall-fs", about = "Mount a directory through a small-file read cache in recall")]
@@ -121,9 +121,11 @@ fn run(args: Args) -> Result<(), String> {
             .fold(recall_client::Client::builder(), |b, s| b.server(s.as_str()))
             .connect_timeout(timeout)
             .request_timeout(timeout);
-        let client =
-            recall_client::blocking::Client::from_builder(builder).map_err(|e| format!("recall client: {e}"))?;
-        Some(Box::new(client) as Box<dyn Remote>)
+        let client = |b| -> Result<Box<dyn Remote>, String> {
+            let c = recall_client::blocking::Client::from_builder(b).map_err(|e| format!("recall client: {e}"))?;
+            Ok(Box::new(c))
+        };
+        Some(Remotes { cache: client(builder.clone())?, invalidations: client(builder)? })
     };
     let (tx, rx) = mpsc::channel();
     signals(tx.clone())?;

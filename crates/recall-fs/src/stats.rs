@@ -10,11 +10,13 @@ pub struct Stats {
     /// File loads where recall's copy was of another version (not served).
     pub stale: u64,
     pub bytes_from_cache: u64,
-    /// Deletes sent to recall for changes made through the mount.
+    /// Deletes recall answered for changes made through the mount.
     pub invalidations: u64,
     /// recall calls that failed or timed out; the backing file was used.
     pub fallbacks: u64,
-    /// Reads of files over the size limit (never cached).
+    /// Reads not cached: files over the size limit (without chunking),
+    /// hard-linked or not regular, and files a handle open for changing
+    /// them holds (see `Handle::File::wrote`).
     pub passthrough: u64,
     /// Stores recall answered but refused (e.g. over its item size limit:
     /// recalld's default `-I 1m` leaves no room for the header of a file

@@ -234,8 +234,13 @@ fn write_buffer_collects_writes_and_every_reader_sees_them() {
     assert_eq!(fs::read(&f).unwrap(), expected);
     assert_eq!(m.stat("writes"), 256);
     let backing_writes = m.stat("backing_writes");
-    // The reads every 37 writes each drain a partial buffer.
-    assert!(backing_writes <= 2 + 256 / 37 + 1, "{backing_writes} backing writes for 256 writes");
+    // The reads every 37 writes (at i = 0, 37, ..., 222: seven of them)
+    // each drain a partial buffer, and one goes at close. A read's
+    // readahead requests are asynchronous in the kernel and may reach
+    // recall-fs after the next writes, draining again (seen: 10 and 11
+    // under load), so the bound is "a few per read", far below one per
+    // write.
+    assert!(backing_writes <= 4 * 256usize.div_ceil(37) as u64 + 1, "{backing_writes} backing writes for 256 writes");
 
     // Append: O_APPEND handles buffer too, and a read of the same file in
     // between (another handle) sees every acknowledged append.
@@ -518,4 +523,150 @@ fn big_files_are_cached_in_chunks_and_partial_reads_hit() {
     srv.kill9();
     assert_eq!(fs::read(&f).unwrap(), changed, "read from the backing file");
     assert!(m.stat("fallbacks") >= 1);
+}
+
+fn cpath(p: &Path) -> std::ffi::CString {
+    std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap()
+}
+
+/// getxattr(2): the value, or the errno.
+fn get_xattr(p: &Path, name: &str) -> Result<Vec<u8>, i32> {
+    let (p, name) = (cpath(p), std::ffi::CString::new(name).unwrap());
+    // SAFETY: NUL-terminated strings; a null buffer of 0 asks for the size.
+    let n = unsafe { libc::getxattr(p.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap());
+    }
+    let mut buf = vec![0u8; n as usize];
+    // SAFETY: `buf` is valid for its length.
+    let n = unsafe { libc::getxattr(p.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap());
+    }
+    buf.truncate(n as usize);
+    Ok(buf)
+}
+
+fn set_xattr(p: &Path, name: &str, value: &[u8]) {
+    let (p, name) = (cpath(p), std::ffi::CString::new(name).unwrap());
+    // SAFETY: NUL-terminated strings; `value` is valid for its length.
+    let rc = unsafe { libc::setxattr(p.as_ptr(), name.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    assert_eq!(rc, 0, "setxattr: {}", std::io::Error::last_os_error());
+}
+
+fn list_xattr(p: &Path) -> Vec<String> {
+    let p = cpath(p);
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: `buf` is valid for its length.
+    let n = unsafe { libc::listxattr(p.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    assert!(n >= 0, "listxattr: {}", std::io::Error::last_os_error());
+    buf[..n as usize].split(|b| *b == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into()).collect()
+}
+
+fn statvfs(p: &Path) -> libc::statvfs {
+    let p = cpath(p);
+    // SAFETY: a NUL-terminated path and a zeroed struct to fill.
+    unsafe {
+        let mut s: libc::statvfs = std::mem::zeroed();
+        assert_eq!(libc::statvfs(p.as_ptr(), &mut s), 0, "statvfs: {}", std::io::Error::last_os_error());
+        s
+    }
+}
+
+#[test]
+fn xattrs_and_statfs_pass_through_to_the_backing_directory() {
+    if !fuse_available() {
+        return;
+    }
+    let srv = Recalld::start(Vec::<String>::new()).expect("recalld");
+    let backing = TempDir::new("backing");
+    let b = backing.0.join("tagged");
+    fs::write(&b, b"tagged content\n").unwrap();
+    let m = Mount::start(&backing.0, &srv.addr().to_string());
+    let f = m.path("tagged");
+    assert_eq!(fs::read(&f).unwrap(), b"tagged content\n");
+    assert_eq!(fs::read(&f).unwrap(), b"tagged content\n");
+    assert_eq!(m.stat("hits"), 1);
+    let invalidations = m.stat("invalidations");
+
+    // Set through the mount: lands on the backing file, reads back, listed.
+    set_xattr(&f, "user.colour", b"blue");
+    assert_eq!(get_xattr(&b, "user.colour"), Ok(b"blue".to_vec()));
+    assert_eq!(get_xattr(&f, "user.colour"), Ok(b"blue".to_vec()));
+    // Set behind the mount's back: seen through it.
+    set_xattr(&b, "user.shape", b"round");
+    assert_eq!(get_xattr(&f, "user.shape"), Ok(b"round".to_vec()));
+    let mut names = list_xattr(&f);
+    names.sort();
+    assert_eq!(names, ["user.colour", "user.shape"]);
+    assert_eq!(get_xattr(&f, "user.missing"), Err(libc::ENODATA));
+
+    // An xattr is not content: nothing invalidated; the moved ctime makes
+    // the next read reload the copy once (never serve another version).
+    assert_eq!(fs::read(&f).unwrap(), b"tagged content\n");
+    assert_eq!(m.stat("invalidations"), invalidations, "{}", m.stats());
+    assert_eq!(m.stat("stale"), 1, "{}", m.stats());
+    assert_eq!(fs::read(&f).unwrap(), b"tagged content\n");
+    assert_eq!(m.stat("hits"), 2, "{}", m.stats());
+
+    // Removed through the mount: gone from the backing file.
+    let name = std::ffi::CString::new("user.colour").unwrap();
+    // SAFETY: NUL-terminated strings.
+    assert_eq!(unsafe { libc::removexattr(cpath(&f).as_ptr(), name.as_ptr()) }, 0);
+    assert_eq!(get_xattr(&b, "user.colour"), Err(libc::ENODATA));
+    assert_eq!(list_xattr(&f), ["user.shape"]);
+    // On a directory too.
+    set_xattr(&m.mnt, "user.dir", b"d");
+    assert_eq!(get_xattr(&backing.0, "user.dir"), Ok(b"d".to_vec()));
+
+    // statfs answers for the backing file system (the fields that do not
+    // move while other processes write).
+    let (sm, sb) = (statvfs(&m.mnt), statvfs(&backing.0));
+    assert_eq!((sm.f_bsize, sm.f_frsize, sm.f_blocks, sm.f_files), (sb.f_bsize, sb.f_frsize, sb.f_blocks, sb.f_files));
+    assert_eq!(sm.f_namemax, sb.f_namemax);
+    assert!(sm.f_blocks > 0);
+}
+
+/// A handle that changes a file keeps its reads through the mount off
+/// recall until it is released, and its release invalidates once: a new
+/// file costs one delete, not one per create, first write and close.
+#[test]
+fn a_changing_handle_bypasses_recall_and_invalidates_once_at_release() {
+    if !fuse_available() {
+        return;
+    }
+    let srv = Recalld::start(Vec::<String>::new()).expect("recalld");
+    let backing = TempDir::new("backing");
+    fs::write(backing.0.join("f"), b"old content\n").unwrap();
+    let m = Mount::start(&backing.0, &srv.addr().to_string());
+    let f = m.path("f");
+    assert_eq!(fs::read(&f).unwrap(), b"old content\n");
+    assert_eq!(fs::read(&f).unwrap(), b"old content\n");
+    assert_eq!(m.stat("hits"), 1);
+
+    // Same size, written in place through a handle kept open.
+    let w = OpenOptions::new().write(true).open(&f).unwrap();
+    w.write_all_at(b"NEW", 0).unwrap();
+    let (hits, passthrough, invalidations) = (m.stat("hits"), m.stat("passthrough"), m.stat("invalidations"));
+    for _ in 0..3 {
+        assert_eq!(fs::read(&f).unwrap(), b"NEW content\n");
+    }
+    assert_eq!(m.stat("hits"), hits, "recall's old copy never served while the writer is open:\n{}", m.stats());
+    assert!(m.stat("passthrough") >= passthrough + 3, "{}", m.stats());
+    assert_eq!(m.stat("invalidations"), invalidations, "nothing deleted before the release");
+    drop(w);
+    assert_eq!(fs::read(&f).unwrap(), b"NEW content\n");
+    assert_eq!(m.stat("invalidations"), invalidations + 1, "{}", m.stats());
+    assert_eq!(fs::read(&f).unwrap(), b"NEW content\n");
+    assert_eq!(m.stat("hits"), hits + 1, "cached again after the release:\n{}", m.stats());
+
+    // A new file: one invalidation for its create, writes and close.
+    let before = m.stat("invalidations");
+    let mut n = File::create(m.path("new")).unwrap();
+    for _ in 0..4 {
+        n.write_all(&[b'x'; 1000]).unwrap();
+    }
+    drop(n);
+    assert_eq!(m.stat("invalidations"), before + 1, "{}", m.stats());
+    assert_eq!(fs::read(m.path("new")).unwrap(), vec![b'x'; 4000]);
 }

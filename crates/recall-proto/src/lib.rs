@@ -16,6 +16,7 @@
 
 pub mod binary;
 pub mod cluster;
+pub mod cluster_admin;
 pub mod forward;
 pub mod meta;
 pub mod num;

@@ -135,6 +135,9 @@ pub enum Command<'a> {
     /// forwards; the node never forwards them again. The next request may
     /// pick the connection's protocol anew (a binary one, say).
     ClusterForwarded,
+    /// `cluster status | add-node | remove-node | transfer-leader`: a
+    /// replicated cluster's membership (`cluster_admin`).
+    ClusterAdmin(crate::cluster_admin::Admin<'a>),
     /// Admin commands recall accepts but that have nothing to tune here
     /// (`slabs`, `lru`); answered with `OK`.
     AdminNoop,
@@ -477,6 +480,16 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
         b"watch" => req(Command::Watch { args: t.rest(line, 1) }),
         b"cluster" if ntok == 2 && t.toks[1] == b"map" => req(Command::ClusterMap),
         b"cluster" if ntok == 2 && t.toks[1] == b"forwarded" => req(Command::ClusterForwarded),
+        b"cluster" if ntok >= 2 => match crate::cluster_admin::Admin::parse(&t.toks[1..ntok.min(MAX_TOKENS)]) {
+            // Past MAX_TOKENS the words were cut short: no admin command
+            // has that many.
+            Some(Ok(_)) if ntok > MAX_TOKENS => {
+                err(ErrorKind::Client("CLIENT_ERROR too many words for a cluster command"))
+            }
+            Some(Ok(a)) => req(Command::ClusterAdmin(a)),
+            Some(Err(e)) => err(ErrorKind::Client(e.0)),
+            None => err(ErrorKind::UnknownCommand),
+        },
         b"slabs" => decode_slabs(&t, ntok, consumed),
         b"lru" => decode_lru(&t, ntok, consumed),
         b"mn" => req(Command::MetaNoop),

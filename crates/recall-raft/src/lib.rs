@@ -10,6 +10,8 @@
 //!   log on disk with group-committed fsync (`--cluster-log-dir`);
 //! * `state_machine.rs`: committed effects → `Store::apply`, snapshots;
 //! * `network.rs`: the RPC between nodes (length-prefixed frames on TCP);
+//! * `membership.rs`: `cluster status`, adding and removing nodes, and
+//!   handing the leadership over;
 //! * `propose.rs`: group commit, the effects of many writes in one entry;
 //! * `read.rs`: read barriers (a leader lease, or one shared ReadIndex
 //!   round);
@@ -21,6 +23,7 @@
 
 pub mod log_disk;
 mod log_store;
+mod membership;
 pub mod network;
 mod propose;
 mod read;
@@ -32,7 +35,7 @@ use std::future::Future;
 use std::io;
 use std::io::Cursor;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use openraft::error::RaftError;
@@ -119,6 +122,22 @@ pub struct ClusterConfig {
     pub timeout: Duration,
     /// Keep the Raft log (and vote) on disk here; `None`: in memory only.
     pub log_dir: Option<std::path::PathBuf>,
+    /// How plain reads are served (`--cluster-read`).
+    pub reads: ReadMode,
+}
+
+/// How a node serves plain reads (get, gets, mg without touch, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReadMode {
+    /// On the leader, after a ReadIndex (openraft's `ensure_linearizable`);
+    /// a follower forwards them. Linearizable.
+    #[default]
+    Linearizable,
+    /// From this node's store as it is, leader or follower, without a
+    /// barrier: the state of some prefix of the log this node applied,
+    /// possibly stale by any amount (a partitioned follower's forever).
+    /// Not linearizable; docs/design/replication.md has the exact terms.
+    Stale,
 }
 
 /// A running node: its Raft, the runtime its Raft and RPC run on, and the
@@ -128,11 +147,19 @@ pub struct Node {
     log: log_store::LogStore,
     rt: tokio::runtime::Runtime,
     timeout: Duration,
-    not_leader: Arc<BTreeMap<NodeId, &'static str>>,
+    /// The peers' client addresses from the configuration, for members
+    /// whose address in the log has none (logs of the first slice).
+    peers: BTreeMap<NodeId, String>,
+    /// The lines that name a leader, made once per client address: a
+    /// refusal carries a static line.
+    not_leader_lines: Mutex<BTreeMap<String, &'static str>>,
+    /// Closed while the leadership is handed over (`membership.rs`).
+    gate: membership::Gate,
+    reads: ReadMode,
+    /// Group commit (`propose.rs`).
     proposer: Arc<propose::Proposer>,
-    reads: Arc<read::Reads>,
-    /// Every member's id and client address (`cluster map`).
-    members: Vec<(NodeId, String)>,
+    /// Linearizable reads: a lease, or one shared ReadIndex round.
+    read_barrier: Arc<read::Reads>,
 }
 
 const NO_LEADER: &str = "SERVER_ERROR not leader; no leader elected yet";
@@ -174,8 +201,10 @@ impl Node {
         .validate()
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("raft config: {e}")))?;
         let listen = me.raft;
+        // A member's address in the log is `RAFT_ADDR/CLIENT_ADDR`, so
+        // every node learns a new member's client address from the log.
         let members: BTreeMap<NodeId, BasicNode> =
-            cfg.peers.iter().map(|(id, p)| (*id, BasicNode { addr: p.raft.to_string() })).collect();
+            cfg.peers.iter().map(|(id, p)| (*id, BasicNode { addr: format!("{}/{}", p.raft, p.client) })).collect();
         let log = match &cfg.log_dir {
             Some(dir) => log_store::LogStore::open(dir, cfg.node_id)?,
             None => log_store::LogStore::default(),
@@ -184,7 +213,9 @@ impl Node {
             let raft = Raft::new(
                 cfg.node_id,
                 Arc::new(raft_cfg),
-                network::Network,
+                network::Network {
+                    peers: Arc::new(cfg.peers.iter().map(|(id, p)| (*id, p.raft.to_string())).collect()),
+                },
                 log.clone(),
                 state_machine::StateMachine::new(engine),
             )
@@ -204,31 +235,47 @@ impl Node {
             }
             Ok::<_, io::Error>(raft)
         })?;
-        // One line per peer, made once: a refusal carries a static line.
-        let not_leader: BTreeMap<NodeId, &'static str> = cfg
-            .peers
-            .iter()
-            .map(|(id, p)| {
-                let line: &'static str = format!("SERVER_ERROR not leader; leader is {}", p.client).leak();
-                (*id, line)
-            })
-            .collect();
-        let members = cfg.peers.iter().map(|(id, p)| (*id, p.client.clone())).collect();
-        let not_leader = Arc::new(not_leader);
-        let proposer = propose::Proposer::new(raft.clone(), rt.handle().clone(), not_leader.clone());
-        let lines = not_leader.clone();
-        let reads = read::Reads::new(
-            raft.clone(),
-            rt.handle().clone(),
-            cfg.timeout,
-            Arc::new(move |l| crate::not_leader(&lines, l)),
-        );
-        Ok(Arc::new(Node { raft, log, rt, timeout: cfg.timeout, not_leader, proposer, reads, members }))
+        let peers = cfg.peers.iter().map(|(id, p)| (*id, p.client.clone())).collect();
+        let handle = rt.handle().clone();
+        Ok(Arc::new_cyclic(|me: &std::sync::Weak<Node>| {
+            let me = me.clone();
+            let not_leader: read::NotLeader =
+                Arc::new(move |l| me.upgrade().map_or(Refusal::NotLeader(NO_LEADER), |n| n.not_leader(l)));
+            Node {
+                proposer: propose::Proposer::new(raft.clone(), handle.clone(), not_leader.clone()),
+                read_barrier: read::Reads::new(raft.clone(), handle, cfg.timeout, not_leader),
+                raft,
+                log,
+                rt,
+                timeout: cfg.timeout,
+                peers,
+                not_leader_lines: Default::default(),
+                gate: Default::default(),
+                reads: cfg.reads,
+            }
+        }))
     }
 
     /// The line that tells a client who leads (or that nobody does yet).
     fn not_leader(&self, leader: Option<NodeId>) -> Refusal {
-        not_leader(&self.not_leader, leader)
+        let Some(addr) = leader.and_then(|l| self.client_addr(l)) else {
+            return Refusal::NotLeader(NO_LEADER);
+        };
+        // One leaked line per address ever named: bounded by the members
+        // the cluster ever had.
+        let mut lines = self.not_leader_lines.lock().unwrap_or_else(|e| e.into_inner());
+        let line =
+            lines.entry(addr).or_insert_with_key(|addr| format!("SERVER_ERROR not leader; leader is {addr}").leak());
+        Refusal::NotLeader(line)
+    }
+
+    /// A member's client address: from the membership in the log, else
+    /// from the configuration.
+    fn client_addr(&self, id: NodeId) -> Option<String> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        let in_log = m.membership_config.membership().get_node(&id).and_then(|n| membership::client_of(&n.addr));
+        in_log.map(str::to_string).or_else(|| self.peers.get(&id).cloned())
     }
 
     /// Run `fut` on the Raft runtime and wait for it on this thread, for
@@ -250,6 +297,12 @@ impl Node {
         self.raft.metrics().borrow().current_leader
     }
 
+    /// A ReadIndex, or the leader's lease (`read.rs`): return once a read
+    /// of this node's store is linearizable.
+    fn read_index(&self) -> Result<(), Refusal> {
+        self.read_barrier.barrier()
+    }
+
     /// Stop the Raft core (the process is ending).
     pub fn shutdown(&self) {
         let raft = self.raft.clone();
@@ -257,17 +310,19 @@ impl Node {
     }
 }
 
-/// The line that tells a client who leads (or that nobody does yet).
-pub(crate) fn not_leader(lines: &BTreeMap<NodeId, &'static str>, leader: Option<NodeId>) -> Refusal {
-    Refusal::NotLeader(leader.and_then(|l| lines.get(&l).copied()).unwrap_or(NO_LEADER))
-}
-
 impl Replicator for Node {
     fn read_barrier(&self) -> Result<(), Refusal> {
-        self.reads.barrier()
+        match self.reads {
+            ReadMode::Linearizable => self.read_index(),
+            // Opted in: the local store as it is, on any node.
+            ReadMode::Stale => Ok(()),
+        }
     }
 
     fn write_barrier(&self) -> Result<(), Refusal> {
+        // A leader handing its leadership over lets no write start until it
+        // is done (the target's log must match its own).
+        self.gate.wait_open(self.timeout);
         // A leader that applied an entry of its own term applied its term's
         // first entry, and so everything committed before it: its store
         // holds every committed effect. Only until then does it need a
@@ -280,15 +335,20 @@ impl Replicator for Node {
         };
         match (leader, settled) {
             (true, true) => Ok(()),
-            (true, false) => self.read_barrier(),
+            // Never skipped, whatever the read mode: deciding a write
+            // needs the committed state.
+            (true, false) => self.read_index(),
             (false, _) => Err(self.not_leader(known)),
         }
     }
 
     fn propose(&self, effect: &recall_record::Record<'_>, cause: Cause, done: Resolver) -> Result<(), Refusal> {
+        // Counted until answered: a leader handing over waits for it
+        // (`membership.rs`).
+        let in_flight = self.gate.enter(self.timeout);
         let mut bytes = Vec::with_capacity(effect.encoded_len());
         effect.encode(&mut bytes);
-        self.proposer.propose(Effect { cause: cause.code(), record: bytes }, done);
+        self.proposer.propose(Effect { cause: cause.code(), record: bytes }, done, in_flight);
         Ok(())
     }
 
@@ -299,7 +359,21 @@ impl Replicator for Node {
     fn map(&self) -> ClusterMap {
         let m = self.raft.metrics();
         let m = m.borrow();
-        ClusterMap { me: m.id, term: m.current_term, leader: m.current_leader, nodes: self.members.clone() }
+        let nodes = m
+            .membership_config
+            .membership()
+            .nodes()
+            .map(|(id, n)| {
+                let client = membership::client_of(&n.addr).map(str::to_string);
+                (*id, client.or_else(|| self.peers.get(id).cloned()).unwrap_or_default())
+            })
+            .filter(|(_, client)| !client.is_empty())
+            .collect();
+        ClusterMap { me: m.id, term: m.current_term, leader: m.current_leader, nodes }
+    }
+
+    fn admin(&self, cmd: &recall_proto::cluster_admin::Admin<'_>, out: &mut Vec<u8>) -> Result<(), Refusal> {
+        self.run_admin(cmd, out)
     }
 
     fn stats(&self) -> Vec<(&'static str, String)> {
@@ -319,6 +393,7 @@ impl Replicator for Node {
             ("cluster_term", m.current_term.to_string()),
             ("cluster_last_log_index", m.last_log_index.unwrap_or(0).to_string()),
             ("cluster_last_applied", m.last_applied.map_or(0, |l| l.index).to_string()),
+            ("cluster_read", if self.reads == ReadMode::Stale { "stale" } else { "linearizable" }.to_string()),
         ];
         // The log on disk: fsyncs against entries written show group
         // commit at work.

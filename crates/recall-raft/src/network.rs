@@ -48,6 +48,10 @@ pub enum Rpc {
     Append(AppendEntriesRequest<TypeConfig>),
     Vote(VoteRequest<NodeId>),
     Snapshot(InstallSnapshotRequest<TypeConfig>),
+    /// A leader handing its leadership over: the receiver, a caught-up
+    /// voter, starts an election now (Raft's TimeoutNow; `membership.rs`).
+    /// Answered with `Result<(), String>`.
+    Elect,
 }
 
 /// Read one frame's body. `Ok(None)` is a clean end of stream before a
@@ -150,21 +154,52 @@ async fn serve_conn(mut sock: TcpStream, raft: Raft, votes_from: std::time::Inst
             }
             Rpc::Vote(r) => encode(&raft.vote(r).await)?,
             Rpc::Snapshot(r) => encode(&raft.install_snapshot(r).await)?,
+            Rpc::Elect => encode(&crate::membership::elect_now(&raft).await)?,
         };
         write_frame(&mut sock, &reply).await?;
     }
     Ok(())
 }
 
+/// Ask the node whose Raft RPC listens at `addr` to start an election
+/// ([`Rpc::Elect`]), on a connection of its own, within `ttl`. The outer
+/// error is the call's, the inner one the node's refusal.
+pub async fn request_elect(addr: SocketAddr, ttl: Duration) -> io::Result<Result<(), String>> {
+    let call = async {
+        let mut s = TcpStream::connect(addr).await?;
+        let _ = s.set_nodelay(true);
+        write_frame(&mut s, &encode(&Rpc::Elect)?).await?;
+        match read_frame(&mut s).await? {
+            Some(reply) => decode(&reply),
+            None => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed")),
+        }
+    };
+    tokio::time::timeout(ttl, call)
+        .await
+        .unwrap_or_else(|_| Err(io::Error::new(io::ErrorKind::TimedOut, format!("no answer within {ttl:?}"))))
+}
+
 /// Makes a client per target node.
+///
+/// A peer is dialled at the Raft address *this* node's peer list names
+/// (`--cluster-peer`), and only a node missing from that list at the one
+/// the group's membership carries (the bootstrapping node's list). So each
+/// node may reach a peer by its own route: through a NAT, or, in the
+/// linearizability test, through a fault proxy per directed link.
 #[derive(Clone, Default)]
-pub struct Network;
+pub struct Network {
+    pub peers: std::sync::Arc<std::collections::BTreeMap<NodeId, String>>,
+}
 
 impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = Client;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Client {
-        Client { target, addr: node.addr.clone(), conn: None }
+        // A member's address in the log is `RAFT_ADDR/CLIENT_ADDR` (the
+        // first slice stored the Raft address alone).
+        let raft = node.addr.split_once('/').map_or(node.addr.as_str(), |(raft, _)| raft);
+        let addr = self.peers.get(&target).map_or(raft, String::as_str).to_string();
+        Client { target, addr, conn: None }
     }
 }
 
@@ -342,6 +377,18 @@ mod tests {
     }
 
     #[test]
+    fn a_peer_is_dialled_where_this_nodes_list_says() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let mut net = Network { peers: std::sync::Arc::new([(2, "127.0.0.9:7".to_string())].into()) };
+        let membership = |addr: &str| BasicNode { addr: addr.into() };
+        // Listed here: this node's address wins over the membership's.
+        assert_eq!(rt.block_on(net.new_client(2, &membership("127.0.0.2:1"))).addr, "127.0.0.9:7");
+        // Not listed (a member this node was not told about): the
+        // membership's address.
+        assert_eq!(rt.block_on(net.new_client(3, &membership("127.0.0.3:1"))).addr, "127.0.0.3:1");
+    }
+
+    #[test]
     fn every_message_and_error_round_trips_through_bincode() {
         let log_id = LogId::new(CommittedLeaderId::new(3, 1), 7);
         let members = std::collections::BTreeMap::from([
@@ -357,6 +404,9 @@ mod tests {
         let vote = Vote::new_committed(3, 1);
         round_trip(Rpc::Append(AppendEntriesRequest { vote, prev_log_id: Some(log_id), entries, leader_commit: None }));
         round_trip(Rpc::Vote(VoteRequest { vote, last_log_id: None }));
+        round_trip(Rpc::Elect);
+        round_trip(Ok::<(), String>(()));
+        round_trip(Err::<(), String>("not a voter".into()));
         round_trip(Rpc::Snapshot(InstallSnapshotRequest {
             vote,
             meta: SnapshotMeta {

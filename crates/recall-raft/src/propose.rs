@@ -19,7 +19,7 @@
 //! proposed, so the log's order is the proposers' (the engine relies on
 //! it for writes of one key decided one after the other).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future as _;
 use std::sync::{Arc, Mutex};
 
@@ -27,7 +27,9 @@ use openraft::error::ClientWriteError;
 use recall_engine::op::Refusal;
 use recall_engine::{Applied, Resolver};
 
-use crate::{not_leader, state_machine, Batch, Effect, NodeId, Raft, BATCH_MAX, FAILED, SHUT_DOWN};
+use crate::membership::InFlight;
+use crate::read::NotLeader;
+use crate::{state_machine, Batch, Effect, Raft, BATCH_MAX, FAILED, SHUT_DOWN};
 
 /// A batch stops growing past this many bytes of records (it always takes
 /// one): an AppendEntries of `max_payload_entries` batches stays far below
@@ -38,28 +40,30 @@ const BATCH_BYTES: usize = 1 << 20;
 pub(crate) struct Proposer {
     raft: Raft,
     rt: tokio::runtime::Handle,
-    /// The reply lines that name each leader.
-    lines: Arc<BTreeMap<NodeId, &'static str>>,
+    /// The refusal that names a leader.
+    not_leader: NotLeader,
     queue: Mutex<Queue>,
 }
 
 #[derive(Default)]
 struct Queue {
-    waiting: VecDeque<(Effect, Resolver)>,
+    /// Each with its place in the membership gate's count, held until
+    /// it is answered (a leader handing over waits for it).
+    waiting: VecDeque<(Effect, Resolver, InFlight)>,
     /// A batch is in the group, not answered yet.
     in_flight: bool,
 }
 
 impl Proposer {
-    pub fn new(raft: Raft, rt: tokio::runtime::Handle, lines: Arc<BTreeMap<NodeId, &'static str>>) -> Arc<Proposer> {
-        Arc::new(Proposer { raft, rt, lines, queue: Mutex::default() })
+    pub fn new(raft: Raft, rt: tokio::runtime::Handle, not_leader: NotLeader) -> Arc<Proposer> {
+        Arc::new(Proposer { raft, rt, not_leader, queue: Mutex::default() })
     }
 
     /// Queue `effect`; submit it now if no batch is in flight. `done` is
     /// resolved once it is applied here, or failed.
-    pub fn propose(self: &Arc<Self>, effect: Effect, done: Resolver) {
+    pub fn propose(self: &Arc<Self>, effect: Effect, done: Resolver, in_flight: InFlight) {
         let mut q = self.queue.lock().expect("proposer lock");
-        q.waiting.push_back((effect, done));
+        q.waiting.push_back((effect, done, in_flight));
         if !q.in_flight {
             self.submit(&mut q);
         }
@@ -69,7 +73,7 @@ impl Proposer {
     fn submit(self: &Arc<Self>, q: &mut Queue) {
         let mut bytes = 0;
         let mut n = 0;
-        for (e, _) in q.waiting.iter().take(BATCH_MAX) {
+        for (e, _, _) in q.waiting.iter().take(BATCH_MAX) {
             if n > 0 && bytes + e.record.len() > BATCH_BYTES {
                 break;
             }
@@ -79,7 +83,7 @@ impl Proposer {
         if n == 0 {
             return;
         }
-        let (effects, waiters): (Vec<_>, Vec<_>) = q.waiting.drain(..n).unzip();
+        let (effects, waiters): (Vec<_>, Vec<_>) = q.waiting.drain(..n).map(|(e, w, g)| (e, (w, g))).unzip();
         // `client_write_ff` is a send on the core's unbounded channel: it
         // completes on its first poll (it waits only when the core has
         // stopped), so it runs here, under the lock, in order.
@@ -88,11 +92,11 @@ impl Proposer {
         let rx = match submit.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
             std::task::Poll::Ready(Ok(rx)) => rx,
             std::task::Poll::Ready(Err(_)) | std::task::Poll::Pending => {
-                for w in waiters {
+                for (w, _) in waiters {
                     w.resolve(Err(Refusal::Replication(SHUT_DOWN)));
                 }
                 // The core is gone: the rest of the queue fails the same way.
-                for (_, w) in q.waiting.drain(..) {
+                for (_, w, _) in q.waiting.drain(..) {
                     w.resolve(Err(Refusal::Replication(SHUT_DOWN)));
                 }
                 return;
@@ -107,13 +111,13 @@ impl Proposer {
                 q.in_flight = false;
                 me.submit(&mut q);
             }
-            for (i, w) in waiters.into_iter().enumerate() {
+            for (i, (w, _in_flight)) in waiters.into_iter().enumerate() {
                 w.resolve(match &answer {
                     Ok(Ok(resp)) => match resp.data.outcomes.get(i) {
                         Some(o) => Ok(Applied { ts: resp.data.ts + i as u64, outcome: state_machine::outcome_of(*o) }),
                         None => Err(Refusal::Replication(FAILED)),
                     },
-                    Ok(Err(ClientWriteError::ForwardToLeader(f))) => Err(not_leader(&me.lines, f.leader_id)),
+                    Ok(Err(ClientWriteError::ForwardToLeader(f))) => Err((me.not_leader)(f.leader_id)),
                     Ok(Err(ClientWriteError::ChangeMembershipError(_))) => Err(Refusal::Replication(FAILED)),
                     Err(_) => Err(Refusal::Replication(SHUT_DOWN)),
                 });

@@ -104,11 +104,21 @@ pub struct ClusterSection {
     /// Keep the Raft log on disk in this directory (fsynced before a write
     /// is acknowledged); empty: in memory, and every start is a new node.
     pub log_dir: String,
+    /// How plain reads are served: "linearizable" (on the leader, after a
+    /// ReadIndex) or "stale" (from this node's store, any node, no barrier).
+    pub read: String,
 }
 
 impl Default for ClusterSection {
     fn default() -> Self {
-        ClusterSection { node_id: 0, peers: Vec::new(), bootstrap: false, timeout_ms: 5000, log_dir: String::new() }
+        ClusterSection {
+            node_id: 0,
+            peers: Vec::new(),
+            bootstrap: false,
+            timeout_ms: 5000,
+            log_dir: String::new(),
+            read: "linearizable".into(),
+        }
     }
 }
 
@@ -129,13 +139,8 @@ impl ClusterSection {
             let (id, addrs) = p.split_once('=').ok_or_else(|| bad("no '='"))?;
             let id: u64 =
                 id.trim().parse().ok().filter(|&i| i != 0).ok_or_else(|| bad("the id is not a number above 0"))?;
-            let (raft, client) = addrs.split_once('/').ok_or_else(|| bad("no '/'"))?;
-            let raft: std::net::SocketAddr = raft.trim().parse().map_err(|_| bad("the Raft address is not IP:PORT"))?;
-            let client = client.trim();
-            if client.is_empty() {
-                return Err(bad("no client address"));
-            }
-            let peer = recall_raft::Peer { raft, client: client.to_string() };
+            let m = recall_proto::cluster_admin::Member::parse(addrs).map_err(|e| bad(&e.to_string()))?;
+            let peer = recall_raft::Peer { raft: m.raft, client: m.client.to_string() };
             if peers.insert(id, peer).is_some() {
                 return Err(bad("the id is listed twice"));
             }
@@ -146,12 +151,22 @@ impl ClusterSection {
         if self.timeout_ms == 0 {
             return Err(ConfigError("cluster: timeout_ms must be at least 1".into()));
         }
+        let reads = match self.read.as_str() {
+            "linearizable" => recall_raft::ReadMode::Linearizable,
+            "stale" => recall_raft::ReadMode::Stale,
+            other => {
+                return Err(ConfigError(format!(
+                    "cluster: read must be \"linearizable\" or \"stale\", not {other:?} (--cluster-read)"
+                )))
+            }
+        };
         Ok(Some(recall_raft::ClusterConfig {
             node_id: self.node_id,
             peers,
             bootstrap: self.bootstrap,
             timeout: std::time::Duration::from_millis(self.timeout_ms),
             log_dir: (!self.log_dir.is_empty()).then(|| self.log_dir.clone().into()),
+            reads,
         }))
     }
 }
@@ -263,6 +278,10 @@ pub struct Cli {
     /// Cluster mode: keep the Raft log on disk in DIR (default: in memory).
     #[arg(long = "cluster-log-dir", value_name = "DIR")]
     pub cluster_log_dir: Option<String>,
+    /// Cluster mode: linearizable (default; reads on the leader after a
+    /// ReadIndex) or stale (any node answers reads from its own store).
+    #[arg(long = "cluster-read", value_name = "MODE")]
+    pub cluster_read: Option<String>,
     /// Verify a snapshot file, print a summary and exit.
     #[arg(long = "check-snapshot")]
     pub check_snapshot: Option<PathBuf>,
@@ -517,6 +536,9 @@ impl Config {
         }
         if let Some(v) = cli.cluster_timeout_ms {
             cfg.cluster.timeout_ms = v;
+        }
+        if let Some(v) = &cli.cluster_read {
+            cfg.cluster.read = v.clone();
         }
         for opts in &cli.extended {
             for kv in opts.split(',').filter(|s| !s.is_empty()) {

@@ -438,4 +438,15 @@ fn cluster_flags_are_checked() {
     ])
     .expect_err("cluster with -I 64m");
     assert!(err.contains("item_size_max (-I) is at most 32 MiB"), "{err}");
+    // Reads are linearizable or, opted in, stale; nothing else.
+    let err = Recalld::start([
+        "--cluster-node-id",
+        "1",
+        "--cluster-peer",
+        "1=127.0.0.1:1/127.0.0.1:2",
+        "--cluster-read",
+        "fast",
+    ])
+    .expect_err("an unknown read mode");
+    assert!(err.contains(r#"read must be "linearizable" or "stale", not "fast" (--cluster-read)"#), "{err}");
 }

@@ -122,6 +122,8 @@ pub(crate) struct Shard {
     rng: u64,
     /// The ranks this shard last published in `Ctx::tails`, per lane.
     published: [u64; MAX_LANES],
+    /// The store's eviction round this shard's policy last heard of.
+    round_seen: u64,
     table: HashTable<u32>,
     slots: Chunked<Slot>,
     free: Vec<u32>,
@@ -169,6 +171,7 @@ impl Shard {
             // Any odd, distinct seed: xorshift must not start at 0.
             rng: (idx as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1,
             published: [evict::EMPTY; MAX_LANES],
+            round_seen: 0,
             table: HashTable::new(),
             slots: Chunked::default(),
             free: Vec::new(),
@@ -356,6 +359,7 @@ impl Shard {
         }
         let (slots, hasher) = (&self.slots, &self.hasher);
         self.table.insert_unique(h, i, |&j| hasher.hash_one(slots[j as usize].key()));
+        self.sync_round(ctx);
         self.policy.on_insert(i, Self::admit(h, &self.slots[i as usize], fp));
         if self.rank_of(ctx, i) < self.published[self.policy.lane_of(i)] {
             // The published rank must stay a lower bound on the next

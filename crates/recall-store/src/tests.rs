@@ -729,18 +729,13 @@ fn prioritized_keeps_permanent_and_hot_items_through_a_burst_of_temporary_ones()
     for kind in [PolicyKind::Prioritized, PolicyKind::PrioritizedAdaptive] {
         for shards in [1, 1024] {
             let (perm, hot, st) = lost(kind, shards);
-            // One shard is exact. Across 1024 shards a few may go: when a
-            // class crosses its share (here, as the burst starts, permanent
-            // and temporary-high drop from 50% each to below 25%), the
-            // ranks shards published before are stale, and an eviction
-            // corrects at most a few of them before it settles for the
-            // writer's own candidate (`shard/evict.rs`).
-            let allowed = if shards == 1 { 0 } else { 5 };
-            assert!(
-                perm + hot <= allowed,
-                "{kind}, {shards} shards: lost {perm} permanent, {hot} hot: {:?}",
-                st.policy
-            );
+            // Across 1024 shards as in one: each class is its own eviction
+            // lane, so the burst is evicted from temporary-low store-wide.
+            // (When a shard offered one candidate ranked by whether its
+            // class was over its share, the ranks shards published before
+            // the burst went stale as the classes crossed their shares,
+            // and a few permanent and hot items went.)
+            assert!(perm + hot == 0, "{kind}, {shards} shards: lost {perm} permanent, {hot} hot: {:?}", st.policy);
             let c = st.policy;
             assert!(c.prio_evictions[1] > 1000, "{kind}: {c:?}");
             assert_eq!(c.prio_evictions[0] + c.prio_evictions[2], (perm + hot) as u64, "{kind}: {c:?}");
@@ -854,4 +849,55 @@ fn prioritized_touch_moves_an_item_between_classes() {
     assert!(s.touch(b"k", 0, 2));
     assert_eq!(s.stats().policy.prio_items, [2, 0, 0]);
     assert_eq!(get(&s, b"k", 3).as_deref(), Some(&b"v"[..]));
+}
+
+/// Issue 13 item 0: SIEVE over 1024 shards evicts as one SIEVE over the
+/// whole store. With items of one size, every write evicts one item, and a
+/// store-wide SIEVE's victims are fully determined by the trace; so the
+/// sharded store, with about two items per shard here, must get the same
+/// hits as one shard on a skewed look-aside trace (it does, to the hit).
+/// It got 574 fewer (of 60,000) while a write's own item, added after the
+/// lap its eviction caused, ranked as passed and so hid the next victim,
+/// and a shard whose items were all passed and used again cleared their
+/// bits a round early.
+#[test]
+fn sieve_over_many_shards_hits_as_one_sieve() {
+    let keys = 20_000u64;
+    // Zipf 0.95 popularity by inverse CDF over a fixed xorshift sequence.
+    let cdf: Vec<f64> = (1..=keys)
+        .scan(0.0, |acc, i| {
+            *acc += 1.0 / (i as f64).powf(0.95);
+            Some(*acc)
+        })
+        .collect();
+    let total = cdf[cdf.len() - 1];
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let trace: Vec<usize> = (0..60_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let u = (x >> 11) as f64 / (1u64 << 53) as f64 * total;
+            cdf.partition_point(|&c| c < u)
+        })
+        .collect();
+    let policy = PolicyConfig { kind: PolicyKind::Sieve, ..Default::default() };
+    let per_item = Store::new(StoreConfig { policy, ..Default::default() }).footprint(6, 0);
+    let hits = |shards: usize| {
+        let s = Store::new(StoreConfig { mem_limit: 2000 * per_item, shards, policy, ..Default::default() });
+        let mut hits = 0;
+        for &k in &trace {
+            let key = format!("{k:06}");
+            if get(&s, key.as_bytes(), 1).is_some() {
+                hits += 1;
+            } else {
+                set(&s, key.as_bytes(), b"", 0, 1);
+            }
+        }
+        assert!(s.stats().evictions > 10_000, "{shards} shards: {:?}", s.stats());
+        hits
+    };
+    let (one, many) = (hits(1), hits(1024));
+    // A tenth of a point of slack (the two agree exactly today).
+    assert!(many + 60 >= one, "1024 shards hit {many} times, one shard {one} (of {})", trace.len());
 }

@@ -20,6 +20,8 @@ pub struct Cluster {
     pub nodes: Vec<Option<Recalld>>,
     /// Each node's client address (node id = index + 1).
     pub clients: Vec<SocketAddr>,
+    /// Each node's Raft address.
+    pub rafts: Vec<SocketAddr>,
 }
 
 fn free_ports(n: usize) -> Vec<u16> {
@@ -66,8 +68,12 @@ impl Cluster {
                 }
             }
             if nodes.len() == n {
-                let clients = client.iter().map(|p| SocketAddr::from(([127, 0, 0, 1], *p))).collect();
-                return Cluster { nodes, clients };
+                let at = |p: &u16| SocketAddr::from(([127, 0, 0, 1], *p));
+                return Cluster {
+                    nodes,
+                    clients: client.iter().map(at).collect(),
+                    rafts: raft.iter().map(at).collect(),
+                };
             }
         }
         panic!("could not start the cluster: {last_err}");
@@ -89,6 +95,44 @@ impl Cluster {
             std::thread::sleep(Duration::from_millis(50));
         }
         panic!("no leader within {DEADLINE:?}");
+    }
+
+    /// Start one more node, empty, knowing only itself (id: its index + 1),
+    /// to be added to the group with `cluster add-node`; its Raft log in
+    /// `log_dir`, or in memory. Returns its index.
+    pub fn start_empty_node(&mut self, log_dir: Option<&std::path::Path>) -> usize {
+        let i = self.nodes.len();
+        let mut last_err = String::new();
+        for _attempt in 0..3 {
+            let ports = free_ports(2);
+            let (client, raft) = (ports[0], ports[1]);
+            let mut args = vec![
+                "--cluster-node-id".to_string(),
+                (i + 1).to_string(),
+                "--cluster-peer".into(),
+                format!("{}=127.0.0.1:{raft}/127.0.0.1:{client}", i + 1),
+                "--cluster-timeout-ms".into(),
+                "3000".into(),
+            ];
+            if let Some(d) = log_dir {
+                args.extend(["--cluster-log-dir".into(), d.display().to_string()]);
+            }
+            match Recalld::builder().port(client).args(&args).start() {
+                Ok(r) => {
+                    self.nodes.push(Some(r));
+                    self.clients.push(SocketAddr::from(([127, 0, 0, 1], client)));
+                    self.rafts.push(SocketAddr::from(([127, 0, 0, 1], raft)));
+                    return i;
+                }
+                Err(e) => last_err = e,
+            }
+        }
+        panic!("could not start node {}: {last_err}", i + 1);
+    }
+
+    /// Node `i`'s `RAFT_ADDR/CLIENT_ADDR` (as `cluster add-node` takes it).
+    pub fn member(&self, i: usize) -> String {
+        format!("{}/{}", self.rafts[i], self.clients[i])
     }
 
     /// kill -9 node `i`.

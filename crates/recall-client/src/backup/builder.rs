@@ -4,10 +4,11 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::durable::{DurableClient, Shared};
+use super::fresh::FreshCheck;
 use super::log::MAX_ENTRIES;
 use super::node::{Node, SpillCtx};
 use super::poller::poller;
@@ -240,9 +241,13 @@ impl DurableBuilder {
             (None, None) => random_client_id(),
         };
         check_client_id(&cfg.client_id)?;
-        let client = self.client.dead_servers(DeadServerPolicy::FailFast).build()?;
+        let fresh = Arc::new(FreshCheck { nodes: OnceLock::new(), request_timeout: cfg.request_timeout });
+        let client = self.client.dead_servers(DeadServerPolicy::FailFast);
+        let writer = client.clone().connect_check(fresh.clone()).build()?;
+        let client = client.build()?;
         let nodes: Vec<Arc<Node>> =
             client.servers().into_iter().map(|name| Arc::new(Node::new(name, cfg.health))).collect();
+        let _ = fresh.nodes.set(nodes.iter().map(Arc::downgrade).collect());
         let mut by_name = HashMap::new();
         for (i, n) in nodes.iter().enumerate() {
             by_name.entry(n.name.clone()).or_insert(i);
@@ -287,7 +292,7 @@ impl DurableBuilder {
                 rt.spawn(poller(Arc::downgrade(n), cfg.clone(), spill.as_ref().map(Arc::downgrade))).abort_handle()
             })
             .collect();
-        Ok(DurableClient { inner: Arc::new(Shared { client, cfg, nodes, by_name, pollers, spill }) })
+        Ok(DurableClient { inner: Arc::new(Shared { client, writer, cfg, nodes, by_name, pollers, spill }) })
     }
 }
 

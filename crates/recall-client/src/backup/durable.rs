@@ -48,7 +48,13 @@ pub struct Counter {
 }
 
 pub(super) struct Shared {
+    /// Reads, and what [`DurableClient::client`] returns.
     pub(super) client: Client,
+    /// The write path's connections: the same servers, in a pool of its
+    /// own whose new connections are checked (`fresh.rs`), so that reads
+    /// are not (a read may go to a restarted server before the replay: `OL`
+    /// tells it its copy is older).
+    pub(super) writer: Client,
     pub(super) cfg: Arc<Cfg>,
     pub(super) nodes: Vec<Arc<Node>>,
     pub(super) by_name: HashMap<ServerName, usize>,
@@ -279,7 +285,7 @@ impl DurableClient {
         if let Some(c) = compare {
             req = req.compare_cas(c);
         }
-        let r = self.watch(node, self.inner.client.meta_set(key, value, &req).await)?;
+        let r = self.watch(node, self.inner.writer.meta_set(key, value, &req).await)?;
         let status = match r.status {
             MetaStatus::Header | MetaStatus::Value => StoreStatus::Stored,
             MetaStatus::NotStored => StoreStatus::NotStored,
@@ -328,7 +334,7 @@ impl DurableClient {
         let node = entered.node;
         let get = MetaGet::new().value().cas().client_flags().ttl();
         let now = unix_now();
-        let r: MetaResponse = match self.inner.client.meta_get(key, &get).await {
+        let r: MetaResponse = match self.inner.writer.meta_get(key, &get).await {
             Ok(r) => r,
             Err(e) => {
                 node.counters.unprotected.fetch_add(1, Ordering::Relaxed);
@@ -448,7 +454,7 @@ impl DurableClient {
             return Ok(());
         }
         let req = MetaSet::new().return_cas().ttl(-1);
-        let r = match self.inner.client.meta_set(key, b"", &req).await {
+        let r = match self.inner.writer.meta_set(key, b"", &req).await {
             Ok(r) if r.status == MetaStatus::Header => r,
             Ok(r) => {
                 return Err(Error::Protocol {
@@ -471,7 +477,7 @@ impl DurableClient {
         let node = entered.node;
         let now = unix_now();
         let req = MetaArith::new().mode(mode).delta(delta).value().cas().ttl_left().stored();
-        let r = self.watch(node, self.inner.client.meta_arith(key, &req).await)?;
+        let r = self.watch(node, self.inner.writer.meta_arith(key, &req).await)?;
         match r.status {
             MetaStatus::Value | MetaStatus::Header => {}
             MetaStatus::NotFound => return Ok(None),
@@ -496,7 +502,7 @@ impl DurableClient {
         let known = r.ret.flags.or_else(|| node.log().log.flags_of(key));
         let flags = match known {
             Some(f) => f,
-            None => match self.inner.client.meta_get(key, &MetaGet::new().client_flags()).await {
+            None => match self.inner.writer.meta_get(key, &MetaGet::new().client_flags()).await {
                 Ok(g) => g.ret.flags.unwrap_or(0),
                 Err(e) => {
                     node.counters.unprotected.fetch_add(1, Ordering::Relaxed);

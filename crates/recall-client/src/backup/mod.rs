@@ -120,18 +120,19 @@
 //!
 //! ## What the server must do (recalld as of this writing)
 //!
-//! recalld refuses a replay whose timestamp is at or below its *current*
-//! watermark. After a restart, its first snapshot gets a watermark above
-//! every timestamp of the previous instance, so every replay that arrives
-//! after that snapshot is answered `STALE` and lost. That snapshot comes
-//! at once with `--snapshot-after-writes N` (N > 0, the default is
-//! 100000: the counter jumped to the new epoch), otherwise after
-//! `--snapshot-interval` seconds. Until recalld keeps the loaded
-//! snapshot's watermark for replays (or holds snapshots back while
-//! recovering), run it with `--snapshot-after-writes 0` and an interval
-//! comfortably longer than the clients' poll interval, and watch
-//! [`BackupStatus::replay_after_snapshot`], which counts replays that came
-//! too late. The client itself never asks for a snapshot while a server
+//! recalld judges every replay against the *replay floor* of the snapshot
+//! it booted from, not against its current watermark: a snapshot of the
+//! new instance covers the new instance's writes, not the older ones
+//! clients still have to replay. A snapshot taken while the server is
+//! `recovering` keeps that floor for the next boot too, so it does not
+//! turn the replays still to come into `STALE`, even across a second
+//! crash. Once recovery is over (every registered client said
+//! `replay_done`, or the grace period ran out), a snapshot promises its
+//! whole watermark: a client that replays after that is not protected
+//! against a crash before the next snapshot covers its fence.
+//! [`BackupStatus::replay_after_snapshot`] counts such replays; it should
+//! stay 0 (a registered client that replays within the grace period never
+//! makes one). The client itself never asks for a snapshot while a server
 //! is recovering.
 
 mod admission;
@@ -140,6 +141,7 @@ mod ctl;
 pub mod ctl_reply;
 mod durable;
 mod exptime;
+mod fresh;
 mod log;
 mod node;
 mod poller;

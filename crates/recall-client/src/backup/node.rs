@@ -176,6 +176,9 @@ pub(super) struct Node {
     pub(super) del: tokio::sync::Mutex<Option<Conn>>,
     pub(super) view: Mutex<View>,
     pub(super) known_instance: AtomicU64,
+    /// The instance this client last found nothing (more) to replay to (0:
+    /// none yet): new data connections must reach it (`fresh.rs`).
+    pub(super) ready_instance: AtomicU64,
     pub(super) off: AtomicBool,
     pub(super) want_snapshot: AtomicBool,
     pub(super) waiting: AtomicUsize,
@@ -213,6 +216,7 @@ impl Node {
             del: tokio::sync::Mutex::new(None),
             view: Mutex::new(View::default()),
             known_instance: AtomicU64::new(0),
+            ready_instance: AtomicU64::new(0),
             off: AtomicBool::new(false),
             want_snapshot: AtomicBool::new(false),
             waiting: AtomicUsize::new(0),
@@ -252,6 +256,7 @@ impl Node {
         }
         *slot = None;
         let c = Conn::connect(&self.addr, &self.name, &self.health, cfg.connect_timeout).await?;
+        self.check_fresh(&c, cfg.request_timeout).await?;
         *slot = Some(c.clone());
         Ok(c)
     }

@@ -113,6 +113,9 @@ async fn poll_locked(node: &Node, cfg: &Cfg, guard: &mut Option<Ctl>) -> Result<
         node.off.store(false, Ordering::Release);
         node.known_instance.store(d.instance, Ordering::Release);
     }
+    if !needs_replay {
+        node.ready_instance.store(d.instance, Ordering::Release);
+    }
     for step in plan_poll(&observed) {
         match step {
             Step::GoOff => {
@@ -121,10 +124,14 @@ async fn poll_locked(node: &Node, cfg: &Cfg, guard: &mut Option<Ctl>) -> Result<
                 node.free_room();
                 return Ok(());
             }
-            Step::Replay => replay(node, cfg, ctl, d).await?,
+            Step::Replay => {
+                replay(node, cfg, ctl, d).await?;
+                node.ready_instance.store(d.instance, Ordering::Release);
+            }
             Step::DropUnreplayed => {
                 let n = node.log().log.drop_unreplayed(d.instance);
                 node.counters.dropped.fetch_add(n as u64, Ordering::Relaxed);
+                node.ready_instance.store(d.instance, Ordering::Release);
             }
             Step::ReplayDone => match ctl.replay_done(&cfg.client_id).await {
                 Ok(()) => lock(&node.view).replay_done_for = d.instance,

@@ -94,10 +94,18 @@ pub(super) fn snapshot_due(s: &SnapshotView) -> bool {
     }
 }
 
-/// The new instance has taken a snapshot already: recalld answers `STALE`
-/// to every replay older than it (counted in `replay_after_snapshot`).
-pub(super) fn snapshotted_before_replay(d: &Durable) -> bool {
-    d.watermark >= instance_base(d.instance)
+/// A replay that comes too late to be protected (counted in
+/// `replay_after_snapshot`): the instance's recovery is over and it has
+/// taken a snapshot of its own since. That snapshot promises its whole
+/// watermark to the next boot, so if the instance crashes before a later
+/// snapshot covers this replay's fence, the next instance judges the
+/// replayed writes against that watermark and answers `STALE`: they are
+/// lost. A snapshot taken while the instance still `recovering` keeps the
+/// boot snapshot's replay floor (durability-protocol.md, section 3), so a
+/// replay after it is as safe as one before; counting it too, as this did
+/// first, made the crash harness fail a run without a loss.
+pub(super) fn too_late_to_replay(d: &Durable) -> bool {
+    d.state == DurableState::Ok && d.watermark >= instance_base(d.instance)
 }
 
 /// The fence that ends a replay must come from the instance the replay was
@@ -223,8 +231,20 @@ mod tests {
         let base = instance_base(7);
         assert!(check_fence(7, base + 12).is_ok());
         assert_eq!(check_fence(7, instance_base(8) + 1), Err((7, 8)));
-        assert!(!snapshotted_before_replay(&d(7, base - 1, DurableState::Recovering)));
-        assert!(snapshotted_before_replay(&d(7, base + 1, DurableState::Recovering)));
+    }
+
+    #[test]
+    fn only_a_snapshot_after_recovery_makes_a_replay_too_late() {
+        let base = instance_base(7);
+        assert!(!too_late_to_replay(&d(7, base - 1, DurableState::Ok)), "the previous instance's snapshot");
+        assert!(too_late_to_replay(&d(7, base + 1, DurableState::Ok)), "its own, after recovery: unprotected");
+        assert!(too_late_to_replay(&d(7, base, DurableState::Ok)));
+        // The 300-cycle plain-writer run's one "too late" replay: the
+        // instance snapshotted on its interval after one client's replay
+        // and before the other's, still recovering. That snapshot kept the
+        // boot floor; the replay after it applied and lost nothing.
+        assert!(!too_late_to_replay(&d(7, base + 1, DurableState::Recovering)), "the boot floor still holds");
+        assert!(!too_late_to_replay(&d(7, base - 1, DurableState::Recovering)));
     }
 
     #[test]

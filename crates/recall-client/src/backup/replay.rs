@@ -12,7 +12,7 @@ use super::ctl::{Ctl, ReplayReplies};
 use super::ctl_reply::Durable;
 use super::exptime::unix_now;
 use super::node::{lock, Node};
-use super::recovery::{check_fence, snapshotted_before_replay};
+use super::recovery::{check_fence, too_late_to_replay};
 use crate::error::{Error, Result};
 
 /// Bytes of records per `replay_batch`: small enough that the server
@@ -27,16 +27,24 @@ const REPLAY_BATCH_BYTES: usize = 64 << 10;
 /// matter: each write is applied only if newer). With an older server, one
 /// `replay` command per entry on the control connection.
 pub(super) async fn replay(node: &Node, cfg: &Cfg, ctl: &mut Ctl, d: Durable) -> Result<()> {
-    let _gate = node.admission.close().await;
-    let r = replay_closed(node, cfg, ctl, d).await;
+    gated(node, replay_closed(node, cfg, ctl, d)).await
+}
+
+/// Run `replay` with the replay gate closed. If it fails, the restart is
+/// marked suspected *before* the gate opens: the writes it held must not
+/// go out until a replay succeeds (the poll's caller sets this too, but
+/// only after the gate has opened, and a write let in between could reach
+/// a restarted server ahead of the replay). The writes that waited at the
+/// gate check for a suspected restart again before they enter
+/// (`Node::enter_slow`). No poke: the poller would spin against a server
+/// that is down.
+async fn gated<T>(node: &Node, replay: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    let gate = node.admission.close().await;
+    let r = replay.await;
     if r.is_err() {
-        // Before the gate opens: the writes it held must not go out until
-        // a replay succeeds (the poll's caller sets this too, but only
-        // after the gate has opened, and a write let in between could
-        // reach a restarted server ahead of the replay). No poke: the
-        // poller would spin against a server that is down.
         node.suspect.store(true, Ordering::Release);
     }
+    drop(gate);
     r
 }
 
@@ -45,7 +53,7 @@ async fn replay_closed(node: &Node, cfg: &Cfg, ctl: &mut Ctl, d: Durable) -> Res
     if !node.log().log.needs_replay(d.instance) {
         return Ok(());
     }
-    if snapshotted_before_replay(&d) {
+    if too_late_to_replay(&d) {
         // See BackupStatus::replay_after_snapshot.
         node.counters.replay_after_snapshot.fetch_add(1, Ordering::Relaxed);
     }
@@ -158,5 +166,124 @@ async fn replay_batches(node: &Node, cfg: &Cfg, d: Durable, now: u32) -> Result<
     match failed {
         Some(e) => Err(e),
         None => Ok((n, sum)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::conn::HealthConfig;
+
+    fn cfg() -> Cfg {
+        Cfg {
+            poll_interval: Duration::from_millis(20),
+            poll_every_writes: 0,
+            max_entries: 100,
+            max_bytes: 1 << 20,
+            backpressure_timeout: Duration::from_secs(60),
+            replay: true,
+            replay_connections: 1,
+            fence_key: b"fence".to_vec(),
+            client_id: "c".into(),
+            connect_timeout: Duration::from_secs(1),
+            // Long: the test ends the wait itself, and must not see the
+            // write give up instead.
+            request_timeout: Duration::from_secs(600),
+            health: HealthConfig {
+                failure_limit: 2,
+                retry_base: Duration::from_millis(10),
+                retry_max: Duration::from_secs(1),
+            },
+        }
+    }
+
+    /// Let every task that can run, run (a single-threaded runtime: the
+    /// spawned writer runs only here). Bounded.
+    async fn settle() {
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// A replay running with the gate closed (returns once it is) until
+    /// the returned sender fires; it then ends with `outcome`.
+    async fn replay_until(
+        node: &Arc<Node>,
+        outcome: Result<()>,
+    ) -> (tokio::task::JoinHandle<Result<()>>, tokio::sync::oneshot::Sender<()>) {
+        let (at_gate_tx, at_gate) = tokio::sync::oneshot::channel::<()>();
+        let (end_tx, end) = tokio::sync::oneshot::channel::<()>();
+        let node = node.clone();
+        let task = tokio::spawn(async move {
+            gated(&node, async move {
+                let _ = at_gate_tx.send(());
+                let _ = end.await;
+                outcome
+            })
+            .await
+        });
+        at_gate.await.unwrap();
+        (task, end_tx)
+    }
+
+    /// The second fix of issue 16's spill-mode loss, which had no test: a
+    /// replay that fails (the server died under it) must not let the
+    /// writes it held out go to the server before the next replay. Before,
+    /// the gate opened with no restart suspected yet (the poll marked it
+    /// only afterwards), and a write that had waited at the gate entered
+    /// without looking again; sent on a new connection to a new instance,
+    /// it ran there ahead of this client's replay. Now the failed replay
+    /// marks the restart before the gate opens, and the write checks again
+    /// after its wait: it enters only once a poll has replayed (here: the
+    /// poll's `clear_suspect`).
+    #[tokio::test]
+    async fn a_write_held_by_a_failed_replay_waits_for_the_next_replay() {
+        let cfg = Arc::new(cfg());
+        let node = Arc::new(Node::new("127.0.0.1:1".into(), cfg.health));
+        let entered = Arc::new(AtomicBool::new(false));
+        let died = Err(Error::Internal("the server died under the replay".into()));
+        let (failed, fail_tx) = replay_until(&node, died).await;
+        // A write arrives while the replay runs: it waits at the gate.
+        let writer = {
+            let (node, cfg, entered) = (node.clone(), cfg.clone(), entered.clone());
+            tokio::spawn(async move {
+                let e = node.enter_slow(&cfg, 10).await;
+                entered.store(true, Ordering::Release);
+                e.map(drop)
+            })
+        };
+        settle().await;
+        assert!(!entered.load(Ordering::Acquire), "held out while the replay runs");
+        fail_tx.send(()).unwrap();
+        assert!(failed.await.unwrap().is_err());
+        assert!(node.suspect.load(Ordering::Acquire), "the failed replay marked the restart");
+        settle().await;
+        assert!(!entered.load(Ordering::Acquire), "the gate is open, but no replay has succeeded yet");
+        // The next poll replays and clears the suspicion: now it enters.
+        node.clear_suspect();
+        writer.await.unwrap().expect("admitted after the replay");
+        assert!(entered.load(Ordering::Acquire));
+    }
+
+    /// A replay that succeeds leaves nothing suspected, and the writes it
+    /// held enter as soon as the gate opens.
+    #[tokio::test]
+    async fn a_write_held_by_a_good_replay_enters_when_it_ends() {
+        let cfg = Arc::new(cfg());
+        let node = Arc::new(Node::new("127.0.0.1:1".into(), cfg.health));
+        let (replay, done_tx) = replay_until(&node, Ok(())).await;
+        let writer = {
+            let (node, cfg) = (node.clone(), cfg.clone());
+            tokio::spawn(async move { node.enter_slow(&cfg, 10).await.map(drop) })
+        };
+        settle().await;
+        assert!(!writer.is_finished(), "held out while the replay runs");
+        done_tx.send(()).unwrap();
+        replay.await.unwrap().unwrap();
+        assert!(!node.suspect.load(Ordering::Acquire));
+        writer.await.unwrap().expect("admitted once the replay ended");
     }
 }

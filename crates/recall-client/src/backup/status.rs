@@ -52,10 +52,13 @@ pub struct BackupStatus {
     pub replay_errors: u64,
     /// How long the last replay took (send to last reply, plus the fence).
     pub last_replay: Option<Duration>,
-    /// Replays that found the new instance had already taken a snapshot:
-    /// recalld then answers `STALE` to every replay older than that
-    /// snapshot, so those writes are lost. Should stay 0; see the module
-    /// docs.
+    /// Replays that came after the new instance's recovery had ended and
+    /// it had taken a snapshot of its own: that snapshot promises its whole
+    /// watermark, so if the instance crashes before a later snapshot covers
+    /// the replay, the next one answers `STALE` to these writes and they
+    /// are lost. A snapshot taken while the instance still recovers keeps
+    /// the boot snapshot's replay floor and is not counted. Should stay 0;
+    /// see the module docs.
     pub replay_after_snapshot: u64,
     /// Batched replays (`replay_batch` over extra connections) that failed
     /// and were done again on the control connection, one `replay` command
@@ -68,7 +71,8 @@ pub struct BackupStatus {
     pub backpressure_waits: u64,
     /// Writes failed unsent ([`Error::NotReplayed`](crate::Error::NotReplayed)):
     /// a restart was suspected and no poll had replayed within the request
-    /// timeout.
+    /// timeout, or a new connection of the write path reached an instance
+    /// this client had not replayed to yet.
     pub not_replayed: u64,
     /// Acknowledged writes the client could not back up (see
     /// [`DurableClient::append`]); they are reported to the caller as

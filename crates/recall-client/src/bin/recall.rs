@@ -17,6 +17,10 @@
 //! (`tests/python/test_ketama_vectors.py`) compares it with where pylibmc
 //! actually stores keys.
 
+// Beside this file, not in src/bin/, where cargo would take it for a binary.
+#[path = "recall/cluster.rs"]
+mod cluster;
+
 use std::ffi::OsString;
 use std::io::{self, IsTerminal, Read, Write};
 use std::path::PathBuf;
@@ -46,7 +50,9 @@ Examples:
   recall top
   recall dump --keys-only
   recall put-file backup.tar /tmp/backup.tar   (streamed with sset: constant memory)
-  recall get-file backup.tar /tmp/restored.tar";
+  recall get-file backup.tar /tmp/restored.tar
+  recall cluster status   (a replicated cluster: members, leader, log positions)
+  recall cluster add-node 4 127.0.0.4:11311/127.0.0.4:11211";
 
 #[derive(Parser, Debug)]
 #[command(name = "recall", version, about = "Command-line client for recall and memcached.", after_help = AFTER_HELP)]
@@ -170,6 +176,9 @@ enum Cmd {
         #[arg(long)]
         keys_only: bool,
     },
+    /// A replicated cluster's membership (any node; the first --server).
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCmd),
     /// Run the load generator (the separate `recall-bench` binary).
     Bench {
         /// Arguments passed to recall-bench (put `--` before its flags,
@@ -250,6 +259,17 @@ fn main() -> ExitCode {
     }
     if let Cmd::KetamaPlace { remove_failed } = &cli.cmd {
         return ExitCode::from(ketama_place(&cli.servers, cli.distribution.into(), remove_failed));
+    }
+    if let Cmd::Cluster(cmd) = &cli.cmd {
+        let server = cli.servers.first().map_or("127.0.0.1:11211", String::as_str);
+        let say = |line: String| out(format!("{line}\n").as_bytes());
+        return ExitCode::from(match cluster::run(cmd, server, Duration::from_millis(cli.timeout.max(1)), &say) {
+            Ok(()) => EXIT_OK,
+            Err(cluster::Failed(e)) => {
+                eprintln!("recall: {e}");
+                EXIT_ERROR
+            }
+        });
     }
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -380,7 +400,7 @@ async fn run(cli: Cli) -> u8 {
         Cmd::Top { once, interval } => top(&client, once, interval).await,
         Cmd::Dump { keys_only } => dump(&client, keys_only).await,
         // Handled before the runtime starts.
-        Cmd::Bench { .. } | Cmd::KetamaPlace { .. } => EXIT_USAGE,
+        Cmd::Bench { .. } | Cmd::KetamaPlace { .. } | Cmd::Cluster(_) => EXIT_USAGE,
     }
 }
 

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::pool::{Inner, Server};
+use super::pool::{ConnectCheck, Inner, Server};
 use super::Client;
 use crate::conn::HealthConfig;
 use crate::error::{Error, Result};
@@ -102,6 +102,7 @@ pub struct ClientBuilder {
     errors: Vec<Error>,
     opts: Options,
     observer: Option<Arc<dyn WriteObserver>>,
+    check: Option<Arc<dyn ConnectCheck>>,
 }
 
 #[derive(Debug, Clone)]
@@ -134,6 +135,7 @@ impl Default for ClientBuilder {
                 cluster: false,
             },
             observer: None,
+            check: None,
         }
     }
 }
@@ -220,6 +222,13 @@ impl ClientBuilder {
         self
     }
 
+    /// What every new pooled connection is checked with before its first
+    /// request (the durable client's: see `ConnectCheck`).
+    pub(crate) fn connect_check(mut self, check: Arc<dyn ConnectCheck>) -> Self {
+        self.check = Some(check);
+        self
+    }
+
     /// Register the observer of acknowledged writes.
     pub fn write_observer(mut self, observer: Arc<dyn WriteObserver>) -> Self {
         self.observer = Some(observer);
@@ -239,7 +248,11 @@ impl ClientBuilder {
             retry_max: self.opts.retry_max,
         };
         let nodes: Vec<Node> = self.servers.iter().map(|s| Node::new(s.host.clone(), s.port, s.weight)).collect();
-        let servers = self.servers.iter().map(|s| Server::new(s.name(), health_cfg, self.opts.pool_size)).collect();
+        let servers = self
+            .servers
+            .iter()
+            .map(|s| Server::new(s.name(), health_cfg, self.opts.pool_size, self.check.clone()))
+            .collect();
         let continuum = Continuum::build_with(self.opts.distribution, &nodes, |_| true);
         if continuum.is_empty() {
             return Err(Error::InvalidArgument("every server has weight 0".into()));

@@ -24,6 +24,7 @@ mod pool;
 
 pub use builder::{ClientBuilder, DeadServerPolicy, ServerSpec};
 pub use dump::DumpEntry;
+pub(crate) use pool::ConnectCheck;
 use pool::Inner;
 
 /// A memcached/recall client: cheap to clone (clones share pools), usable

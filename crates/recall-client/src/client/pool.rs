@@ -1,6 +1,8 @@
 //! Per-server connection pools with health (fail fast, back off), and the
 //! routing of a key to its server (ketama, with the dead-server policy).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -14,6 +16,19 @@ use crate::meta::MetaResponse;
 use crate::observer::{WriteAck, WriteObserver, WriteOp};
 use crate::stream::StreamPool;
 
+/// Asked after a new pooled connection is opened, before it carries its
+/// first request: an error fails that request unsent and drops the
+/// connection (the next request opens another and asks again). The
+/// durable client's (`backup/fresh.rs`): a new connection may reach a
+/// restarted server this client has not replayed to yet.
+pub(crate) trait ConnectCheck: Send + Sync {
+    fn check<'a>(
+        &'a self,
+        server: &'a ServerName,
+        conn: &'a Conn,
+    ) -> Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>>;
+}
+
 pub(super) struct Server {
     pub(super) name: ServerName,
     /// What `TcpStream::connect` resolves (the name, re-resolved on each
@@ -25,10 +40,16 @@ pub(super) struct Server {
     /// Idle connections for streamed values, which hold a connection for
     /// a whole value and so cannot share the pipelined ones.
     pub(super) streams: Arc<StreamPool>,
+    pub(super) check: Option<Arc<dyn ConnectCheck>>,
 }
 
 impl Server {
-    pub(super) fn new(name: String, health: HealthConfig, pool_size: usize) -> Server {
+    pub(super) fn new(
+        name: String,
+        health: HealthConfig,
+        pool_size: usize,
+        check: Option<Arc<dyn ConnectCheck>>,
+    ) -> Server {
         Server {
             name: Arc::from(name.as_str()),
             addr: name,
@@ -36,6 +57,7 @@ impl Server {
             slots: (0..pool_size).map(|_| tokio::sync::Mutex::new(None)).collect(),
             next: AtomicUsize::new(0),
             streams: Arc::default(),
+            check,
         }
     }
 
@@ -73,6 +95,10 @@ impl Server {
         self.alive()?;
         match Conn::connect(&self.addr, &self.name, &self.health, opts.connect_timeout).await {
             Ok(c) => {
+                // Not stored if refused: dropped, the connection closes.
+                if let Some(check) = &self.check {
+                    check.check(&self.name, &c).await?;
+                }
                 *slot = Some(c.clone());
                 Ok(c)
             }

@@ -27,8 +27,8 @@
 //!
 //! Lanes: a policy whose next victim comes from one of several queues,
 //! chosen by store-wide state (S3-FIFO: small while the store's small
-//! queues are over their share, else main), has one eviction *lane* per
-//! queue. Each shard publishes its candidate in every lane, and an
+//! queues are over their share, else main; the prioritized cache: the class
+//! furthest over its share), has one eviction *lane* per queue. Each shard publishes its candidate in every lane, and an
 //! eviction first asks [`PolicyShared::lane`] which queue the store-wide
 //! policy takes now, then compares only that lane's candidates across
 //! shards (`shard/evict.rs`). Ranks are then compared only within a queue,
@@ -110,8 +110,26 @@ pub struct Age {
 /// unaffected.
 pub const NEXT_ROUND: u64 = 1 << 62;
 
+/// With [`NEXT_ROUND`]: "not before the round after the next ends". A
+/// policy sets it on an item that the current round already passed and
+/// that was used again since, which the next round must pass once more
+/// before it can be a victim (SIEVE's survivors, all visited again, of a
+/// shard whose hand went round this round). When a round ends it becomes
+/// plain [`NEXT_ROUND`].
+pub const AFTER_NEXT_ROUND: u64 = 1 << 61;
+
+/// The rank a published rank `r` has in the next round.
+#[inline]
+pub(crate) fn next_round_rank(r: u64) -> u64 {
+    if r & AFTER_NEXT_ROUND != 0 {
+        r & !AFTER_NEXT_ROUND
+    } else {
+        r & !NEXT_ROUND
+    }
+}
+
 /// The most eviction lanes a policy has (see the module docs).
-pub const MAX_LANES: usize = 2;
+pub const MAX_LANES: usize = 3;
 
 /// The rank of LRU-ordered policies: last access, writes of the same second
 /// in write order.
@@ -183,6 +201,12 @@ pub trait Policy: Send + 'static {
     fn rank(&self, slot: u32, age: Age) -> u64 {
         let _ = slot;
         lru_rank(age)
+    }
+    /// The store started eviction round `round` (see [`Age::round`]); the
+    /// shard tells its policy before it next asks it anything. Only a
+    /// policy whose victims come in rounds (SIEVE's hand) cares.
+    fn on_round(&mut self, round: u64) {
+        let _ = round;
     }
     /// Bytes of bookkeeping per tracked slot, for honest memory accounting.
     fn overhead_per_slot(&self) -> usize;
@@ -280,6 +304,8 @@ impl PolicyShared {
     pub fn lanes(&self) -> usize {
         if self.s3fifo.is_some() {
             2
+        } else if self.prio.is_some() {
+            3
         } else {
             1
         }
@@ -288,7 +314,13 @@ impl PolicyShared {
     /// The lane the store-wide policy evicts from now.
     #[inline]
     pub fn lane(&self) -> usize {
-        self.s3fifo.as_ref().map_or(0, |s| s.lane())
+        if let Some(s) = &self.s3fifo {
+            s.lane()
+        } else if let Some(p) = &self.prio {
+            p.lane()
+        } else {
+            0
+        }
     }
 }
 
@@ -494,6 +526,10 @@ impl Policy for AnyPolicy {
     #[inline]
     fn rank(&self, slot: u32, age: Age) -> u64 {
         dispatch!(self, p => p.rank(slot, age))
+    }
+    #[inline]
+    fn on_round(&mut self, round: u64) {
+        dispatch!(self, p => p.on_round(round))
     }
     fn overhead_per_slot(&self) -> usize {
         dispatch!(self, p => p.overhead_per_slot())

@@ -15,9 +15,22 @@
 //! meanwhile come first, and the items it passed rank after the store's
 //! current round ([`NEXT_ROUND`]). Only when they are the store's best
 //! victims does the hand go round.
+//!
+//! Two details make the sharded SIEVE evict exactly as one SIEVE when items
+//! are of one size (a store test checks it at 1024 shards):
+//!
+//! * The item at a hand that has not lapped is never ranked as passed,
+//!   whatever the lap's clock says: a write whose own eviction made its
+//!   shard's hand lap adds its item after the lap, with a timestamp below
+//!   the lap's clock, and that item is the hand's next.
+//! * A lapped shard whose items were all used again after this round
+//!   passed them does not pass them again now (that would clear bits the
+//!   next round must find set): they wait for the round after the next
+//!   ([`AFTER_NEXT_ROUND`]), and when the next round begins
+//!   ([`Policy::on_round`]) the hand starts from the tail and passes them.
 
 use super::list::{Lists, NIL, NONE};
-use super::{fifo_rank, Admit, Age, Policy, PolicyCounters, NEXT_ROUND};
+use super::{fifo_rank, Admit, Age, Policy, PolicyCounters, AFTER_NEXT_ROUND, NEXT_ROUND};
 
 /// SIEVE has no settings; the struct keeps the per-policy configuration
 /// shape uniform (see [`super::PolicyConfig`]).
@@ -53,6 +66,16 @@ pub struct Sieve {
     /// `floor` is still to be raised for the hand's last lap (it went past
     /// the head on a removal, which does not know the clock).
     lap_pending: bool,
+    /// The store's eviction round as last told ([`Policy::on_round`]).
+    round: u64,
+    /// The round `floor` was set in.
+    floor_round: u64,
+    /// Every item was passed in this round and has been visited again
+    /// since: the next round's pass clears them, and they wait for the
+    /// round after it ([`AFTER_NEXT_ROUND`]). Items written before
+    /// `defer_clock` are those.
+    deferred: bool,
+    defer_clock: u64,
     counters: PolicyCounters,
 }
 
@@ -70,13 +93,17 @@ impl Sieve {
             floor: 0,
             lapped: false,
             lap_pending: false,
+            round: 0,
+            floor_round: 0,
+            deferred: false,
+            defer_clock: 0,
             counters: PolicyCounters::default(),
         }
     }
 
     /// Empty, with the same counters.
     pub fn emptied(&self) -> Self {
-        Sieve { counters: self.counters, ..Self::default() }
+        Sieve { counters: self.counters, round: self.round, ..Self::default() }
     }
 }
 
@@ -141,6 +168,7 @@ impl Policy for Sieve {
             self.hand = slot;
             self.lapped = false;
             self.lap_pending = false;
+            self.deferred = false;
         }
         self.on_remove(slot);
     }
@@ -168,6 +196,7 @@ impl Policy for Sieve {
         }
         if std::mem::take(&mut self.lap_pending) {
             self.floor = clock;
+            self.floor_round = self.round;
         }
         // The hand waits past the head: the next victim is the first
         // unvisited item from the tail, where it will resume.
@@ -178,6 +207,16 @@ impl Policy for Sieve {
             }
             at = self.lists.at(at).prev;
         }
+        if self.floor_round == self.round {
+            // Every item was passed in this round and visited again since:
+            // the next round's pass clears their bits, so they wait for the
+            // round after it.
+            if !self.deferred {
+                self.deferred = true;
+                self.defer_clock = clock;
+            }
+            return Some(self.lists.ends(QUEUE).tail);
+        }
         // Every item was visited: the next round passes them all first, so
         // pass them now (they rank after this round again).
         let mut at = self.lists.ends(QUEUE).tail;
@@ -187,12 +226,35 @@ impl Policy for Sieve {
             at = self.lists.at(at).prev;
         }
         self.floor = clock;
+        self.floor_round = self.round;
         Some(self.lists.ends(QUEUE).tail)
     }
 
-    fn rank(&self, _slot: u32, age: Age) -> u64 {
+    fn on_round(&mut self, round: u64) {
+        self.round = round;
+        if std::mem::take(&mut self.deferred) {
+            // The new round's hand starts at the tail and passes the
+            // deferred items (clearing their bits as it goes): they wait
+            // for this round's end.
+            self.hand = NIL;
+            self.lapped = false;
+            self.lap_pending = false;
+            self.floor = self.defer_clock;
+            self.floor_round = round;
+        }
+    }
+
+    fn rank(&self, slot: u32, age: Age) -> u64 {
         let r = fifo_rank(age);
-        if r < self.floor && self.floor >= age.round {
+        if slot == self.hand && !self.lapped {
+            // At the hand, not passed: whatever the lap's clock says (the
+            // item a write adds after the lap its own eviction caused has
+            // a timestamp below that clock).
+            return r;
+        }
+        if self.deferred && r < self.defer_clock {
+            r | NEXT_ROUND | AFTER_NEXT_ROUND
+        } else if r < self.floor && self.floor_round == age.round {
             r | NEXT_ROUND
         } else {
             r
@@ -292,6 +354,50 @@ mod tests {
         // Once the store's round has moved past the lap, 0 ranks by
         // insertion again (it is the oldest of the new round).
         assert_eq!(p.rank(0, Age { round: 201, ..old }), 7);
+    }
+
+    #[test]
+    fn the_item_at_the_hand_is_never_ranked_as_passed() {
+        let mut p = Sieve::default();
+        p.on_insert(0, A);
+        p.on_access(0);
+        // A write at clock 50 evicts for its item (timestamp 49): the hand
+        // passes 0 and laps at 50.
+        assert_eq!(p.victim(50), Some(0));
+        p.on_insert(1, A);
+        assert_eq!(p.victim(51), Some(1));
+        assert_eq!(p.rank(1, Age { atime: 1, seq: 49, round: 0 }), 49, "ahead of the hand, not passed");
+        assert_eq!(p.rank(0, Age { atime: 1, seq: 3, round: 0 }), NEXT_ROUND | 3);
+    }
+
+    #[test]
+    fn items_used_again_after_this_rounds_pass_wait_two_rounds() {
+        let mut p = Sieve::default();
+        let age = |seq| Age { atime: 1, seq, round: 0 };
+        p.on_insert(0, A);
+        p.on_insert(1, A);
+        p.on_access(0);
+        p.on_access(1);
+        // The hand passes both (clearing them) and laps at 10.
+        assert_eq!(p.victim(10), Some(0));
+        assert_eq!(p.rank(0, age(1)), NEXT_ROUND | 1);
+        // Both are used again in this round: the next round's pass will
+        // find them visited and keep them for one more round.
+        p.on_access(0);
+        p.on_access(1);
+        assert_eq!(p.victim(20), Some(0));
+        assert_eq!(p.rank(0, age(1)), NEXT_ROUND | AFTER_NEXT_ROUND | 1);
+        // The next round begins: its hand passes them from the tail, so they
+        // wait for its end, first 0 then 1.
+        p.on_round(30);
+        let now = |seq| Age { atime: 1, seq, round: 30 };
+        assert_eq!(p.victim(30), Some(0));
+        assert_eq!(p.rank(0, now(1)), NEXT_ROUND | 1);
+        assert_eq!(p.rank(1, now(2)), NEXT_ROUND | 2);
+        // A write now is ahead of them.
+        p.on_insert(2, A);
+        assert_eq!(p.victim(31), Some(2));
+        assert_eq!(p.rank(2, now(31)), 31);
     }
 
     #[test]

@@ -35,7 +35,10 @@
 //! candidate is left: [`Tails::next_round`] starts a new round (every shard
 //! that wrapped before now ranks its survivors by insertion again) and
 //! clears the bit from the published ranks, which lowers them, so they stay
-//! lower bounds.
+//! lower bounds. A rank that waits for the round after the next
+//! ([`AFTER_NEXT_ROUND`](crate::policy::AFTER_NEXT_ROUND)) keeps
+//! [`NEXT_ROUND`] instead. Shards hear of a new round
+//! ([`Policy::on_round`]) the next time they insert, publish or evict.
 //!
 //! Lanes: a policy with more than one queue whose turn is decided
 //! store-wide (S3-FIFO's small and main; see the policy module docs) has
@@ -53,7 +56,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{Ctx, Shard, Why};
-use crate::policy::{Age, Policy, MAX_LANES, NEXT_ROUND};
+use crate::policy::{next_round_rank, Age, Policy, MAX_LANES, NEXT_ROUND};
 
 /// Shards per group: 32 `u64`s are four cache lines.
 pub(crate) const GROUP: usize = 32;
@@ -104,7 +107,8 @@ impl Tails {
     /// The lowest rank in the store is `r`: if it waits for the end of the
     /// round, the round is over. Starts the next one at write sequence
     /// `clock` (items passed at `clock` or later wait for its end) and
-    /// clears [`NEXT_ROUND`] from every published rank. Returns whether a
+    /// moves every published rank to the new round (clears [`NEXT_ROUND`],
+    /// or the bit above it where both are set). Returns whether a
     /// round ended (the caller's own ranks are then stale).
     pub fn next_round(&self, r: u64, clock: u64) -> bool {
         if r == EMPTY || r & NEXT_ROUND == 0 {
@@ -118,7 +122,7 @@ impl Tails {
                     let r = x.load(Ordering::Relaxed);
                     if r != EMPTY && r & NEXT_ROUND != 0 {
                         // Lost to a concurrent publish, which is newer anyway.
-                        let _ = x.compare_exchange(r, r & !NEXT_ROUND, Ordering::Relaxed, Ordering::Relaxed);
+                        let _ = x.compare_exchange(r, next_round_rank(r), Ordering::Relaxed, Ordering::Relaxed);
                     }
                 }
                 min.store(lowest(&lane.shards[lane.group(g)], usize::MAX).1, Ordering::Relaxed);
@@ -271,9 +275,21 @@ impl Shard {
         self.policy.rank(v, Age { atime: s.atime, seq: s.cas, round: ctx.tails.round() })
     }
 
+    /// Tell the policy if the store started a new eviction round since it
+    /// last heard (one relaxed load).
+    #[inline]
+    pub(super) fn sync_round(&mut self, ctx: &Ctx<'_>) {
+        let round = ctx.tails.round();
+        if round != self.round_seen {
+            self.round_seen = round;
+            self.policy.on_round(round);
+        }
+    }
+
     /// Publish the rank of this shard's next victim in every lane for
     /// other shards' evictions to compare.
     pub(super) fn publish_tail(&mut self, ctx: &Ctx<'_>) {
+        self.sync_round(ctx);
         for lane in 0..ctx.tails.lanes() {
             let r = match self.policy.victim_in(lane, ctx.next_cas.load(Ordering::Relaxed)) {
                 Some(v) => self.rank_of(ctx, v),
@@ -301,6 +317,7 @@ impl Shard {
     /// was stale) is kept and its rank published, so the caller chooses
     /// again. Returns whether it evicted.
     pub fn evict_if(&mut self, ctx: &Ctx<'_>, lane: usize, upto: u64) -> bool {
+        self.sync_round(ctx);
         let found = self.policy.victim_in(lane, ctx.next_cas.load(Ordering::Relaxed));
         let r = found.map_or(EMPTY, |v| self.rank_of(ctx, v));
         let (Some(v), false) = (found, r > upto) else {
@@ -415,6 +432,7 @@ impl Shard {
         protect: Option<u32>,
         requeued: &mut bool,
     ) -> Option<(u32, u64)> {
+        self.sync_round(ctx);
         loop {
             match self.policy.victim_in(lane, ctx.next_cas.load(Ordering::Relaxed)) {
                 Some(v) if Some(v) == protect => {
@@ -472,6 +490,14 @@ mod tests {
         t.publish(0, 1, EMPTY);
         assert_eq!(t.best(0, None, 1), Some((33, 9)));
         assert!(!t.next_round(EMPTY, 200));
+        // A rank waiting two rounds waits one after a round ends.
+        let two = NEXT_ROUND | crate::policy::AFTER_NEXT_ROUND | 4;
+        t.publish(0, 2, two);
+        t.publish(0, 33, NEXT_ROUND | 9);
+        assert!(t.next_round(NEXT_ROUND | 9, 300));
+        assert_eq!(t.best(0, None, 1), Some((33, 9)));
+        t.publish(0, 33, EMPTY);
+        assert_eq!(t.best(0, None, 1), Some((2, NEXT_ROUND | 4)));
     }
 
     #[test]

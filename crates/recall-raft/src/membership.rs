@@ -1,0 +1,466 @@
+//! Membership and leadership, online: `cluster status`, `add-node`,
+//! `remove-node` and `transfer-leader` (docs/design/replication.md,
+//! "Membership").
+//!
+//! * **Adding** a node: the leader adds it as a learner (openraft's
+//!   `add_learner`), waits until the learner's log is within one
+//!   AppendEntries batch of its own, then promotes it to a voter
+//!   (`change_membership`, a joint configuration then the new one). A
+//!   learner still catching up when the command's time is over stays a
+//!   learner and the reply says `CATCHING_UP`; the same command again
+//!   checks and promotes. A member's address goes into the log as
+//!   `RAFT_ADDR/CLIENT_ADDR`, so every node, and a restarted one, knows
+//!   the members from its log.
+//! * **Removing** a node is one `change_membership`. The leader does not
+//!   remove itself: the caller transfers the leadership first.
+//! * **Handing the leadership over.** openraft 0.9 has no leader transfer
+//!   (0.10 has `transfer_leader`); this is built from what 0.9 offers,
+//!   without changing the protocol. A voter rejects a candidate while its
+//!   leader lease runs (the election timeout's maximum since it last
+//!   heard from a leader, or since it became leader); a leader's own lease
+//!   is not renewed by its heartbeats. So a leader that has led for longer
+//!   than the lease grants its vote to a candidate whose log is at least
+//!   as long as its own, and steps down. The transfer: wait out the
+//!   leader's lease if it is young; stop deciding writes (the gate below);
+//!   wait until the target's log matches the leader's; ask the target to
+//!   start an election now (`network::Rpc::Elect`, Raft's TimeoutNow);
+//!   wait until the target leads. With three voters the target's vote and
+//!   the old leader's are a majority at once; with more, the other voters
+//!   grant once their lease runs out, within an election timeout. Every
+//!   step has the command's deadline; on a timeout the gate opens again
+//!   and the reply names who leads then (the old leader, if the target
+//!   never asked for votes). Writes wait at the gate and then go to
+//!   whoever leads (forwarded), so a transfer delays writes, it does not
+//!   fail them.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{BasicNode, ChangeMembers, RaftMetrics, ServerState};
+use recall_engine::op::Refusal;
+use recall_proto::cluster_admin::{Admin, Member, MemberStatus, Status};
+use recall_proto::reply;
+use tokio::time::Instant;
+
+use crate::{Node, NodeId, Raft};
+
+/// A learner whose log is within this many entries of the leader's is
+/// caught up enough to become a voter: one AppendEntries batch
+/// (`max_payload_entries`), so a learner under a steady write load is not
+/// refused for the entries in flight.
+const CATCH_UP_SLACK: u64 = 32;
+
+/// Time kept back from a command's budget for its reply to travel back
+/// through a forwarding node (whose hop waits the timeout plus a second).
+const REPLY_MARGIN: Duration = Duration::from_millis(100);
+
+/// The client address in a member's `RAFT_ADDR/CLIENT_ADDR` (none in a
+/// log of the first slice, which stored the Raft address alone).
+pub(crate) fn client_of(addr: &str) -> Option<&str> {
+    Member::parse(addr).ok().map(|m| m.client)
+}
+
+/// Closed while a leader hands its leadership over: writes wait here
+/// (bounded) before they are decided and before they are proposed, and
+/// the transfer waits until no proposal that passed before it closed is
+/// still on its way into the log. Shared with the transfer's task. Every
+/// replicated write passes it, so an open gate costs two atomic
+/// operations; the lock is taken only while it is closed.
+#[derive(Clone, Default)]
+pub(crate) struct Gate(Arc<GateState>);
+
+#[derive(Default)]
+struct GateState {
+    closed: AtomicBool,
+    /// Proposals past the gate and not yet answered.
+    in_flight: AtomicUsize,
+    lock: Mutex<()>,
+    changed: Condvar,
+}
+
+impl Gate {
+    /// Wait until the gate is open, for at most `limit`.
+    pub(crate) fn wait_open(&self, limit: Duration) {
+        let st = &*self.0;
+        if !st.closed.load(Ordering::SeqCst) {
+            return;
+        }
+        // Whoever changes the state does it before it takes the lock to
+        // notify, so a waiter that saw the old state under the lock is woken.
+        let guard = st.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = st.changed.wait_timeout_while(guard, limit, |_| st.closed.load(Ordering::SeqCst));
+    }
+
+    /// Pass the gate with a proposal (waiting, for at most `limit`, while
+    /// it is closed); the proposal counts as in flight until the returned
+    /// guard is dropped.
+    pub(crate) fn enter(&self, limit: Duration) -> InFlight {
+        let st = &*self.0;
+        // Counted before the gate is looked at, and the transfer closes the
+        // gate before it counts (both SeqCst): either this proposal sees
+        // the gate closed, or the transfer sees it in flight.
+        st.in_flight.fetch_add(1, Ordering::SeqCst);
+        if st.closed.load(Ordering::SeqCst) {
+            self.leave();
+            self.wait_open(limit);
+            st.in_flight.fetch_add(1, Ordering::SeqCst);
+        }
+        InFlight(self.clone())
+    }
+
+    fn leave(&self) {
+        let st = &*self.0;
+        st.in_flight.fetch_sub(1, Ordering::SeqCst);
+        if st.closed.load(Ordering::SeqCst) {
+            let _guard = st.lock.lock().unwrap_or_else(|e| e.into_inner());
+            st.changed.notify_all();
+        }
+    }
+
+    /// Wait until no proposal is in flight, for at most `limit`; whether
+    /// none is.
+    fn wait_drained(&self, limit: Duration) -> bool {
+        let st = &*self.0;
+        let guard = st.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let (_guard, res) = st
+            .changed
+            .wait_timeout_while(guard, limit, |_| st.in_flight.load(Ordering::SeqCst) > 0)
+            .unwrap_or_else(|e| e.into_inner());
+        !res.timed_out()
+    }
+
+    fn close(&self) -> GateGuard {
+        self.0.closed.store(true, Ordering::SeqCst);
+        GateGuard(self.clone())
+    }
+}
+
+/// A proposal past the gate; dropped when it is answered.
+pub(crate) struct InFlight(Gate);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.leave();
+    }
+}
+
+/// Opens its gate when dropped, on every path out of a transfer.
+struct GateGuard(Gate);
+
+impl Drop for GateGuard {
+    fn drop(&mut self) {
+        let st = &*self.0 .0;
+        st.closed.store(false, Ordering::SeqCst);
+        let _guard = st.lock.lock().unwrap_or_else(|e| e.into_inner());
+        st.changed.notify_all();
+    }
+}
+
+type Metrics = RaftMetrics<NodeId, BasicNode>;
+
+fn role(s: ServerState) -> &'static str {
+    match s {
+        ServerState::Leader => "leader",
+        ServerState::Follower => "follower",
+        ServerState::Candidate => "candidate",
+        ServerState::Learner => "learner",
+        ServerState::Shutdown => "shutdown",
+    }
+}
+
+/// How far `id`'s log matches the leader's, as the leader knows it.
+fn matched(m: &Metrics, id: NodeId) -> Option<u64> {
+    if id == m.id {
+        return m.last_log_index;
+    }
+    m.replication.as_ref()?.get(&id).copied().flatten().map(|l| l.index)
+}
+
+fn status(m: &Metrics) -> Status {
+    let ms = m.membership_config.membership();
+    let voters: BTreeSet<NodeId> = ms.voter_ids().collect();
+    let leader = m.state == ServerState::Leader;
+    Status {
+        me: m.id,
+        role: role(m.state).to_string(),
+        term: m.current_term,
+        leader: m.current_leader,
+        last_log: m.last_log_index.unwrap_or(0),
+        applied: m.last_applied.map_or(0, |l| l.index),
+        members: ms
+            .nodes()
+            .map(|(id, n)| MemberStatus {
+                id: *id,
+                voter: voters.contains(id),
+                addr: n.addr.clone(),
+                matched: if leader { Some(matched(m, *id).unwrap_or(0)) } else { None },
+            })
+            .collect(),
+    }
+}
+
+/// What the serving side of [`crate::network::Rpc::Elect`] does: start an
+/// election now, if this node is a voter that does not lead.
+pub(crate) async fn elect_now(raft: &Raft) -> Result<(), String> {
+    let m = raft.metrics().borrow().clone();
+    if !m.membership_config.membership().voter_ids().any(|v| v == m.id) {
+        return Err(format!("node {} is not a voter", m.id));
+    }
+    if m.state == ServerState::Leader {
+        return Ok(());
+    }
+    raft.trigger().elect().await.map_err(|e| e.to_string())
+}
+
+/// A command's reply line (`Ok`) or error line (`Err`), without CRLF.
+type Line = Result<String, String>;
+
+fn write_error(e: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>) -> String {
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => {
+            "SERVER_ERROR cluster lost the leadership during the change; see cluster status".into()
+        }
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => format!("SERVER_ERROR cluster {e}"),
+        RaftError::Fatal(e) => format!("SERVER_ERROR cluster node stopped: {e}"),
+    }
+}
+
+async fn add_node(raft: Raft, id: NodeId, addr: String, deadline: Instant) -> Line {
+    let m = raft.metrics().borrow().clone();
+    let ms = m.membership_config.membership();
+    match ms.get_node(&id) {
+        Some(n) if n.addr != addr => {
+            return Err(format!("SERVER_ERROR cluster node {id} is a member at {}; remove it first", n.addr))
+        }
+        Some(_) if ms.voter_ids().any(|v| v == id) => return Ok("OK".into()),
+        Some(_) => {}
+        None => {
+            let add = raft.add_learner(id, BasicNode { addr }, false);
+            match tokio::time::timeout_at(deadline, add).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(write_error(e)),
+                Err(_) => return Err(format!("SERVER_ERROR cluster timed out adding node {id} as a learner")),
+            }
+        }
+    }
+    let caught_up = |m: &Metrics| {
+        let last = m.last_log_index.unwrap_or(0);
+        matched(m, id).is_some_and(|i| i + CATCH_UP_SLACK >= last)
+    };
+    let wait = raft.wait(Some(deadline.saturating_duration_since(Instant::now())));
+    if let Err(e) = wait.metrics(caught_up, "the learner catches up").await {
+        let m = raft.metrics().borrow().clone();
+        return match e {
+            openraft::metrics::WaitError::Timeout(..) => Ok(format!(
+                "CATCHING_UP {id} matched {} of {}",
+                matched(&m, id).unwrap_or(0),
+                m.last_log_index.unwrap_or(0)
+            )),
+            openraft::metrics::WaitError::ShuttingDown => Err("SERVER_ERROR cluster node is shutting down".into()),
+        };
+    }
+    let promote = raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false);
+    match tokio::time::timeout_at(deadline, promote).await {
+        Ok(Ok(_)) => Ok("OK".into()),
+        Ok(Err(e)) => Err(write_error(e)),
+        Err(_) => Err(format!(
+            "SERVER_ERROR cluster timed out promoting node {id}; it may or may not be a voter (see cluster status)"
+        )),
+    }
+}
+
+async fn remove_node(raft: Raft, id: NodeId, deadline: Instant) -> Line {
+    let m = raft.metrics().borrow().clone();
+    let ms = m.membership_config.membership();
+    if ms.get_node(&id).is_none() {
+        return Err(format!("SERVER_ERROR cluster node {id} is not a member"));
+    }
+    if id == m.id {
+        return Err(format!("SERVER_ERROR cluster node {id} leads; transfer the leader first"));
+    }
+    let voters: BTreeSet<NodeId> = ms.voter_ids().collect();
+    let change = if voters.contains(&id) {
+        ChangeMembers::RemoveVoters(BTreeSet::from([id]))
+    } else {
+        ChangeMembers::RemoveNodes(BTreeSet::from([id]))
+    };
+    match tokio::time::timeout_at(deadline, raft.change_membership(change, false)).await {
+        Ok(Ok(_)) => Ok("OK".into()),
+        Ok(Err(e)) => Err(write_error(e)),
+        Err(_) => Err(format!(
+            "SERVER_ERROR cluster timed out removing node {id}; it may or may not be removed (see cluster status)"
+        )),
+    }
+}
+
+/// The voter to hand over to: `id`, or the one whose log is the furthest
+/// along.
+fn transfer_target(m: &Metrics, id: Option<NodeId>) -> Result<NodeId, String> {
+    let voters: Vec<NodeId> = m.membership_config.membership().voter_ids().filter(|v| *v != m.id).collect();
+    match id {
+        Some(id) if voters.contains(&id) => Ok(id),
+        Some(id) => Err(format!("SERVER_ERROR cluster node {id} is not a voter")),
+        None => voters
+            .iter()
+            .copied()
+            .max_by_key(|v| matched(m, *v))
+            .ok_or_else(|| "SERVER_ERROR cluster has no other voter".to_string()),
+    }
+}
+
+/// Hand the leadership to `target` (see the module's documentation).
+async fn transfer(raft: Raft, gate: Gate, target: NodeId, target_addr: SocketAddr, deadline: Instant) -> Line {
+    let left = || deadline.saturating_duration_since(Instant::now());
+    // A leader grants no vote while its own lease runs: wait it out
+    // (writes still flow meanwhile).
+    let lease = Duration::from_millis(raft.config().election_timeout_max);
+    let since = raft.with_raft_state(|st| st.vote_last_modified()).await.ok().flatten();
+    if let Some(at) = since.and_then(|t| t.checked_add(lease + Duration::from_millis(1))) {
+        if at > deadline {
+            // Spend the budget waiting, so a caller that retries does not spin.
+            tokio::time::sleep_until(deadline).await;
+            return Err("SERVER_ERROR cluster leader is too new to hand over yet; try again".into());
+        }
+        tokio::time::sleep_until(at).await;
+    }
+    let _closed = gate.close();
+    // No write decided before the gate closed may reach the log after the
+    // target's log was found to match.
+    let drained = {
+        let gate = gate.clone();
+        let limit = left();
+        tokio::task::spawn_blocking(move || gate.wait_drained(limit)).await.unwrap_or(false)
+    };
+    let caught_up = |m: &Metrics| {
+        m.state != ServerState::Leader
+            || (matched(m, target) == m.last_log_index && m.last_applied.map(|l| l.index) == m.last_log_index)
+    };
+    let fallback = |what: &str| {
+        let m = raft.metrics().borrow().clone();
+        let now = match m.current_leader {
+            Some(l) if l == m.id => format!("{l} still leads"),
+            Some(l) => format!("leader is {l}"),
+            None => "no leader yet".into(),
+        };
+        Err(format!("SERVER_ERROR cluster transfer to {target} {what}; {now}"))
+    };
+    if !drained {
+        return fallback("timed out waiting for the writes in flight");
+    }
+    match raft.wait(Some(left())).metrics(caught_up, "the target catches up").await {
+        Ok(m) if m.state != ServerState::Leader => return fallback("stopped: this node lost the leadership"),
+        Ok(_) => {}
+        Err(_) => return fallback("timed out before its log caught up"),
+    }
+    match crate::network::request_elect(target_addr, left()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return fallback(&format!("refused ({e})")),
+        Err(e) => return fallback(&format!("failed ({e})")),
+    }
+    let leads = |m: &Metrics| m.current_leader == Some(target);
+    match raft.wait(Some(left())).metrics(leads, "the target leads").await {
+        Ok(_) => Ok("OK".into()),
+        Err(_) => fallback("timed out"),
+    }
+}
+
+impl Node {
+    /// `cluster ...`: see the module's documentation. Only a refusal that
+    /// names the leader is an error (the request is forwarded there);
+    /// every other outcome is the reply in `out`.
+    pub(crate) fn run_admin(&self, cmd: &Admin<'_>, out: &mut Vec<u8>) -> Result<(), Refusal> {
+        let m = self.raft.metrics().borrow().clone();
+        if let Admin::Status = cmd {
+            status(&m).render(out);
+            return Ok(());
+        }
+        if m.state != ServerState::Leader {
+            return Err(self.not_leader(m.current_leader));
+        }
+        let raft = self.raft.clone();
+        let budget = self.timeout.saturating_sub(REPLY_MARGIN).max(REPLY_MARGIN);
+        let line = match *cmd {
+            Admin::Status => unreachable!("answered above"),
+            Admin::AddNode { id, member } => {
+                let addr = member.to_string();
+                self.wait(async move { add_node(raft, id, addr, Instant::now() + budget).await })?
+            }
+            Admin::RemoveNode { id } => {
+                self.wait(async move { remove_node(raft, id, Instant::now() + budget).await })?
+            }
+            Admin::TransferLeader { id: Some(id) } if id == m.id => Ok("OK".into()),
+            Admin::TransferLeader { id } => match transfer_target(&m, id) {
+                Err(e) => Err(e),
+                Ok(target) => {
+                    let addr = m.membership_config.membership().get_node(&target).map(|n| n.addr.clone());
+                    // `RAFT_ADDR/CLIENT_ADDR`, or a first slice's Raft address.
+                    let raft_addr = addr.as_deref().and_then(|a| match Member::parse(a) {
+                        Ok(m) => Some(m.raft),
+                        Err(_) => a.parse().ok(),
+                    });
+                    match raft_addr {
+                        None => Err(format!("SERVER_ERROR cluster node {target} has no Raft address")),
+                        Some(to) => {
+                            let gate = self.gate.clone();
+                            self.wait(async move { transfer(raft, gate, target, to, Instant::now() + budget).await })?
+                        }
+                    }
+                }
+            },
+        };
+        let (Ok(l) | Err(l)) = line;
+        reply::line(out, l.as_bytes());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A write waiting at a closed gate leaves when the transfer ends (a
+    /// lost wakeup would hold it for the whole hour).
+    #[test]
+    fn a_closed_gate_holds_writes_until_the_transfer_ends() {
+        let gate = Gate::default();
+        let closed = gate.close();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = {
+            let gate = gate.clone();
+            std::thread::spawn(move || {
+                tx.send(()).expect("main thread");
+                gate.wait_open(Duration::from_secs(3600));
+            })
+        };
+        rx.recv().expect("waiter started");
+        drop(closed);
+        waiter.join().expect("waiter");
+        assert!(!gate.0.closed.load(Ordering::Acquire));
+    }
+
+    /// A transfer waits for the proposal that passed before it closed the
+    /// gate (a lost wakeup would hold it for the whole hour).
+    #[test]
+    fn a_transfer_waits_for_the_proposals_in_flight() {
+        let gate = Gate::default();
+        let flight = gate.enter(Duration::from_secs(1));
+        let closed = gate.close();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = {
+            let gate = gate.clone();
+            std::thread::spawn(move || {
+                tx.send(()).expect("main thread");
+                gate.wait_drained(Duration::from_secs(3600))
+            })
+        };
+        rx.recv().expect("waiter started");
+        drop(flight);
+        assert!(waiter.join().expect("waiter"), "drained");
+        drop(closed);
+        assert_eq!(gate.0.in_flight.load(Ordering::SeqCst), 0);
+    }
+}
