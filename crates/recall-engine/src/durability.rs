@@ -652,8 +652,14 @@ impl Engine {
     ) -> ApplyOutcome {
         let counters = crate::Counters::default();
         let mut barrier = crate::Barrier::default();
-        let mut cx =
-            crate::Cx { counters: &counters, barrier: &mut barrier, read_fresh: false, not_leader: false, conn: 0 };
+        let mut cx = crate::Cx {
+            counters: &counters,
+            barrier: &mut barrier,
+            read_fresh: false,
+            not_leader: false,
+            conn: 0,
+            wait: Default::default(),
+        };
         let r = Record { tombstone, key, value, flags, exptime, ts };
         self.execute(&crate::Op::Replay(r), &mut cx, |o| match o {
             crate::Outcome::Replayed(a) => a,

@@ -31,6 +31,9 @@ pub struct Cx<'c> {
     /// The connection's id: its `stats conns` id, the `cfd=` of `watch`
     /// lines (0 for none).
     pub conn: u64,
+    /// Cluster mode: how a write waits for its commit (see
+    /// [`crate::Wait`]).
+    pub wait: crate::Wait,
 }
 
 impl Engine {

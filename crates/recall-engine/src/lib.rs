@@ -13,6 +13,7 @@
 mod admin;
 pub mod auth;
 mod binary;
+pub mod commit;
 pub mod durability;
 mod execute;
 mod meta;
@@ -31,10 +32,11 @@ use std::sync::Arc;
 
 use recall_store::{Clock, Store, UnixSecs};
 
+pub use commit::{Commit, Resolver};
 pub use execute::Cx;
 pub use op::{Op, Outcome};
 pub use out::{Out, Segment};
-pub use replicated::{Applied, Cause, ClusterMap, Replicator};
+pub use replicated::{Applied, Cause, ClusterMap, Pending, Replicator, Wait};
 pub use session::{Processed, ProtocolChoice, Session};
 pub use stats::{Counters, Registry};
 pub use write_path::{Barrier, Observer, Observers};

@@ -24,9 +24,18 @@
 //! rules (add/replace/cas, append, incr's padding, a refused write dropping
 //! the old value) are written once, in the store, and the captured mutation
 //! is the effect. Scratch engines live in stripes chosen by the key's hash;
-//! a stripe is held from the decision until the effect is applied, so two
-//! writes of one key are decided one after the other, each on the state
-//! the other left.
+//! a stripe is held while a write is decided and proposed, so two writes of
+//! one key are decided one after the other and enter the log in that
+//! order.
+//!
+//! **Many writes in flight.** A proposal is not waited for under the
+//! stripe: the stripe remembers what each key in flight will hold once its
+//! effects apply (`Scratch::inflight`), and the next write of that key is
+//! decided on that, not on the store, which has not applied it yet. The
+//! commit is a [`Commit`]: a connection awaits it (the session stops
+//! before the write, and runs it again with the outcome, see [`Wait`]), so
+//! no worker thread waits for a commit and many connections' writes share
+//! one append, fsync and replication round.
 //!
 //! A touch (touch, gat, mg `T`) is decided the same way: its effect is the
 //! item's whole record with the new expiry (so its CAS becomes the entry's
@@ -35,16 +44,20 @@
 //! **What this slice does not do** (refused with a clear error in cluster
 //! mode): a client-chosen timestamp (meta `E`), meta's invalidate (`I`),
 //! reads that create or win a token (mg `N`/`R`), a delayed `flush_all`,
-//! and seed 000's replay. The engine thread waits for the commit: see the
-//! design note for why and what replaces it.
+//! and seed 000's replay. A touch and a `flush_all` still block their
+//! thread until they commit (rare; see `Wait`).
 
+use std::collections::HashMap;
 use std::hash::BuildHasher as _;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use recall_record::OwnedRecord;
 use recall_store::{ApplyOutcome, ArithOutcome, DeleteOutcome, Mutation, Store, StoreConfig, WriteOutcome};
 
+use crate::commit::{Commit, Probe, Resolver};
 use crate::op::{Data, Op, Outcome, Refusal, WriteOp};
 use crate::write_path::{Barrier, Observer};
 use crate::{watch, Counters, Cx, Engine};
@@ -156,9 +169,9 @@ impl Cause {
 /// A consensus group, as the engine needs it. recall-raft implements it
 /// over openraft; the engine sees no consensus library's types.
 ///
-/// Every method may block the calling thread until the group answers (or
-/// its own timeout passes); a refusal carries the reply line the client
-/// gets.
+/// The barriers may block the calling thread until the group answers (or
+/// its own timeout passes); `propose` never blocks. A refusal carries the
+/// reply line the client gets.
 pub trait Replicator: Send + Sync {
     /// Return once a read of the local store is linearizable: this node
     /// leads the group and has applied every entry committed before the
@@ -169,11 +182,19 @@ pub trait Replicator: Send + Sync {
     /// applied every entry of earlier terms, so its store holds every
     /// committed effect.
     fn write_barrier(&self) -> Result<(), Refusal>;
-    /// Append `effect` (its `ts` is ignored: the log assigns it) with its
-    /// `cause` to the group's log, and return once it is committed and
-    /// applied here (every replica applies it with
-    /// [`Engine::apply_committed`]).
-    fn propose(&self, effect: &recall_record::Record<'_>, cause: Cause) -> Result<Applied, Refusal>;
+    /// Submit `effect` (its `ts` is ignored: the log assigns it) with its
+    /// `cause` to the group's log, without waiting, and resolve `done` once
+    /// it is committed and applied here (every replica applies it with
+    /// [`Engine::apply_committed`]) or has failed. Effects enter the log in
+    /// the order of the calls (the engine proposes the writes of one key
+    /// one after the other, each decided on the state the one before
+    /// leaves). An `Err` means nothing was submitted (`done` is dropped).
+    fn propose(&self, effect: &recall_record::Record<'_>, cause: Cause, done: Resolver) -> Result<(), Refusal>;
+    /// How long a client's write waits for its commit before it gets an
+    /// error.
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(5)
+    }
     /// `stats` lines about the group as this node sees it (role, leader,
     /// term, log positions), names starting with `cluster_`.
     fn stats(&self) -> Vec<(&'static str, String)> {
@@ -204,7 +225,17 @@ pub struct Replication {
     replicator: Arc<dyn Replicator>,
     stripes: Box<[Mutex<Scratch>]>,
     hasher: std::hash::RandomState,
+    /// Commits whose waiter let go before they resolved (see `commit.rs`):
+    /// while any is unresolved no write is decided.
+    unresolved: Arc<AtomicUsize>,
 }
+
+const TIMED_OUT: &str = "SERVER_ERROR cluster timed out; the write may or may not have been applied";
+const UNRESOLVED: &str = "SERVER_ERROR cluster busy; an earlier write's outcome is not known yet";
+
+/// A stripe's in-flight keys past this many: forget the resolved ones
+/// (those whose waiter let go; a waiter forgets its own key).
+const INFLIGHT_SWEEP: usize = 256;
 
 impl std::fmt::Debug for Replication {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -216,6 +247,10 @@ impl std::fmt::Debug for Replication {
 struct Scratch {
     engine: Engine,
     captured: Arc<Capture>,
+    /// Keys of this stripe with effects proposed and not yet known to be
+    /// applied here: what the key will hold (`None`: nothing) once they
+    /// are, and the last one's commit.
+    inflight: HashMap<Vec<u8>, (Option<OwnedRecord>, Probe)>,
 }
 
 /// Captures the mutations the scratch store reports: they are the effects.
@@ -309,18 +344,22 @@ impl Replication {
                 let scratch = Engine::new(store, engine.clock.clone(), engine.config.clone());
                 let captured = Arc::new(Capture::default());
                 scratch.observers.install(vec![captured.clone()]);
-                Mutex::new(Scratch { engine: scratch, captured })
+                Mutex::new(Scratch { engine: scratch, captured, inflight: HashMap::new() })
             })
             .collect();
-        Replication { replicator, stripes, hasher: Default::default() }
+        Replication { replicator, stripes, hasher: Default::default(), unresolved: Default::default() }
     }
 
     pub(crate) fn stats(&self) -> Vec<(&'static str, String)> {
         self.replicator.stats()
     }
 
+    fn stripe_index(&self, key: &[u8]) -> usize {
+        self.hasher.hash_one(key) as usize % self.stripes.len()
+    }
+
     fn stripe(&self, key: &[u8]) -> &Mutex<Scratch> {
-        &self.stripes[self.hasher.hash_one(key) as usize % self.stripes.len()]
+        &self.stripes[self.stripe_index(key)]
     }
 }
 
@@ -362,7 +401,9 @@ impl Engine {
 
     /// Replicated mode's part of `execute`: `Err(render)` hands a plain
     /// read back, to go on to the local store (its barrier passed); `Ok`
-    /// is the rendered reply.
+    /// is the rendered reply (with [`Wait::Await`], a write proposed and
+    /// not yet committed renders a placeholder the caller drops: see
+    /// [`Wait`]).
     pub(crate) fn execute_replicated<R, F: FnOnce(Outcome<'_>) -> R>(
         &self,
         rep: &Replication,
@@ -380,20 +421,52 @@ impl Engine {
                 }
                 Err(r) => Ok(render(refused(r, cx))),
             },
-            Route::Write => match self.replicate_write(rep, op, cx.counters, |d, _| d) {
-                Decided::Other(r) => Ok(render(refused(r, cx))),
-                d => Ok(render(d.outcome())),
-            },
+            Route::Write => {
+                let pending = match std::mem::take(&mut cx.wait) {
+                    // This request ran before and was proposed: its outcome.
+                    Wait::Resolved(p) => p,
+                    wait => {
+                        let pending = match self.propose_write(rep, op, cx.counters) {
+                            Ok(p) => p,
+                            Err(Decided::Other(r)) => return Ok(render(refused(r, cx))),
+                            Err(d) => return Ok(render(d.outcome())),
+                        };
+                        if let Wait::Await = wait {
+                            cx.wait = Wait::Proposed(pending);
+                            return Ok(render(Outcome::Refused(Refusal::ClusterInternal)));
+                        }
+                        pending.block(rep.replicator.timeout())
+                    }
+                };
+                match pending.finish(rep).0 {
+                    Decided::Other(r) => Ok(render(refused(r, cx))),
+                    d => Ok(render(d.outcome())),
+                }
+            }
             Route::Touch => {
                 let Op::Read(r) = op else { return Ok(render(Outcome::Refused(Refusal::ClusterInternal))) };
-                // The scratch engine counted the touch (and the get); the
-                // item is read here, uncounted, while its stripe is held,
-                // so no write of the key decided after the touch comes
-                // between.
-                Ok(self.replicate_write(rep, op, cx.counters, |d, effect| match (d, effect) {
+                // The scratch engine counted the touch (and the get). The
+                // touch blocks its thread until it commits, holding its
+                // stripe (rare enough): the item is read here, uncounted,
+                // before any write of the key decided after the touch.
+                let stripe = match key_of(op) {
+                    [] => return Ok(render(Outcome::Refused(Refusal::ClusterInternal))),
+                    key => rep.stripe(key),
+                };
+                let mut scratch = stripe.lock();
+                let (d, effect) = match self.decide_and_propose(rep, op, &mut scratch, cx.counters) {
+                    Ok(p) => {
+                        let (d, effect) = p.block(rep.replicator.timeout()).answer();
+                        // Applied (or failed) after every effect of its key
+                        // proposed before it: the store holds the key's state.
+                        scratch.inflight.remove(r.key);
+                        (d, effect)
+                    }
+                    Err(d) => (d, None),
+                };
+                drop(scratch);
+                Ok(match (d, effect) {
                     (Decided::Touched, Some(e)) => {
-                        // Committed and applied here just now, under
-                        // this stripe: no read barrier is needed.
                         let now = self.now();
                         let opts = recall_store::ReadOpts { no_bump: r.no_bump, ..Default::default() };
                         match self.store.read(r.key, now, opts, |rd| match rd {
@@ -416,9 +489,14 @@ impl Engine {
                     }
                     (Decided::Other(r), _) => render(refused(r, cx)),
                     (d, _) => render(d.outcome()),
-                }))
+                })
             }
         }
+    }
+
+    /// How long a write waits for its commit (cluster mode).
+    pub fn commit_timeout(&self) -> Duration {
+        self.replication.get().map_or(Duration::from_secs(5), |rep| rep.replicator.timeout())
     }
 
     /// The cluster as this node sees it, in cluster mode.
@@ -431,114 +509,237 @@ impl Engine {
         self.replication.get().map(|rep| &*rep.replicator)
     }
 
-    /// Decide `op` on a scratch engine, propose its effects, wait for them
-    /// to apply here, and hand what the client hears to `then`, still
-    /// holding the key's stripe.
-    fn replicate_write<T>(
-        &self,
-        rep: &Replication,
-        op: &Op<'_>,
-        counters: &Counters,
-        then: impl FnOnce(Decided, Option<OwnedRecord>) -> T,
-    ) -> T {
-        if let Err(r) = rep.replicator.write_barrier() {
-            return then(Decided::Other(r), None);
+    /// Decide `op` and propose its effects, under its key's stripe (a
+    /// flush: under every stripe, waiting for its commit there). `Err` is
+    /// the answer when nothing was proposed.
+    fn propose_write(&self, rep: &Replication, op: &Op<'_>, counters: &Counters) -> Result<Pending, Decided> {
+        match key_of(op) {
+            [] => {
+                // A flush holds every stripe (in order; a write holds one,
+                // so nobody waits in a cycle) until it is applied: a write
+                // decided before it commits before it, and one decided
+                // after it is decided on the flushed store.
+                let mut all: Vec<_> = rep.stripes.iter().map(|s| s.lock()).collect();
+                let pending = self.decide_and_propose(rep, op, &mut all[0], counters)?;
+                let pending = pending.block(rep.replicator.timeout());
+                for s in &mut all {
+                    s.inflight.clear();
+                }
+                Ok(pending)
+            }
+            key => self.decide_and_propose(rep, op, &mut rep.stripe(key).lock(), counters),
         }
-        let Some(cause) = Cause::of(op) else {
-            return then(Decided::Other(Refusal::ClusterInternal), None);
-        };
-        let key = match op {
-            Op::Write(w) => w.key,
-            Op::Delete(d) => d.key,
-            Op::Arith(a) => a.key,
-            Op::Read(r) => r.key,
-            _ => &[],
-        };
-        // Held until the effects are applied: the next write of this key
-        // is decided on the state this one leaves. A flush holds every
-        // stripe (in order; a write holds one, so nobody waits in a
-        // cycle): an append decided before it must not commit after it.
-        let (scratch, _all) = if key.is_empty() {
-            let mut all: Vec<_> = rep.stripes.iter().map(|s| s.lock()).collect();
-            let first = all.remove(0);
-            (first, all)
-        } else {
-            (rep.stripe(key).lock(), Vec::new())
-        };
-        let (decided, effect) = self.decide(rep, op, key, &scratch, counters, cause);
-        then(decided, effect)
     }
 
-    /// The part of [`Engine::replicate_write`] under the stripe: what the
-    /// client hears, and the last effect committed, with its timestamp.
-    fn decide(
+    /// The part of [`Engine::propose_write`] under the stripe.
+    fn decide_and_propose(
         &self,
         rep: &Replication,
         op: &Op<'_>,
-        key: &[u8],
-        scratch: &Scratch,
+        scratch: &mut Scratch,
         counters: &Counters,
-        cause: Cause,
-    ) -> (Decided, Option<OwnedRecord>) {
+    ) -> Result<Pending, Decided> {
+        if rep.unresolved.load(Ordering::Acquire) > 0 {
+            return Err(Decided::Other(Refusal::Replication(UNRESOLVED)));
+        }
+        rep.replicator.write_barrier().map_err(Decided::Other)?;
+        let cause = Cause::of(op).ok_or(Decided::Other(Refusal::ClusterInternal))?;
+        let key = key_of(op);
         let now = self.now();
         let s = &scratch.engine;
         s.store.flush_all(now, now);
         scratch.captured.0.lock().clear();
         if !key.is_empty() {
-            let current = self.store.read(
-                key,
-                now,
-                recall_store::ReadOpts { no_bump: true, ..Default::default() },
-                |r| match r {
-                    recall_store::Read::Hit(v) => Some(OwnedRecord {
-                        tombstone: false,
-                        key: key.to_vec(),
-                        value: v.value.to_vec(),
-                        flags: v.flags,
-                        exptime: v.exptime,
-                        ts: v.cas,
-                    }),
-                    recall_store::Read::Miss { .. } => None,
-                },
-            );
+            // The key's state once everything proposed before is applied:
+            // an effect in flight, or else the store's item.
+            let inflight = match scratch.inflight.get(key) {
+                Some((item, probe)) if !probe.resolved() => Some(item.clone()),
+                _ => None,
+            };
+            let current = inflight.unwrap_or_else(|| item_record(&self.store, key, now));
             if let Some(cur) = current {
                 if s.store.apply(&cur.as_record(), now) != ApplyOutcome::Applied {
-                    return (Decided::Other(Refusal::ClusterInternal), None);
+                    return Err(Decided::Other(Refusal::ClusterInternal));
                 }
             }
         }
         let mut barrier = Barrier::default();
-        let decided = s.execute(
-            op,
-            &mut Cx { counters, barrier: &mut barrier, read_fresh: false, not_leader: false, conn: 0 },
-            |o| match o {
-                Outcome::Write(w) => Decided::Write(w),
-                Outcome::Delete(d) => Decided::Delete(d),
-                Outcome::Arith(a) => Decided::Arith(a),
-                Outcome::Flushed => Decided::Flushed,
-                Outcome::FlushDisabled => Decided::FlushDisabled,
-                Outcome::Refused(r) => Decided::Other(r),
-                Outcome::Read(recall_store::Read::Hit(_)) => Decided::Touched,
-                Outcome::Read(recall_store::Read::Miss { .. }) => Decided::Missed,
-                Outcome::ReadLost | Outcome::Replayed(_) => Decided::Other(Refusal::ClusterInternal),
-            },
-        );
+        let mut cx =
+            Cx { counters, barrier: &mut barrier, read_fresh: false, not_leader: false, conn: 0, wait: Wait::Block };
+        let decided = s.execute(op, &mut cx, |o| match o {
+            Outcome::Write(w) => Decided::Write(w),
+            Outcome::Delete(d) => Decided::Delete(d),
+            Outcome::Arith(a) => Decided::Arith(a),
+            Outcome::Flushed => Decided::Flushed,
+            Outcome::FlushDisabled => Decided::FlushDisabled,
+            Outcome::Refused(r) => Decided::Other(r),
+            Outcome::Read(recall_store::Read::Hit(_)) => Decided::Touched,
+            Outcome::Read(recall_store::Read::Miss { .. }) => Decided::Missed,
+            Outcome::ReadLost | Outcome::Replayed(_) => Decided::Other(Refusal::ClusterInternal),
+        });
         let effects = std::mem::take(&mut *scratch.captured.0.lock());
-        if effects.is_empty() {
+        let Some(last) = effects.last().cloned() else {
             self.watch_refused(op, decided, now);
-        }
-        let mut last = None;
+            return Err(decided);
+        };
+        let mut commits = Vec::with_capacity(effects.len());
         for e in &effects {
-            match rep.replicator.propose(&e.as_record(), cause) {
-                Ok(a) => last = Some(a),
-                Err(r) => return (Decided::Other(r), None),
+            let (done, commit) = crate::commit::channel(rep.unresolved.clone());
+            if let Err(r) = rep.replicator.propose(&e.as_record(), cause, done) {
+                // Effects before it were proposed: this write's outcome is
+                // theirs to tell, and unknown here (rare: more than one
+                // effect per write is a refused write dropping its item).
+                if commits.is_empty() {
+                    return Err(Decided::Other(r));
+                }
+                break;
+            }
+            commits.push(commit);
+        }
+        if !key.is_empty() {
+            // What the key holds once the effects apply: the scratch
+            // store's item. Its timestamp is not known until the log gives
+            // it, so a `cas` decided on it meanwhile matches nothing.
+            let after = item_record(&s.store, key, now).map(|r| OwnedRecord { ts: 0, ..r });
+            if scratch.inflight.len() >= INFLIGHT_SWEEP {
+                scratch.inflight.retain(|_, (_, probe)| !probe.resolved());
+            }
+            let probe = commits.last().map(Commit::probe).expect("one commit at least");
+            scratch.inflight.insert(key.to_vec(), (after, probe));
+        }
+        Ok(Pending { decided, commits, last, key: key.to_vec(), stripe: rep.stripe_index(key), outcome: None })
+    }
+}
+
+/// `key`'s live item in `store` as a record, if it has one.
+fn item_record(store: &Store, key: &[u8], now: recall_store::UnixSecs) -> Option<OwnedRecord> {
+    store.read(key, now, recall_store::ReadOpts { no_bump: true, ..Default::default() }, |r| match r {
+        recall_store::Read::Hit(v) => Some(OwnedRecord {
+            tombstone: false,
+            key: key.to_vec(),
+            value: v.value.to_vec(),
+            flags: v.flags,
+            exptime: v.exptime,
+            ts: v.cas,
+        }),
+        recall_store::Read::Miss { .. } => None,
+    })
+}
+
+/// The key a replicated operation writes (empty for a flush).
+fn key_of<'a>(op: &Op<'a>) -> &'a [u8] {
+    match op {
+        Op::Write(w) => w.key,
+        Op::Delete(d) => d.key,
+        Op::Arith(a) => a.key,
+        Op::Read(r) => r.key,
+        _ => &[],
+    }
+}
+
+/// How a replicated write waits for its commit: a field of [`Cx`].
+#[derive(Default)]
+pub enum Wait {
+    /// Block the thread until it commits (callers that cannot await:
+    /// streamed values, UDP, tests).
+    #[default]
+    Block,
+    /// Hand a proposed write back instead (a connection's session).
+    Await,
+    /// Set by the engine: the write was proposed. The caller drops the
+    /// reply it rendered, awaits [`Pending::wait`], and runs the same
+    /// request again with `Resolved`.
+    Proposed(Pending),
+    /// The request running again, with its awaited outcome.
+    Resolved(Pending),
+}
+
+/// A replicated write proposed and not yet answered: what was decided and
+/// the commits of its effects. Owns nothing borrowed, so a connection can
+/// hold it across the wait while the request stays in its input.
+pub struct Pending {
+    decided: Decided,
+    commits: Vec<Commit>,
+    /// The last effect (a touch reads it back).
+    last: OwnedRecord,
+    key: Vec<u8>,
+    stripe: usize,
+    outcome: Option<Result<Applied, Refusal>>,
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Pending({:?}, {} commits, {:?})", self.decided, self.commits.len(), self.outcome)
+    }
+}
+
+impl Pending {
+    /// Wait for every effect's commit (the last one's timestamp is the
+    /// reply's). Cancel-safe: a wait dropped midway can be resumed, or
+    /// ended with [`Pending::timed_out`].
+    pub async fn wait(&mut self) {
+        while self.outcome.is_none() {
+            let Some(c) = self.commits.first_mut() else { return };
+            let r = c.await;
+            self.commits.remove(0);
+            if r.is_err() || self.commits.is_empty() {
+                self.outcome = Some(r);
             }
         }
-        let stamped = |a: Applied| effects.last().map(|e| OwnedRecord { ts: a.ts, ..e.clone() });
-        match last {
-            None => (decided, None),
-            Some(a @ Applied { outcome: ApplyOutcome::OutOfMemory, .. }) => (decided.out_of_memory(), stamped(a)),
-            Some(a) => (decided.with_ts(a.ts), stamped(a)),
+    }
+
+    /// Give up waiting: the client hears that the write may or may not
+    /// have been applied (the commits left are abandoned).
+    pub fn timed_out(&mut self) {
+        self.commits.clear();
+        self.outcome.get_or_insert(Err(Refusal::Replication(TIMED_OUT)));
+    }
+
+    /// [`Pending::wait`] on this thread, for at most `timeout`.
+    fn block(mut self, timeout: Duration) -> Pending {
+        let deadline = std::time::Instant::now() + timeout;
+        while self.outcome.is_none() {
+            let Some(c) = self.commits.first() else { break };
+            match c.wait(deadline.saturating_duration_since(std::time::Instant::now())) {
+                None => self.timed_out(),
+                Some(r) => {
+                    self.commits.remove(0);
+                    if r.is_err() || self.commits.is_empty() {
+                        self.outcome = Some(r);
+                    }
+                }
+            }
+        }
+        self
+    }
+
+    /// [`Pending::answer`], forgetting the key's in-flight state once this
+    /// write is applied (its stripe is not held).
+    fn finish(self, rep: &Replication) -> (Decided, Option<OwnedRecord>) {
+        if matches!(self.outcome, Some(Ok(_))) && !self.key.is_empty() {
+            // Applied, and every effect of the key proposed before it: the
+            // store has it. A later write of the key may be in flight (its
+            // commit unresolved): then its state stays.
+            let mut scratch = rep.stripes[self.stripe].lock();
+            if scratch.inflight.get(&self.key).is_some_and(|(_, probe)| probe.resolved()) {
+                scratch.inflight.remove(&self.key);
+            }
+        }
+        self.answer()
+    }
+
+    /// What the client hears, and the last effect with its timestamp.
+    fn answer(self) -> (Decided, Option<OwnedRecord>) {
+        match self.outcome.unwrap_or(Err(Refusal::ClusterInternal)) {
+            Err(r) => (Decided::Other(r), None),
+            Ok(a) => {
+                let stamped = Some(OwnedRecord { ts: a.ts, ..self.last });
+                if a.outcome == ApplyOutcome::OutOfMemory {
+                    (self.decided.out_of_memory(), stamped)
+                } else {
+                    (self.decided.with_ts(a.ts), stamped)
+                }
+            }
         }
     }
 }

@@ -11,7 +11,7 @@ use recall_store::ManualClock;
 use crate::op::Refusal;
 use crate::replicated::{Applied, Cause, Replicator};
 use crate::tests::engine;
-use crate::{Engine, Out, ProtocolChoice, Session};
+use crate::{Engine, Out, ProtocolChoice, Resolver, Session};
 
 const NOT_LEADER: &str = "SERVER_ERROR not leader; leader is 10.0.0.2:11211";
 
@@ -29,6 +29,9 @@ struct Group {
     /// and its apply, in which a badly serialized write could decide on
     /// the same state as another.
     slow: AtomicBool,
+    /// Proposals wait in `queue` until the test commits them.
+    deferred: AtomicBool,
+    queue: Mutex<Vec<(OwnedRecord, Cause, Resolver)>>,
 }
 
 impl Replicator for Group {
@@ -45,10 +48,22 @@ impl Replicator for Group {
         }
     }
 
-    fn propose(&self, effect: &Record<'_>, cause: Cause) -> Result<Applied, Refusal> {
+    fn propose(&self, effect: &Record<'_>, cause: Cause, done: Resolver) -> Result<(), Refusal> {
         if self.slow.load(Ordering::Relaxed) {
             std::thread::sleep(std::time::Duration::from_micros(300));
         }
+        if self.deferred.load(Ordering::Relaxed) {
+            self.queue.lock().unwrap().push((effect.to_owned(), cause, done));
+            return Ok(());
+        }
+        done.resolve(Ok(self.commit(effect, cause)));
+        Ok(())
+    }
+}
+
+impl Group {
+    /// Commit and apply `effect` at the next index.
+    fn commit(&self, effect: &Record<'_>, cause: Cause) -> Applied {
         let mut log = self.log.lock().unwrap();
         let ts = self.index.fetch_add(1, Ordering::Relaxed) + 1;
         log.push(effect.to_owned());
@@ -56,7 +71,17 @@ impl Replicator for Group {
         for r in self.replicas.lock().unwrap().iter() {
             r.apply_committed(effect, ts, cause);
         }
-        Ok(Applied { ts, outcome: e.apply_committed(effect, ts, cause) })
+        Applied { ts, outcome: e.apply_committed(effect, ts, cause) }
+    }
+
+    /// Commit every queued proposal, in order (deferred mode).
+    fn commit_queued(&self) -> usize {
+        let queued = std::mem::take(&mut *self.queue.lock().unwrap());
+        let n = queued.len();
+        for (effect, cause, done) in queued {
+            done.resolve(Ok(self.commit(&effect.as_record(), cause)));
+        }
+        n
     }
 }
 
@@ -360,4 +385,76 @@ fn a_cause_round_trips_through_its_log_byte() {
     }
     assert_eq!(Cause::from_code(0), None);
     assert_eq!(Cause::from_code(Cause::Touch.code() + 1), None);
+}
+
+/// Poll `f` once: it must be done (the test resolved what it waits for).
+fn ready<F: std::future::Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    match f.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
+        std::task::Poll::Ready(v) => v,
+        std::task::Poll::Pending => panic!("still waiting"),
+    }
+}
+
+/// A session that hands its writes' commits back to await.
+fn awaiting(e: &Engine) -> Session {
+    let mut s = Session::new(e, e.registry.register(), ProtocolChoice::Auto);
+    s.await_commits();
+    s
+}
+
+#[test]
+fn awaiting_sessions_keep_many_writes_in_flight_and_answer_in_order() {
+    let (e, g) = replicated();
+    assert_eq!(send(&e, b"set n 0 0 1\r\n0\r\n"), "STORED\r\n");
+    effects(&g);
+    g.deferred.store(true, Ordering::Relaxed);
+    let input = b"get n\r\nincr n 1\r\nget n\r\n";
+    let mut conns: Vec<(Session, Out)> = (0..3).map(|_| (awaiting(&e), Out::new())).collect();
+    // Each connection answers the get before its write, proposes the write
+    // and stops there; none waits for another's commit.
+    for (s, out) in &mut conns {
+        let p = s.process(&e, input, out);
+        assert!(p.barrier.commit, "the write's commit is handed back");
+        assert_eq!(p.used, 7, "stopped before the write");
+        assert_eq!(String::from_utf8(out.flatten()).unwrap(), "VALUE n 0 1\r\n0\r\nEND\r\n");
+        out.clear();
+    }
+    assert_eq!(g.queue.lock().unwrap().len(), 3, "three writes in flight at once");
+    assert_eq!(g.commit_queued(), 3);
+    // Each write was decided on the one before it, in flight: 1, 2, 3.
+    let log: Vec<String> = effects(&g).into_iter().map(|e| e.2).collect();
+    assert_eq!(log, ["1", "2", "3"]);
+    for (i, (s, out)) in conns.iter_mut().enumerate() {
+        ready(s.wait_commit());
+        let p = s.process(&e, &input[7..], out);
+        assert!(!p.barrier.commit);
+        assert_eq!(p.used, input.len() - 7);
+        assert_eq!(String::from_utf8(out.flatten()).unwrap(), format!("{}\r\nVALUE n 0 1\r\n3\r\nEND\r\n", i + 1));
+    }
+    let ts = g.index.load(Ordering::Relaxed);
+    assert_eq!(send(&e, b"gets n\r\n"), format!("VALUE n 0 1 {ts}\r\n3\r\nEND\r\n"), "the CAS is the log's");
+}
+
+#[test]
+fn a_commit_given_up_on_holds_every_write_until_it_resolves() {
+    let (e, g) = replicated();
+    g.deferred.store(true, Ordering::Relaxed);
+    let mut s = awaiting(&e);
+    let mut out = Out::new();
+    let set = b"set k 0 0 1\r\na\r\n";
+    assert!(s.process(&e, set, &mut out).barrier.commit);
+    s.commit_timed_out();
+    assert_eq!(s.process(&e, set, &mut out).used, set.len());
+    let timed_out = "SERVER_ERROR cluster timed out; the write may or may not have been applied\r\n";
+    assert_eq!(String::from_utf8(out.flatten()).unwrap(), timed_out);
+    // Its outcome is unknown: no write is decided (the key's state is not
+    // known), reads go on.
+    let busy = "SERVER_ERROR cluster busy; an earlier write's outcome is not known yet\r\n";
+    assert_eq!(send(&e, b"set j 0 0 1\r\nb\r\n"), busy);
+    assert_eq!(send(&e, b"get k\r\n"), "END\r\n");
+    // It commits after all: writes go on, decided on it.
+    assert_eq!(g.commit_queued(), 1);
+    g.deferred.store(false, Ordering::Relaxed);
+    assert_eq!(send(&e, b"append k 0 0 1\r\nb\r\nget k\r\n"), "STORED\r\nVALUE k 0 2\r\nab\r\nEND\r\n");
 }

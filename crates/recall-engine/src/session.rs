@@ -176,6 +176,14 @@ pub struct Session {
     /// The connection's id (`stats conns`, `watch`'s `cfd=`); 0 until the
     /// server sets it.
     conn: u64,
+    /// Cluster mode: stop before a write and hand its commit to the
+    /// connection to await, instead of blocking the thread on it
+    /// (`await_commits`).
+    await_commits: bool,
+    /// The write at the front of the input, proposed, whose commit the
+    /// connection awaits; the next `process` runs it again with its
+    /// outcome.
+    pending: Option<crate::Pending>,
 }
 
 impl Session {
@@ -206,6 +214,8 @@ impl Session {
             local_once: false,
             awaited: None,
             conn: 0,
+            await_commits: false,
+            pending: None,
         }
     }
 
@@ -229,6 +239,31 @@ impl Session {
     /// transport cannot forward).
     pub fn run_next_locally(&mut self) {
         self.local_once = true;
+    }
+
+    /// Cluster mode: hand a write's commit to the caller to await
+    /// ([`Barrier::commit`]) instead of blocking the thread until it
+    /// commits, so a worker serves other connections meanwhile and many
+    /// connections' writes are in flight at once.
+    pub fn await_commits(&mut self) {
+        self.await_commits = true;
+    }
+
+    /// Wait for the commit of the write the last `process` stopped before
+    /// ([`Barrier::commit`]). Cancel-safe; on a timeout, call
+    /// [`Session::commit_timed_out`].
+    pub async fn wait_commit(&mut self) {
+        if let Some(p) = &mut self.pending {
+            p.wait().await;
+        }
+    }
+
+    /// The awaited commit did not come in time: the write's reply says
+    /// its outcome is unknown.
+    pub fn commit_timed_out(&mut self) {
+        if let Some(p) = &mut self.pending {
+            p.timed_out();
+        }
     }
 
     /// Never forward (a transport without a proxy hop: UDP).
@@ -257,13 +292,22 @@ impl Session {
         let mut barrier = Barrier::default();
         let (used, action) = self.run(engine, input, out, &mut barrier);
         barrier.recovery = std::mem::take(&mut self.held);
+        barrier.commit = self.pending.is_some();
         let yielded = std::mem::take(&mut self.yielded);
         Processed { used, action, barrier, more: std::mem::take(&mut self.more), yielded }
     }
 
     fn run(&mut self, engine: &Engine, input: &[u8], out: &mut Out, barrier: &mut Barrier) -> (usize, Action) {
         let counters = self.counters.clone();
-        let mut cx = Cx { counters: &counters, barrier, read_fresh: false, not_leader: false, conn: self.conn };
+        let await_commits = self.await_commits;
+        let idle = move || if await_commits { crate::Wait::Await } else { crate::Wait::Block };
+        // A write proposed by the last call is at the front of the input:
+        // it runs again, with its outcome.
+        let wait = match self.pending.take() {
+            Some(p) => crate::Wait::Resolved(p),
+            None => idle(),
+        };
+        let mut cx = Cx { counters: &counters, barrier, read_fresh: false, not_leader: false, conn: self.conn, wait };
         let mut pos = 0;
         // Replies past this many bytes in `out` stop the call.
         let limit = out.wire_len().saturating_add(self.reply_budget);
@@ -284,7 +328,11 @@ impl Session {
                     None => return (pos, Action::Continue),
                     Some(end) => {
                         if let Some(st) = self.stream.take() {
+                            // Its bytes are gone from the input: it cannot
+                            // run again, so it waits for its commit here.
+                            let wait = std::mem::replace(&mut cx.wait, crate::Wait::Block);
                             engine.store_streamed(st, end, &mut cx, out);
+                            cx.wait = wait;
                         }
                         continue;
                     }
@@ -335,6 +383,18 @@ impl Session {
                 Proto::Text => self.step_text(engine, buf, limit, &mut cx, out),
                 Proto::Binary => self.step_binary(engine, buf, &mut cx, out),
             };
+            match std::mem::replace(&mut cx.wait, idle()) {
+                crate::Wait::Proposed(p) => {
+                    // Stop before the write: its reply is rendered when it
+                    // runs again with its outcome.
+                    out.reset_to(mark);
+                    self.pending = Some(p);
+                    return (pos, Action::Continue);
+                }
+                // Not consumed: this request was not the proposed write
+                // (it cannot be, as the input is passed again unchanged).
+                crate::Wait::Resolved(_) | crate::Wait::Await | crate::Wait::Block => {}
+            }
             let local = std::mem::take(&mut self.local_once);
             if cx.not_leader && self.forward && !local && fresh && used > 0 && self.paused_get.is_none() {
                 out.reset_to(mark);

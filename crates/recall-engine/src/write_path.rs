@@ -42,6 +42,10 @@ pub struct Barrier {
     /// recovery: send the replies so far, wait until the server is no
     /// longer recovering, then process the rest of the input.
     pub recovery: bool,
+    /// Cluster mode: the session stopped before a write it proposed: send
+    /// the replies so far, await its commit (`Session::wait_commit`), then
+    /// process the rest of the input (the write first, now answered).
+    pub commit: bool,
 }
 
 impl Barrier {
@@ -53,6 +57,7 @@ impl Barrier {
         self.log = self.log.max(other.log);
         self.snapshot = self.snapshot.max(other.snapshot);
         self.recovery |= other.recovery;
+        self.commit |= other.commit;
     }
 }
 

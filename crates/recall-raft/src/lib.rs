@@ -12,8 +12,11 @@
 //! * `network.rs`: the RPC between nodes (length-prefixed frames on TCP);
 //! * `membership.rs`: `cluster status`, adding and removing nodes, and
 //!   handing the leadership over;
-//! * this file: the type configuration, starting a node, and the
-//!   blocking bridge from the engine's threads to the group.
+//! * `propose.rs`: group commit, the effects of many writes in one entry;
+//! * `read.rs`: read barriers (a leader lease, or one shared ReadIndex
+//!   round);
+//! * this file: the type configuration, starting a node, and the bridge
+//!   from the engine's threads to the group.
 //!
 //! Layout, guarantees and what is not done yet:
 //! docs/design/replication.md.
@@ -22,6 +25,8 @@ pub mod log_disk;
 mod log_store;
 mod membership;
 pub mod network;
+mod propose;
+mod read;
 mod state_machine;
 
 use std::collections::BTreeMap;
@@ -30,46 +35,64 @@ use std::future::Future;
 use std::io;
 use std::io::Cursor;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
+use openraft::error::RaftError;
+
 use openraft::{BasicNode, ServerState};
 use recall_engine::op::Refusal;
-use recall_engine::{Applied, Cause, ClusterMap, Engine, Replicator};
+use recall_engine::{Cause, ClusterMap, Engine, Replicator, Resolver};
 use serde::{Deserialize, Serialize};
 
 pub type NodeId = u64;
 
-/// One log entry's payload: a `recall_record::Record` in its one encoding
-/// (its timestamp field is 0; the entry's log index is the timestamp),
-/// and the client's command that caused it
-/// ([`recall_engine::Cause::code`], for replicas' `watch mutations`).
+/// One write's effect: a `recall_record::Record` in its one encoding
+/// (its timestamp field is 0: the log assigns it, see [`timestamp`]), and
+/// the client's command that caused it ([`recall_engine::Cause::code`],
+/// for replicas' `watch mutations`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Effect {
     pub cause: u8,
     pub record: Vec<u8>,
 }
 
-impl std::fmt::Display for Effect {
+/// One log entry's payload: the effects of the writes proposed together
+/// (group commit, `propose.rs`), at most [`BATCH_MAX`], in log order.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Batch(pub Vec<Effect>);
+
+impl std::fmt::Display for Batch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "effect({} bytes)", self.record.len())
+        write!(f, "batch({} effects)", self.0.len())
     }
 }
 
-/// What applying an entry did: its timestamp (the log index) and the
-/// store's outcome (see `state_machine::outcome_of`).
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+/// At most this many effects in one entry: an effect's place in its entry
+/// takes the low bits of its timestamp.
+pub const BATCH_BITS: u32 = 8;
+pub const BATCH_MAX: usize = 1 << BATCH_BITS;
+
+/// The write timestamp (CAS) of the effect at `pos` in the entry at log
+/// index `index`: identical on every replica, growing with the log across
+/// leader changes and restarts.
+pub fn timestamp(index: u64, pos: usize) -> u64 {
+    (index << BATCH_BITS) | pos as u64
+}
+
+/// What applying an entry did: its first effect's timestamp (the next
+/// effects' follow it) and each effect's store outcome (see
+/// `state_machine::outcome_of`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ApplyResult {
     pub ts: u64,
-    pub outcome: u8,
+    pub outcomes: Vec<u8>,
 }
 
 openraft::declare_raft_types!(
-    /// recall's Raft types: effects in, apply results out.
+    /// recall's Raft types: batches of effects in, apply results out.
     pub TypeConfig:
-        D = Effect,
+        D = Batch,
         R = ApplyResult,
 );
 
@@ -132,25 +155,18 @@ pub struct Node {
     not_leader_lines: Mutex<BTreeMap<String, &'static str>>,
     /// Closed while the leadership is handed over (`membership.rs`).
     gate: membership::Gate,
-    /// Proposals whose proposer stopped waiting (timed out) before they
-    /// resolved. While any is unresolved no write is decided: the
-    /// proposer's stripe was released, and a write of the same key decided
-    /// now could miss an effect that still commits before it.
-    unresolved: Arc<AtomicUsize>,
     reads: ReadMode,
+    /// Group commit (`propose.rs`).
+    proposer: Arc<propose::Proposer>,
+    /// Linearizable reads: a lease, or one shared ReadIndex round.
+    read_barrier: Arc<read::Reads>,
 }
 
-/// A proposal's wait, between the proposer and the task running it.
-const PENDING: u8 = 0;
-const DONE: u8 = 1;
-const ABANDONED: u8 = 2;
-
 const NO_LEADER: &str = "SERVER_ERROR not leader; no leader elected yet";
-const TIMED_OUT: &str = "SERVER_ERROR cluster timed out; the write may or may not have been applied";
-const FAILED: &str = "SERVER_ERROR cluster failed; the write may or may not have been applied";
-const SHUT_DOWN: &str = "SERVER_ERROR cluster node is shutting down";
-const NO_QUORUM: &str = "SERVER_ERROR cluster has no quorum";
-const UNRESOLVED: &str = "SERVER_ERROR cluster busy; an earlier write's outcome is not known yet";
+pub(crate) const TIMED_OUT: &str = "SERVER_ERROR cluster timed out; the write may or may not have been applied";
+pub(crate) const FAILED: &str = "SERVER_ERROR cluster failed; the write may or may not have been applied";
+pub(crate) const SHUT_DOWN: &str = "SERVER_ERROR cluster node is shutting down";
+pub(crate) const NO_QUORUM: &str = "SERVER_ERROR cluster has no quorum";
 
 impl Node {
     /// Start this node's Raft (its own runtime, two threads) and its RPC
@@ -208,7 +224,7 @@ impl Node {
             let listener = tokio::net::TcpListener::bind(listen)
                 .await
                 .map_err(|e| io::Error::new(e.kind(), format!("cluster listen {listen}: {e}")))?;
-            tokio::spawn(network::serve(listener, raft.clone()));
+            tokio::spawn(network::serve(listener, raft.clone(), std::time::Instant::now() + read::LEASE));
             if cfg.bootstrap {
                 match raft.initialize(members).await {
                     Ok(()) => {}
@@ -220,16 +236,23 @@ impl Node {
             Ok::<_, io::Error>(raft)
         })?;
         let peers = cfg.peers.iter().map(|(id, p)| (*id, p.client.clone())).collect();
-        Ok(Arc::new(Node {
-            raft,
-            log,
-            rt,
-            timeout: cfg.timeout,
-            peers,
-            not_leader_lines: Default::default(),
-            gate: Default::default(),
-            unresolved: Default::default(),
-            reads: cfg.reads,
+        let handle = rt.handle().clone();
+        Ok(Arc::new_cyclic(|me: &std::sync::Weak<Node>| {
+            let me = me.clone();
+            let not_leader: read::NotLeader =
+                Arc::new(move |l| me.upgrade().map_or(Refusal::NotLeader(NO_LEADER), |n| n.not_leader(l)));
+            Node {
+                proposer: propose::Proposer::new(raft.clone(), handle.clone(), not_leader.clone()),
+                read_barrier: read::Reads::new(raft.clone(), handle, cfg.timeout, not_leader),
+                raft,
+                log,
+                rt,
+                timeout: cfg.timeout,
+                peers,
+                not_leader_lines: Default::default(),
+                gate: Default::default(),
+                reads: cfg.reads,
+            }
         }))
     }
 
@@ -269,52 +292,15 @@ impl Node {
         })
     }
 
-    /// [`Node::wait`] for a proposal: one given up on is counted in
-    /// `unresolved` until it resolves.
-    fn wait_proposal<T: Send + 'static>(&self, fut: impl Future<Output = T> + Send + 'static) -> Result<T, Refusal> {
-        let state = Arc::new(AtomicU8::new(PENDING));
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        let (st, unresolved) = (state.clone(), self.unresolved.clone());
-        self.rt.spawn(async move {
-            let out = fut.await;
-            if st.compare_exchange(PENDING, DONE, Ordering::AcqRel, Ordering::Acquire).is_err() {
-                // Abandoned: the proposer counted it before it let go.
-                unresolved.fetch_sub(1, Ordering::AcqRel);
-            }
-            let _ = tx.send(out);
-        });
-        match rx.recv_timeout(self.timeout) {
-            Ok(v) => Ok(v),
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                // Counted before the state says so, so the task's
-                // decrement can never come first.
-                self.unresolved.fetch_add(1, Ordering::AcqRel);
-                if state.compare_exchange(PENDING, ABANDONED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                    return Err(Refusal::Replication(TIMED_OUT));
-                }
-                // It resolved at this very moment: take its answer.
-                self.unresolved.fetch_sub(1, Ordering::AcqRel);
-                rx.recv().map_err(|_| Refusal::Replication(SHUT_DOWN))
-            }
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(Refusal::Replication(SHUT_DOWN)),
-        }
-    }
-
     /// The current leader, as this node knows it.
     pub fn leader(&self) -> Option<NodeId> {
         self.raft.metrics().borrow().current_leader
     }
 
-    /// A ReadIndex: return once this node leads (confirmed by a quorum) and
-    /// has applied everything committed before the call.
+    /// A ReadIndex, or the leader's lease (`read.rs`): return once a read
+    /// of this node's store is linearizable.
     fn read_index(&self) -> Result<(), Refusal> {
-        let raft = self.raft.clone();
-        match self.wait(async move { raft.ensure_linearizable().await })? {
-            Ok(_) => Ok(()),
-            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => Err(self.not_leader(f.leader_id)),
-            Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_))) => Err(Refusal::Replication(NO_QUORUM)),
-            Err(RaftError::Fatal(_)) => Err(Refusal::Replication(SHUT_DOWN)),
-        }
+        self.read_barrier.barrier()
     }
 
     /// Stop the Raft core (the process is ending).
@@ -347,9 +333,6 @@ impl Replicator for Node {
             let settled = m.last_applied.is_some_and(|l| l.leader_id.term == m.current_term);
             (m.state == ServerState::Leader, settled, m.current_leader)
         };
-        if self.unresolved.load(Ordering::Acquire) > 0 {
-            return Err(Refusal::Replication(UNRESOLVED));
-        }
         match (leader, settled) {
             (true, true) => Ok(()),
             // Never skipped, whatever the read mode: deciding a write
@@ -359,21 +342,18 @@ impl Replicator for Node {
         }
     }
 
-    fn propose(&self, effect: &recall_record::Record<'_>, cause: Cause) -> Result<Applied, Refusal> {
+    fn propose(&self, effect: &recall_record::Record<'_>, cause: Cause, done: Resolver) -> Result<(), Refusal> {
         // Counted until answered: a leader handing over waits for it
         // (`membership.rs`).
-        let _in_flight = self.gate.enter(self.timeout);
+        let in_flight = self.gate.enter(self.timeout);
         let mut bytes = Vec::with_capacity(effect.encoded_len());
         effect.encode(&mut bytes);
-        let raft = self.raft.clone();
-        match self
-            .wait_proposal(async move { raft.client_write(Effect { cause: cause.code(), record: bytes }).await })?
-        {
-            Ok(resp) => Ok(Applied { ts: resp.data.ts, outcome: state_machine::outcome_of(resp.data.outcome) }),
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(self.not_leader(f.leader_id)),
-            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(_))) => Err(Refusal::Replication(FAILED)),
-            Err(RaftError::Fatal(_)) => Err(Refusal::Replication(SHUT_DOWN)),
-        }
+        self.proposer.propose(Effect { cause: cause.code(), record: bytes }, done, in_flight);
+        Ok(())
+    }
+
+    fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     fn map(&self) -> ClusterMap {
@@ -417,9 +397,11 @@ impl Replicator for Node {
         ];
         // The log on disk: fsyncs against entries written show group
         // commit at work.
-        if let Some((syncs, entries)) = self.log.disk_counts() {
+        if let Some((syncs, entries, effects)) = self.log.disk_counts() {
             lines.push(("cluster_log_fsyncs", syncs.to_string()));
             lines.push(("cluster_log_entries_written", entries.to_string()));
+            // An entry carries a batch of writes' effects (group commit).
+            lines.push(("cluster_log_effects_written", effects.to_string()));
         }
         lines
     }

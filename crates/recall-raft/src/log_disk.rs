@@ -95,6 +95,8 @@ struct Flusher<D = LogFlushed<TypeConfig>> {
     /// commit at work).
     syncs: AtomicU64,
     entries: AtomicU64,
+    /// Writes' effects in the entries written (an entry carries a batch).
+    effects: AtomicU64,
 }
 
 struct Pending<D> {
@@ -200,6 +202,7 @@ impl Disk {
             path: log_path,
             syncs: AtomicU64::new(0),
             entries: AtomicU64::new(0),
+            effects: AtomicU64::new(0),
         });
         let f = flush.clone();
         std::thread::Builder::new().name("recall-raft-log".into()).spawn(move || f.run())?;
@@ -220,6 +223,14 @@ impl Disk {
         self.file.lock().expect("log file lock").write_all(&frame).map_err(|e| named(&self.flush.path, e))?;
         if let LogWrite::Append(es) = op {
             self.flush.entries.fetch_add(es.len() as u64, Ordering::Relaxed);
+            let effects: usize = es
+                .iter()
+                .map(|e| match &e.payload {
+                    openraft::EntryPayload::Normal(b) => b.0.len(),
+                    _ => 0,
+                })
+                .sum();
+            self.flush.effects.fetch_add(effects as u64, Ordering::Relaxed);
         }
         if let Some(cb) = callback {
             self.flush.pending.lock().expect("flusher lock").callbacks.push(cb);
@@ -238,9 +249,10 @@ impl Disk {
         })
     }
 
-    /// (syncs, entries written) since start.
-    pub fn counts(&self) -> (u64, u64) {
-        (self.flush.syncs.load(Ordering::Relaxed), self.flush.entries.load(Ordering::Relaxed))
+    /// (syncs, entries written, writes' effects in them) since start.
+    pub fn counts(&self) -> (u64, u64, u64) {
+        let f = &self.flush;
+        (f.syncs.load(Ordering::Relaxed), f.entries.load(Ordering::Relaxed), f.effects.load(Ordering::Relaxed))
     }
 }
 
@@ -374,7 +386,7 @@ mod tests {
     fn entry(term: u64, index: u64) -> Entry<TypeConfig> {
         Entry {
             log_id: LogId::new(CommittedLeaderId::new(term, 1), index),
-            payload: EntryPayload::Normal(Effect { cause: 1, record: vec![index as u8; 3] }),
+            payload: EntryPayload::Normal(crate::Batch(vec![Effect { cause: 1, record: vec![index as u8; 3] }])),
         }
     }
 
@@ -438,6 +450,7 @@ mod tests {
             path: path.clone(),
             syncs: AtomicU64::new(0),
             entries: AtomicU64::new(0),
+            effects: AtomicU64::new(0),
         };
         let (tx, rx) = std::sync::mpsc::channel();
         f.pending.lock().unwrap().callbacks.push(Seen(1, tx.clone()));

@@ -42,8 +42,9 @@ impl LogStore {
         Ok(LogStore { inner: Arc::new(Mutex::new(inner)), disk: Some(disk) })
     }
 
-    /// (fsyncs, entries written) of the log on disk since start.
-    pub fn disk_counts(&self) -> Option<(u64, u64)> {
+    /// (fsyncs, entries written, writes' effects in them) of the log on
+    /// disk since start.
+    pub fn disk_counts(&self) -> Option<(u64, u64, u64)> {
         self.disk.as_ref().map(|d| d.counts())
     }
 }

@@ -119,8 +119,10 @@ pub fn decode<T: DeserializeOwned>(b: &[u8]) -> io::Result<T> {
     codec().reject_trailing_bytes().deserialize(b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
-/// Serve Raft calls from the other nodes until the listener fails.
-pub async fn serve(listener: TcpListener, raft: Raft) {
+/// Serve Raft calls from the other nodes until the listener fails. Votes
+/// are refused until `votes_from`: a node that just started forgot when it
+/// last heard from a leader, whose read lease may still run (`read.rs`).
+pub async fn serve(listener: TcpListener, raft: Raft, votes_from: std::time::Instant) {
     loop {
         let (sock, peer) = match listener.accept().await {
             Ok(c) => c,
@@ -132,17 +134,24 @@ pub async fn serve(listener: TcpListener, raft: Raft) {
         let _ = sock.set_nodelay(true);
         let raft = raft.clone();
         tokio::spawn(async move {
-            if let Err(e) = serve_conn(sock, raft).await {
+            if let Err(e) = serve_conn(sock, raft, votes_from).await {
                 tracing::info!("raft connection from {peer} closed: {e}");
             }
         });
     }
 }
 
-async fn serve_conn(mut sock: TcpStream, raft: Raft) -> io::Result<()> {
+async fn serve_conn(mut sock: TcpStream, raft: Raft, votes_from: std::time::Instant) -> io::Result<()> {
     while let Some(body) = read_frame(&mut sock).await? {
         let reply = match decode::<Rpc>(&body)? {
             Rpc::Append(r) => encode(&raft.append_entries(r).await)?,
+            Rpc::Vote(r) if std::time::Instant::now() < votes_from => {
+                // Not granted; the candidate's own vote, so it learns of
+                // nothing newer (openraft answers a vote with one at least
+                // as high as the request's).
+                let refused: Result<_, RaftError<NodeId>> = Ok(VoteResponse::new(r.vote, None, false));
+                encode(&refused)?
+            }
             Rpc::Vote(r) => encode(&raft.vote(r).await)?,
             Rpc::Snapshot(r) => encode(&raft.install_snapshot(r).await)?,
             Rpc::Elect => encode(&crate::membership::elect_now(&raft).await)?,
@@ -321,7 +330,7 @@ mod tests {
     use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, Membership, SnapshotMeta, Vote};
 
     use super::*;
-    use crate::Effect;
+    use crate::{Batch, Effect};
 
     /// Encode, decode, and compare by `Debug` (openraft's messages have no
     /// `PartialEq` throughout).
@@ -346,7 +355,7 @@ mod tests {
         let log_id = LogId::new(CommittedLeaderId::new(1, 1), 1);
         let big = |_| Entry::<TypeConfig> {
             log_id,
-            payload: EntryPayload::Normal(Effect { cause: 1, record: vec![7; FRAME_MAX / 3 + 1] }),
+            payload: EntryPayload::Normal(Batch(vec![Effect { cause: 1, record: vec![7; FRAME_MAX / 3 + 1] }])),
         };
         let req = |n: usize| AppendEntriesRequest {
             vote: Vote::new_committed(1, 1),
@@ -389,7 +398,7 @@ mod tests {
         let membership = Membership::new(vec![[1, 2].into()], members);
         let entries = vec![
             Entry::<TypeConfig> { log_id, payload: EntryPayload::Blank },
-            Entry { log_id, payload: EntryPayload::Normal(Effect { cause: 1, record: vec![0, 1, 255] }) },
+            Entry { log_id, payload: EntryPayload::Normal(Batch(vec![Effect { cause: 1, record: vec![0, 1, 255] }])) },
             Entry { log_id, payload: EntryPayload::Membership(membership.clone()) },
         ];
         let vote = Vote::new_committed(3, 1);

@@ -3,9 +3,11 @@
 //!
 //! An effect is a `recall_record::Record` (the one definition of a
 //! mutation: a value with its flags and absolute expiry, a delete, or the
-//! flush marker). Its write timestamp is not in the entry: it is the
-//! entry's log index, so every replica stamps a mutation alike and the
-//! timestamps grow with the log across leader changes.
+//! flush marker); an entry carries a batch of them. An effect's write
+//! timestamp is not in the entry: it is the entry's log index and the
+//! effect's place in the batch ([`crate::timestamp`]), so every replica
+//! stamps a mutation alike and the timestamps grow with the log across
+//! leader changes.
 //!
 //! A snapshot is the store's live items as records (the same encoding,
 //! back to back). Building one holds the state machine's lock, so no
@@ -58,7 +60,7 @@ impl StateMachine {
         })
     }
 
-    /// Apply one effect at log index `ts`, through the engine's write
+    /// Apply one effect at timestamp `ts`, through the engine's write
     /// path (observers and `watch` see it on every replica).
     fn apply_effect(&self, effect: &Effect, ts: u64) -> Result<ApplyOutcome, BadRecord> {
         let (r, used) = Record::decode(&effect.record).map_err(BadRecord::Record)?;
@@ -91,6 +93,8 @@ pub fn outcome_of(code: u8) -> ApplyOutcome {
 enum BadRecord {
     Record(recall_record::RecordError),
     Cause(u8),
+    /// More effects than timestamps an entry has.
+    Batch(usize),
 }
 
 impl std::fmt::Display for BadRecord {
@@ -98,6 +102,7 @@ impl std::fmt::Display for BadRecord {
         match self {
             BadRecord::Record(e) => write!(f, "not a mutation record: {e:?}"),
             BadRecord::Cause(c) => write!(f, "unknown command code {c} in a log entry"),
+            BadRecord::Batch(n) => write!(f, "{n} effects in one log entry, more than {}", crate::BATCH_MAX),
         }
     }
 }
@@ -152,18 +157,23 @@ impl RaftStateMachine<TypeConfig> for Arc<StateMachine> {
         let mut applied = self.applied.lock().expect("state machine lock");
         for e in entries {
             applied.last = Some(e.log_id);
-            let ts = e.log_id.index;
-            let outcome = match e.payload {
-                EntryPayload::Blank => ApplyOutcome::Applied,
-                EntryPayload::Normal(effect) => {
-                    self.apply_effect(&effect, ts).map_err(|err| StorageIOError::apply(e.log_id, &err))?
+            let ts = crate::timestamp(e.log_id.index, 0);
+            let mut outcomes = Vec::new();
+            match e.payload {
+                EntryPayload::Blank => {}
+                EntryPayload::Normal(batch) => {
+                    if batch.0.len() > crate::BATCH_MAX {
+                        return Err(StorageIOError::apply(e.log_id, &BadRecord::Batch(batch.0.len())).into());
+                    }
+                    for (pos, effect) in batch.0.iter().enumerate() {
+                        let ts = crate::timestamp(e.log_id.index, pos);
+                        let o = self.apply_effect(effect, ts).map_err(|err| StorageIOError::apply(e.log_id, &err))?;
+                        outcomes.push(outcome_code(o));
+                    }
                 }
-                EntryPayload::Membership(m) => {
-                    applied.membership = StoredMembership::new(Some(e.log_id), m);
-                    ApplyOutcome::Applied
-                }
-            };
-            out.push(ApplyResult { ts, outcome: outcome_code(outcome) });
+                EntryPayload::Membership(m) => applied.membership = StoredMembership::new(Some(e.log_id), m),
+            }
+            out.push(ApplyResult { ts, outcomes });
         }
         Ok(out)
     }
@@ -196,7 +206,7 @@ impl RaftStateMachine<TypeConfig> for Arc<StateMachine> {
                 store.apply(r, now);
             }
             if let Some(l) = meta.last_log_id {
-                store.raise_cas_floor(l.index);
+                store.raise_cas_floor(crate::timestamp(l.index, crate::BATCH_MAX - 1));
             }
             applied.last = meta.last_log_id;
             applied.membership = meta.last_membership.clone();
@@ -232,7 +242,7 @@ mod tests {
     fn entry(index: u64, r: OwnedRecord) -> Entry<TypeConfig> {
         let mut bytes = Vec::new();
         r.as_record().encode(&mut bytes);
-        let effect = Effect { cause: Cause::Set.code(), record: bytes };
+        let effect = crate::Batch(vec![Effect { cause: Cause::Set.code(), record: bytes }]);
         Entry { log_id: LogId::new(CommittedLeaderId::new(1, 1), index), payload: EntryPayload::Normal(effect) }
     }
 
@@ -260,11 +270,15 @@ mod tests {
             entry(8, value(b"big", &big)),
         ];
         let res = sm.apply(entries).await.expect("applied");
-        assert_eq!(res.iter().map(|r| (r.ts, r.outcome)).collect::<Vec<_>>(), [(5, 0), (6, 0), (7, 0), (8, 0)]);
+        let ts = |i| crate::timestamp(i, 0);
+        assert_eq!(
+            res.iter().map(|r| (r.ts, r.outcomes.clone())).collect::<Vec<_>>(),
+            [(ts(5), vec![0]), (ts(6), vec![0]), (ts(7), vec![0]), (ts(8), vec![0])]
+        );
         let got = items(&a);
         assert_eq!(
             got.iter().map(|(k, v, f, c)| (k.as_slice(), v.len(), *f, *c)).collect::<Vec<_>>(),
-            [(&b"big"[..], 100_000, 3, 8), (&b"k2"[..], 3, 3, 6)]
+            [(&b"big"[..], 100_000, 3, ts(8)), (&b"k2"[..], 3, 3, ts(6))]
         );
 
         let snap = sm.build_snapshot().await.expect("snapshot");
@@ -279,8 +293,25 @@ mod tests {
         // The flush marker empties the store; later writes stamp above it.
         let flush = OwnedRecord { tombstone: true, ..Default::default() };
         sm_b.apply(vec![entry(9, flush), entry(10, value(b"k3", b"3"))]).await.expect("applied");
-        assert_eq!(items(&b).iter().map(|i| (i.0.clone(), i.3)).collect::<Vec<_>>(), [(b"k3".to_vec(), 10)]);
+        assert_eq!(items(&b).iter().map(|i| (i.0.clone(), i.3)).collect::<Vec<_>>(), [(b"k3".to_vec(), ts(10))]);
         assert!(b.store.read(b"k2", b.now(), ReadOpts::default(), |r| matches!(r, recall_store::Read::Miss { .. })));
+    }
+
+    #[tokio::test]
+    async fn the_effects_of_one_entry_get_timestamps_in_their_order() {
+        let a = engine();
+        let mut sm = StateMachine::new(a.clone());
+        let mut e = entry(3, value(b"k", b"first"));
+        let mut bytes = Vec::new();
+        value(b"k", b"second").as_record().encode(&mut bytes);
+        if let EntryPayload::Normal(b) = &mut e.payload {
+            b.0.push(Effect { cause: Cause::Append.code(), record: bytes });
+        }
+        let res = sm.apply(vec![e]).await.expect("applied");
+        assert_eq!((res[0].ts, res[0].outcomes.clone()), (crate::timestamp(3, 0), vec![0, 0]));
+        let got = items(&a);
+        assert_eq!((got[0].1.as_slice(), got[0].3), (&b"second"[..], crate::timestamp(3, 1)));
+        assert!(crate::timestamp(3, crate::BATCH_MAX - 1) < crate::timestamp(4, 0));
     }
 
     #[tokio::test]
@@ -289,12 +320,15 @@ mod tests {
         let mut sm = StateMachine::new(a.clone());
         let bad = Entry {
             log_id: LogId::new(CommittedLeaderId::new(1, 1), 1),
-            payload: EntryPayload::Normal(Effect { cause: Cause::Set.code(), record: vec![9, 9, 9] }),
+            payload: EntryPayload::Normal(crate::Batch(vec![Effect {
+                cause: Cause::Set.code(),
+                record: vec![9, 9, 9],
+            }])),
         };
         assert!(sm.apply(vec![bad]).await.is_err());
         let mut unknown = entry(1, value(b"k", b"v"));
-        if let EntryPayload::Normal(e) = &mut unknown.payload {
-            e.cause = 0;
+        if let EntryPayload::Normal(b) = &mut unknown.payload {
+            b.0[0].cause = 0;
         }
         assert!(sm.apply(vec![unknown]).await.is_err(), "an unknown command code is refused");
         sm.apply(vec![entry(2, value(b"k", b"v"))]).await.expect("applied");

@@ -70,6 +70,7 @@ fn main() {
                 read_fresh: false,
                 not_leader: false,
                 conn: 0,
+                wait: Default::default(),
             };
             let o = e.replay_records(&recs, &limits, &mut cx);
             assert_eq!(o.applied as usize, *count);

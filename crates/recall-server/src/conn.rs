@@ -63,6 +63,9 @@ where
     if let Some(r) = &row {
         session.set_conn_id(r.id());
     }
+    if engine.cluster_map().is_some() {
+        session.await_commits();
+    }
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut out = Out::with_capacity(READ_CHUNK);
     loop {
@@ -119,6 +122,15 @@ where
             Action::Continue => {}
             Action::Shutdown => return (action, CloseReason::Shutdown),
             _ => return (action, CloseReason::Normal),
+        }
+        if b.commit {
+            // A write the session proposed: the replies before it have
+            // gone out; its own is rendered when the session runs it again.
+            // The worker serves other connections meanwhile.
+            if tokio::time::timeout(engine.commit_timeout(), session.wait_commit()).await.is_err() {
+                session.commit_timed_out();
+            }
+            continue;
         }
         if b.recovery {
             // A write waits for the end of recovery (see the engine's

@@ -1,0 +1,134 @@
+//! Read barriers: when may the leader read its own store linearizably?
+//!
+//! * **A lease** (the common case, no message at all): after a ReadIndex
+//!   round that began at `t` succeeded, the leader reads locally until
+//!   `t + LEASE`, as long as it still leads in the same term and has
+//!   applied an entry of that term. Every follower that acknowledged the
+//!   round heard from the leader after `t`, and openraft's followers refuse
+//!   to vote for anyone for `election_timeout_max` (3 s) after they last
+//!   heard from their leader (its `leader_lease`), so no other leader can
+//!   be elected, nor commit a write, before `t + 3 s`; `LEASE` is half of
+//!   that, for the clocks' rates to differ. A node that restarts forgot
+//!   when it last heard from a leader, so it refuses every vote for
+//!   `LEASE` after it starts (`network.rs`), and the lease holds across
+//!   restarts too. Every write acknowledged before the read was applied
+//!   here before it was acknowledged (in this term, or before the term's
+//!   first entry, which is applied), so the local store has it.
+//! * **A ReadIndex round** (openraft's `ensure_linearizable`) otherwise,
+//!   shared: one round serves every read that arrived before it began, so
+//!   concurrent readers on every connection wait for one round, not one
+//!   each. A read that arrives while a round runs waits for the next.
+
+use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use openraft::error::{CheckIsLeaderError, RaftError};
+use openraft::ServerState;
+use recall_engine::op::Refusal;
+
+use crate::{NodeId, Raft, NO_QUORUM, SHUT_DOWN, TIMED_OUT};
+
+/// How long a confirmed leadership is trusted (see the module note).
+pub const LEASE: Duration = Duration::from_millis(1500);
+
+type Answer = Result<(), Refusal>;
+/// A refusal that names a leader, made by the node (it has the lines).
+pub(crate) type NotLeader = Arc<dyn Fn(Option<NodeId>) -> Refusal + Send + Sync>;
+
+/// One node's read barriers.
+pub(crate) struct Reads {
+    raft: Raft,
+    rt: tokio::runtime::Handle,
+    /// A round that takes longer fails its reads (the next round starts).
+    timeout: Duration,
+    not_leader: NotLeader,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// A round is running (its task serves the waiting after it).
+    running: bool,
+    /// Reads waiting for the next round.
+    waiting: Vec<SyncSender<Answer>>,
+    /// Until when, and in which term, reads need no round.
+    lease: Option<(Instant, u64)>,
+}
+
+impl Reads {
+    pub fn new(raft: Raft, rt: tokio::runtime::Handle, timeout: Duration, not_leader: NotLeader) -> Arc<Reads> {
+        Arc::new(Reads { raft, rt, timeout, not_leader, state: Mutex::default() })
+    }
+
+    /// Return once a read of the local store is linearizable, or why not;
+    /// waits at most the request timeout for a round.
+    pub fn barrier(self: &Arc<Self>) -> Answer {
+        let lease = self.state.lock().expect("reads lock").lease;
+        if let Some((until, term)) = lease {
+            if Instant::now() < until && self.settled_leader_in(term) {
+                return Ok(());
+            }
+        }
+        let (tx, rx) = sync_channel(1);
+        {
+            let mut st = self.state.lock().expect("reads lock");
+            st.waiting.push(tx);
+            if !st.running {
+                st.running = true;
+                let me = self.clone();
+                self.rt.spawn(async move { me.rounds().await });
+            }
+        }
+        // The round itself is bounded by the timeout: the margin is for
+        // the read that waits for it to finish first.
+        rx.recv_timeout(self.timeout * 2).unwrap_or_else(|e| match e {
+            RecvTimeoutError::Timeout => Err(Refusal::Replication(TIMED_OUT)),
+            RecvTimeoutError::Disconnected => Err(Refusal::Replication(SHUT_DOWN)),
+        })
+    }
+
+    /// Whether this node leads in `term` and has applied an entry of it.
+    fn settled_leader_in(&self, term: u64) -> bool {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        m.state == ServerState::Leader
+            && m.current_term == term
+            && m.last_applied.is_some_and(|l| l.leader_id.term == term)
+    }
+
+    /// Run rounds until nobody waits: each serves the reads that arrived
+    /// before it began.
+    async fn rounds(self: Arc<Self>) {
+        loop {
+            let batch = {
+                let mut st = self.state.lock().expect("reads lock");
+                if st.waiting.is_empty() {
+                    st.running = false;
+                    return;
+                }
+                std::mem::take(&mut st.waiting)
+            };
+            let (start, term) = (Instant::now(), self.raft.metrics().borrow().current_term);
+            let answer = match tokio::time::timeout(self.timeout, self.raft.ensure_linearizable()).await {
+                Err(_) => Err(Refusal::Replication(TIMED_OUT)),
+                Ok(Ok(_)) => {
+                    if self.settled_leader_in(term) {
+                        self.state.lock().expect("reads lock").lease = Some((start + LEASE, term));
+                    }
+                    Ok(())
+                }
+                Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
+                    Err((self.not_leader)(f.leader_id))
+                }
+                Ok(Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_)))) => {
+                    Err(Refusal::Replication(NO_QUORUM))
+                }
+                Ok(Err(RaftError::Fatal(_))) => Err(Refusal::Replication(SHUT_DOWN)),
+            };
+            for tx in batch {
+                let _ = tx.try_send(answer);
+            }
+        }
+    }
+}
