@@ -300,7 +300,10 @@ impl Node {
     /// A ReadIndex, or the leader's lease (`read.rs`): return once a read
     /// of this node's store is linearizable.
     fn read_index(&self) -> Result<(), Refusal> {
-        self.read_barrier.barrier()
+        // A hand-over asks a follower to stand while this leader's lease
+        // may still run, breaking the lease's premise (no other leader
+        // before it ends): while the gate is closed, reads take a round.
+        self.read_barrier.barrier(!self.gate.is_closed())
     }
 
     /// Stop the Raft core (the process is ending).

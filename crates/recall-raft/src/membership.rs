@@ -133,6 +133,11 @@ impl Gate {
         !res.timed_out()
     }
 
+    /// Whether a leadership hand-over is under way.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.0.closed.load(Ordering::SeqCst)
+    }
+
     fn close(&self) -> GateGuard {
         self.0.closed.store(true, Ordering::SeqCst);
         GateGuard(self.clone())

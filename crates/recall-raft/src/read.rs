@@ -11,7 +11,9 @@
 //!   that, for the clocks' rates to differ. A node that restarts forgot
 //!   when it last heard from a leader, so it refuses every vote for
 //!   `LEASE` after it starts (`network.rs`), and the lease holds across
-//!   restarts too. Every write acknowledged before the read was applied
+//!   restarts too. A leader handing its leadership over (`membership.rs`)
+//!   asks its target to stand while its lease may still run, so during a
+//!   hand-over no read trusts the lease. Every write acknowledged before the read was applied
 //!   here before it was acknowledged (in this term, or before the term's
 //!   first entry, which is applied), so the local store has it.
 //! * **A ReadIndex round** (openraft's `ensure_linearizable`) otherwise,
@@ -62,9 +64,11 @@ impl Reads {
     }
 
     /// Return once a read of the local store is linearizable, or why not;
-    /// waits at most the request timeout for a round.
-    pub fn barrier(self: &Arc<Self>) -> Answer {
-        let lease = self.state.lock().expect("reads lock").lease;
+    /// waits at most the request timeout for a round. `trust_lease` is
+    /// false while the leader hands its leadership over (then every read
+    /// takes a round).
+    pub fn barrier(self: &Arc<Self>, trust_lease: bool) -> Answer {
+        let lease = if trust_lease { self.state.lock().expect("reads lock").lease } else { None };
         if let Some((until, term)) = lease {
             if Instant::now() < until && self.settled_leader_in(term) {
                 return Ok(());
