@@ -362,7 +362,8 @@ def write_seeds(seeds, quiet):
         put("listen_list", f"list{i}", m)
     ctl = [b"DURABLE 3 3298534883330 recovering\r\n", b"DURABLE 0 0 off\n", b"OK\r\nAPPLIED\r\nSTALE\r\n",
            b"REPLAYED 10 2 0\r\nREPLAYED 0 0 0\r\nMN\r\n", b"HD c1099511627781\r\n", b"ERROR\r\nERROR\r\n",
-           b"SERVER_ERROR out of memory\r\nCLIENT_ERROR bad id\r\n", b"DURABLE 2 77 maybe\r\n", b"REPLAYED 1 x 3\r\n"]
+           b"SERVER_ERROR out of memory\r\nCLIENT_ERROR bad id\r\n", b"DURABLE 2 77 maybe\r\n", b"REPLAYED 1 x 3\r\n",
+           b"STALE snapshot\r\nSTALE flushed\r\nSTALE deleted\r\nSTALE newer\r\nSTALE later\r\n"]
     for i, r in enumerate(ctl):
         put("ctl_reply", f"ctl{i}", b"\x02" + r)
         put("ctl_reply", f"ctl{i}-whole", b"\xff" + r)

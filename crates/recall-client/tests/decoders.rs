@@ -78,6 +78,7 @@ fn piece() -> impl Strategy<Value = Vec<u8>> {
         b"REPLAYED 1 2 3\r\n",
         b"APPLIED\r\n",
         b"STALE\r\n",
+        b"STALE newer\r\n",
         b"OK\r\n",
         b"MN\r\n",
         b"key=a exp=-1 la=1 cas=2\r\n",

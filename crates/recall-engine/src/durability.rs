@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use parking_lot::{Condvar, Mutex};
 use recall_proto::replay::Record;
 use recall_proto::Limits;
-use recall_store::{ApplyOutcome, Delete, DeleteOutcome, Sink, UnixSecs};
+use recall_store::{ApplyOutcome, Delete, DeleteOutcome, Sink, StaleReason, UnixSecs};
 
 /// At most this many tombstones are kept between snapshots. Past it,
 /// further deletes are not remembered (counted in `tombstones_dropped`)
@@ -686,7 +686,7 @@ impl Engine {
             });
             match res {
                 ApplyOutcome::Applied => o.applied += 1,
-                ApplyOutcome::Stale => o.stale += 1,
+                ApplyOutcome::Stale(_) => o.stale += 1,
                 ApplyOutcome::OutOfMemory => o.errors += 1,
             }
         }
@@ -702,11 +702,17 @@ impl Engine {
         // it), and apply, all under the key's stripe: see `Tombstones` and
         // `flush_with`.
         let mut t = d.tombstones.stripe(r.key);
-        let stale = r.ts <= d.recovery_floor.load(Ordering::Acquire)
-            || r.ts <= d.flushed_at.load(Ordering::Acquire)
-            || (!r.tombstone && t.get(r.key).is_some_and(|&dts| dts >= r.ts));
-        let out = if stale {
-            ApplyOutcome::Stale
+        let stale = if r.ts <= d.recovery_floor.load(Ordering::Acquire) {
+            Some(StaleReason::Snapshot)
+        } else if r.ts <= d.flushed_at.load(Ordering::Acquire) {
+            Some(StaleReason::Flushed)
+        } else if !r.tombstone && t.get(r.key).is_some_and(|&dts| dts >= r.ts) {
+            Some(StaleReason::Deleted)
+        } else {
+            None
+        };
+        let out = if let Some(why) = stale {
+            ApplyOutcome::Stale(why)
         } else {
             if r.tombstone && d.is_enabled() {
                 d.record_tombstone(&mut t, r.key, r.ts);

@@ -573,7 +573,7 @@ mod tombstone_tests {
         assert_eq!(del.len(), 1);
         assert!(del[0].1 > old, "the delete has its own, newer timestamp");
         // Not recovering, and yet an older replayed write stays out.
-        assert_eq!(e.replay(b"k", b"v", 0, 0, old, false), ApplyOutcome::Stale);
+        assert_eq!(e.replay(b"k", b"v", 0, 0, old, false), ApplyOutcome::Stale(StaleReason::Deleted));
         // A newer timestamp (replays must carry one the server handed out).
         let newer: u64 =
             send(&e, &mut s, b"ms other 1 c\r\nv\r\n").trim().strip_prefix("HD c").unwrap().parse().unwrap();
@@ -599,7 +599,7 @@ mod tombstone_tests {
         assert!(f > before);
         assert!(e.durability.tombstones().is_empty(), "the flush covers older tombstones");
         assert!(e.durability.snapshot_requested.load(Ordering::Acquire));
-        assert_eq!(e.replay(b"b", b"v", 0, 0, f - 1, false), ApplyOutcome::Stale);
+        assert_eq!(e.replay(b"b", b"v", 0, 0, f - 1, false), ApplyOutcome::Stale(StaleReason::Flushed));
         let newer: u64 =
             send(&e, &mut s, b"ms other 1 c\r\nv\r\n").trim().strip_prefix("HD c").unwrap().parse().unwrap();
         assert!(newer > f);
@@ -607,6 +607,37 @@ mod tombstone_tests {
         // A delayed flush is not recorded (it is not persisted either).
         send(&e, &mut s, b"flush_all 100\r\n");
         assert_eq!(e.durability.flushed_at.load(Ordering::Acquire), f);
+    }
+
+    /// `STALE` names its reason, one per rule of the replay check
+    /// (docs/durability-protocol.md, section 6), in the order they are
+    /// checked; a stale replay changes nothing.
+    #[test]
+    fn a_stale_replay_says_why() {
+        let e = durable_engine();
+        let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+        let ts = |s: &mut Session, req: &[u8]| -> u64 {
+            send(&e, s, req).trim().split(' ').nth(1).and_then(|c| c.strip_prefix('c')).unwrap().parse().unwrap()
+        };
+        let t_old = ts(&mut s, b"ms k 3 c\r\nold\r\n");
+        ts(&mut s, b"ms k 3 c\r\nnew\r\n");
+        let replay = |s: &mut Session, key: &str, t: u64| send(&e, s, format!("replay {key} 0 0 {t} 1\r\nz\r\n").as_bytes());
+        assert_eq!(replay(&mut s, "k", t_old), "STALE newer\r\n");
+        assert_eq!(send(&e, &mut s, format!("replay_delete k {t_old}\r\n").as_bytes()), "STALE newer\r\n");
+        let t_d = ts(&mut s, b"ms d 1 c\r\nv\r\n");
+        ts(&mut s, b"md d q c\r\nmn\r\n");
+        assert_eq!(replay(&mut s, "d", t_d), "STALE deleted\r\n");
+        let t_f = ts(&mut s, b"ms f 1 c\r\nv\r\n");
+        assert_eq!(send(&e, &mut s, b"flush_all\r\n"), "OK\r\n");
+        assert_eq!(replay(&mut s, "f", t_f), "STALE flushed\r\n");
+        let t_s = ts(&mut s, b"ms s 1 c\r\nv\r\n");
+        e.durability.recovery_floor.store(t_s, Ordering::Release);
+        assert_eq!(replay(&mut s, "s", t_s), "STALE snapshot\r\n");
+        assert_eq!(send(&e, &mut s, b"mg k v\r\nmg d v\r\nmg f v\r\nmg s v\r\n"), "VA 3\r\nnew\r\nEN\r\nEN\r\nVA 1\r\nv\r\n");
+        assert_eq!(e.durability.replay_stale.load(Ordering::Relaxed), 5);
+        // A newer replay still applies, and says nothing more.
+        let t_new = ts(&mut s, b"ms other 1 c\r\nv\r\n");
+        assert_eq!(replay(&mut s, "k", t_new), "APPLIED\r\n");
     }
 
     /// `mg <key> w<ts>` on a key the server does not have: `OL` only when an

@@ -795,7 +795,7 @@ impl Engine {
         if !effect.tombstone && cause.is_store() && self.watchers.wants(watch::MUTATIONS) {
             let status = match out {
                 ApplyOutcome::Applied => "stored",
-                ApplyOutcome::Stale => "not_stored",
+                ApplyOutcome::Stale(_) => "not_stored",
                 ApplyOutcome::OutOfMemory => "no_memory",
             };
             let ttl = crate::execute::ttl_of(effect.exptime, now);

@@ -280,14 +280,16 @@ fn render(out: &mut Out, o: Outcome<'_>, timestamps: bool) {
         Outcome::Arith(a) => reply::text_status(out, arith_status(a), None),
         Outcome::Flushed => reply::text_status(out, Status::Ok, None),
         Outcome::FlushDisabled => reply::text_status(out, Status::FlushDisabled, None),
-        Outcome::Replayed(r) => reply::line(
-            out,
-            match r {
-                recall_store::ApplyOutcome::Applied => b"APPLIED",
-                recall_store::ApplyOutcome::Stale => b"STALE",
-                recall_store::ApplyOutcome::OutOfMemory => Status::StoreNoMemory.text(),
-            },
-        ),
+        Outcome::Replayed(r) => match r {
+            recall_store::ApplyOutcome::Applied => reply::line(out, b"APPLIED"),
+            // `STALE <reason>`: a client reads any line starting with
+            // `STALE` as stale (recall-record's `StaleReason`).
+            recall_store::ApplyOutcome::Stale(why) => {
+                out.extend_from_slice(b"STALE ");
+                reply::line(out, why.word().as_bytes())
+            }
+            recall_store::ApplyOutcome::OutOfMemory => reply::line(out, Status::StoreNoMemory.text()),
+        },
         Outcome::Refused(r) => reply::line(out, r.line()),
         // Reads render themselves at their call sites.
         Outcome::Read(_) | Outcome::ReadLost => reply::line(out, b"SERVER_ERROR internal: a read rendered as a write"),

@@ -75,7 +75,7 @@ impl StateMachine {
 fn outcome_code(o: ApplyOutcome) -> u8 {
     match o {
         ApplyOutcome::Applied => 0,
-        ApplyOutcome::Stale => 1,
+        ApplyOutcome::Stale(_) => 1,
         ApplyOutcome::OutOfMemory => 2,
     }
 }
@@ -84,7 +84,8 @@ fn outcome_code(o: ApplyOutcome) -> u8 {
 pub fn outcome_of(code: u8) -> ApplyOutcome {
     match code {
         0 => ApplyOutcome::Applied,
-        1 => ApplyOutcome::Stale,
+        // A committed effect is stale only behind a newer item.
+        1 => ApplyOutcome::Stale(recall_store::StaleReason::Newer),
         _ => ApplyOutcome::OutOfMemory,
     }
 }

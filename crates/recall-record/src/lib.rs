@@ -184,6 +184,50 @@ impl<'a> Record<'a> {
     }
 }
 
+/// Why a replayed record changed nothing: the word after `STALE` in the
+/// reply to `replay` and `replay_delete` (docs/durability-protocol.md,
+/// section 9). Defined here because the server writes it and the client
+/// reads it, and neither knows the other.
+///
+/// A client must read any line that starts with `STALE` as stale, whatever
+/// follows (a server before the reasons answered a bare `STALE`; a later one
+/// may add words): [`StaleReason::from_word`] gives `None` for a word it does
+/// not know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StaleReason {
+    /// `snapshot`: at or below the replay floor of the snapshot the server
+    /// booted from, which holds this write or a newer state of the key.
+    Snapshot,
+    /// `flushed`: older than the last immediate `flush_all`.
+    Flushed,
+    /// `deleted`: a value older than a delete of the key that the server
+    /// remembers (its tombstone).
+    Deleted,
+    /// `newer`: older than the item the server holds (a newer write, by any
+    /// client, replaced it).
+    Newer,
+}
+
+impl StaleReason {
+    /// Every reason, in the order the server checks them.
+    pub const ALL: [StaleReason; 4] = [Self::Snapshot, Self::Flushed, Self::Deleted, Self::Newer];
+
+    /// The word on the wire.
+    pub fn word(self) -> &'static str {
+        match self {
+            Self::Snapshot => "snapshot",
+            Self::Flushed => "flushed",
+            Self::Deleted => "deleted",
+            Self::Newer => "newer",
+        }
+    }
+
+    /// The reason a word names, if it is one of [`StaleReason::ALL`].
+    pub fn from_word(word: &[u8]) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.word().as_bytes() == word)
+    }
+}
+
 /// A [`Record`] that owns its key and value (what a reader of a file hands
 /// out).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -214,6 +258,15 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn stale_reasons_read_back_from_their_words() {
+        for r in StaleReason::ALL {
+            assert_eq!(StaleReason::from_word(r.word().as_bytes()), Some(r));
+        }
+        assert_eq!(StaleReason::from_word(b"Newer"), None);
+        assert_eq!(StaleReason::from_word(b""), None);
+    }
 
     #[test]
     fn the_layout_is_the_documented_one() {

@@ -149,7 +149,7 @@ fn replay_restores_writes_after_the_snapshot() {
     // older write must not bring it back.
     assert_eq!(roundtrip(&mut c, b"delete fresh\r\n", b"\r\n"), b"DELETED\r\n");
     let resurrect = format!("replay fresh 0 0 {t3} 1\r\nz\r\n");
-    assert_eq!(roundtrip(&mut c, resurrect.as_bytes(), b"\r\n"), b"STALE\r\n");
+    assert_eq!(roundtrip(&mut c, resurrect.as_bytes(), b"\r\n"), b"STALE deleted\r\n");
     // The client replays its latest write per key, in any order.
     let del = format!("replay_delete gone {t_del}\r\n");
     assert_eq!(roundtrip(&mut c, del.as_bytes(), b"\r\n"), b"APPLIED\r\n");
@@ -157,9 +157,9 @@ fn replay_restores_writes_after_the_snapshot() {
     assert_eq!(roundtrip(&mut c, r.as_bytes(), b"APPLIED\r\nAPPLIED\r\n"), b"APPLIED\r\nAPPLIED\r\n");
     // Already covered by the snapshot, or older than what is there: stale.
     let old = format!("replay acct 7 0 {t1} 2\r\nv1\r\n");
-    assert_eq!(roundtrip(&mut c, old.as_bytes(), b"\r\n"), b"STALE\r\n");
+    assert_eq!(roundtrip(&mut c, old.as_bytes(), b"\r\n"), b"STALE snapshot\r\n");
     let old = format!("replay gone 7 0 {gone} 2\r\ng1\r\n");
-    assert_eq!(roundtrip(&mut c, old.as_bytes(), b"\r\n"), b"STALE\r\n");
+    assert_eq!(roundtrip(&mut c, old.as_bytes(), b"\r\n"), b"STALE snapshot\r\n");
     assert_eq!(get(&mut c, "acct"), Some(("v2".to_string(), t2)));
     assert_eq!(get(&mut c, "new"), Some(("n1".to_string(), t3)));
     assert_eq!(get(&mut c, "gone"), None);
@@ -330,7 +330,7 @@ fn a_deleted_key_stays_deleted_across_snapshots_and_kill_9() {
 
     let s = start(&dir);
     let mut c = s.connect();
-    assert_eq!(send(&mut c, &format!("replay k 0 0 {t1} 3\r\nold\r\n")), "STALE\r\n");
+    assert_eq!(send(&mut c, &format!("replay k 0 0 {t1} 3\r\nold\r\n")), "STALE snapshot\r\n");
     assert_eq!(get(&mut c, "k"), None);
 }
 
@@ -364,7 +364,7 @@ fn a_crash_after_a_snapshot_taken_during_recovery_loses_nothing() {
     let s = start(&dir);
     let mut c = s.connect();
     assert_eq!(send(&mut c, &format!("replay b 0 0 {tb} 2\r\nvb\r\n")), "APPLIED\r\n");
-    assert_eq!(send(&mut c, &format!("replay k2 0 0 {tk} 6\r\ndoomed\r\n")), "STALE\r\n");
+    assert_eq!(send(&mut c, &format!("replay k2 0 0 {tk} 6\r\ndoomed\r\n")), "STALE deleted\r\n");
     send(&mut c, &format!("replay a 0 0 {ta} 2\r\nva\r\n"));
     assert_eq!(get(&mut c, "a"), Some(("va".into(), ta)));
     assert_eq!(get(&mut c, "b"), Some(("vb".into(), tb)));
@@ -397,7 +397,7 @@ fn flush_all_survives_kill_9_and_refuses_older_replays() {
         let s = start(&dir);
         let mut c = s.connect();
         assert_eq!(get(&mut c, "x"), None, "flushed items do not come back from the snapshot");
-        assert_eq!(send(&mut c, &format!("replay y 0 0 {ty} 1\r\n2\r\n")), "STALE\r\n");
+        assert_eq!(send(&mut c, &format!("replay y 0 0 {ty} 1\r\n2\r\n")), "STALE snapshot\r\n");
         if let Some(tz) = tz {
             assert_eq!(get(&mut c, "z"), Some(("3".into(), tz)));
         }
@@ -436,7 +436,8 @@ impl Ledger {
         let ts = set(c, k, v); // flags 7
         self.0.insert(k.to_string(), (v.to_string(), 7, ts));
     }
-    /// Replay everything (pipelined); the replies are APPLIED or STALE.
+    /// Replay everything (pipelined); the replies are APPLIED or STALE with
+    /// a reason.
     fn replay(&self, c: &mut std::net::TcpStream) {
         let mut req = String::new();
         for (k, (v, f, ts)) in &self.0 {
@@ -447,7 +448,7 @@ impl Ledger {
         let (r, _) =
             common::read_until(c, Duration::from_secs(30), |b| b.windows(2).filter(|w| w == b"\r\n").count() >= n);
         let r = String::from_utf8(r).unwrap();
-        assert!(r.lines().all(|l| l == "APPLIED" || l == "STALE"), "{r}");
+        assert!(r.lines().all(|l| l == "APPLIED" || l.starts_with("STALE ")), "{r}");
         assert_eq!(r.lines().count(), n);
     }
     /// Every acknowledged write is there, with its timestamp.

@@ -46,7 +46,7 @@ pub use policy::{
 };
 /// The mutation record every layer shares (`recall-record`): what
 /// [`Store::apply`] takes.
-pub use recall_record::Record;
+pub use recall_record::{Record, StaleReason};
 use shard::Shard;
 pub use shard::ShardStats;
 
@@ -312,8 +312,10 @@ pub struct Delete<'a> {
 pub enum ApplyOutcome {
     /// The write was newer than what the store held and is now reflected.
     Applied,
-    /// The store already held this version or a newer one: nothing changed.
-    Stale,
+    /// Nothing changed, for the reason given: the store itself answers
+    /// [`StaleReason::Newer`] (it held a newer version); the engine's
+    /// replay adds the reasons it checks before the store.
+    Stale(StaleReason),
     OutOfMemory,
 }
 

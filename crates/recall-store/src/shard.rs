@@ -15,8 +15,8 @@ use crate::big::{BigBuilder, BigValue, Value, BIG_THRESHOLD};
 use crate::item::{bit, footprint, Slot};
 use crate::policy::{Admit, AnyPolicy, Class, Policy, PolicyCounters, PolicyKind, PolicyShared, MAX_LANES};
 use crate::{
-    ApplyOutcome, Arith, ArithOutcome, Delete, DeleteOutcome, ItemView, Mode, Read, ReadOpts, StoreConfig, Tokens,
-    UnixSecs, Write, WriteOutcome,
+    ApplyOutcome, Arith, ArithOutcome, Delete, DeleteOutcome, ItemView, Mode, Read, ReadOpts, StaleReason, StoreConfig,
+    Tokens, UnixSecs, Write, WriteOutcome,
 };
 
 pub(crate) mod evict;
@@ -562,7 +562,7 @@ impl Shard {
             // (touch keeps the CAS but changes the expiry), so a record with
             // the item's own timestamp is applied: later log records win.
             if self.slots[i as usize].cas > ts {
-                return Ok(ApplyOutcome::Stale);
+                return Ok(ApplyOutcome::Stale(StaleReason::Newer));
             }
         }
         if tombstone {

@@ -271,7 +271,7 @@ fn apply_is_idempotent_and_order_free() {
     }
     let s = store(1 << 20);
     s.apply(&rec(b"k", b"new", 10), 1);
-    assert_eq!(s.apply(&rec(b"k", b"old", 5), 1), ApplyOutcome::Stale);
+    assert_eq!(s.apply(&rec(b"k", b"old", 5), 1), ApplyOutcome::Stale(crate::StaleReason::Newer));
     assert_eq!(s.apply(&Record { tombstone: true, ..rec(b"k", b"", 20) }, 1), ApplyOutcome::Applied);
     assert_eq!(get(&s, b"k", 1), None);
 }

@@ -262,7 +262,7 @@ impl Ctl {
             for _ in 0..n {
                 match self.read_reply().await? {
                     CtlReply::Applied => out.applied += 1,
-                    CtlReply::Stale => out.stale += 1,
+                    CtlReply::Stale(_) => out.stale += 1,
                     CtlReply::Refused(Refusal::Server(_)) => out.errors += 1,
                     other => return Err(self.refused(other)),
                 }

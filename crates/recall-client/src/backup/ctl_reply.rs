@@ -1,5 +1,5 @@
 //! The replies on the control connection (`DURABLE ...`, `OK`, `APPLIED`,
-//! `STALE`, `REPLAYED a s e`, the fence's `HD c<ts>`, `MN`, and the error
+//! `STALE <reason>`, `REPLAYED a s e`, the fence's `HD c<ts>`, `MN`, and the error
 //! lines), decoded without I/O: [`decode`] takes the bytes received so far
 //! and returns one reply and the bytes it used, [`Decoded::Incomplete`], or
 //! a [`ReplyError`] when the line cannot be a control reply. It never
@@ -8,6 +8,8 @@
 //! These are recall extensions that the general reply decoder
 //! ([`crate::codec`]) does not know; which reply a command expects is the
 //! caller's business (`ctl.rs`).
+
+pub use recall_record::StaleReason;
 
 pub use crate::codec::ReplyError;
 
@@ -53,8 +55,11 @@ pub enum CtlReply {
     Ok,
     /// `APPLIED`, to one `replay`/`replay_delete`.
     Applied,
-    /// `STALE`: the server holds something newer (or its snapshot does).
-    Stale,
+    /// `STALE [reason]`: the server holds something newer (or its snapshot
+    /// does). The reason is `None` from a server before reasons (a bare
+    /// `STALE`) or for a word this client does not know; the line is stale
+    /// either way.
+    Stale(Option<StaleReason>),
     /// `REPLAYED <applied> <stale> <errors>`, to one `replay_batch`.
     Replayed { applied: u64, stale: u64, errors: u64 },
     /// `HD c<ts> ...`: the fence write and the timestamp it drew.
@@ -123,7 +128,8 @@ pub fn decode(buf: &[u8]) -> Result<Decoded, ReplyError> {
         (b"DURABLE", Some(rest)) => CtlReply::Durable(durable(rest, line)?),
         (b"OK", None) => CtlReply::Ok,
         (b"APPLIED", None) => CtlReply::Applied,
-        (b"STALE", None) => CtlReply::Stale,
+        (b"STALE", None) => CtlReply::Stale(None),
+        (b"STALE", Some(why)) => CtlReply::Stale(StaleReason::from_word(why)),
         (b"MN", None) => CtlReply::NoOp,
         (b"REPLAYED", Some(rest)) => {
             let mut f = rest.split(|&c| c == b' ').map(number);
@@ -185,7 +191,11 @@ mod tests {
         assert_eq!(one(b"DURABLE 2 77 off\n"), d(DurableState::Off), "a bare newline too");
         assert_eq!(one(b"OK\r\n"), CtlReply::Ok);
         assert_eq!(one(b"APPLIED\r\n"), CtlReply::Applied);
-        assert_eq!(one(b"STALE\r\n"), CtlReply::Stale);
+        assert_eq!(one(b"STALE\r\n"), CtlReply::Stale(None), "a server before the reasons");
+        for why in StaleReason::ALL {
+            assert_eq!(one(format!("STALE {}\r\n", why.word()).as_bytes()), CtlReply::Stale(Some(why)));
+        }
+        assert_eq!(one(b"STALE later words\r\n"), CtlReply::Stale(None), "a reason this client does not know");
         assert_eq!(one(b"MN\r\n"), CtlReply::NoOp);
         assert_eq!(one(b"REPLAYED 5 1 0\r\n"), CtlReply::Replayed { applied: 5, stale: 1, errors: 0 });
         assert_eq!(one(b"HD c1099511627781\r\n"), CtlReply::Fence(1099511627781));
