@@ -621,7 +621,8 @@ mod tombstone_tests {
         };
         let t_old = ts(&mut s, b"ms k 3 c\r\nold\r\n");
         ts(&mut s, b"ms k 3 c\r\nnew\r\n");
-        let replay = |s: &mut Session, key: &str, t: u64| send(&e, s, format!("replay {key} 0 0 {t} 1\r\nz\r\n").as_bytes());
+        let replay =
+            |s: &mut Session, key: &str, t: u64| send(&e, s, format!("replay {key} 0 0 {t} 1\r\nz\r\n").as_bytes());
         assert_eq!(replay(&mut s, "k", t_old), "STALE newer\r\n");
         assert_eq!(send(&e, &mut s, format!("replay_delete k {t_old}\r\n").as_bytes()), "STALE newer\r\n");
         let t_d = ts(&mut s, b"ms d 1 c\r\nv\r\n");
@@ -633,7 +634,10 @@ mod tombstone_tests {
         let t_s = ts(&mut s, b"ms s 1 c\r\nv\r\n");
         e.durability.recovery_floor.store(t_s, Ordering::Release);
         assert_eq!(replay(&mut s, "s", t_s), "STALE snapshot\r\n");
-        assert_eq!(send(&e, &mut s, b"mg k v\r\nmg d v\r\nmg f v\r\nmg s v\r\n"), "VA 3\r\nnew\r\nEN\r\nEN\r\nVA 1\r\nv\r\n");
+        assert_eq!(
+            send(&e, &mut s, b"mg k v\r\nmg d v\r\nmg f v\r\nmg s v\r\n"),
+            "VA 3\r\nnew\r\nEN\r\nEN\r\nVA 1\r\nv\r\n"
+        );
         assert_eq!(e.durability.replay_stale.load(Ordering::Relaxed), 5);
         // A newer replay still applies, and says nothing more.
         let t_new = ts(&mut s, b"ms other 1 c\r\nv\r\n");

@@ -104,7 +104,10 @@ fn a_refused_set_drops_the_old_value_durably() {
     assert_eq!(send(&e, b"get k\r\n").0, "END\r\n");
     assert_eq!(e.durability.tombstone_count(), 1, "the drop is a durable delete");
     // So a replay of the refused key's older write cannot bring it back.
-    assert_eq!(e.replay(b"k", b"old", 0, 0, stored, false), recall_store::ApplyOutcome::Stale(recall_store::StaleReason::Deleted));
+    assert_eq!(
+        e.replay(b"k", b"old", 0, 0, stored, false),
+        recall_store::ApplyOutcome::Stale(recall_store::StaleReason::Deleted)
+    );
 }
 
 #[test]
