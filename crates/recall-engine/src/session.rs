@@ -289,15 +289,30 @@ impl Session {
     /// sends them, then calls again with the unused input (before it reads
     /// more). Every call with a complete request executes at least one.
     pub fn process(&mut self, engine: &Engine, input: &[u8], out: &mut Out) -> Processed {
+        self.process_within(engine, input, out, self.reply_budget)
+    }
+
+    /// [`Session::process`] with a reply budget for this call only: the
+    /// connection cuts it to the room its socket has left, so a client
+    /// that stops reading does not leave a whole turn of replies waiting in
+    /// user space. A budget of 0 still runs one request.
+    pub fn process_within(&mut self, engine: &Engine, input: &[u8], out: &mut Out, budget: usize) -> Processed {
         let mut barrier = Barrier::default();
-        let (used, action) = self.run(engine, input, out, &mut barrier);
+        let (used, action) = self.run(engine, input, out, &mut barrier, budget);
         barrier.recovery = std::mem::take(&mut self.held);
         barrier.commit = self.pending.is_some();
         let yielded = std::mem::take(&mut self.yielded);
         Processed { used, action, barrier, more: std::mem::take(&mut self.more), yielded }
     }
 
-    fn run(&mut self, engine: &Engine, input: &[u8], out: &mut Out, barrier: &mut Barrier) -> (usize, Action) {
+    fn run(
+        &mut self,
+        engine: &Engine,
+        input: &[u8],
+        out: &mut Out,
+        barrier: &mut Barrier,
+        budget: usize,
+    ) -> (usize, Action) {
         let counters = self.counters.clone();
         let await_commits = self.await_commits;
         let idle = move || if await_commits { crate::Wait::Await } else { crate::Wait::Block };
@@ -310,7 +325,7 @@ impl Session {
         let mut cx = Cx { counters: &counters, barrier, read_fresh: false, not_leader: false, conn: self.conn, wait };
         let mut pos = 0;
         // Replies past this many bytes in `out` stop the call.
-        let limit = out.wire_len().saturating_add(self.reply_budget);
+        let limit = out.wire_len().saturating_add(budget);
         let mut served = 0;
         loop {
             if self.swallow > 0 {

@@ -15,11 +15,18 @@ use recall_engine::{Action, Counters, Engine, Out, ProtocolChoice, Segment, Sess
 use recall_persist::wal::Wal;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use crate::backlog::{Backlog, Turn, Unsent};
+
 /// Read buffer growth step, and the buffer an idle connection keeps.
 const READ_CHUNK: usize = 16 * 1024;
 /// Read size while a large value streams in. Only held while bytes are
 /// ready: see `read_streaming`.
 const STREAM_READ: usize = 256 * 1024;
+/// Read size while the kernel may hold a full backlog of this
+/// connection's replies (`Backlog::pressed`): whatever is read is held
+/// until it can run, so a client that sends and does not read holds this
+/// much of its requests, not a full `READ_CHUNK`.
+const PRESSED_READ: usize = 2 * 1024;
 
 /// What every connection of a worker shares.
 #[derive(Clone)]
@@ -39,7 +46,7 @@ pub struct ConnCtx {
 /// the `cfd=` of its `watch` lines.
 pub async fn connection<S>(cx: &ConnCtx, stream: S, row: Option<ConnGuard>) -> Action
 where
-    S: AsyncRead + AsyncWrite + Unpin,
+    S: AsyncRead + AsyncWrite + Unsent + Unpin,
 {
     let Some(row) = row else { return serve(cx, stream, None).await.0 };
     let (peer, transport) = match row.peer() {
@@ -56,7 +63,7 @@ where
 
 async fn serve<S>(cx: &ConnCtx, mut stream: S, row: Option<ConnGuard>) -> (Action, CloseReason)
 where
-    S: AsyncRead + AsyncWrite + Unpin,
+    S: AsyncRead + AsyncWrite + Unsent + Unpin,
 {
     let (engine, counters, wal) = (&cx.engine, &cx.counters, &cx.wal);
     let mut session = Session::new(engine, counters.clone(), cx.choice);
@@ -68,9 +75,36 @@ where
     }
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut out = Out::with_capacity(READ_CHUNK);
+    let mut backlog = Backlog::new(crate::listeners::NOTSENT_LOWAT as usize, engine.config.reply_budget);
     loop {
+        // Run a turn only when its replies fit in the socket's backlog;
+        // until then, wait holding no replies (see `backlog.rs`). With
+        // nothing to run, read (a streaming value goes on arriving).
+        let mut turn = if buf.is_empty() { Turn::Run(engine.config.reply_budget) } else { backlog.turn() };
+        let budget = loop {
+            match turn {
+                Turn::Run(budget) => break budget,
+                Turn::Ask => turn = backlog.measured(stream.unsent()),
+                Turn::Wait => {
+                    out = Out::new();
+                    if buf.capacity() > buf.len() {
+                        buf = BytesMut::from(&buf[..]);
+                    }
+                    if stream.drained().await.is_err() {
+                        return (Action::Close, CloseReason::Error);
+                    }
+                    // Writable again: run at least one request, whatever
+                    // the count says (it cannot wait twice in a row, even
+                    // where the kernel's mark was not set).
+                    turn = match backlog.measured(stream.unsent()) {
+                        Turn::Wait => Turn::Run(0),
+                        t => t,
+                    };
+                }
+            }
+        };
         // Execute whatever complete requests the buffer holds.
-        let done = session.process(engine, &buf, &mut out);
+        let done = session.process_within(engine, &buf, &mut out, budget);
         let (used, action) = (done.used, done.action);
         if let (Some(c), true) = (&row, used > 0) {
             c.command(engine.now());
@@ -95,13 +129,17 @@ where
         }
         if !out.is_empty() {
             counters.bytes_written.add(out.wire_len() as u64);
-            if write_out(&mut stream, &out).await.is_err() {
+            backlog.wrote(out.wire_len());
+            if write_out(&mut stream, &mut out).await.is_err() {
                 return (Action::Close, CloseReason::Error);
             }
             out.clear();
-            // Don't let one huge reply pin its memory for the connection's life.
+            // Don't let one huge reply pin its memory for the connection's
+            // life, nor a turn's worth: a connection that stopped at the
+            // budget may wait for its socket next, and a new buffer grows
+            // as the next turn needs.
             if out.capacity() > 4 * READ_CHUNK {
-                out = Out::with_capacity(READ_CHUNK);
+                out = Out::new();
             }
         }
         if let Action::Forward { len, binary } = action {
@@ -155,6 +193,7 @@ where
         // in 16 KiB steps.
         let big = allocated > 2 * READ_CHUNK;
         let streaming = session.streaming();
+        let pressed = backlog.pressed();
         let read = async {
             if streaming {
                 return read_streaming(&mut stream, &mut buf, big).await;
@@ -174,6 +213,9 @@ where
                 }
             } else if buf.capacity() - buf.len() < READ_CHUNK / 4 {
                 buf.reserve(READ_CHUNK);
+            }
+            if pressed {
+                return (&mut stream).take(PRESSED_READ as u64).read_buf(&mut buf).await;
             }
             stream.read_buf(&mut buf).await
         };
@@ -312,9 +354,23 @@ async fn wait_for_recovery(engine: &Arc<Engine>) {
 /// flushed (a no-op on a socket). The TLS stream encrypts each slice of a
 /// vectored write into its own bounded buffer, so big values still go out
 /// by reference, a record at a time.
-async fn write_out<S: AsyncWrite + Unpin>(stream: &mut S, out: &Out) -> std::io::Result<()> {
+///
+/// A plain reply is tried once first; when the socket takes only part of
+/// it (the client is not reading), the rest is kept in a buffer of its own
+/// size and the reply buffer is given back, so a connection that waits
+/// here holds what is left to send, not a whole turn's allocation.
+async fn write_out<S: AsyncWrite + Unpin>(stream: &mut S, out: &mut Out) -> std::io::Result<()> {
     if let Some(b) = out.as_contiguous() {
-        stream.write_all(b).await?;
+        let n = std::future::poll_fn(|cx| match std::pin::Pin::new(&mut *stream).poll_write(cx, b) {
+            std::task::Poll::Pending => std::task::Poll::Ready(Ok(0)),
+            ready => ready,
+        })
+        .await?;
+        if n < b.len() {
+            let rest = b[n..].to_vec();
+            *out = Out::new();
+            stream.write_all(&rest).await?;
+        }
         return stream.flush().await;
     }
     const MAX_IOV: usize = 64;

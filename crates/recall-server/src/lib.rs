@@ -5,6 +5,7 @@
 //! recall-store); this crate only moves bytes and runs the loops.
 
 pub mod auth;
+pub mod backlog;
 pub mod config;
 pub mod conn;
 pub mod forward;

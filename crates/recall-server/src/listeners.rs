@@ -114,7 +114,7 @@ impl Listener {
 /// connection's write blocks after a few hundred KiB and the connection
 /// waits, costing nothing. Data already sent, and so the throughput of a
 /// client that reads, is not limited: only the backlog not yet sent.
-const NOTSENT_LOWAT: libc::c_int = 128 * 1024;
+pub(crate) const NOTSENT_LOWAT: libc::c_int = 128 * 1024;
 
 fn limit_unsent(s: &tokio::net::TcpStream) {
     use std::os::fd::AsRawFd;

@@ -232,6 +232,18 @@ impl TlsConn {
     }
 }
 
+/// Whatever rustls still buffers is flushed after every reply, so the
+/// socket underneath holds the backlog.
+impl crate::backlog::Unsent for TlsConn {
+    fn unsent(&self) -> Option<usize> {
+        self.inner.get_ref().0.unsent()
+    }
+
+    async fn drained(&self) -> io::Result<()> {
+        self.inner.get_ref().0.drained().await
+    }
+}
+
 impl AsyncRead for TlsConn {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let r = Pin::new(&mut self.inner).poll_read(cx, buf);
