@@ -9,7 +9,7 @@
 < APPLIED
 > replay k 5 0 900 2
 > v0
-< STALE
+< STALE newer
 > get k
 < VALUE k 5 2
 < v1
@@ -31,7 +31,7 @@
 < STORED
 > replay k 0 0 1200 2
 > v9
-< STALE
+< STALE newer
 # md with c returns the delete timestamp (recall extension; memcached ignores c on md)
 > ms dk 1 c
 > x
