@@ -635,10 +635,7 @@ mod tombstone_tests {
         e.durability.recovery_floor.store(t_s, Ordering::Release);
         assert_eq!(replay(&mut s, "s", t_s), "STALE snapshot\r\n");
         // Nothing came back (the flush took `k` too), nothing changed.
-        assert_eq!(
-            send(&e, &mut s, b"mg k v\r\nmg d v\r\nmg f v\r\nmg s v\r\n"),
-            "EN\r\nEN\r\nEN\r\nVA 1\r\nv\r\n"
-        );
+        assert_eq!(send(&e, &mut s, b"mg k v\r\nmg d v\r\nmg f v\r\nmg s v\r\n"), "EN\r\nEN\r\nEN\r\nVA 1\r\nv\r\n");
         assert_eq!(e.durability.replay_stale.load(Ordering::Relaxed), 5);
         // A newer replay still applies, and says nothing more.
         let t_new = ts(&mut s, b"ms other 1 c\r\nv\r\n");
