@@ -220,7 +220,7 @@ mod tests {
         }
         // The last turn's write fitted under the mark (so it did not
         // block holding its replies) but for its one overflowing reply.
-        assert!(unsent >= LOWAT && unsent <= LOWAT + ONE_REPLY, "{unsent}");
+        assert!((LOWAT..=LOWAT + ONE_REPLY).contains(&unsent), "{unsent}");
         assert!(b.pressed());
     }
 
