@@ -40,6 +40,10 @@ struct State {
     abandoned: bool,
     /// The resolver has spoken (or was dropped).
     resolved: bool,
+    /// It spoke of success (kept for probes even when abandoned).
+    committed: bool,
+    /// Probes awaiting the resolution ([`Probe::committed`]).
+    watchers: Vec<Waker>,
 }
 
 struct Shared {
@@ -80,30 +84,70 @@ impl Drop for Resolver {
 
 impl Shared {
     fn resolve(&self, outcome: Result<Applied, Refusal>) {
-        let waker = {
+        let (waker, watchers) = {
             let mut st = self.state.lock();
             st.resolved = true;
+            st.committed = outcome.is_ok();
+            let watchers = std::mem::take(&mut st.watchers);
             if st.abandoned {
                 self.unresolved.fetch_sub(1, Ordering::AcqRel);
-                return;
+                (None, watchers)
+            } else {
+                st.outcome = Some(outcome);
+                (st.waker.take(), watchers)
             }
-            st.outcome = Some(outcome);
-            st.waker.take()
         };
         self.ready.notify_all();
-        if let Some(w) = waker {
+        for w in waker.into_iter().chain(watchers) {
             w.wake();
         }
     }
 }
 
-/// Whether a commit has resolved, without waiting for it (and without
-/// being its waiter: dropping a probe abandons nothing).
+/// Whether a commit has resolved, and whether it committed, without being
+/// its waiter (dropping a probe abandons nothing).
+#[derive(Clone)]
 pub(crate) struct Probe(Arc<Shared>);
 
 impl Probe {
     pub fn resolved(&self) -> bool {
         self.0.state.lock().resolved
+    }
+
+    /// Block this thread until the commit resolves, for at most `timeout`:
+    /// whether it committed (`None`: not resolved in time).
+    pub fn wait(&self, timeout: Duration) -> Option<bool> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut st = self.0.state.lock();
+        while !st.resolved {
+            if self.0.ready.wait_until(&mut st, deadline).timed_out() {
+                break;
+            }
+        }
+        st.resolved.then_some(st.committed)
+    }
+
+    /// Whether the commit committed, once it resolves (cancel-safe).
+    pub fn committed(&self) -> Committed<'_> {
+        Committed(self)
+    }
+}
+
+/// [`Probe::committed`]'s future.
+pub(crate) struct Committed<'a>(&'a Probe);
+
+impl Future for Committed<'_> {
+    type Output = bool;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<bool> {
+        let mut st = self.0 .0.state.lock();
+        if st.resolved {
+            return Poll::Ready(st.committed);
+        }
+        if !st.watchers.iter().any(|w| w.will_wake(cx.waker())) {
+            st.watchers.push(cx.waker().clone());
+        }
+        Poll::Pending
     }
 }
 
@@ -178,6 +222,24 @@ mod tests {
         drop(c);
         assert_eq!(unresolved.load(Ordering::Acquire), 1);
         r.resolve(Ok(APPLIED));
+        assert_eq!(unresolved.load(Ordering::Acquire), 0);
+    }
+
+    #[test]
+    fn a_probe_hears_the_outcome_even_of_an_abandoned_commit() {
+        let unresolved = Arc::new(AtomicUsize::new(0));
+        let (r, c) = channel(unresolved.clone());
+        let probe = c.probe();
+        assert_eq!(probe.wait(Duration::ZERO), None, "nothing yet");
+        drop(c);
+        let t = std::thread::spawn(move || r.resolve(Ok(APPLIED)));
+        assert_eq!(probe.wait(Duration::from_secs(60)), Some(true));
+        t.join().unwrap();
+        let (r, c) = channel(unresolved.clone());
+        let probe = c.probe();
+        drop(r);
+        assert_eq!(probe.wait(Duration::ZERO), Some(false), "a failed commit");
+        drop(c);
         assert_eq!(unresolved.load(Ordering::Acquire), 0);
     }
 

@@ -232,6 +232,7 @@ pub struct Replication {
 
 const TIMED_OUT: &str = "SERVER_ERROR cluster timed out; the write may or may not have been applied";
 const UNRESOLVED: &str = "SERVER_ERROR cluster busy; an earlier write's outcome is not known yet";
+const UNDECIDED: &str = "SERVER_ERROR cluster busy; an earlier write of the key failed, try again";
 
 /// A stripe's in-flight keys past this many: forget the resolved ones
 /// (those whose waiter let go; a waiter forgets its own key).
@@ -549,11 +550,16 @@ impl Engine {
         let s = &scratch.engine;
         s.store.flush_all(now, now);
         scratch.captured.0.lock().clear();
+        // The commit of the key's write in flight this one is decided on.
+        let mut after = None;
         if !key.is_empty() {
             // The key's state once everything proposed before is applied:
             // an effect in flight, or else the store's item.
             let inflight = match scratch.inflight.get(key) {
-                Some((item, probe)) if !probe.resolved() => Some(item.clone()),
+                Some((item, probe)) if !probe.resolved() => {
+                    after = Some(probe.clone());
+                    Some(item.clone())
+                }
                 _ => None,
             };
             let current = inflight.unwrap_or_else(|| item_record(&self.store, key, now));
@@ -580,7 +586,21 @@ impl Engine {
         let effects = std::mem::take(&mut *scratch.captured.0.lock());
         let Some(last) = effects.last().cloned() else {
             self.watch_refused(op, decided, now);
-            return Err(decided);
+            // Refused on the state a write in flight leaves: the answer
+            // holds only once that write is applied (a read after it must
+            // see that write), so it waits for that commit like a write.
+            return match after {
+                Some(after) => Ok(Pending {
+                    decided,
+                    commits: Vec::new(),
+                    after: Some(after),
+                    last: None,
+                    key: key.to_vec(),
+                    stripe: rep.stripe_index(key),
+                    outcome: None,
+                }),
+                None => Err(decided),
+            };
         };
         let mut commits = Vec::with_capacity(effects.len());
         for e in &effects {
@@ -607,7 +627,15 @@ impl Engine {
             let probe = commits.last().map(Commit::probe).expect("one commit at least");
             scratch.inflight.insert(key.to_vec(), (after, probe));
         }
-        Ok(Pending { decided, commits, last, key: key.to_vec(), stripe: rep.stripe_index(key), outcome: None })
+        Ok(Pending {
+            decided,
+            commits,
+            after: None,
+            last: Some(last),
+            key: key.to_vec(),
+            stripe: rep.stripe_index(key),
+            outcome: None,
+        })
     }
 }
 
@@ -660,8 +688,11 @@ pub enum Wait {
 pub struct Pending {
     decided: Decided,
     commits: Vec<Commit>,
+    /// A refusal (no effects) decided on a write in flight: that write's
+    /// commit, which the refusal waits for.
+    after: Option<Probe>,
     /// The last effect (a touch reads it back).
-    last: OwnedRecord,
+    last: Option<OwnedRecord>,
     key: Vec<u8>,
     stripe: usize,
     outcome: Option<Result<Applied, Refusal>>,
@@ -678,6 +709,12 @@ impl Pending {
     /// reply's). Cancel-safe: a wait dropped midway can be resumed, or
     /// ended with [`Pending::timed_out`].
     pub async fn wait(&mut self) {
+        if let Some(after) = &self.after {
+            if self.outcome.is_none() {
+                self.outcome = Some(depended(after.committed().await));
+            }
+            return;
+        }
         while self.outcome.is_none() {
             let Some(c) = self.commits.first_mut() else { return };
             let r = c.await;
@@ -697,6 +734,13 @@ impl Pending {
 
     /// [`Pending::wait`] on this thread, for at most `timeout`.
     fn block(mut self, timeout: Duration) -> Pending {
+        if let Some(after) = &self.after {
+            match after.wait(timeout) {
+                Some(committed) => self.outcome = Some(depended(committed)),
+                None => self.timed_out(),
+            }
+            return self;
+        }
         let deadline = std::time::Instant::now() + timeout;
         while self.outcome.is_none() {
             let Some(c) = self.commits.first() else { break };
@@ -733,7 +777,7 @@ impl Pending {
         match self.outcome.unwrap_or(Err(Refusal::ClusterInternal)) {
             Err(r) => (Decided::Other(r), None),
             Ok(a) => {
-                let stamped = Some(OwnedRecord { ts: a.ts, ..self.last });
+                let stamped = self.last.map(|last| OwnedRecord { ts: a.ts, ..last });
                 if a.outcome == ApplyOutcome::OutOfMemory {
                     (self.decided.out_of_memory(), stamped)
                 } else {
@@ -741,6 +785,18 @@ impl Pending {
                 }
             }
         }
+    }
+}
+
+/// The outcome of a refusal that waited for the write in flight it was
+/// decided on: that write committed (the refusal stands: no timestamp of
+/// its own, nothing applied), or it did not (nothing was applied either,
+/// but the state it was decided on never held: the client may retry).
+fn depended(committed: bool) -> Result<Applied, Refusal> {
+    if committed {
+        Ok(Applied { ts: 0, outcome: ApplyOutcome::Applied })
+    } else {
+        Err(Refusal::Replication(UNDECIDED))
     }
 }
 

@@ -458,3 +458,59 @@ fn a_commit_given_up_on_holds_every_write_until_it_resolves() {
     g.deferred.store(false, Ordering::Relaxed);
     assert_eq!(send(&e, b"append k 0 0 1\r\nb\r\nget k\r\n"), "STORED\r\nVALUE k 0 2\r\nab\r\nEND\r\n");
 }
+
+/// The anomaly the linearizability test found: a delete decided on another
+/// delete still in flight answered NOT_FOUND at once, and a read after that
+/// answer still saw the value (the first delete was not applied yet).
+#[test]
+fn a_refusal_decided_on_a_write_in_flight_waits_for_its_commit() {
+    let (e, g) = replicated();
+    assert_eq!(send(&e, b"set k 0 0 1\r\na\r\n"), "STORED\r\n");
+    g.deferred.store(true, Ordering::Relaxed);
+    let (mut first, mut second) = (awaiting(&e), awaiting(&e));
+    let (mut out1, mut out2) = (Out::new(), Out::new());
+    assert!(first.process(&e, b"delete k\r\n", &mut out1).barrier.commit, "the first delete is in flight");
+    // Decided on the first delete's state: nothing to delete, nothing to
+    // propose, but the answer waits for the first delete's commit.
+    let p = second.process(&e, b"delete k\r\n", &mut out2);
+    assert!(p.barrier.commit, "the refusal waits for the write it was decided on");
+    assert_eq!(p.used, 0);
+    assert_eq!(g.queue.lock().unwrap().len(), 1, "the refusal proposed nothing");
+    assert_eq!(
+        send(&e, b"get k\r\n"),
+        "VALUE k 0 1\r\na\r\nEND\r\n",
+        "nothing acknowledged yet, a read sees the value"
+    );
+    assert_eq!(g.commit_queued(), 1);
+    for (s, out, input) in
+        [(&mut first, &mut out1, &b"delete k\r\n"[..]), (&mut second, &mut out2, &b"delete k\r\n"[..])]
+    {
+        ready(s.wait_commit());
+        out.clear();
+        assert_eq!(s.process(&e, input, out).used, input.len());
+    }
+    assert_eq!(String::from_utf8(out1.flatten()).unwrap(), "DELETED\r\n");
+    assert_eq!(String::from_utf8(out2.flatten()).unwrap(), "NOT_FOUND\r\n");
+    assert_eq!(send(&e, b"get k\r\n"), "END\r\n");
+}
+
+#[test]
+fn a_refusal_decided_on_a_write_that_failed_asks_for_a_retry() {
+    let (e, g) = replicated();
+    g.deferred.store(true, Ordering::Relaxed);
+    let (mut first, mut second) = (awaiting(&e), awaiting(&e));
+    let (mut out1, mut out2) = (Out::new(), Out::new());
+    assert!(first.process(&e, b"set k 0 0 1\r\na\r\n", &mut out1).barrier.commit);
+    assert!(second.process(&e, b"add k 0 0 1\r\nb\r\n", &mut out2).barrier.commit, "refused on the set in flight");
+    // The set fails (its resolver dropped: the group lost it).
+    let queued = std::mem::take(&mut *g.queue.lock().unwrap());
+    assert_eq!(queued.len(), 1, "the refused add proposed nothing");
+    drop(queued);
+    ready(second.wait_commit());
+    out2.clear();
+    assert_eq!(second.process(&e, b"add k 0 0 1\r\nb\r\n", &mut out2).used, 16);
+    assert_eq!(
+        String::from_utf8(out2.flatten()).unwrap(),
+        "SERVER_ERROR cluster busy; an earlier write of the key failed, try again\r\n"
+    );
+}
