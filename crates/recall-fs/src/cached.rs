@@ -12,7 +12,8 @@ use std::path::Path;
 use md5::{Digest, Md5};
 
 use crate::cache::{self, Answer, Change, Outcome, Plan};
-use crate::fs::{Delay, Handle, RecallFs};
+use crate::fs::{Delay, RecallFs};
+use crate::handles::Handle;
 use crate::value::{self, Identity};
 
 /// Where cached files live: recall through the blocking client, or

@@ -4,17 +4,16 @@
 //!
 //! fuser runs one session thread, so the state is plain fields behind
 //! `&mut self`. Inode numbers are this mount's own ([`crate::inodes`]).
-//! Writes collect in a per-handle [`WriteBuf`] that is drained before
-//! anything else can look at the file (see `drain_ino`).
+//! Open handles are [`crate::handles`]'s: writes collect in a per-handle
+//! write buffer that is drained before anything else can look at the file
+//! (see [`RecallFs::drain_ino`]).
 
 use std::collections::HashMap;
 use std::ffi::{CString, OsStr};
 use std::fs::{self, File, Metadata, OpenOptions};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{
-    DirBuilderExt, DirEntryExt, FileExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt,
-};
+use std::os::unix::fs::{DirBuilderExt, DirEntryExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -25,12 +24,12 @@ use fuser::{
 };
 
 use crate::cache::Change;
+use crate::cached::Served;
 pub use crate::cached::{cache_key, Remote, Remotes};
-use crate::cached::{Loaded, Served};
+use crate::handles::Handle;
 use crate::inodes::{Inodes, ROOT_INO};
 use crate::invalidate::Invalidator;
 use crate::stats::Stats;
-use crate::wbuf::{Extent, WriteBuf};
 
 /// The control directory at the mount's root; not listed by readdir.
 pub const CTL_DIR: &str = ".recall-fs";
@@ -90,37 +89,6 @@ impl Delay {
     }
 }
 
-// One per open file, nearly all of them `File`s: boxing that variant would
-// only add an allocation per open.
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum Handle {
-    File {
-        file: File,
-        ino: u64,
-        loaded: Option<Loaded>,
-        /// The last chunk of a big file this handle read, and its index.
-        chunk: Option<(u64, Loaded)>,
-        /// The backing file's (device, inode), which hard links share.
-        backing: (u64, u64),
-        /// Opened with O_APPEND: its writes land at the backing file's end
-        /// whatever offset the kernel gave, so they are not buffered, and
-        /// every other handle's buffer of the file is drained before each
-        /// (else a later drain reorders appends or overwrites one).
-        append: bool,
-        /// This handle changed the file (created it, truncated it at open,
-        /// or wrote to it): while it is open the mount neither serves nor
-        /// stores the file's content through recall, and its release
-        /// invalidates the cached copy (see docs/design/recall-fs.md).
-        wrote: bool,
-        wbuf: WriteBuf,
-        /// A buffered write that failed when it reached the backing file,
-        /// reported at the handle's next write, flush, fsync or release.
-        error: Option<i32>,
-    },
-    /// A snapshot of the stats, taken at open.
-    Stats(Vec<u8>),
-}
-
 pub struct RecallFs {
     pub(crate) cfg: Config,
     pub(crate) remote: Option<Box<dyn Remote>>,
@@ -129,7 +97,7 @@ pub struct RecallFs {
     pub(crate) invalidator: Option<Invalidator>,
     pub(crate) inodes: Inodes,
     pub(crate) handles: HashMap<u64, Handle>,
-    next_fh: u64,
+    pub(crate) next_fh: u64,
     /// Writes through the mount per inode, so an open handle's loaded copy
     /// is dropped after a write even when the write left size and mtime
     /// unchanged (same size, same clock tick).
@@ -288,120 +256,6 @@ impl RecallFs {
         self.inodes.path(parent).map(|p| p.join(name))
     }
 
-    /// `changed`: the open itself changed the file (a create, O_TRUNC).
-    fn file_handle(&self, file: File, ino: u64, flags: i32, changed: bool) -> Handle {
-        let backing = file.metadata().map(|m| (m.dev(), m.ino())).unwrap_or_default();
-        let append = flags & libc::O_APPEND != 0;
-        Handle::File {
-            file,
-            ino,
-            loaded: None,
-            chunk: None,
-            backing,
-            append,
-            wrote: changed,
-            wbuf: WriteBuf::new(if append { 0 } else { self.cfg.write_buffer }),
-            error: None,
-        }
-    }
-
-    /// Write extents a handle's buffer gave out to its backing file.
-    fn write_out(&mut self, file: &File, extents: impl IntoIterator<Item = Extent>) -> io::Result<()> {
-        for e in extents {
-            self.stats.backing_writes += 1;
-            Delay::wait(self.cfg.delay.data);
-            file.write_all_at(&e.bytes, e.offset)?;
-        }
-        Ok(())
-    }
-
-    /// Send what `fh` has buffered to the backing file; a failure is kept
-    /// for the handle's owner (its next write, flush, fsync or release).
-    fn drain(&mut self, fh: u64) {
-        let Some(Handle::File { file, wbuf, .. }) = self.handles.get_mut(&fh) else { return };
-        let Some(extent) = wbuf.take() else { return };
-        let file = match file.try_clone() {
-            Ok(f) => f,
-            Err(e) => return self.keep_error(fh, &e),
-        };
-        if let Err(e) = self.write_out(&file, [extent]) {
-            self.keep_error(fh, &e);
-        }
-    }
-
-    fn keep_error(&mut self, fh: u64, e: &io::Error) {
-        if let Some(Handle::File { error, .. }) = self.handles.get_mut(&fh) {
-            error.get_or_insert(errno(e));
-        }
-    }
-
-    /// The failure `fh` kept, if any (reported once).
-    fn take_error(&mut self, fh: u64) -> Option<i32> {
-        match self.handles.get_mut(&fh) {
-            Some(Handle::File { error, .. }) => error.take(),
-            _ => None,
-        }
-    }
-
-    /// A failure kept by any handle of `fh`'s backing file (not taken).
-    fn error_of_file(&self, fh: u64) -> Option<i32> {
-        let Some(Handle::File { backing, .. }) = self.handles.get(&fh) else { return None };
-        self.handles.values().find_map(|h| match h {
-            Handle::File { backing: b, error: Some(e), .. } if b == backing => Some(*e),
-            _ => None,
-        })
-    }
-
-    /// Drain every handle's buffer of the backing file behind `ino`:
-    /// called before anything reads the file's bytes or attributes (read,
-    /// getattr, lookup, setattr, open), so no one, through any handle or
-    /// any hard link, sees the file without the writes the kernel already
-    /// acknowledged.
-    pub(crate) fn drain_ino(&mut self, ino: u64) {
-        let rel = self.inodes.path(ino).cloned();
-        self.drain_for(Some(ino), rel.as_deref());
-    }
-
-    /// [`Self::drain_ino`] for the file at `rel`, numbered or not (a hard
-    /// link's new name).
-    fn drain_rel(&mut self, rel: &Path) {
-        let ino = self.inodes.known(rel);
-        self.drain_for(ino, Some(rel));
-    }
-
-    fn drain_for(&mut self, ino: Option<u64>, rel: Option<&Path>) {
-        let dirty: Vec<(u64, u64, (u64, u64))> = self
-            .handles
-            .iter()
-            .filter_map(|(fh, h)| match h {
-                Handle::File { ino, backing, wbuf, .. } if !wbuf.is_empty() => Some((*fh, *ino, *backing)),
-                _ => None,
-            })
-            .collect();
-        if dirty.is_empty() {
-            return;
-        }
-        // The backing file is known by its (device, inode): the mount's
-        // number, and hard links under other names, lead to the same one.
-        let mut files: Vec<(u64, u64)> = dirty.iter().filter(|d| Some(d.1) == ino).map(|d| d.2).collect();
-        if let Some(m) = rel.and_then(|r| fs::symlink_metadata(self.full(r)).ok()) {
-            files.push((m.dev(), m.ino()));
-        }
-        for (fh, _, backing) in dirty {
-            if files.contains(&backing) {
-                self.drain(fh);
-            }
-        }
-    }
-
-    /// Any open handle's file of `ino`.
-    fn open_file_of(&self, ino: u64) -> Option<&File> {
-        self.handles.values().find_map(|h| match h {
-            Handle::File { file, ino: i, .. } if *i == ino => Some(file),
-            _ => None,
-        })
-    }
-
     /// The kernel dropped `n` references to `ino`. An inode that leaves
     /// the table takes its write generation along: no handle holds it
     /// (the kernel keeps an open file's inode), its number is never given
@@ -411,13 +265,6 @@ impl RecallFs {
         if self.inodes.forget(ino, n) {
             self.gens.remove(&ino);
         }
-    }
-
-    fn add_handle(&mut self, h: Handle) -> u64 {
-        let fh = self.next_fh;
-        self.next_fh += 1;
-        self.handles.insert(fh, h);
-        fh
     }
 
     fn open_backing(&mut self, ino: u64, flags: i32, reply: ReplyOpen) {

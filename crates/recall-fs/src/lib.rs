@@ -16,11 +16,13 @@
 //!   be asked for again.
 //! * [`cached`]: the read cache carried out against recall and the files.
 //! * [`xattr`]: extended attributes and `statfs`, passed through.
-//! * [`fs`]: the `fuser::Filesystem`: the pass-through and its handles.
+//! * [`handles`]: the open handles and their write buffers' draining.
+//! * [`fs`]: the `fuser::Filesystem`: the pass-through's FUSE handlers.
 
 pub mod cache;
 pub mod cached;
 pub mod fs;
+pub mod handles;
 pub mod inodes;
 pub mod invalidate;
 pub mod stats;

@@ -1,9 +1,10 @@
 //! The per-handle write buffer (the paper's 512 KB): FUSE writes of one
 //! open file collect here and reach the backing file as few large writes.
 //! A pure core: writes in, the extents to write to the backing file out;
-//! the file system (`fs.rs`) does the writing and decides when to drain
-//! (flush, fsync, release, and before any read, getattr or setattr of the
-//! file, so nothing outside the handle ever sees the buffer).
+//! the handle table (`handles.rs`) does the writing, and the FUSE handlers
+//! (`fs.rs`) decide when to drain (flush, fsync, release, and before any
+//! read, getattr or setattr of the file, so nothing outside the handle
+//! ever sees the buffer).
 
 /// The paper's write buffer size.
 pub const DEFAULT_CAPACITY: usize = 512 * 1024;

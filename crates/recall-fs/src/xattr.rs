@@ -20,7 +20,8 @@ use std::path::Path;
 
 use fuser::{ReplyEmpty, ReplyStatfs, ReplyXattr};
 
-use crate::fs::{errno, Delay, Handle, RecallFs};
+use crate::fs::{errno, Delay, RecallFs};
+use crate::handles::Handle;
 
 /// Largest xattr value or name list the kernel asks for (XATTR_SIZE_MAX):
 /// a request's `size` is capped here, so a buffer stays bounded.
