@@ -10,19 +10,20 @@
 
 use std::collections::HashMap;
 use std::ffi::{CString, OsStr};
-use std::fs::{self, File, Metadata, OpenOptions};
+use std::fs::{self, Metadata, OpenOptions};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, DirEntryExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, DirEntryExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use fuser::{
     FileAttr, FileType, Filesystem, KernelConfig, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
     ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
 };
 
+use crate::attr::{attr, set_times, synthetic, Target};
 use crate::cache::Change;
 use crate::cached::Served;
 pub use crate::cached::{cache_key, Remote, Remotes};
@@ -114,117 +115,12 @@ pub(crate) fn errno(e: &io::Error) -> i32 {
     e.raw_os_error().unwrap_or(libc::EIO)
 }
 
-fn system_time(secs: i64, nsec: i64) -> SystemTime {
-    if secs >= 0 {
-        UNIX_EPOCH + Duration::new(secs as u64, nsec as u32)
-    } else {
-        UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs()) + Duration::from_nanos(nsec as u64)
-    }
-}
-
-fn kind(meta: &Metadata) -> FileType {
-    let t = meta.file_type();
-    if t.is_dir() {
-        FileType::Directory
-    } else if t.is_symlink() {
-        FileType::Symlink
-    } else if t.is_fifo() {
-        FileType::NamedPipe
-    } else if t.is_socket() {
-        FileType::Socket
-    } else if t.is_block_device() {
-        FileType::BlockDevice
-    } else if t.is_char_device() {
-        FileType::CharDevice
-    } else {
-        FileType::RegularFile
-    }
-}
-
-fn attr(ino: u64, meta: &Metadata) -> FileAttr {
-    FileAttr {
-        ino,
-        size: meta.size(),
-        blocks: meta.blocks(),
-        atime: system_time(meta.atime(), meta.atime_nsec()),
-        mtime: system_time(meta.mtime(), meta.mtime_nsec()),
-        ctime: system_time(meta.ctime(), meta.ctime_nsec()),
-        crtime: UNIX_EPOCH,
-        kind: kind(meta),
-        perm: (meta.mode() & 0o7777) as u16,
-        nlink: meta.nlink() as u32,
-        uid: meta.uid(),
-        gid: meta.gid(),
-        rdev: meta.rdev() as u32,
-        blksize: meta.blksize() as u32,
-        flags: 0,
-    }
-}
-
-fn synthetic(ino: u64, kind: FileType, size: u64) -> FileAttr {
-    let now = SystemTime::now();
-    FileAttr {
-        ino,
-        size,
-        blocks: 0,
-        atime: now,
-        mtime: now,
-        ctime: now,
-        crtime: now,
-        kind,
-        perm: if kind == FileType::Directory { 0o555 } else { 0o444 },
-        nlink: if kind == FileType::Directory { 2 } else { 1 },
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        blksize: 4096,
-        flags: 0,
-    }
-}
-
 /// Files created through the mount belong to the caller, as on a local
 /// file system (recall-fs usually runs as root). Best effort: without root
 /// the chown fails and the file keeps the mount owner's ids.
 fn give_to_caller(path: &Path, req: &Request<'_>) {
     if unsafe { libc::geteuid() } == 0 {
         let _ = std::os::unix::fs::lchown(path, Some(req.uid()), Some(req.gid()));
-    }
-}
-
-/// What a setattr works on: the backing path, or (for a file unlinked or
-/// renamed away while open) an open handle's descriptor.
-enum Target<'a> {
-    Path(&'a Path),
-    Open(&'a File),
-}
-
-fn set_times(target: &Target<'_>, atime: Option<TimeOrNow>, mtime: Option<TimeOrNow>) -> io::Result<()> {
-    fn spec(t: Option<TimeOrNow>) -> libc::timespec {
-        match t {
-            None => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT },
-            Some(TimeOrNow::Now) => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_NOW },
-            Some(TimeOrNow::SpecificTime(t)) => {
-                let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-                libc::timespec { tv_sec: d.as_secs() as libc::time_t, tv_nsec: d.subsec_nanos() as libc::c_long }
-            }
-        }
-    }
-    let times = [spec(atime), spec(mtime)];
-    let rc = match target {
-        Target::Path(path) => {
-            let c =
-                CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-            // SAFETY: a NUL-terminated path and a two-element timespec
-            // array, as utimensat(2) requires.
-            unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) }
-        }
-        // SAFETY: an open descriptor and a two-element timespec array.
-        Target::Open(file) => unsafe { libc::futimens(std::os::fd::AsRawFd::as_raw_fd(*file), times.as_ptr()) },
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
     }
 }
 

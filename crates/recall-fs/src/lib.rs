@@ -16,9 +16,11 @@
 //!   be asked for again.
 //! * [`cached`]: the read cache carried out against recall and the files.
 //! * [`xattr`]: extended attributes and `statfs`, passed through.
+//! * [`attr`]: FUSE attributes from the backing files' metadata; setting times.
 //! * [`handles`]: the open handles and their write buffers' draining.
 //! * [`fs`]: the `fuser::Filesystem`: the pass-through's FUSE handlers.
 
+pub mod attr;
 pub mod cache;
 pub mod cached;
 pub mod fs;

@@ -1,0 +1,120 @@
+//! The kernel's view of a file: FUSE attributes made from a backing
+//! file's metadata (or made up, for the control files), and setting a
+//! file's times through its path or an open descriptor (setattr's
+//! utimensat/futimens). The handlers that reply with these are in
+//! [`crate::fs`].
+
+use std::ffi::CString;
+use std::fs::{File, Metadata};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fuser::{FileAttr, FileType, TimeOrNow};
+
+fn system_time(secs: i64, nsec: i64) -> SystemTime {
+    if secs >= 0 {
+        UNIX_EPOCH + Duration::new(secs as u64, nsec as u32)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs()) + Duration::from_nanos(nsec as u64)
+    }
+}
+
+fn kind(meta: &Metadata) -> FileType {
+    let t = meta.file_type();
+    if t.is_dir() {
+        FileType::Directory
+    } else if t.is_symlink() {
+        FileType::Symlink
+    } else if t.is_fifo() {
+        FileType::NamedPipe
+    } else if t.is_socket() {
+        FileType::Socket
+    } else if t.is_block_device() {
+        FileType::BlockDevice
+    } else if t.is_char_device() {
+        FileType::CharDevice
+    } else {
+        FileType::RegularFile
+    }
+}
+
+pub(crate) fn attr(ino: u64, meta: &Metadata) -> FileAttr {
+    FileAttr {
+        ino,
+        size: meta.size(),
+        blocks: meta.blocks(),
+        atime: system_time(meta.atime(), meta.atime_nsec()),
+        mtime: system_time(meta.mtime(), meta.mtime_nsec()),
+        ctime: system_time(meta.ctime(), meta.ctime_nsec()),
+        crtime: UNIX_EPOCH,
+        kind: kind(meta),
+        perm: (meta.mode() & 0o7777) as u16,
+        nlink: meta.nlink() as u32,
+        uid: meta.uid(),
+        gid: meta.gid(),
+        rdev: meta.rdev() as u32,
+        blksize: meta.blksize() as u32,
+        flags: 0,
+    }
+}
+
+pub(crate) fn synthetic(ino: u64, kind: FileType, size: u64) -> FileAttr {
+    let now = SystemTime::now();
+    FileAttr {
+        ino,
+        size,
+        blocks: 0,
+        atime: now,
+        mtime: now,
+        ctime: now,
+        crtime: now,
+        kind,
+        perm: if kind == FileType::Directory { 0o555 } else { 0o444 },
+        nlink: if kind == FileType::Directory { 2 } else { 1 },
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
+/// What a setattr works on: the backing path, or (for a file unlinked or
+/// renamed away while open) an open handle's descriptor.
+pub(crate) enum Target<'a> {
+    Path(&'a Path),
+    Open(&'a File),
+}
+
+pub(crate) fn set_times(target: &Target<'_>, atime: Option<TimeOrNow>, mtime: Option<TimeOrNow>) -> io::Result<()> {
+    fn spec(t: Option<TimeOrNow>) -> libc::timespec {
+        match t {
+            None => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT },
+            Some(TimeOrNow::Now) => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_NOW },
+            Some(TimeOrNow::SpecificTime(t)) => {
+                let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+                libc::timespec { tv_sec: d.as_secs() as libc::time_t, tv_nsec: d.subsec_nanos() as libc::c_long }
+            }
+        }
+    }
+    let times = [spec(atime), spec(mtime)];
+    let rc = match target {
+        Target::Path(path) => {
+            let c =
+                CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+            // SAFETY: a NUL-terminated path and a two-element timespec
+            // array, as utimensat(2) requires.
+            unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) }
+        }
+        // SAFETY: an open descriptor and a two-element timespec array.
+        Target::Open(file) => unsafe { libc::futimens(std::os::fd::AsRawFd::as_raw_fd(*file), times.as_ptr()) },
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
