@@ -6,7 +6,7 @@
 //! `&mut self`. Inode numbers are this mount's own ([`crate::inodes`]).
 //! Open handles are [`crate::handles`]'s: writes collect in a per-handle
 //! write buffer that is drained before anything else can look at the file
-//! (see [`RecallFs::drain_ino`]).
+//! (see `RecallFs::drain_ino`).
 
 use std::collections::HashMap;
 use std::ffi::{CString, OsStr};

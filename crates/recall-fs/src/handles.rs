@@ -3,7 +3,7 @@
 //! out handle numbers, and the write-buffer plumbing around them: sending
 //! a buffer's extents to the backing file, and draining every handle's
 //! buffer of a file before anything else can look at that file (see
-//! [`RecallFs::drain_ino`]). The FUSE handlers that call these are in
+//! `RecallFs::drain_ino`). The FUSE handlers that call these are in
 //! [`crate::fs`].
 
 use std::fs::{self, File};
