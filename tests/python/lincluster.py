@@ -4,8 +4,10 @@ Three real recalld processes on loopback, their Raft traffic passing
 through a fault proxy per directed link (so a test can cut any link),
 several concurrent clients writing and reading a few keys through every
 node, and a nemesis that partitions nodes, slows a node's links, and kills
-nodes with SIGKILL and restarts them. Every operation is recorded with its invocation and return
-time; the history is checked by tools/lincheck (Porcupine).
+nodes with SIGKILL and restarts them, and hands the leadership over
+(`cluster transfer-leader`). Every operation is recorded with its
+invocation and return time; the history is checked by tools/lincheck
+(Porcupine).
 
 Used by test_linearizability.py (the short run CI does) and as a command
 for long runs (docs/benchmarks/cluster-linearizability.md):
@@ -317,6 +319,21 @@ class Cluster:
         for link in self.links.values():
             link.heal()
 
+    def transfer(self, lead: int, target: int) -> str:
+        """Ask `lead` to hand the leadership to `target` (`cluster
+        transfer-leader`) and return its answer. A leader younger than its
+        lease answers "try again"; that is asked again, within the budget."""
+        deadline = time.monotonic() + RECOVERY_BUDGET_S
+        while True:
+            try:
+                line = ask(self.addr(lead), b"cluster transfer-leader %d" % target, timeout=SOCKET_TIMEOUT_S)
+            except OSError as e:
+                return f"no answer: {e or type(e).__name__}"
+            reply = line.decode(errors="replace")
+            if not reply.endswith("try again") or time.monotonic() >= deadline:
+                return reply
+            time.sleep(0.1)  # probing until the leader is old enough to hand over
+
     def stop(self) -> None:
         for i in list(self.procs):
             self.kill(i)
@@ -546,7 +563,8 @@ def run(
 
     Without `stale`, each round partitions the leader, partitions a
     follower, slows the leader's links, kills the leader and restarts it,
-    kills a follower and restarts it; a phase lasts until the clients
+    kills a follower and restarts it, hands the leadership to a follower
+    (`cluster transfer-leader`); a phase lasts until the clients
     completed `ops_per_phase` operations (the cluster serves again) after
     the fault and after its repair. With `stale` (every node serving reads from its own store),
     each round partitions a follower, writes through the leader and reads
@@ -598,6 +616,15 @@ def run(
             lead = cluster.leader()
             follower = rng.choice([i for i in cluster.ids if i != lead])
             phase(f"kill -9 follower {follower}", lambda: cluster.kill(follower), lambda: cluster.start(follower))
+            lead = cluster.leader()
+            target = rng.choice([i for i in cluster.ids if i != lead])
+
+            def transfer() -> None:
+                # The answer goes into the fault's name: a transfer that
+                # timed out or was refused is a fault that did not happen.
+                faults[-1] += f": {cluster.transfer(lead, target)}"
+
+            phase(f"transfer leader {lead} to {target}", transfer, lambda: None)
     finally:
         stop.set()
         for t in threads:
@@ -632,7 +659,7 @@ def stale_probe(cluster: Cluster, history: History, follower: int, lead: int) ->
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=5, help="nemesis rounds (5 faults each)")
+    ap.add_argument("--rounds", type=int, default=5, help="nemesis rounds (6 faults each)")
     ap.add_argument("--clients", type=int, default=6)
     ap.add_argument("--keys", type=int, default=4)
     ap.add_argument("--ops-per-phase", type=int, default=200)
