@@ -5,14 +5,14 @@
 //! acknowledged write reads back afterwards, and the failed requests stay
 //! within the bound docs/design/replication.md gives ("Membership").
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use recall_testkit::cluster::{stats, Cluster, DEADLINE};
+use recall_testkit::cluster::{read_reply, stats, Cluster, DEADLINE};
 
 fn recall(node: SocketAddr, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_recall"))
@@ -55,23 +55,6 @@ impl Conn {
             return String::new();
         }
         out
-    }
-}
-
-fn read_reply(r: &mut BufReader<TcpStream>, out: &mut String) -> bool {
-    loop {
-        let mut line = String::new();
-        if !matches!(r.read_line(&mut line), Ok(n) if n > 0) {
-            return false;
-        }
-        out.push_str(&line);
-        let Some(rest) = line.strip_prefix("VALUE ") else { return true };
-        let len: usize = rest.split_whitespace().nth(2).and_then(|l| l.parse().ok()).expect("VALUE length");
-        let mut data = vec![0u8; len + 2];
-        if r.read_exact(&mut data).is_err() {
-            return false;
-        }
-        out.push_str(&String::from_utf8_lossy(&data));
     }
 }
 

@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use recall_testkit::cluster::{stats, Cluster, DEADLINE};
+use recall_testkit::cluster::{read_reply, stats, Cluster, DEADLINE};
 use recall_testkit::Recalld;
 
 /// One request, its whole reply (values included), on a new connection.
@@ -18,23 +18,9 @@ fn ask(addr: SocketAddr, req: &str) -> String {
     if s.write_all(req.as_bytes()).is_err() {
         return String::new();
     }
-    let mut r = BufReader::new(s);
     let mut out = String::new();
-    loop {
-        let mut line = String::new();
-        match r.read_line(&mut line) {
-            Ok(0) | Err(_) => return out,
-            Ok(_) => {}
-        }
-        out.push_str(&line);
-        let Some(rest) = line.strip_prefix("VALUE ") else { return out };
-        let len: usize = rest.split_whitespace().nth(2).and_then(|l| l.parse().ok()).expect("VALUE length");
-        let mut data = vec![0u8; len + 2];
-        if r.read_exact(&mut data).is_err() {
-            return out;
-        }
-        out.push_str(&String::from_utf8_lossy(&data));
-    }
+    read_reply(&mut BufReader::new(s), &mut out);
+    out
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //! start that loses the race is retried on new ports. Every wait is a
 //! bounded probe loop, never a fixed sleep.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -174,4 +174,23 @@ pub fn stats(addr: SocketAddr) -> std::collections::HashMap<String, String> {
         }
     }
     m
+}
+
+/// Read one text reply into `out`: a line, or a get's `VALUE` blocks (data
+/// included) up to the line after them. Whether the whole reply came.
+pub fn read_reply(r: &mut BufReader<TcpStream>, out: &mut String) -> bool {
+    loop {
+        let mut line = String::new();
+        if !matches!(r.read_line(&mut line), Ok(n) if n > 0) {
+            return false;
+        }
+        out.push_str(&line);
+        let Some(rest) = line.strip_prefix("VALUE ") else { return true };
+        let len: usize = rest.split_whitespace().nth(2).and_then(|l| l.parse().ok()).expect("VALUE length");
+        let mut data = vec![0u8; len + 2];
+        if r.read_exact(&mut data).is_err() {
+            return false;
+        }
+        out.push_str(&String::from_utf8_lossy(&data));
+    }
 }

@@ -119,11 +119,22 @@ impl Node<'_> {
     /// A one-line reply: `Ok` for `OK`, the line for a progress line
     /// (`CATCHING_UP`), an error for anything else.
     fn command(&self, cmd: &Admin<'_>) -> Result<String, Failed> {
-        let lines = self.ask(cmd)?;
-        match lines.first().map(String::as_str) {
-            Some(l) if l == "OK" || l.starts_with("CATCHING_UP ") => Ok(l.to_string()),
-            Some(l) => Err(Failed(format!("{}: {l}", self.addr))),
-            None => Err(Failed(format!("{}: empty reply", self.addr))),
+        let until = Instant::now() + LEADER_CHANGE_WAIT;
+        loop {
+            let lines = self.ask(cmd)?;
+            match lines.first().map(String::as_str) {
+                Some(l) if l == "OK" || l.starts_with("CATCHING_UP ") => return Ok(l.to_string()),
+                // The node asked forwarded to a leader that has just
+                // stepped down (it names its successor; the node asked
+                // learns of it within a heartbeat): nothing was done, ask
+                // again.
+                Some(l) if l.starts_with("SERVER_ERROR not leader") && Instant::now() < until => {
+                    eprintln!("recall: {l}; asking again");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Some(l) => return Err(Failed(format!("{}: {l}", self.addr))),
+                None => return Err(Failed(format!("{}: empty reply", self.addr))),
+            }
         }
     }
 
@@ -208,6 +219,10 @@ fn remove_node(node: &Node<'_>, id: u64) -> Result<(), Failed> {
     (node.say)(format!("node {id} removed"));
     Ok(())
 }
+
+/// How long a command refused by a leader that has just stepped down is
+/// asked again.
+const LEADER_CHANGE_WAIT: Duration = Duration::from_secs(10);
 
 /// How long a transfer is retried while the leader is too new to hand over
 /// (it grants no vote during its first election timeout).
