@@ -426,25 +426,40 @@ impl Engine {
                 Err(r) => Ok(render(refused(r, cx))),
             },
             Route::Write => {
-                let pending = match std::mem::take(&mut cx.wait) {
-                    // This request ran before and was proposed: its outcome.
-                    Wait::Resolved(p) => p,
-                    wait => {
-                        let pending = match self.propose_write(rep, op, cx.counters) {
-                            Ok(p) => p,
-                            Err(Decided::Other(r)) => return Ok(render(refused(r, cx))),
-                            Err(d) => return Ok(render(d.outcome())),
-                        };
-                        if let Wait::Await = wait {
-                            cx.wait = Wait::Proposed(pending);
-                            return Ok(render(Outcome::Refused(Refusal::ClusterInternal)));
+                let mut wait = std::mem::take(&mut cx.wait);
+                let mut cas_may_wait = true;
+                loop {
+                    let pending = match wait {
+                        // This request ran before and was proposed: its
+                        // outcome, or a `cas` to decide again (below).
+                        Wait::Resolved(p) => {
+                            wait = Wait::Await;
+                            p
                         }
-                        pending.block(rep.replicator.timeout())
+                        w => {
+                            let pending = match self.propose_write(rep, op, cx.counters, cas_may_wait) {
+                                Ok(p) => p,
+                                Err(Decided::Other(r)) => return Ok(render(refused(r, cx))),
+                                Err(d) => return Ok(render(d.outcome())),
+                            };
+                            if let Wait::Await = w {
+                                cx.wait = Wait::Proposed(pending);
+                                return Ok(render(Outcome::Refused(Refusal::ClusterInternal)));
+                            }
+                            wait = Wait::Block;
+                            pending.block(rep.replicator.timeout())
+                        }
+                    };
+                    if pending.decide_again() {
+                        // Decided again once, on the state the write it
+                        // waited for left (see `decide_and_propose`).
+                        cas_may_wait = false;
+                        continue;
                     }
-                };
-                match pending.finish(rep).0 {
-                    Decided::Other(r) => Ok(render(refused(r, cx))),
-                    d => Ok(render(d.outcome())),
+                    return match pending.finish(rep).0 {
+                        Decided::Other(r) => Ok(render(refused(r, cx))),
+                        d => Ok(render(d.outcome())),
+                    };
                 }
             }
             Route::Touch => {
@@ -458,7 +473,7 @@ impl Engine {
                     key => rep.stripe(key),
                 };
                 let mut scratch = stripe.lock();
-                let (d, effect) = match self.decide_and_propose(rep, op, &mut scratch, cx.counters) {
+                let (d, effect) = match self.decide_and_propose(rep, op, &mut scratch, cx.counters, false) {
                     Ok(p) => {
                         let (d, effect) = p.block(rep.replicator.timeout()).answer();
                         // Applied (or failed) after every effect of its key
@@ -516,7 +531,13 @@ impl Engine {
     /// Decide `op` and propose its effects, under its key's stripe (a
     /// flush: under every stripe, waiting for its commit there). `Err` is
     /// the answer when nothing was proposed.
-    fn propose_write(&self, rep: &Replication, op: &Op<'_>, counters: &Counters) -> Result<Pending, Decided> {
+    fn propose_write(
+        &self,
+        rep: &Replication,
+        op: &Op<'_>,
+        counters: &Counters,
+        cas_may_wait: bool,
+    ) -> Result<Pending, Decided> {
         match key_of(op) {
             [] => {
                 // A flush holds every stripe (in order; a write holds one,
@@ -524,24 +545,36 @@ impl Engine {
                 // decided before it commits before it, and one decided
                 // after it is decided on the flushed store.
                 let mut all: Vec<_> = rep.stripes.iter().map(|s| s.lock()).collect();
-                let pending = self.decide_and_propose(rep, op, &mut all[0], counters)?;
+                let pending = self.decide_and_propose(rep, op, &mut all[0], counters, false)?;
                 let pending = pending.block(rep.replicator.timeout());
                 for s in &mut all {
                     s.inflight.clear();
                 }
                 Ok(pending)
             }
-            key => self.decide_and_propose(rep, op, &mut rep.stripe(key).lock(), counters),
+            key => self.decide_and_propose(rep, op, &mut rep.stripe(key).lock(), counters, cas_may_wait),
         }
     }
 
     /// The part of [`Engine::propose_write`] under the stripe.
+    ///
+    /// `cas_may_wait`: a write that compares a CAS token, of a key with a
+    /// write in flight, is not decided yet but waits for that write and is
+    /// decided again (once: then this is false). The write in flight has
+    /// no timestamp until it commits, yet its effect may already be in the
+    /// store, read by the very client whose token is compared (its commit
+    /// is resolved a little after it applies): deciding on the in-flight
+    /// state would answer `EXISTS` to a token that matches. A write
+    /// decided in flight after that wait was proposed after the client's
+    /// token was read, so the token cannot be its timestamp, and `EXISTS`
+    /// on it is right.
     fn decide_and_propose(
         &self,
         rep: &Replication,
         op: &Op<'_>,
         scratch: &mut Scratch,
         counters: &Counters,
+        cas_may_wait: bool,
     ) -> Result<Pending, Decided> {
         if rep.unresolved.load(Ordering::Acquire) > 0 {
             return Err(Decided::Other(Refusal::Replication(UNRESOLVED)));
@@ -559,6 +592,9 @@ impl Engine {
             // The key's state once everything proposed before is applied:
             // an effect in flight, or else the store's item.
             let inflight = match scratch.inflight.get(key) {
+                Some((_, probe)) if !probe.resolved() && cas_may_wait && compare_cas(op) != 0 => {
+                    return Ok(Pending::decide_after(probe.clone(), key.to_vec(), rep.stripe_index(key)));
+                }
                 Some((item, probe)) if !probe.resolved() => {
                     after = Some(probe.clone());
                     Some(item.clone())
@@ -601,6 +637,7 @@ impl Engine {
                     key: key.to_vec(),
                     stripe: rep.stripe_index(key),
                     outcome: None,
+                    again: false,
                 }),
                 None => Err(decided),
             };
@@ -638,6 +675,7 @@ impl Engine {
             key: key.to_vec(),
             stripe: rep.stripe_index(key),
             outcome: None,
+            again: false,
         })
     }
 }
@@ -665,6 +703,16 @@ fn key_of<'a>(op: &Op<'a>) -> &'a [u8] {
         Op::Arith(a) => a.key,
         Op::Read(r) => r.key,
         _ => &[],
+    }
+}
+
+/// The CAS token `op` compares (0: none).
+fn compare_cas(op: &Op<'_>) -> u64 {
+    match op {
+        Op::Write(w) => w.compare_cas,
+        Op::Delete(d) => d.compare_cas,
+        Op::Arith(a) => a.compare_cas,
+        _ => 0,
     }
 }
 

@@ -74,6 +74,14 @@ impl Group {
         Applied { ts, outcome: e.apply_committed(effect, ts, cause) }
     }
 
+    /// Commit and apply every queued proposal without resolving it yet
+    /// (a real group resolves a commit a little after it applies); the
+    /// resolvers are handed back.
+    fn apply_queued(&self) -> Vec<(Resolver, Applied)> {
+        let queued = std::mem::take(&mut *self.queue.lock().unwrap());
+        queued.into_iter().map(|(effect, cause, done)| (done, self.commit(&effect.as_record(), cause))).collect()
+    }
+
     /// Commit every queued proposal, in order (deferred mode).
     fn commit_queued(&self) -> usize {
         let queued = std::mem::take(&mut *self.queue.lock().unwrap());
@@ -513,4 +521,74 @@ fn a_refusal_decided_on_a_write_that_failed_asks_for_a_retry() {
         String::from_utf8(out2.flatten()).unwrap(),
         "SERVER_ERROR cluster busy; an earlier write of the key failed, try again\r\n"
     );
+}
+
+/// The anomaly the linearizability test found with `cas`: a write applied
+/// but not yet resolved is still in flight, with no timestamp; a client
+/// that read its token from the store had its `cas` decided on the
+/// in-flight state and answered EXISTS, though nothing else had written.
+#[test]
+fn a_cas_on_a_write_in_flight_is_decided_once_that_write_resolves() {
+    let (e, g) = replicated();
+    g.deferred.store(true, Ordering::Relaxed);
+    let (mut first, mut second) = (awaiting(&e), awaiting(&e));
+    let (mut out1, mut out2) = (Out::new(), Out::new());
+    let set = b"set k 0 0 1\r\na\r\n";
+    assert!(first.process(&e, set, &mut out1).barrier.commit);
+    let resolvers = g.apply_queued();
+    let ts = resolvers[0].1.ts;
+    assert_eq!(send(&e, b"gets k\r\n"), format!("VALUE k 0 1 {ts}\r\na\r\nEND\r\n"), "applied, not resolved");
+    let cas = format!("cas k 0 0 1 {ts}\r\nb\r\n");
+    let p = second.process(&e, cas.as_bytes(), &mut out2);
+    assert!(p.barrier.commit, "the cas waits for the set in flight");
+    assert_eq!(p.used, 0);
+    assert!(g.queue.lock().unwrap().is_empty(), "and proposes nothing yet");
+    for (done, applied) in resolvers {
+        done.resolve(Ok(applied));
+    }
+    ready(second.wait_commit());
+    out2.clear();
+    // Decided again on the store, where the set has its timestamp.
+    let p = second.process(&e, cas.as_bytes(), &mut out2);
+    assert!(p.barrier.commit, "the cas is proposed");
+    assert_eq!(g.commit_queued(), 1);
+    ready(second.wait_commit());
+    out2.clear();
+    assert_eq!(second.process(&e, cas.as_bytes(), &mut out2).used, cas.len());
+    assert_eq!(String::from_utf8(out2.flatten()).unwrap(), "STORED\r\n");
+    ready(first.wait_commit());
+    out1.clear();
+    assert_eq!(first.process(&e, set, &mut out1).used, set.len());
+    assert_eq!(String::from_utf8(out1.flatten()).unwrap(), "STORED\r\n");
+    assert_eq!(send(&e, b"get k\r\n"), "VALUE k 0 1\r\nb\r\nEND\r\n");
+}
+
+/// A `cas` decided again and finding another write in flight is refused
+/// on it: that write was decided after the client read its token.
+#[test]
+fn a_cas_decided_again_on_a_newer_write_in_flight_is_refused_after_it() {
+    let (e, g) = replicated();
+    assert_eq!(send(&e, b"set k 0 0 1\r\na\r\n"), "STORED\r\n");
+    let ts = g.index.load(Ordering::Relaxed);
+    g.deferred.store(true, Ordering::Relaxed);
+    let (mut w1, mut w2, mut c) = (awaiting(&e), awaiting(&e), awaiting(&e));
+    let mut out = Out::new();
+    assert!(w1.process(&e, b"set k 0 0 1\r\nx\r\n", &mut out).barrier.commit);
+    let cas = format!("cas k 0 0 1 {ts}\r\nb\r\n");
+    assert!(c.process(&e, cas.as_bytes(), &mut out).barrier.commit, "waits for the first set");
+    let first = std::mem::take(&mut *g.queue.lock().unwrap());
+    assert!(w2.process(&e, b"set k 0 0 1\r\ny\r\n", &mut out).barrier.commit);
+    for (effect, cause, done) in first {
+        done.resolve(Ok(g.commit(&effect.as_record(), cause)));
+    }
+    ready(c.wait_commit());
+    let mut out2 = Out::new();
+    let p = c.process(&e, cas.as_bytes(), &mut out2);
+    assert!(p.barrier.commit, "refused on the second set, waiting for it");
+    assert_eq!(g.queue.lock().unwrap().len(), 1, "only the second set is queued");
+    assert_eq!(g.commit_queued(), 1);
+    ready(c.wait_commit());
+    out2.clear();
+    assert_eq!(c.process(&e, cas.as_bytes(), &mut out2).used, cas.len());
+    assert_eq!(String::from_utf8(out2.flatten()).unwrap(), "EXISTS\r\n");
 }

@@ -42,6 +42,9 @@ pub struct Pending {
     pub(super) key: Vec<u8>,
     pub(super) stripe: usize,
     pub(super) outcome: Option<Result<Applied, Refusal>>,
+    /// Nothing was decided: once `after` is resolved, the request is
+    /// decided again (a `cas` on a key with a write in flight).
+    pub(super) again: bool,
 }
 
 impl std::fmt::Debug for Pending {
@@ -51,6 +54,27 @@ impl std::fmt::Debug for Pending {
 }
 
 impl Pending {
+    /// A request not decided yet: it waits for `after`, the commit of its
+    /// key's write in flight, and is then decided again.
+    pub(super) fn decide_after(after: Probe, key: Vec<u8>, stripe: usize) -> Pending {
+        Pending {
+            decided: Decided::Other(Refusal::ClusterInternal),
+            commits: Vec::new(),
+            after: Some(after),
+            last: None,
+            key,
+            stripe,
+            outcome: None,
+            again: true,
+        }
+    }
+
+    /// Whether this request is to be decided again, now that the write it
+    /// waited for is resolved (or the wait timed out: then it is answered).
+    pub(super) fn decide_again(&self) -> bool {
+        self.again && !matches!(self.outcome, Some(Err(Refusal::Replication(super::TIMED_OUT))))
+    }
+
     /// Wait for every effect's commit (the last one's timestamp is the
     /// reply's). Cancel-safe: a wait dropped midway can be resumed, or
     /// ended with [`Pending::timed_out`].
