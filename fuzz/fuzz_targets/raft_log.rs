@@ -9,9 +9,9 @@ use libfuzzer_sys::fuzz_target;
 use recall_raft::log_disk::replay;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok((_, good)) = replay(data) {
+    if let Ok((_, _, good)) = replay(data) {
         assert!(good <= data.len());
-        let (_, again) = replay(&data[..good]).expect("a good prefix reads back");
+        let (_, _, again) = replay(&data[..good]).expect("a good prefix reads back");
         assert_eq!(again, good);
     }
 });

@@ -27,6 +27,7 @@ mod membership;
 pub mod network;
 mod propose;
 mod read;
+pub mod snapshot_file;
 mod state_machine;
 
 use std::collections::BTreeMap;
@@ -124,7 +125,13 @@ pub struct ClusterConfig {
     pub log_dir: Option<std::path::PathBuf>,
     /// How plain reads are served (`--cluster-read`).
     pub reads: ReadMode,
+    /// Build a snapshot (and, on disk, compact the log) every this many
+    /// entries; at most this many more are kept in the log after one.
+    pub snapshot_entries: u64,
 }
+
+/// openraft's own default interval between snapshots.
+pub const SNAPSHOT_ENTRIES: u64 = 5000;
 
 /// How a node serves plain reads (get, gets, mg without touch, ...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -196,6 +203,10 @@ impl Node {
             // One AppendEntries carries at most this many entries, so a
             // follower catching up on big values gets bounded messages.
             max_payload_entries: 32,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(cfg.snapshot_entries.max(1)),
+            // Entries kept behind a snapshot, for followers a little
+            // behind (they would need the whole snapshot otherwise).
+            max_in_snapshot_log_to_keep: cfg.snapshot_entries.clamp(1, 1000),
             ..Default::default()
         }
         .validate()
@@ -205,9 +216,15 @@ impl Node {
         // every node learns a new member's client address from the log.
         let members: BTreeMap<NodeId, BasicNode> =
             cfg.peers.iter().map(|(id, p)| (*id, BasicNode { addr: format!("{}/{}", p.raft, p.client) })).collect();
-        let log = match &cfg.log_dir {
-            Some(dir) => log_store::LogStore::open(dir, cfg.node_id)?,
-            None => log_store::LogStore::default(),
+        // On disk: the snapshot first, then the log after it.
+        let (log, sm) = match &cfg.log_dir {
+            Some(dir) => {
+                let snap = snapshot_file::load(dir)?;
+                let last = snap.as_ref().and_then(|(m, _)| m.last_log_id);
+                let log = log_store::LogStore::open(dir, cfg.node_id, last)?;
+                (log, state_machine::StateMachine::open(engine, Some(dir.clone()), snap)?)
+            }
+            None => (log_store::LogStore::default(), state_machine::StateMachine::new(engine)),
         };
         let raft = rt.block_on(async {
             let raft = Raft::new(
@@ -217,7 +234,7 @@ impl Node {
                     peers: Arc::new(cfg.peers.iter().map(|(id, p)| (*id, p.raft.to_string())).collect()),
                 },
                 log.clone(),
-                state_machine::StateMachine::new(engine),
+                sm,
             )
             .await
             .map_err(|e| io::Error::other(format!("raft: {e}")))?;
@@ -400,7 +417,8 @@ impl Replicator for Node {
         ];
         // The log on disk: fsyncs against entries written show group
         // commit at work.
-        if let Some((syncs, entries, effects)) = self.log.disk_counts() {
+        if let Some((syncs, entries, effects, compactions)) = self.log.disk_counts() {
+            lines.push(("cluster_log_compactions", compactions.to_string()));
             lines.push(("cluster_log_fsyncs", syncs.to_string()));
             lines.push(("cluster_log_entries_written", entries.to_string()));
             // An entry carries a batch of writes' effects (group commit).

@@ -12,11 +12,20 @@
 //!   rename, directory fsync) before `save_vote` returns.
 //! * `raft.log`: what happened to the log, in order, each a frame
 //!   `len u32 LE | crc32c u32 LE | bincode body`: a batch of entries
-//!   appended, or a truncation (conflicting entries dropped from an index
-//!   on). Purges are not written: the file keeps every entry, so a restart
-//!   re-applies the whole log to an empty store (snapshots on disk, and
-//!   compacting this file, are the next step). A log with a hole (a node
-//!   that caught up from a snapshot) cannot do that, and is refused.
+//!   appended, a truncation (conflicting entries dropped from an index
+//!   on), or a purge (entries up to a log id dropped: they are in the
+//!   snapshot).
+//! * `raft.snap`: the newest snapshot (`snapshot_file.rs`).
+//!
+//! **Compaction.** A purge (openraft asks for one after a snapshot is on
+//! disk) rewrites the file: a new one holding the purge and the entries
+//! after it replaces `raft.log` atomically (temp file, fsync, rename,
+//! directory fsync), and appends go on in it. The file so holds about the
+//! entries since the snapshot before last; appends wait while it is
+//! rewritten (once per snapshot). At start the snapshot is loaded first,
+//! and the log must go on from it without a hole: entries after the
+//! snapshot's last one, in a row. A purge past the snapshot, or a purge
+//! with no snapshot, means the snapshot was lost and is refused.
 //!
 //! **Group commit.** `append` writes its frame and queues openraft's
 //! callback; one flusher thread takes every queued callback, `fdatasync`s
@@ -41,7 +50,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use openraft::storage::LogFlushed;
-use openraft::{Entry, Vote};
+use openraft::{Entry, LogId, Vote};
 use recall_persist::fsutil::{write_atomically, FailAt};
 use serde::{Deserialize, Serialize};
 
@@ -56,6 +65,8 @@ enum LogOp {
     Append(Vec<Entry<TypeConfig>>),
     /// Entries from this index on are gone.
     Truncate(u64),
+    /// Entries up to this log id are gone (in the snapshot).
+    Purged(LogId<NodeId>),
 }
 
 /// [`LogOp`] as it is written, borrowing the entries (serde writes a slice
@@ -64,6 +75,7 @@ enum LogOp {
 pub(crate) enum LogWrite<'e> {
     Append(&'e [Entry<TypeConfig>]),
     Truncate(u64),
+    Purged(LogId<NodeId>),
 }
 
 /// The log's entries by index.
@@ -74,6 +86,8 @@ pub type Entries = BTreeMap<u64, Entry<TypeConfig>>;
 pub(crate) struct Recovered {
     pub log: Entries,
     pub vote: Option<Vote<NodeId>>,
+    /// The last entry dropped: the snapshot's last, or the last purge.
+    pub last_purged: Option<LogId<NodeId>>,
 }
 
 /// The open log file and its flusher.
@@ -81,6 +95,8 @@ pub(crate) struct Disk {
     dir: PathBuf,
     file: Mutex<File>,
     flush: Arc<Flusher>,
+    /// Rewrites of the file (purges) since start.
+    rewrites: AtomicU64,
 }
 
 /// Callbacks waiting for the next sync, and the sync's file handle.
@@ -89,7 +105,9 @@ pub(crate) struct Disk {
 struct Flusher<D = LogFlushed<TypeConfig>> {
     pending: Mutex<Pending<D>>,
     wake: Condvar,
-    file: File,
+    /// Replaced when a purge rewrites the file (the new one was fsynced
+    /// whole before it replaced the old).
+    file: Mutex<Arc<File>>,
     path: PathBuf,
     /// Syncs done, and entries written: `stats` shows their ratio (group
     /// commit at work).
@@ -131,8 +149,9 @@ fn codec() -> impl bincode::Options {
 
 impl Disk {
     /// Open (or create) `dir` for node `id`: check whose it is, read the
-    /// vote and the log back, and start the flusher.
-    pub fn open(dir: &Path, id: NodeId) -> io::Result<(Arc<Disk>, Recovered)> {
+    /// vote and the log back, and start the flusher. `snapshot` is the
+    /// last log id of the snapshot loaded from `dir` (`snapshot_file.rs`).
+    pub fn open(dir: &Path, id: NodeId, snapshot: Option<LogId<NodeId>>) -> io::Result<(Arc<Disk>, Recovered)> {
         std::fs::create_dir_all(dir).map_err(|e| named(dir, e))?;
         let (id_path, vote_path, log_path) = (dir.join("raft.id"), dir.join("raft.vote"), dir.join("raft.log"));
         match std::fs::read_to_string(&id_path) {
@@ -180,10 +199,10 @@ impl Disk {
         };
         let mut data = Vec::new();
         File::open(&log_path).and_then(|mut f| f.read_to_end(&mut data)).map_err(|e| named(&log_path, e))?;
-        let (log, good) = replay(&data).map_err(|(at, why)| {
+        let (mut log, purged, good) = replay(&data).map_err(|(at, why)| {
             named(&log_path, format!("damaged at byte {at}: {why}; frames after it may hold acknowledged entries"))
         })?;
-        check_whole(&log).map_err(|why| named(&log_path, why))?;
+        let last_purged = from_snapshot(&mut log, purged, snapshot).map_err(|why| named(&log_path, why))?;
         let file = OpenOptions::new().append(true).open(&log_path).map_err(|e| named(&log_path, e))?;
         if good < data.len() {
             tracing::warn!(
@@ -198,7 +217,7 @@ impl Disk {
         let flush = Arc::new(Flusher {
             pending: Mutex::new(Pending::default()),
             wake: Condvar::new(),
-            file: file.try_clone().map_err(|e| named(&log_path, e))?,
+            file: Mutex::new(Arc::new(file.try_clone().map_err(|e| named(&log_path, e))?)),
             path: log_path,
             syncs: AtomicU64::new(0),
             entries: AtomicU64::new(0),
@@ -206,18 +225,37 @@ impl Disk {
         });
         let f = flush.clone();
         std::thread::Builder::new().name("recall-raft-log".into()).spawn(move || f.run())?;
-        Ok((Arc::new(Disk { dir: dir.to_path_buf(), file: Mutex::new(file), flush }), Recovered { log, vote }))
+        let disk = Disk { dir: dir.to_path_buf(), file: Mutex::new(file), flush, rewrites: AtomicU64::new(0) };
+        Ok((Arc::new(disk), Recovered { log, vote, last_purged }))
+    }
+
+    /// Compact the file to `log` (what remains after a purge up to
+    /// `purged`): a new file with the purge and those entries replaces
+    /// the old one atomically. The caller holds the log's lock, so no
+    /// append runs meanwhile; every entry not yet synced in the old file
+    /// is in the new one, synced before the rename.
+    pub fn rewrite(&self, purged: LogId<NodeId>, log: &Entries) -> io::Result<()> {
+        let path = &self.flush.path;
+        let mut file = self.file.lock().expect("log file lock");
+        write_atomically(path, FailAt::None, |w| {
+            w.write_all(&frame(&LogWrite::Purged(purged))?)?;
+            let entries: Vec<_> = log.values().cloned().collect();
+            // Frames of a few entries, as appends write them.
+            for chunk in entries.chunks(32) {
+                w.write_all(&frame(&LogWrite::Append(chunk))?)?;
+            }
+            Ok(())
+        })?;
+        let new = OpenOptions::new().append(true).open(path).map_err(|e| named(path, e))?;
+        *self.flush.file.lock().expect("flusher file lock") = Arc::new(new.try_clone().map_err(|e| named(path, e))?);
+        *file = new;
+        self.rewrites.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Write `op` and, with a callback, queue it for the next sync.
     pub fn write(&self, op: &LogWrite<'_>, callback: Option<LogFlushed<TypeConfig>>) -> io::Result<()> {
-        use bincode::Options as _;
-        let body = codec().serialize(op).map_err(io::Error::other)?;
-        let len = u32::try_from(body.len()).map_err(|_| named(&self.flush.path, "a log batch over 4 GiB"))?;
-        let mut frame = Vec::with_capacity(FRAME + body.len());
-        frame.extend_from_slice(&len.to_le_bytes());
-        frame.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
-        frame.extend_from_slice(&body);
+        let frame = frame(op).map_err(|e| named(&self.flush.path, e))?;
         // The frame is written before its callback is queued, so the sync
         // that reports the callback covers it.
         self.file.lock().expect("log file lock").write_all(&frame).map_err(|e| named(&self.flush.path, e))?;
@@ -249,10 +287,12 @@ impl Disk {
         })
     }
 
-    /// (syncs, entries written, writes' effects in them) since start.
-    pub fn counts(&self) -> (u64, u64, u64) {
+    /// (syncs, entries written, writes' effects in them, rewrites) since
+    /// start.
+    pub fn counts(&self) -> (u64, u64, u64, u64) {
         let f = &self.flush;
-        (f.syncs.load(Ordering::Relaxed), f.entries.load(Ordering::Relaxed), f.effects.load(Ordering::Relaxed))
+        let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        (n(&f.syncs), n(&f.entries), n(&f.effects), n(&self.rewrites))
     }
 }
 
@@ -265,7 +305,10 @@ impl Drop for Disk {
 
 impl<D: Done> Flusher<D> {
     fn run(&self) {
-        self.run_with(|| self.file.sync_data())
+        self.run_with(|| {
+            let file = self.file.lock().expect("flusher file lock").clone();
+            file.sync_data()
+        })
     }
 
     /// Once a sync failed, every later callback fails too, without asking
@@ -303,21 +346,51 @@ impl<D: Done> Flusher<D> {
     }
 }
 
-/// A restart re-applies the whole log to an empty store, so the log must
-/// start at the beginning (index 0, the initial membership, or 1) and have
-/// no hole. A node that caught up from a snapshot has one (its entries
-/// before the snapshot were never sent to it), and snapshots are not kept
-/// on disk yet: it cannot rebuild its store, and must not pretend to.
-fn check_whole(log: &Entries) -> Result<(), String> {
-    let (Some(&first), Some(&last)) = (log.keys().next(), log.keys().next_back()) else { return Ok(()) };
-    if first > 1 || last - first + 1 != log.len() as u64 {
+/// One op as a frame: `len | crc32c | body`.
+fn frame(op: &LogWrite<'_>) -> io::Result<Vec<u8>> {
+    use bincode::Options as _;
+    let body = codec().serialize(op).map_err(io::Error::other)?;
+    let len = u32::try_from(body.len()).map_err(|_| io::Error::other("a log batch over 4 GiB"))?;
+    let mut frame = Vec::with_capacity(FRAME + body.len());
+    frame.extend_from_slice(&len.to_le_bytes());
+    frame.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+    frame.extend_from_slice(&body);
+    Ok(frame)
+}
+
+/// The log a restart goes on from: the snapshot's state (its last log id
+/// `snapshot`), then the entries after it, which must follow it without a
+/// hole (a log without a snapshot starts at the beginning: index 0, the
+/// initial membership, or 1). Entries the snapshot covers are dropped.
+/// Returns the last log id dropped (openraft's "last purged").
+fn from_snapshot(
+    log: &mut Entries,
+    purged: Option<LogId<NodeId>>,
+    snapshot: Option<LogId<NodeId>>,
+) -> Result<Option<LogId<NodeId>>, String> {
+    if purged.is_some() && purged > snapshot {
         return Err(format!(
-            "the log has a gap (entries {first}..={last}, {} of them): this node caught up from a snapshot, \
-             which is not kept on disk yet, so it cannot rebuild its store; start it under a new id",
-            log.len()
+            "the log was purged up to entry {} but the snapshot ({}) holds only {}: \
+             the snapshot it was purged for is lost; start the node under a new id",
+            purged.map_or(0, |p| p.index),
+            crate::snapshot_file::FILE,
+            snapshot.map_or("nothing".to_string(), |s| format!("entries up to {}", s.index)),
         ));
     }
-    Ok(())
+    if let Some(s) = snapshot {
+        *log = log.split_off(&(s.index + 1));
+    }
+    let (Some(&first), Some(&last)) = (log.keys().next(), log.keys().next_back()) else { return Ok(snapshot) };
+    let expected = snapshot.map_or(1, |s| s.index + 1);
+    if first > expected || last - first + 1 != log.len() as u64 {
+        return Err(format!(
+            "the log has a gap (entries {first}..={last}, {} of them, after {}): \
+             the node cannot rebuild its store; start it under a new id",
+            log.len(),
+            snapshot.map_or("no snapshot".to_string(), |s| format!("a snapshot up to {}", s.index)),
+        ));
+    }
+    Ok(snapshot)
 }
 
 fn decode_vote(b: &[u8]) -> Result<Vote<NodeId>, String> {
@@ -343,11 +416,17 @@ fn frame_at(data: &[u8], i: usize) -> Result<(LogOp, usize), &'static str> {
     Ok((op, i + FRAME + len))
 }
 
-/// Replay the file's ops into a log. Returns the log and the length of the
-/// good prefix (shorter than `data` for a torn tail), or the offset and
-/// kind of damage (fuzzed: `fuzz/fuzz_targets/raft_log.rs`).
-pub fn replay(data: &[u8]) -> Result<(Entries, usize), (usize, &'static str)> {
+/// The log ops replayed: the entries, the last purge, and the length of
+/// the good prefix.
+pub type Replayed = (Entries, Option<LogId<NodeId>>, usize);
+
+/// Replay the file's ops into a log. Returns the log, the last log id
+/// purged, and the length of the good prefix (shorter than `data` for a
+/// torn tail), or the offset and kind of damage (fuzzed:
+/// `fuzz/fuzz_targets/raft_log.rs`).
+pub fn replay(data: &[u8]) -> Result<Replayed, (usize, &'static str)> {
     let mut log = BTreeMap::new();
+    let mut purged = None;
     let mut at = 0;
     while at < data.len() {
         match frame_at(data, at) {
@@ -361,6 +440,10 @@ pub fn replay(data: &[u8]) -> Result<(Entries, usize), (usize, &'static str)> {
                     LogOp::Truncate(from) => {
                         log.split_off(&from);
                     }
+                    LogOp::Purged(upto) => {
+                        log = log.split_off(&(upto.index + 1));
+                        purged = purged.max(Some(upto));
+                    }
                 }
                 at = end;
             }
@@ -369,11 +452,11 @@ pub fn replay(data: &[u8]) -> Result<(Entries, usize), (usize, &'static str)> {
                 if (at + 1..data.len()).any(|j| frame_at(data, j).is_ok()) {
                     return Err((at, why));
                 }
-                return Ok((log, at));
+                return Ok((log, purged, at));
             }
         }
     }
-    Ok((log, at))
+    Ok((log, purged, at))
 }
 
 #[cfg(test)]
@@ -408,7 +491,7 @@ mod tests {
         let mut data = frame(&LogWrite::Append(&[entry(1, 1), entry(1, 2), entry(1, 3)]));
         data.extend(frame(&LogWrite::Truncate(2)));
         data.extend(frame(&LogWrite::Append(&[entry(2, 2)])));
-        let (log, good) = replay(&data).unwrap();
+        let (log, _, good) = replay(&data).unwrap();
         assert_eq!(indexes(&log), [(1, 1), (2, 2)]);
         assert_eq!(good, data.len());
 
@@ -418,7 +501,7 @@ mod tests {
         for cut in 1..last.len() {
             let mut torn = data.clone();
             torn.extend_from_slice(&last[..cut]);
-            let (log, good) = replay(&torn).unwrap();
+            let (log, _, good) = replay(&torn).unwrap();
             assert_eq!((indexes(&log).len(), good), (2, data.len()), "cut at {cut}");
         }
 
@@ -446,7 +529,7 @@ mod tests {
         let f = Flusher::<Seen> {
             pending: Mutex::new(Pending::default()),
             wake: Condvar::new(),
-            file,
+            file: Mutex::new(Arc::new(file)),
             path: path.clone(),
             syncs: AtomicU64::new(0),
             entries: AtomicU64::new(0),
@@ -478,27 +561,77 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("recall-raft-log-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         {
-            let (disk, rec) = Disk::open(&dir, 2).unwrap();
+            let (disk, rec) = Disk::open(&dir, 2, None).unwrap();
             assert!(rec.log.is_empty() && rec.vote.is_none());
             disk.write(&LogWrite::Append(&[entry(1, 1), entry(1, 2)]), None).unwrap();
             disk.save_vote(&Vote::new_committed(1, 1)).unwrap();
         }
-        let (_disk, rec) = Disk::open(&dir, 2).unwrap();
+        let (_disk, rec) = Disk::open(&dir, 2, None).unwrap();
         assert_eq!(indexes(&rec.log), [(1, 1), (1, 2)]);
         assert_eq!(rec.vote, Some(Vote::new_committed(1, 1)));
         drop(_disk);
-        let err = Disk::open(&dir, 3).err().unwrap().to_string();
+        let err = Disk::open(&dir, 3, None).err().unwrap().to_string();
         assert!(err.contains("belongs to node 2"), "{err}");
         // A log with a hole (what a snapshot install leaves) is refused.
         {
-            let (disk, _) = Disk::open(&dir, 2).unwrap();
+            let (disk, _) = Disk::open(&dir, 2, None).unwrap();
             disk.write(&LogWrite::Append(&[entry(2, 7)]), None).unwrap();
         }
-        let err = Disk::open(&dir, 2).err().unwrap().to_string();
+        let err = Disk::open(&dir, 2, None).err().unwrap().to_string();
         assert!(err.contains("gap"), "{err}");
         std::fs::remove_file(dir.join("raft.log")).unwrap();
-        let err = Disk::open(&dir, 2).err().unwrap().to_string();
+        let err = Disk::open(&dir, 2, None).err().unwrap().to_string();
         assert!(err.contains("raft.log") && err.contains("lost"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A purge rewrites the file to the entries after it; a restart goes
+    /// on from the snapshot, and refuses a purge the snapshot does not
+    /// cover or a hole after it.
+    #[test]
+    fn a_purge_compacts_the_file_and_a_restart_goes_on_from_the_snapshot() {
+        let dir = std::env::temp_dir().join(format!("recall-raft-log-purge-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let at = |i| LogId::new(CommittedLeaderId::new(1, 1), i);
+        let big = |i| Entry {
+            log_id: at(i),
+            payload: EntryPayload::Normal(crate::Batch(vec![Effect { cause: 1, record: vec![7; 10_000] }])),
+        };
+        let len = || std::fs::metadata(dir.join("raft.log")).unwrap().len();
+        {
+            let (disk, _) = Disk::open(&dir, 2, None).unwrap();
+            let all: Vec<_> = (1..=100).map(big).collect();
+            disk.write(&LogWrite::Append(&all), None).unwrap();
+            let before = len();
+            assert!(before > 1_000_000, "{before}");
+            let rest: Entries = (91..=100).map(|i| (i, big(i))).collect();
+            disk.rewrite(at(90), &rest).unwrap();
+            assert!(len() < before / 5, "compacted: {} of {before} bytes", len());
+            // Appends go on in the new file.
+            disk.write(&LogWrite::Append(&[big(101)]), None).unwrap();
+            assert_eq!(disk.counts().3, 1);
+        }
+        // Without the snapshot the purge was for: refused, naming the file.
+        let err = Disk::open(&dir, 2, None).err().unwrap().to_string();
+        assert!(err.contains("raft.log") && err.contains("purged up to entry 90"), "{err}");
+        let err = Disk::open(&dir, 2, Some(at(80))).err().unwrap().to_string();
+        assert!(err.contains("purged up to entry 90"), "{err}");
+        // A snapshot at or past the purge: the entries after it.
+        let (_d, rec) = Disk::open(&dir, 2, Some(at(95))).unwrap();
+        assert_eq!(rec.log.keys().copied().collect::<Vec<_>>(), (96..=101).collect::<Vec<_>>());
+        assert_eq!(rec.last_purged, Some(at(95)));
+        drop(_d);
+        // A snapshot past every entry: nothing after it, and no hole.
+        let (_d, rec) = Disk::open(&dir, 2, Some(at(200))).unwrap();
+        assert!(rec.log.is_empty() && rec.last_purged == Some(at(200)));
+        drop(_d);
+        // A hole after the snapshot is refused.
+        {
+            let (disk, _) = Disk::open(&dir, 2, Some(at(90))).unwrap();
+            disk.write(&LogWrite::Append(&[big(110)]), None).unwrap();
+        }
+        let err = Disk::open(&dir, 2, Some(at(90))).err().unwrap().to_string();
+        assert!(err.contains("gap"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -512,17 +645,17 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         File::create(dir.join("raft.log")).unwrap();
         {
-            let (disk, rec) = Disk::open(&dir, 4).expect("an empty log without an id is a new node");
+            let (disk, rec) = Disk::open(&dir, 4, None).expect("an empty log without an id is a new node");
             assert!(rec.log.is_empty() && rec.vote.is_none());
             disk.write(&LogWrite::Append(&[entry(1, 1)]), None).unwrap();
         }
         assert_eq!(std::fs::read_to_string(dir.join("raft.id")).unwrap().trim(), "4");
         std::fs::remove_file(dir.join("raft.id")).unwrap();
-        let err = Disk::open(&dir, 4).err().unwrap().to_string();
+        let err = Disk::open(&dir, 4, None).err().unwrap().to_string();
         assert!(err.contains("raft.id") && err.contains("missing"), "{err}");
         std::fs::write(dir.join("raft.log"), b"").unwrap();
         std::fs::write(dir.join("raft.vote"), b"x").unwrap();
-        let err = Disk::open(&dir, 4).err().unwrap().to_string();
+        let err = Disk::open(&dir, 4, None).err().unwrap().to_string();
         assert!(err.contains("raft.id") && err.contains("missing"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -7,9 +7,10 @@
 //! append is reported flushed only after its frame is fsynced (group
 //! committed), and a vote is durable before `save_vote` returns.
 //!
-//! The entries openraft reads back are served from memory either way;
-//! purging after a snapshot frees memory only (the file keeps every entry
-//! so a restart can re-apply the whole log).
+//! The entries openraft reads back are served from memory either way.
+//! Purging after a snapshot frees the memory, and on disk compacts the
+//! file too (`log_disk.rs`, "Compaction"): the snapshot file holds what
+//! the purged entries did.
 //!
 //! Shaped after openraft's own in-memory example log store
 //! (`examples/memstore`), for the one type configuration recall uses.
@@ -35,16 +36,17 @@ pub struct LogStore {
 }
 
 impl LogStore {
-    /// A log on disk in `dir`, read back (see `log_disk.rs`).
-    pub fn open(dir: &std::path::Path, id: NodeId) -> std::io::Result<LogStore> {
-        let (disk, rec) = Disk::open(dir, id)?;
-        let inner = Inner { log: rec.log, vote: rec.vote, ..Default::default() };
+    /// A log on disk in `dir`, read back (see `log_disk.rs`), going on
+    /// from the snapshot loaded there, whose last log id is `snapshot`.
+    pub fn open(dir: &std::path::Path, id: NodeId, snapshot: Option<LogId<NodeId>>) -> std::io::Result<LogStore> {
+        let (disk, rec) = Disk::open(dir, id, snapshot)?;
+        let inner = Inner { log: rec.log, vote: rec.vote, last_purged: rec.last_purged, ..Default::default() };
         Ok(LogStore { inner: Arc::new(Mutex::new(inner)), disk: Some(disk) })
     }
 
-    /// (fsyncs, entries written, writes' effects in them) of the log on
-    /// disk since start.
-    pub fn disk_counts(&self) -> Option<(u64, u64, u64)> {
+    /// (fsyncs, entries written, writes' effects in them, compactions) of
+    /// the log on disk since start.
+    pub fn disk_counts(&self) -> Option<(u64, u64, u64, u64)> {
         self.disk.as_ref().map(|d| d.counts())
     }
 }
@@ -140,8 +142,15 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
         let mut inner = self.inner.lock().await;
+        let rest = inner.log.split_off(&(log_id.index + 1));
+        if let Some(d) = &self.disk {
+            // openraft purges only up to a snapshot it was told of, which
+            // is on disk by then (`state_machine.rs`). The rewrite runs
+            // under the lock, so no append lands in the old file after it.
+            d.rewrite(log_id, &rest).map_err(|e| StorageError::from(StorageIOError::<NodeId>::write_logs(&e)))?;
+        }
         inner.last_purged = Some(log_id);
-        inner.log = inner.log.split_off(&(log_id.index + 1));
+        inner.log = rest;
         Ok(())
     }
 

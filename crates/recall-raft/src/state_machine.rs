@@ -9,12 +9,17 @@
 //! stamps a mutation alike and the timestamps grow with the log across
 //! leader changes.
 //!
-//! A snapshot is the store's live items as records (the same encoding,
-//! back to back). Building one holds the state machine's lock, so no
-//! effect is applied halfway through it: the items are exactly the state
-//! as of the last applied entry.
+//! A snapshot is the store's live items in recall-persist's snapshot
+//! format (`snapshot_file.rs`). Building one holds the state machine's
+//! lock while the items are copied into it, so no effect is applied
+//! halfway through: the items are exactly the state as of the last
+//! applied entry. Writing it to the log directory (and its fsync) happens
+//! after the lock is released, so applies wait only for the copy.
+//! With a log directory, a snapshot (built or installed) is on disk before
+//! openraft hears of it, and a restart loads it before the log after it.
 
 use std::io::Cursor;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -27,6 +32,7 @@ use recall_engine::{Cause, Engine};
 use recall_record::Record;
 use recall_store::ApplyOutcome;
 
+use crate::snapshot_file;
 use crate::{ApplyResult, Effect, NodeId, TypeConfig};
 
 /// What the state machine has applied (guarded with the store's
@@ -46,18 +52,72 @@ struct Stored {
 pub struct StateMachine {
     engine: Arc<Engine>,
     applied: Mutex<Applied>,
+    /// The newest snapshot; its lock is held while its file is replaced,
+    /// so an older snapshot never overwrites a newer one.
     snapshot: Mutex<Option<Stored>>,
     snapshots_built: AtomicU64,
+    /// The log directory that keeps the snapshot file; `None`: in memory.
+    dir: Option<PathBuf>,
 }
 
 impl StateMachine {
     pub fn new(engine: Arc<Engine>) -> Arc<StateMachine> {
-        Arc::new(StateMachine {
+        Self::open(engine, None, None).expect("nothing to load")
+    }
+
+    /// A state machine keeping its snapshots in `dir`, starting from
+    /// `loaded` (the snapshot `snapshot_file::load` read back there): its
+    /// items go into the store (empty at start) and its position is the
+    /// applied one, so openraft re-applies only the log after it.
+    pub fn open(
+        engine: Arc<Engine>,
+        dir: Option<PathBuf>,
+        loaded: Option<(snapshot_file::Meta, Vec<u8>)>,
+    ) -> std::io::Result<Arc<StateMachine>> {
+        let sm = StateMachine {
             engine,
             applied: Mutex::new(Applied::default()),
             snapshot: Mutex::new(None),
             snapshots_built: AtomicU64::new(0),
-        })
+            dir,
+        };
+        if let Some((meta, data)) = loaded {
+            let records = snapshot_file::decode(&data).map_err(|e| std::io::Error::other(e.to_string()))?;
+            sm.load(&meta, &records);
+            *sm.snapshot.lock().expect("snapshot lock") = Some(Stored { meta, data });
+        }
+        Ok(Arc::new(sm))
+    }
+
+    /// Replace the store's contents with a checked snapshot's records.
+    fn load(&self, meta: &snapshot_file::Meta, records: &[recall_record::OwnedRecord]) {
+        let mut applied = self.applied.lock().expect("state machine lock");
+        let store = &self.engine.store;
+        let now = self.engine.now();
+        store.flush_all(now, now);
+        for r in records {
+            store.apply(&r.as_record(), now);
+        }
+        if let Some(l) = meta.last_log_id {
+            store.raise_cas_floor(crate::timestamp(l.index, crate::BATCH_MAX - 1));
+        }
+        applied.last = meta.last_log_id;
+        applied.membership = meta.last_membership.clone();
+    }
+
+    /// Keep `meta` and `data` as the current snapshot, on disk first when
+    /// there is a directory; an older one than the current is dropped.
+    fn keep(&self, meta: &snapshot_file::Meta, data: Vec<u8>) -> Result<(), StorageError<NodeId>> {
+        let mut cur = self.snapshot.lock().expect("snapshot lock");
+        if cur.as_ref().is_some_and(|c| c.meta.last_log_id > meta.last_log_id) {
+            return Ok(());
+        }
+        if let Some(dir) = &self.dir {
+            snapshot_file::write(dir, meta, &data)
+                .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
+        }
+        *cur = Some(Stored { meta: meta.clone(), data });
+        Ok(())
     }
 
     /// Apply one effect at timestamp `ts`, through the engine's write
@@ -114,28 +174,18 @@ impl RaftSnapshotBuilder<TypeConfig> for Arc<StateMachine> {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
         let (data, meta) = {
             let applied = self.applied.lock().expect("state machine lock");
-            let mut data = Vec::new();
-            let now = self.engine.now();
-            self.engine.store.for_each(now, |it| {
-                let value = it.value.to_vec();
-                Record {
-                    tombstone: false,
-                    key: it.key,
-                    value: &value,
-                    flags: it.flags,
-                    exptime: it.exptime,
-                    ts: it.cas,
-                }
-                .encode(&mut data);
-            });
             let n = self.snapshots_built.fetch_add(1, Ordering::Relaxed) + 1;
             let snapshot_id = match applied.last {
                 Some(l) => format!("{}-{}-{n}", l.leader_id, l.index),
                 None => format!("--{n}"),
             };
-            (data, SnapshotMeta { last_log_id: applied.last, last_membership: applied.membership.clone(), snapshot_id })
+            let meta =
+                SnapshotMeta { last_log_id: applied.last, last_membership: applied.membership.clone(), snapshot_id };
+            let data = snapshot_file::encode(&self.engine.store, self.engine.now(), &meta)
+                .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
+            (data, meta)
         };
-        *self.snapshot.lock().expect("snapshot lock") = Some(Stored { meta: meta.clone(), data: data.clone() });
+        self.keep(&meta, data.clone())?;
         Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
     }
 }
@@ -189,30 +239,13 @@ impl RaftStateMachine<TypeConfig> for Arc<StateMachine> {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError<NodeId>> {
         let data = snapshot.into_inner();
-        {
-            let mut applied = self.applied.lock().expect("state machine lock");
-            let store = &self.engine.store;
-            let now = self.engine.now();
-            // Check the whole snapshot before the store loses anything.
-            let mut records = Vec::new();
-            let mut at = 0;
-            while at < data.len() {
-                let (r, used) = Record::decode(&data[at..])
-                    .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &BadRecord::Record(e)))?;
-                records.push(r);
-                at += used;
-            }
-            store.flush_all(now, now);
-            for r in &records {
-                store.apply(r, now);
-            }
-            if let Some(l) = meta.last_log_id {
-                store.raise_cas_floor(crate::timestamp(l.index, crate::BATCH_MAX - 1));
-            }
-            applied.last = meta.last_log_id;
-            applied.membership = meta.last_membership.clone();
-        }
-        *self.snapshot.lock().expect("snapshot lock") = Some(Stored { meta: meta.clone(), data });
+        // Check the whole snapshot before the store loses anything.
+        let records =
+            snapshot_file::decode(&data).map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
+        // On disk before the store changes: openraft purges the log up to
+        // it once this returns.
+        self.keep(meta, data)?;
+        self.load(meta, &records);
         Ok(())
     }
 
@@ -296,6 +329,40 @@ mod tests {
         sm_b.apply(vec![entry(9, flush), entry(10, value(b"k3", b"3"))]).await.expect("applied");
         assert_eq!(items(&b).iter().map(|i| (i.0.clone(), i.3)).collect::<Vec<_>>(), [(b"k3".to_vec(), ts(10))]);
         assert!(b.store.read(b"k2", b.now(), ReadOpts::default(), |r| matches!(r, recall_store::Read::Miss { .. })));
+    }
+
+    /// A snapshot built with a log directory is on disk when the builder
+    /// returns, and a state machine opened from it has its items and its
+    /// position; one installed from a leader is kept the same way.
+    #[tokio::test]
+    async fn a_snapshot_on_disk_rebuilds_the_store_at_restart() {
+        let dir = std::env::temp_dir().join(format!("recall-raft-sm-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let a = engine();
+        let mut sm = StateMachine::open(a.clone(), Some(dir.clone()), None).unwrap();
+        sm.apply((1..=20).map(|i| entry(i, value(format!("k{i}").as_bytes(), b"v")))).await.expect("applied");
+        let built = sm.build_snapshot().await.expect("snapshot");
+        let loaded = snapshot_file::load(&dir).unwrap().expect("on disk");
+        assert_eq!(loaded.0, built.meta);
+
+        let b = engine();
+        let mut sm_b = StateMachine::open(b.clone(), Some(dir.clone()), Some(loaded)).unwrap();
+        assert_eq!(items(&b), items(&a));
+        assert_eq!(sm_b.applied_state().await.unwrap().0.map(|l| l.index), Some(20));
+        assert_eq!(sm_b.get_current_snapshot().await.unwrap().map(|s| s.meta), Some(built.meta.clone()));
+        // Later writes stamp above the snapshot's.
+        sm_b.apply(vec![entry(21, value(b"k1", b"w"))]).await.expect("applied");
+        assert!(items(&b).iter().all(|i| i.3 <= crate::timestamp(21, 0)));
+
+        // An install goes to disk too, replacing the older file.
+        let c_dir = dir.join("c");
+        std::fs::create_dir_all(&c_dir).unwrap();
+        let mut sm_c = StateMachine::open(engine(), Some(c_dir.clone()), None).unwrap();
+        let snap = sm_b.build_snapshot().await.expect("snapshot");
+        sm_c.install_snapshot(&snap.meta, snap.snapshot).await.expect("installed");
+        assert_eq!(snapshot_file::load(&c_dir).unwrap().expect("on disk").0.last_log_id.map(|l| l.index), Some(21));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[tokio::test]

@@ -107,6 +107,9 @@ pub struct ClusterSection {
     /// How plain reads are served: "linearizable" (on the leader, after a
     /// ReadIndex) or "stale" (from this node's store, any node, no barrier).
     pub read: String,
+    /// Snapshot the group's state every this many log entries; with a log
+    /// directory the snapshot goes to disk and the log file is compacted.
+    pub snapshot_entries: u64,
 }
 
 impl Default for ClusterSection {
@@ -118,6 +121,7 @@ impl Default for ClusterSection {
             timeout_ms: 5000,
             log_dir: String::new(),
             read: "linearizable".into(),
+            snapshot_entries: recall_raft::SNAPSHOT_ENTRIES,
         }
     }
 }
@@ -151,6 +155,11 @@ impl ClusterSection {
         if self.timeout_ms == 0 {
             return Err(ConfigError("cluster: timeout_ms must be at least 1".into()));
         }
+        if self.snapshot_entries == 0 {
+            return Err(ConfigError(
+                "cluster: snapshot_entries must be at least 1 (--cluster-snapshot-entries)".into(),
+            ));
+        }
         let reads = match self.read.as_str() {
             "linearizable" => recall_raft::ReadMode::Linearizable,
             "stale" => recall_raft::ReadMode::Stale,
@@ -167,6 +176,7 @@ impl ClusterSection {
             timeout: std::time::Duration::from_millis(self.timeout_ms),
             log_dir: (!self.log_dir.is_empty()).then(|| self.log_dir.clone().into()),
             reads,
+            snapshot_entries: self.snapshot_entries,
         }))
     }
 }
@@ -282,6 +292,10 @@ pub struct Cli {
     /// ReadIndex) or stale (any node answers reads from its own store).
     #[arg(long = "cluster-read", value_name = "MODE")]
     pub cluster_read: Option<String>,
+    /// Cluster mode: snapshot the group every N log entries (and compact
+    /// the log on disk); default 5000.
+    #[arg(long = "cluster-snapshot-entries", value_name = "N")]
+    pub cluster_snapshot_entries: Option<u64>,
     /// Verify a snapshot file, print a summary and exit.
     #[arg(long = "check-snapshot")]
     pub check_snapshot: Option<PathBuf>,
@@ -539,6 +553,9 @@ impl Config {
         }
         if let Some(v) = &cli.cluster_read {
             cfg.cluster.read = v.clone();
+        }
+        if let Some(v) = cli.cluster_snapshot_entries {
+            cfg.cluster.snapshot_entries = v;
         }
         for opts in &cli.extended {
             for kv in opts.split(',').filter(|s| !s.is_empty()) {
