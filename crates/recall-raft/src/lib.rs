@@ -260,7 +260,7 @@ impl Node {
                 Arc::new(move |l| me.upgrade().map_or(Refusal::NotLeader(NO_LEADER), |n| n.not_leader(l)));
             Node {
                 proposer: propose::Proposer::new(raft.clone(), handle.clone(), not_leader.clone()),
-                read_barrier: read::Reads::new(raft.clone(), handle, cfg.timeout, not_leader),
+                read_barrier: read::Reads::new(raft.clone(), handle, cfg.timeout, not_leader, log.floor()),
                 raft,
                 log,
                 rt,
@@ -350,8 +350,7 @@ impl Replicator for Node {
         let (leader, settled, known) = {
             let m = self.raft.metrics();
             let m = m.borrow();
-            let settled = m.last_applied.is_some_and(|l| l.leader_id.term == m.current_term);
-            (m.state == ServerState::Leader, settled, m.current_leader)
+            (m.state == ServerState::Leader, self.read_barrier.settled(&m), m.current_leader)
         };
         match (leader, settled) {
             (true, true) => Ok(()),
@@ -413,6 +412,9 @@ impl Replicator for Node {
             ("cluster_term", m.current_term.to_string()),
             ("cluster_last_log_index", m.last_log_index.unwrap_or(0).to_string()),
             ("cluster_last_applied", m.last_applied.map_or(0, |l| l.index).to_string()),
+            // The newest snapshot, and the log purged up to it.
+            ("cluster_snapshot_index", m.snapshot.map_or(0, |l| l.index).to_string()),
+            ("cluster_log_purged_index", m.purged.map_or(0, |l| l.index).to_string()),
             ("cluster_read", if self.reads == ReadMode::Stale { "stale" } else { "linearizable" }.to_string()),
         ];
         // The log on disk: fsyncs against entries written show group

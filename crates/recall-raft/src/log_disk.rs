@@ -15,7 +15,7 @@
 //!   appended, a truncation (conflicting entries dropped from an index
 //!   on), or a purge (entries up to a log id dropped: they are in the
 //!   snapshot).
-//! * `raft.snap`: the newest snapshot (`snapshot_file.rs`).
+//! * `raft-snapshot.snap`: the newest snapshot (`snapshot_file.rs`).
 //!
 //! **Compaction.** A purge (openraft asks for one after a snapshot is on
 //! disk) rewrites the file: a new one holding the purge and the entries
@@ -233,7 +233,9 @@ impl Disk {
     /// `purged`): a new file with the purge and those entries replaces
     /// the old one atomically. The caller holds the log's lock, so no
     /// append runs meanwhile; every entry not yet synced in the old file
-    /// is in the new one, synced before the rename.
+    /// is in the new one, synced before the rename. (Its temp file is
+    /// `raft.tmp`, as `raft.vote`'s is: a vote is saved under that lock
+    /// too.)
     pub fn rewrite(&self, purged: LogId<NodeId>, log: &Entries) -> io::Result<()> {
         let path = &self.flush.path;
         let mut file = self.file.lock().expect("log file lock");

@@ -33,6 +33,9 @@ use crate::{NodeId, TypeConfig};
 pub struct LogStore {
     inner: Arc<Mutex<Inner>>,
     disk: Option<Arc<Disk>>,
+    /// The term of the vote and the last index the log held when it was
+    /// opened ((0, 0): none).
+    floor: (u64, u64),
 }
 
 impl LogStore {
@@ -40,8 +43,17 @@ impl LogStore {
     /// from the snapshot loaded there, whose last log id is `snapshot`.
     pub fn open(dir: &std::path::Path, id: NodeId, snapshot: Option<LogId<NodeId>>) -> std::io::Result<LogStore> {
         let (disk, rec) = Disk::open(dir, id, snapshot)?;
+        let last = rec.log.keys().next_back().copied().or(rec.last_purged.map(|l| l.index)).unwrap_or(0);
+        let floor = (rec.vote.map_or(0, |v| v.leader_id().term), last);
         let inner = Inner { log: rec.log, vote: rec.vote, last_purged: rec.last_purged, ..Default::default() };
-        Ok(LogStore { inner: Arc::new(Mutex::new(inner)), disk: Some(disk) })
+        Ok(LogStore { inner: Arc::new(Mutex::new(inner)), disk: Some(disk), floor })
+    }
+
+    /// The term voted in and the last log index at start: a leader
+    /// restored in that term reads only once it applied up to that index
+    /// (`read.rs`).
+    pub fn floor(&self) -> (u64, u64) {
+        self.floor
     }
 
     /// (fsyncs, entries written, writes' effects in them, compactions) of

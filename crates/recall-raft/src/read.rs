@@ -16,6 +16,13 @@
 //!   hand-over no read trusts the lease. Every write acknowledged before the read was applied
 //!   here before it was acknowledged (in this term, or before the term's
 //!   first entry, which is applied), so the local store has it.
+//! * **A restarted leader.** A node with its log on disk may come back as
+//!   the leader of the term it led before (openraft restores it without
+//!   an election). It forgot its commit index, and openraft's ReadIndex
+//!   then covers only the term's first entry: entries after it that were
+//!   committed (and acknowledged) before the crash may not be applied
+//!   yet. So the node counts as settled only once it applied every entry
+//!   its log held at start (`floor`), and a round waits for that too.
 //! * **A ReadIndex round** (openraft's `ensure_linearizable`) otherwise,
 //!   shared: one round serves every read that arrived before it began, so
 //!   concurrent readers on every connection wait for one round, not one
@@ -46,6 +53,10 @@ pub(crate) struct Reads {
     timeout: Duration,
     not_leader: NotLeader,
     state: Mutex<State>,
+    /// The term voted in and the last log index at start (see the module
+    /// note): in that term, a leader is settled only once it applied up to
+    /// that index. A later term's leader committed an entry of its own.
+    floor: (u64, u64),
 }
 
 #[derive(Default)]
@@ -59,8 +70,14 @@ struct State {
 }
 
 impl Reads {
-    pub fn new(raft: Raft, rt: tokio::runtime::Handle, timeout: Duration, not_leader: NotLeader) -> Arc<Reads> {
-        Arc::new(Reads { raft, rt, timeout, not_leader, state: Mutex::default() })
+    pub fn new(
+        raft: Raft,
+        rt: tokio::runtime::Handle,
+        timeout: Duration,
+        not_leader: NotLeader,
+        floor: (u64, u64),
+    ) -> Arc<Reads> {
+        Arc::new(Reads { raft, rt, timeout, not_leader, state: Mutex::default(), floor })
     }
 
     /// Return once a read of the local store is linearizable, or why not;
@@ -96,9 +113,16 @@ impl Reads {
     fn settled_leader_in(&self, term: u64) -> bool {
         let m = self.raft.metrics();
         let m = m.borrow();
-        m.state == ServerState::Leader
-            && m.current_term == term
-            && m.last_applied.is_some_and(|l| l.leader_id.term == term)
+        m.state == ServerState::Leader && m.current_term == term && self.settled(&m)
+    }
+
+    /// Whether this node's store holds every committed effect, if it leads
+    /// (a leader that applied an entry of its own term applied all before
+    /// it), and every entry its log held at start.
+    pub fn settled(&self, m: &openraft::RaftMetrics<NodeId, openraft::BasicNode>) -> bool {
+        let (term, index) = self.floor;
+        m.last_applied
+            .is_some_and(|l| l.leader_id.term == m.current_term && (term != l.leader_id.term || l.index >= index))
     }
 
     /// Run rounds until nobody waits: each serves the reads that arrived
@@ -114,7 +138,18 @@ impl Reads {
                 std::mem::take(&mut st.waiting)
             };
             let (start, term) = (Instant::now(), self.raft.metrics().borrow().current_term);
-            let answer = match tokio::time::timeout(self.timeout, self.raft.ensure_linearizable()).await {
+            let raft = self.raft.clone();
+            let (floor_term, floor) = self.floor;
+            let barrier = async move {
+                let read = raft.ensure_linearizable().await?;
+                // Entries held at start, in the term restored (see the
+                // module note).
+                if term == floor_term {
+                    let _ = raft.wait(None).applied_index_at_least(Some(floor), "restart floor").await;
+                }
+                Ok::<_, RaftError<NodeId, CheckIsLeaderError<NodeId, openraft::BasicNode>>>(read)
+            };
+            let answer = match tokio::time::timeout(self.timeout, barrier).await {
                 Err(_) => Err(Refusal::Replication(TIMED_OUT)),
                 Ok(Ok(_)) => {
                     if self.settled_leader_in(term) {

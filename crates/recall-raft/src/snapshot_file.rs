@@ -1,5 +1,5 @@
 //! A group's snapshot: its bytes (what a leader sends a lagging follower)
-//! and its file in the log directory, `raft.snap`
+//! and its file in the log directory, `raft-snapshot.snap`
 //! (docs/design/replication.md, "Durability").
 //!
 //! The bytes are recall-persist's snapshot format (header, records,
@@ -26,7 +26,10 @@ use recall_store::{Store, UnixSecs, Value};
 
 use crate::NodeId;
 
-pub(crate) const FILE: &str = "raft.snap";
+/// Its temp file (`write_atomically` swaps the extension for `tmp`) must
+/// differ from `raft.log`'s and `raft.vote`'s (both `raft.tmp`): the
+/// snapshot is written while the log may be rewritten.
+pub(crate) const FILE: &str = "raft-snapshot.snap";
 
 pub type Meta = SnapshotMeta<NodeId, BasicNode>;
 
@@ -176,7 +179,7 @@ mod tests {
         for cut in (0..whole.len()).step_by(step) {
             std::fs::write(path(&dir), &whole[..cut]).unwrap();
             let e = load(&dir).unwrap_err().to_string();
-            assert!(e.contains("raft.snap") && e.contains("damaged"), "cut at {cut}: {e}");
+            assert!(e.contains("raft-snapshot.snap") && e.contains("damaged"), "cut at {cut}: {e}");
         }
         for at in (0..whole.len()).step_by(step) {
             let mut b = whole.clone();

@@ -39,6 +39,11 @@ impl Cluster {
     /// [`Cluster::start`], node `i` keeping its Raft log in `log_dirs[i]`
     /// (in memory when `log_dirs` is empty).
     pub fn start_with(n: usize, log_dirs: &[std::path::PathBuf]) -> Cluster {
+        Cluster::start_with_args(n, log_dirs, &[])
+    }
+
+    /// [`Cluster::start_with`], every node also given `extra` flags.
+    pub fn start_with_args(n: usize, log_dirs: &[std::path::PathBuf], extra: &[&str]) -> Cluster {
         let mut last_err = String::new();
         for _attempt in 0..3 {
             let ports = free_ports(2 * n);
@@ -56,6 +61,7 @@ impl Cluster {
                 if let Some(d) = log_dirs.get(i) {
                     args.extend(["--cluster-log-dir".into(), d.display().to_string()]);
                 }
+                args.extend(extra.iter().map(|a| a.to_string()));
                 if i == 0 {
                     args.push("--cluster-bootstrap".into());
                 }

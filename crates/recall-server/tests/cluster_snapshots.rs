@@ -1,0 +1,175 @@
+//! Group snapshots with real processes (docs/design/replication.md,
+//! "Transport, log and snapshots"): with a low `--cluster-snapshot-entries`
+//! the Raft log file stays bounded under a long write load and a restart
+//! of every node recovers every acknowledged write from snapshot and log;
+//! a follower killed while the leader compacted past its position catches
+//! up by installing a snapshot, and restarts from its own disk afterwards.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use recall_testkit::cluster::{stats, Cluster, DEADLINE};
+
+/// Snapshots every this many entries in these tests (default 5000).
+const EVERY: &str = "50";
+
+/// A connection that sends one request at a time and reads one line.
+struct Conn(BufReader<TcpStream>);
+
+impl Conn {
+    fn open(addr: SocketAddr) -> Conn {
+        let s = TcpStream::connect(addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+        Conn(BufReader::new(s))
+    }
+
+    fn ask(&mut self, req: &str) -> String {
+        self.0.get_mut().write_all(req.as_bytes()).expect("send");
+        let mut line = String::new();
+        self.0.read_line(&mut line).expect("reply");
+        line
+    }
+
+    /// A get's value, `None` on a miss.
+    fn get(&mut self, key: &str) -> Option<String> {
+        let head = self.ask(&format!("get {key}\r\n"));
+        if head == "END\r\n" {
+            return None;
+        }
+        assert!(head.starts_with(&format!("VALUE {key} ")), "{head:?}");
+        let mut value = String::new();
+        self.0.read_line(&mut value).expect("value");
+        assert_eq!(self.ask(""), "END\r\n");
+        Some(value.trim_end_matches("\r\n").to_string())
+    }
+}
+
+fn stat(addr: SocketAddr, name: &str) -> u64 {
+    stats(addr).get(name).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{name} in stats of {addr}"))
+}
+
+/// Bytes of the files in `dir`.
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir).expect("log dir").map(|e| e.expect("entry").metadata().expect("metadata").len()).sum()
+}
+
+/// Probe until node `i` has applied at least `index`.
+fn wait_applied(c: &Cluster, i: usize, index: u64) {
+    let start = Instant::now();
+    while stats(c.clients[i]).get("cluster_last_applied").and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) < index {
+        assert!(start.elapsed() < DEADLINE, "node {} did not apply up to {index} within {DEADLINE:?}", i + 1);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn dirs(name: &str) -> (std::path::PathBuf, Vec<std::path::PathBuf>) {
+    let base = std::env::temp_dir().join(format!("recall-cluster-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let dirs = (1..=3).map(|i| base.join(format!("node{i}"))).collect();
+    (base, dirs)
+}
+
+#[test]
+fn the_log_stays_bounded_and_a_restart_recovers_every_write() {
+    let (base, dirs) = dirs("compaction");
+    let mut c = Cluster::start_with_args(3, &dirs, &["--cluster-snapshot-entries", EVERY]);
+    let to = c.clients[c.leader()];
+    // Four writers overwrite twelve keys each with 1 KB values: 4 MB go
+    // through the log, while the store holds 48 KB.
+    let (writers, each, keys) = (4, 1000, 12);
+    let last: Vec<Vec<(String, String)>> = std::thread::scope(|s| {
+        let ws: Vec<_> = (0..writers)
+            .map(|w| {
+                s.spawn(move || {
+                    let mut conn = Conn::open(to);
+                    let mut last = vec![(String::new(), String::new()); keys];
+                    for i in 0..each {
+                        let k = format!("w{w}-{}", i % keys);
+                        let v = format!("{i:04}{}", "x".repeat(996));
+                        assert_eq!(conn.ask(&format!("set {k} 0 0 {}\r\n{v}\r\n", v.len())), "STORED\r\n");
+                        last[i % keys] = (k, v);
+                    }
+                    last
+                })
+            })
+            .collect();
+        ws.into_iter().map(|w| w.join().expect("writer")).collect()
+    });
+    let written = (writers * each * 1000) as u64;
+    for (i, d) in dirs.iter().enumerate() {
+        wait_applied(&c, i, stat(to, "cluster_last_applied"));
+        let st = stats(c.clients[i]);
+        assert!(st["cluster_log_compactions"].parse::<u64>().unwrap() >= 1, "node {}: {st:?}", i + 1);
+        // The log keeps the entries since the snapshot before last (50
+        // kept behind it, 50 more until the next, and those a snapshot
+        // takes to build; each entry at most the four writers' values),
+        // plus the snapshot (48 KB): a fraction of what went through it.
+        let bytes = dir_bytes(d);
+        assert!(bytes < 4 * 50 * 4 * 1100 + 100_000, "node {}: {bytes} bytes on disk after {written} written", i + 1);
+        assert!(d.join("raft-snapshot.snap").exists(), "node {}", i + 1);
+    }
+
+    for n in c.nodes.iter_mut() {
+        n.as_mut().expect("running").kill9();
+    }
+    for n in c.nodes.iter_mut() {
+        n.as_mut().expect("killed").restart().expect("a node restarts from its snapshot and log");
+    }
+    let mut conn = Conn::open(c.clients[c.leader()]);
+    for (k, v) in last.iter().flatten() {
+        assert_eq!(conn.get(k).as_deref(), Some(v.as_str()), "{k} after the restart");
+    }
+    assert_eq!(conn.ask("set after 0 0 1\r\ny\r\n"), "STORED\r\n");
+    drop(c);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
+fn a_follower_behind_the_compacted_log_catches_up_by_snapshot() {
+    let (base, dirs) = dirs("transfer");
+    // Stale reads: the follower is read directly, from its own store.
+    let mut c = Cluster::start_with_args(3, &dirs, &["--cluster-snapshot-entries", EVERY, "--cluster-read", "stale"]);
+    let leader = c.leader();
+    let f = (leader + 1) % 3;
+    let mut conn = Conn::open(c.clients[leader]);
+    assert_eq!(conn.ask("set before 0 0 1\r\nb\r\n"), "STORED\r\n");
+    wait_applied(&c, f, stat(c.clients[leader], "cluster_last_applied"));
+    let f_last = stat(c.clients[f], "cluster_last_log_index");
+    c.nodes[f].as_mut().expect("running").kill9();
+
+    // One write at a time, so each is an entry of its own: the log runs
+    // far past the snapshot interval and the entries kept behind it.
+    let mut acked = Vec::new();
+    for i in 0..600 {
+        let (k, v) = (format!("k{i}"), format!("value-{i}"));
+        assert_eq!(conn.ask(&format!("set {k} 0 0 {}\r\n{v}\r\n", v.len())), "STORED\r\n");
+        acked.push((k, v));
+    }
+    let purged = stat(c.clients[leader], "cluster_log_purged_index");
+    assert!(purged > f_last, "the leader purged its log up to {purged}, past the follower's {f_last}");
+
+    c.nodes[f].as_mut().expect("killed").restart().expect("the follower restarts");
+    let target = stat(c.clients[leader], "cluster_last_applied");
+    wait_applied(&c, f, target);
+    assert!(stat(c.clients[f], "cluster_snapshot_index") > f_last, "the follower installed a snapshot");
+    let mut on_f = Conn::open(c.clients[f]);
+    assert_eq!(on_f.get("before").as_deref(), Some("b"));
+    for (k, v) in &acked {
+        assert_eq!(on_f.get(k).as_deref(), Some(v.as_str()), "{k} on the follower");
+    }
+
+    // Its disk now starts with the snapshot: it restarts from it.
+    assert_eq!(conn.ask("set later 0 0 1\r\nl\r\n"), "STORED\r\n");
+    let target = stat(c.clients[leader], "cluster_last_applied");
+    wait_applied(&c, f, target);
+    c.nodes[f].as_mut().expect("running").restart().expect("the follower restarts from its snapshot");
+    wait_applied(&c, f, target);
+    let mut on_f = Conn::open(c.clients[f]);
+    for (k, v) in acked.iter().chain([&("later".to_string(), "l".to_string())]) {
+        assert_eq!(on_f.get(k).as_deref(), Some(v.as_str()), "{k} on the follower after its restart");
+    }
+    drop(c);
+    let _ = std::fs::remove_dir_all(&base);
+}
