@@ -107,14 +107,13 @@ impl StateMachine {
 
     /// Keep `meta` and `data` as the current snapshot, on disk first when
     /// there is a directory; an older one than the current is dropped.
-    fn keep(&self, meta: &snapshot_file::Meta, data: Vec<u8>) -> Result<(), StorageError<NodeId>> {
+    fn keep(&self, meta: &snapshot_file::Meta, data: Vec<u8>) -> std::io::Result<()> {
         let mut cur = self.snapshot.lock().expect("snapshot lock");
         if cur.as_ref().is_some_and(|c| c.meta.last_log_id > meta.last_log_id) {
             return Ok(());
         }
         if let Some(dir) = &self.dir {
-            snapshot_file::write(dir, meta, &data)
-                .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
+            snapshot_file::write(dir, meta, &data)?;
         }
         *cur = Some(Stored { meta: meta.clone(), data });
         Ok(())
@@ -185,7 +184,7 @@ impl RaftSnapshotBuilder<TypeConfig> for Arc<StateMachine> {
                 .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
             (data, meta)
         };
-        self.keep(&meta, data.clone())?;
+        self.keep(&meta, data.clone()).map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
         Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
     }
 }
@@ -244,7 +243,7 @@ impl RaftStateMachine<TypeConfig> for Arc<StateMachine> {
             snapshot_file::decode(&data).map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
         // On disk before the store changes: openraft purges the log up to
         // it once this returns.
-        self.keep(meta, data)?;
+        self.keep(meta, data).map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
         self.load(meta, &records);
         Ok(())
     }
