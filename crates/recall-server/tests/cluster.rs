@@ -435,4 +435,14 @@ fn cluster_flags_are_checked() {
     ])
     .expect_err("an unknown read mode");
     assert!(err.contains(r#"read must be "linearizable" or "stale", not "fast" (--cluster-read)"#), "{err}");
+    let err = Recalld::start([
+        "--cluster-node-id",
+        "1",
+        "--cluster-peer",
+        "1=127.0.0.1:1/127.0.0.1:2",
+        "--cluster-snapshot-entries",
+        "0",
+    ])
+    .expect_err("no snapshot interval");
+    assert!(err.contains("snapshot_entries must be at least 1 (--cluster-snapshot-entries)"), "{err}");
 }

@@ -2,8 +2,9 @@
 //! "Transport, log and snapshots"): with a low `--cluster-snapshot-entries`
 //! the Raft log file stays bounded under a long write load and a restart
 //! of every node recovers every acknowledged write from snapshot and log;
-//! a follower killed while the leader compacted past its position catches
-//! up by installing a snapshot, and restarts from its own disk afterwards.
+//! a follower killed while the leader compacted past its position, and a
+//! node added after it, catch up by installing a snapshot, and restart
+//! from their own disks afterwards.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -127,7 +128,7 @@ fn the_log_stays_bounded_and_a_restart_recovers_every_write() {
 }
 
 #[test]
-fn a_follower_behind_the_compacted_log_catches_up_by_snapshot() {
+fn a_follower_and_a_new_node_behind_the_compacted_log_catch_up_by_snapshot() {
     let (base, dirs) = dirs("transfer");
     // Stale reads: the follower is read directly, from its own store.
     let mut c = Cluster::start_with_args(3, &dirs, &["--cluster-snapshot-entries", EVERY, "--cluster-read", "stale"]);
@@ -170,6 +171,28 @@ fn a_follower_behind_the_compacted_log_catches_up_by_snapshot() {
     for (k, v) in acked.iter().chain([&("later".to_string(), "l".to_string())]) {
         assert_eq!(on_f.get(k).as_deref(), Some(v.as_str()), "{k} on the follower after its restart");
     }
+
+    // A new node, added long after entry 1 was purged, starts from the
+    // leader's snapshot, and restarts from its own disk.
+    let dir4 = base.join("node4");
+    let new = c.start_empty_node(Some(&dir4));
+    let add = format!("cluster add-node 4 {}\r\n", c.member(new));
+    let start = Instant::now();
+    loop {
+        let reply = Conn::open(c.clients[leader]).ask(&add);
+        if reply == "OK\r\n" {
+            break;
+        }
+        assert!(reply.starts_with("CATCHING_UP") && start.elapsed() < DEADLINE, "{reply:?}");
+    }
+    assert!(stat(c.clients[new], "cluster_snapshot_index") > 1, "node 4 installed a snapshot");
+    let target = stat(c.clients[leader], "cluster_last_applied");
+    wait_applied(&c, new, target);
+    c.nodes[new].as_mut().expect("running").restart().expect("node 4 restarts from its snapshot");
+    wait_applied(&c, new, target);
+    // Its store holds every item (it answers reads only as a leader or
+    // with stale reads, so its `stats` counts them).
+    assert_eq!(stat(c.clients[new], "curr_items"), acked.len() as u64 + 2, "node 4's items");
     drop(c);
     let _ = std::fs::remove_dir_all(&base);
 }
