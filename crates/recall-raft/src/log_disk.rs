@@ -370,7 +370,7 @@ fn from_snapshot(
     purged: Option<LogId<NodeId>>,
     snapshot: Option<LogId<NodeId>>,
 ) -> Result<Option<LogId<NodeId>>, String> {
-    if purged.is_some() && purged > snapshot {
+    if purged.map(|p| p.index) > snapshot.map(|s| s.index) {
         return Err(format!(
             "the log was purged up to entry {} but the snapshot ({}) holds only {}: \
              the snapshot it was purged for is lost; start the node under a new id",
