@@ -1,5 +1,5 @@
 // Command lincheck checks a history of a key-value register (recall's get,
-// set and delete) for linearizability with Porcupine
+// gets, set, delete, append, incr, decr and cas) for linearizability with Porcupine
 // (github.com/anishathalye/porcupine), an existing checker: this program
 // only reads the history and states the register's sequential model.
 //
@@ -22,6 +22,20 @@
 // checked like a read's: a NOT_FOUND after an acknowledged set, with nothing
 // in between, is a lost write even when no read follows. A delete without
 // "found" (or with an unknown outcome) may have found either.
+//
+// The other writes carry their answer in "outcome":
+//
+//	{"client":4,"op":"append","key":"k1","value":"+a","outcome":"stored","call":1,"return":2}
+//	{"client":5,"op":"incr","key":"k2","delta":3,"outcome":"value","value":"45","call":1,"return":2}
+//	{"client":6,"op":"gets","key":"k1","found":true,"value":"v17","cas":812,"call":1,"return":2}
+//	{"client":6,"op":"cas","key":"k1","value":"v19","cas":812,"outcome":"exists","call":3,"return":4}
+//
+// append: stored / not_stored; incr and decr: value (the new number in
+// "value") / not_found / non_numeric; cas: stored / exists / not_found.
+// An append, incr, decr or cas whose reply was lost (return null) may
+// have applied or not. The model (model.go) assumes what recall
+// guarantees of cas tokens: each write draws a new one, larger than every
+// token drawn before it.
 //
 // Exit status: 0 linearizable, 1 not linearizable (with -html, Porcupine's
 // visualization of the longest linearizable prefixes is written there),
@@ -46,94 +60,13 @@ type line struct {
 	Key    string  `json:"key"`
 	Value  *string `json:"value"`
 	Found  *bool   `json:"found"`
-	Call   *int64  `json:"call"`
-	Return *int64  `json:"return"`
-}
-
-// input is an operation's request; output a read's answer.
-type input struct {
-	op    string // "get", "set" or "delete"
-	key   string
-	value string
-}
-
-type output struct {
-	found bool
-	value string
-	// A delete's answer is known (found says which); a get's always is.
-	known bool
-}
-
-// register is one key's state: absent, or holding a value.
-type register struct {
-	present bool
-	value   string
-}
-
-var model = porcupine.Model{
-	// Keys are independent registers: a history is linearizable iff each
-	// key's sub-history is.
-	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
-		byKey := map[string][]porcupine.Operation{}
-		var order []string
-		for _, op := range history {
-			k := op.Input.(input).key
-			if _, seen := byKey[k]; !seen {
-				order = append(order, k)
-			}
-			byKey[k] = append(byKey[k], op)
-		}
-		parts := make([][]porcupine.Operation, 0, len(order))
-		for _, k := range order {
-			parts = append(parts, byKey[k])
-		}
-		return parts
-	},
-	Init: func() interface{} { return register{} },
-	Step: func(state, in, out interface{}) (bool, interface{}) {
-		st := state.(register)
-		i := in.(input)
-		switch i.op {
-		case "get":
-			o := out.(output)
-			return o.found == st.present && (!o.found || o.value == st.value), st
-		case "set":
-			return true, register{present: true, value: i.value}
-		default: // delete
-			o := out.(output)
-			return !o.known || o.found == st.present, register{}
-		}
-	},
-	DescribeOperation: func(in, out interface{}) string {
-		i := in.(input)
-		switch i.op {
-		case "get":
-			o := out.(output)
-			if !o.found {
-				return fmt.Sprintf("get(%s) -> miss", i.key)
-			}
-			return fmt.Sprintf("get(%s) -> %s", i.key, o.value)
-		case "set":
-			return fmt.Sprintf("set(%s, %s)", i.key, i.value)
-		default:
-			o := out.(output)
-			switch {
-			case !o.known:
-				return fmt.Sprintf("delete(%s)", i.key)
-			case o.found:
-				return fmt.Sprintf("delete(%s) -> deleted", i.key)
-			default:
-				return fmt.Sprintf("delete(%s) -> not found", i.key)
-			}
-		}
-	},
-	DescribeState: func(state interface{}) string {
-		st := state.(register)
-		if !st.present {
-			return "absent"
-		}
-		return st.value
-	},
+	// incr/decr's delta; gets's answer and cas's request: the cas token.
+	Delta *uint64 `json:"delta"`
+	Cas   *uint64 `json:"cas"`
+	// The answer of append, incr/decr and cas (see output.outcome).
+	Outcome *string `json:"outcome"`
+	Call    *int64  `json:"call"`
+	Return  *int64  `json:"return"`
 }
 
 // readHistory parses path; an error names the file and line.
@@ -163,31 +96,78 @@ func readHistory(path string) (ops []porcupine.Operation, unknown int, err error
 			return nil, 0, bad("client is negative")
 		}
 		in := input{op: l.Op, key: l.Key}
-		var out output
-		switch l.Op {
-		case "get":
-			if l.Return == nil {
-				return nil, 0, bad("a get without a return (leave unanswered reads out)")
+		out := output{known: l.Return != nil}
+		outcome := func(allowed ...string) error {
+			if !out.known {
+				return nil // no answer, whatever the line says
 			}
-			out.known = true
+			if l.Outcome == nil {
+				return bad(fmt.Sprintf("a %s without its outcome", l.Op))
+			}
+			for _, a := range allowed {
+				if *l.Outcome == a {
+					out.outcome = a
+					return nil
+				}
+			}
+			return bad(fmt.Sprintf("a %s's outcome is one of %v, not %q", l.Op, allowed, *l.Outcome))
+		}
+		var err error
+		switch l.Op {
+		case "get", "gets":
+			if l.Return == nil {
+				return nil, 0, bad("a " + l.Op + " without a return (leave unanswered reads out)")
+			}
 			if l.Found != nil && *l.Found {
 				if l.Value == nil {
-					return nil, 0, bad("a get that found a value without its value")
+					return nil, 0, bad("a " + l.Op + " that found a value without its value")
 				}
-				out = output{found: true, value: *l.Value, known: true}
+				out.found, out.value = true, *l.Value
+				if l.Op == "gets" {
+					if l.Cas == nil || *l.Cas == 0 {
+						return nil, 0, bad("a gets that found a value without its cas token")
+					}
+					out.token = *l.Cas
+				}
 			}
-		case "set":
+		case "set", "append":
 			if l.Value == nil {
-				return nil, 0, bad("a set without a value")
+				return nil, 0, bad("a " + l.Op + " without a value")
 			}
 			in.value = *l.Value
+			if l.Op == "append" {
+				err = outcome("stored", "not_stored")
+			}
 		case "delete":
 			// An unknown outcome has no answer, whatever the line says.
-			if l.Found != nil && l.Return != nil {
-				out = output{found: *l.Found, known: true}
+			if l.Found != nil && out.known {
+				out.outcome = "not_found"
+				if *l.Found {
+					out.outcome = "deleted"
+				}
 			}
+		case "incr", "decr":
+			if l.Delta == nil {
+				return nil, 0, bad("an " + l.Op + " without a delta")
+			}
+			in.delta = *l.Delta
+			if err = outcome("value", "not_found", "non_numeric"); err == nil && out.outcome == "value" {
+				if l.Value == nil {
+					return nil, 0, bad("an " + l.Op + " that answered a number without it")
+				}
+				out.value = *l.Value
+			}
+		case "cas":
+			if l.Value == nil || l.Cas == nil || *l.Cas == 0 {
+				return nil, 0, bad("a cas without a value or its token")
+			}
+			in.value, in.token = *l.Value, *l.Cas
+			err = outcome("stored", "exists", "not_found")
 		default:
-			return nil, 0, bad(fmt.Sprintf("unknown op %q (get, set or delete)", l.Op))
+			return nil, 0, bad(fmt.Sprintf("unknown op %q (get, gets, set, delete, append, incr, decr or cas)", l.Op))
+		}
+		if err != nil {
+			return nil, 0, err
 		}
 		op := porcupine.Operation{ClientId: l.Client, Input: in, Call: *l.Call, Output: out}
 		if *l.Call > latest {
