@@ -16,16 +16,19 @@ for long runs (docs/benchmarks/cluster-linearizability.md):
     python tests/python/lincluster.py --stale --rounds 3 --out /tmp/lin-stale
 
 How outcomes are recorded (what an unknown outcome means is the point):
-  * a set answered STORED, a delete answered DELETED or NOT_FOUND: known,
-    with its return time (and a delete's answer, checked like a read's);
-  * a set answered with an error that says it was not applied (not
+  * a set answered STORED, a delete answered DELETED or NOT_FOUND, an
+    append STORED or NOT_STORED, an incr/decr its number, NOT_FOUND or
+    the non-numeric CLIENT_ERROR, a cas STORED, EXISTS or NOT_FOUND:
+    known, with its return time and its answer (checked like a read's);
+  * a write answered with an error that says it was not applied (not
     leader, unreachable leader "not applied", cluster busy): left out;
-  * a set that timed out, lost its connection, or got an error that says
+  * a write that timed out, lost its connection, or got an error that says
     it "may or may not" have been applied: an unknown outcome, recorded
     without a return (the checker lets it take effect at any later time,
     or never), and its client continues under a new id;
-  * a get with a value or a miss: known; a get with an error or no answer:
-    left out (it observed nothing).
+  * a get (or gets, with its cas token) with a value or a miss: known; a
+    get with an error or no answer: left out (it observed nothing).
+  * a cas uses the token of the gets just before it (read-modify-write).
 """
 
 from __future__ import annotations
@@ -385,7 +388,8 @@ _NOT_APPLIED = (b"not applied", b"not leader", b"cluster busy", b"no quorum", b"
 
 
 class Client(threading.Thread):
-    """Sets, gets and deletes of a few keys on random nodes until stopped."""
+    """Gets, sets, deletes, appends, incr/decr and gets-then-cas of a few
+    keys on random nodes until stopped."""
 
     ids = iter(range(1_000_000))
     ids_lock = threading.Lock()
@@ -426,13 +430,26 @@ class Client(threading.Thread):
             node = self.rng.choice([n for n in self.nodes if self.down_until.get(n, 0) <= now] or self.nodes)
             key = self.rng.choice(self.keys)
             r = self.rng.random()
-            if r < 0.45:
+            if r < 0.35:
                 self.get(node, key)
-            elif r < 0.9:
+            elif r < 0.65:
                 self.n += 1
-                self.set(node, key, f"c{self.seed}-{self.n}")
-            else:
+                # Half the values are numbers, for incr and decr to work on.
+                value = f"c{self.seed}-{self.n}" if self.rng.random() < 0.5 else str(self.seed * 1_000_000 + self.n)
+                self.set(node, key, value)
+            elif r < 0.72:
                 self.delete(node, key)
+            elif r < 0.79:
+                self.n += 1
+                self.append(node, key, f"+{self.seed}.{self.n}")
+            elif r < 0.89:
+                self.arith(node, key, self.rng.choice(("incr", "decr")), self.rng.randint(1, 9))
+            else:
+                # Read-modify-write: the token of a gets, then cas.
+                token = self.get(node, key, gets=True)
+                if token is not None and not self.stop.is_set():
+                    self.n += 1
+                    self.cas(node, key, f"c{self.seed}-{self.n}", token)
         for node in list(self.conns):
             self._drop(node)
 
@@ -454,7 +471,7 @@ class Client(threading.Thread):
             op["error"] = str(e) or type(e).__name__
         op["return"] = time.monotonic_ns()
         if outcome == "unknown":
-            if op["op"] == "get":
+            if op["op"] in ("get", "gets"):
                 return  # observed nothing
             op["return"] = None
             self.history.record(op)
@@ -491,8 +508,52 @@ class Client(threading.Thread):
 
         self._op(node, op, req, parse)
 
-    def get(self, node: int, key: str) -> None:
-        op = {"client": self.cid, "op": "get", "key": key, "node": node}
+    def append(self, node: int, key: str, suffix: str) -> None:
+        op = {"client": self.cid, "op": "append", "key": key, "value": suffix, "node": node}
+        req = b"append %s 0 0 %d\r\n%s\r\n" % (key.encode(), len(suffix), suffix.encode())
+
+        def parse(s: socket.socket, buf: bytearray) -> str:
+            line = _line(s, buf)
+            op["outcome"] = {b"STORED": "stored", b"NOT_STORED": "not_stored"}.get(line)
+            return self._write_outcome(op, line, (b"STORED", b"NOT_STORED"))
+
+        self._op(node, op, req, parse)
+
+    def arith(self, node: int, key: str, verb: str, delta: int) -> None:
+        op = {"client": self.cid, "op": verb, "key": key, "delta": delta, "node": node}
+        req = b"%s %s %d\r\n" % (verb.encode(), key.encode(), delta)
+
+        def parse(s: socket.socket, buf: bytearray) -> str:
+            line = _line(s, buf)
+            if line.isdigit():
+                op["outcome"], op["value"] = "value", line.decode()
+                return "ok"
+            if line == b"NOT_FOUND":
+                op["outcome"] = "not_found"
+                return "ok"
+            if line.startswith(b"CLIENT_ERROR") and b"non-numeric" in line:
+                op["outcome"] = "non_numeric"
+                return "ok"
+            return self._write_outcome(op, line, ())
+
+        self._op(node, op, req, parse)
+
+    def cas(self, node: int, key: str, value: str, token: int) -> None:
+        op = {"client": self.cid, "op": "cas", "key": key, "value": value, "cas": token, "node": node}
+        req = b"cas %s 0 0 %d %d\r\n%s\r\n" % (key.encode(), len(value), token, value.encode())
+        answers = {b"STORED": "stored", b"EXISTS": "exists", b"NOT_FOUND": "not_found"}
+
+        def parse(s: socket.socket, buf: bytearray) -> str:
+            line = _line(s, buf)
+            op["outcome"] = answers.get(line)
+            return self._write_outcome(op, line, tuple(answers))
+
+        self._op(node, op, req, parse)
+
+    def get(self, node: int, key: str, gets: bool = False) -> int | None:
+        """A get (or gets); returns the cas token a gets found."""
+        verb = "gets" if gets else "get"
+        op = {"client": self.cid, "op": verb, "key": key, "node": node}
 
         def parse(s: socket.socket, buf: bytearray) -> str:
             line = _line(s, buf)
@@ -500,15 +561,18 @@ class Client(threading.Thread):
                 op["found"] = False
                 return "ok"
             parts = line.split()
-            if len(parts) == 4 and parts[0] == b"VALUE":
+            if len(parts) == (5 if gets else 4) and parts[0] == b"VALUE":
                 data = _exact(s, buf, int(parts[3]) + 2)[:-2]
                 if _line(s, buf) != b"END":
                     raise ValueError("no END after the value")
                 op["found"], op["value"] = True, data.decode()
+                if gets:
+                    op["cas"] = int(parts[4])
                 return "ok"
             return "refused"  # an error: it observed nothing
 
-        self._op(node, op, b"get %s\r\n" % key.encode(), parse)
+        self._op(node, op, b"%s %s\r\n" % (verb.encode(), key.encode()), parse)
+        return op.get("cas")
 
 
 # -- a run ----------------------------------------------------------------------
