@@ -394,9 +394,12 @@ class Client(threading.Thread):
     ids = iter(range(1_000_000))
     ids_lock = threading.Lock()
 
-    def __init__(self, cluster: Cluster, history: History, keys: list[str], stop: threading.Event, seed: int):
+    def __init__(
+        self, cluster: Cluster, history: History, keys: list[str], stop: threading.Event, seed: int, cas: bool = True
+    ):
         super().__init__(daemon=True)
         self.cluster, self.history, self.keys, self.stop = cluster, history, keys, stop
+        self.use_cas = cas
         self.rng = random.Random(seed)
         self.seed = seed
         self.n = 0
@@ -447,7 +450,7 @@ class Client(threading.Thread):
             else:
                 # Read-modify-write: the token of a gets, then cas.
                 token = self.get(node, key, gets=True)
-                if token is not None and not self.stop.is_set():
+                if token is not None and self.use_cas and not self.stop.is_set():
                     self.n += 1
                     self.cas(node, key, f"c{self.seed}-{self.n}", token)
         for node in list(self.conns):
@@ -622,6 +625,7 @@ def run(
     ops_per_phase: int = 60,
     stale: bool = False,
     seed: int = 1,
+    cas: bool = True,
 ) -> Run:
     """Start a cluster, run clients under the nemesis, check the history.
 
@@ -632,7 +636,10 @@ def run(
     completed `ops_per_phase` operations (the cluster serves again) after
     the fault and after its repair. With `stale` (every node serving reads from its own store),
     each round partitions a follower, writes through the leader and reads
-    at the cut-off follower, the negative control."""
+    at the cut-off follower, the negative control. Without `cas`, the
+    clients' gets are not followed by a cas (see
+    docs/benchmarks/cluster-linearizability.md, "A cas refused while the
+    write it read is in flight")."""
     workdir.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     cluster = Cluster(workdir, read="stale" if stale else "linearizable")
@@ -656,7 +663,7 @@ def run(
     try:
         cluster.start_all()
         for c in range(clients):
-            t = Client(cluster, history, key_names, stop, seed=seed * 1000 + c)
+            t = Client(cluster, history, key_names, stop, seed=seed * 1000 + c, cas=cas)
             threads.append(t)
             t.start()
         if not history.wait_ok(ops_per_phase, RECOVERY_BUDGET_S):
@@ -729,13 +736,14 @@ def main() -> int:
     ap.add_argument("--ops-per-phase", type=int, default=200)
     ap.add_argument("--stale", action="store_true", help="the negative control: --cluster-read stale")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--no-cas", action="store_true", help="gets without the cas after them")
     ap.add_argument("--out", type=Path, help="keep the history, logs and HTML here (default: a temp dir)")
     a = ap.parse_args()
     out = a.out or Path(tempfile.mkdtemp(prefix="lincluster-"))
     out.mkdir(parents=True, exist_ok=True)
     checker = build_checker(out)
     start = time.monotonic()
-    r = run(out / "run", checker, a.rounds, a.clients, a.keys, a.ops_per_phase, a.stale, a.seed)
+    r = run(out / "run", checker, a.rounds, a.clients, a.keys, a.ops_per_phase, a.stale, a.seed, not a.no_cas)
     print(f"faults: {len(r.faults)} ({', '.join(r.faults)})")
     print(f"operations: {r.ops} ({r.unknown} with unknown outcome) in {time.monotonic() - start:.0f}s")
     print(r.verdict)
