@@ -8,6 +8,8 @@
 //! recall-bench --workload etc --rate 100000 --protocol meta --conns 16 --preload
 //! # multiget of 10 keys, pipeline depth 4
 //! recall-bench --multiget 10 --pipeline 4 --ratio 1:0
+//! # sets through recall-client's write backup (seed 000), 8 connections
+//! recall-bench --backup --conns 8 --ratio 0:1 --json
 //! # the trivial server ("the limit")
 //! recall-bench trivial-server -p 0 -t 1
 //! ```
@@ -174,6 +176,12 @@ struct LoadArgs {
     /// Charge the server's CPU time (from /proc/PID/stat) to the run.
     #[arg(long)]
     server_pid: Option<u32>,
+    /// Send the load through recall-client's `DurableClient` (client-side
+    /// write backup; the server needs `--data-dir`): the generator's CPU
+    /// then includes the backup's. Closed loop, one request in flight per
+    /// connection.
+    #[arg(long)]
+    backup: bool,
     /// Print the report as JSON on stdout.
     #[arg(long)]
     json: bool,
@@ -301,6 +309,7 @@ fn run_load(a: &LoadArgs) -> Result<(), String> {
         seed: a.seed,
         server_pid: a.server_pid,
         progress: !a.quiet,
+        backup: a.backup,
     };
     let report = load::run(&cfg).map_err(|e| e.to_string())?;
     if a.json {

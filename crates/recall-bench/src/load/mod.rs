@@ -22,6 +22,7 @@
 //! [`trivial`] is a server that answers every request with a fixed, well
 //! formed reply: the ceiling the kernel allows for a given request pattern.
 
+mod backup;
 pub mod client;
 pub mod proto;
 pub mod sys;
@@ -331,6 +332,10 @@ pub struct LoadConfig {
     pub server_pid: Option<u32>,
     /// Print a progress line to stderr every second.
     pub progress: bool,
+    /// Drive the load through recall-client's `DurableClient` (client-side
+    /// write backup, seed 000) instead of the event-loop generator; see
+    /// [`backup`](self::backup).
+    pub backup: bool,
 }
 
 impl LoadConfig {
@@ -357,6 +362,9 @@ impl LoadConfig {
         }
         if !(self.warmup.is_finite() && self.warmup >= 0.0) {
             return bad("--warmup must be >= 0");
+        }
+        if self.backup {
+            backup::validate(self)?;
         }
         Ok(())
     }
@@ -679,8 +687,12 @@ pub fn run(cfg: &LoadConfig) -> Result<Report, LoadError> {
     let pattern = Arc::new(proto::value_pattern(cfg.workload.max_value_size() as usize));
     // Fail on a bad workload before touching the server.
     cfg.workload.build(cfg.seed, 0, cfg.threads)?;
-    let preload = if cfg.preload || cfg.preload_only { Some(preload(cfg, &pattern)?) } else { None };
-    let measured = if cfg.preload_only { None } else { Some(measure(cfg, &pattern)?) };
+    let (preload, measured) = if cfg.backup {
+        backup::run(cfg, &pattern)?
+    } else {
+        let preload = if cfg.preload || cfg.preload_only { Some(preload(cfg, &pattern)?) } else { None };
+        (preload, if cfg.preload_only { None } else { Some(measure(cfg, &pattern)?) })
+    };
     Ok(Report {
         server: cfg.server.to_string(),
         workload: cfg.workload.describe(),
@@ -749,38 +761,7 @@ fn measure(cfg: &LoadConfig, pattern: &Arc<Vec<u8>>) -> Result<Measured, LoadErr
     }
     let seconds = (w_end.saturating_sub(w_start)) as f64 / 1e9;
     let per_sec = |n: u64| n as f64 / seconds.max(1e-9);
-    let per_req = |us: f64| us / (counts.requests.max(1)) as f64;
 
-    let tick_us = 1e6 / sys::clock_ticks_per_sec() as f64;
-    let gen_us = (r.end.gen_us - r.begin.gen_us) as f64;
-    let server_us = match (r.begin.server_ticks, r.end.server_ticks) {
-        (Some(a), Some(b)) => Some((b - a) as f64 * tick_us),
-        _ => None,
-    };
-    let snap_seconds = (r.end.t - r.begin.t) as f64 / 1e9;
-    let machine_us = match (r.begin.idle_ticks, r.end.idle_ticks) {
-        (Some(a), Some(b)) => {
-            let capacity_us = sys::cpus() as f64 * snap_seconds * 1e6;
-            Some((capacity_us - (b - a) as f64 * tick_us).max(0.0))
-        }
-        _ => None,
-    };
-    let others_us = sys::cpu_table_delta(&r.begin.others, &r.end.others) as f64 * tick_us;
-    let cpu = CpuReport {
-        generator_s: gen_us / 1e6,
-        generator_us_per_req: per_req(gen_us),
-        server_pid: cfg.server_pid,
-        server_s: server_us.map(|u| u / 1e6),
-        server_us_per_req: server_us.map(per_req),
-        others_s: others_us / 1e6,
-        others_cores: others_us / 1e6 / snap_seconds.max(1e-9),
-        machine_busy_s: machine_us.map(|u| u / 1e6),
-        unattributed_s: machine_us.map(|m| (m - gen_us - server_us.unwrap_or(0.0) - others_us) / 1e6),
-        others_top: sys::cpu_table_top(&r.begin.others, &r.end.others, 3)
-            .into_iter()
-            .map(|(t, who)| format!("{who} {:.2}s", t as f64 * tick_us / 1e6))
-            .collect(),
-    };
     Ok(Measured {
         seconds,
         requests: counts.requests,
@@ -797,8 +778,44 @@ fn measure(cfg: &LoadConfig, pattern: &Arc<Vec<u8>>) -> Result<Measured, LoadErr
         value_len_mismatch: counts.len_mismatch,
         latency_us: Latency::from_hist(&latency),
         service_latency_us: cfg.rate.map(|_| Latency::from_hist(&service)),
-        cpu,
+        cpu: cpu_report(cfg.server_pid, &r.begin, &r.end, counts.requests),
     })
+}
+
+/// The CPU used between two snapshots: the generator's, the server's and
+/// the other processes', per request where that means something.
+fn cpu_report(server_pid: Option<u32>, begin: &Snapshot, end: &Snapshot, requests: u64) -> CpuReport {
+    let per_req = |us: f64| us / (requests.max(1)) as f64;
+    let tick_us = 1e6 / sys::clock_ticks_per_sec() as f64;
+    let gen_us = (end.gen_us - begin.gen_us) as f64;
+    let server_us = match (begin.server_ticks, end.server_ticks) {
+        (Some(a), Some(b)) => Some((b - a) as f64 * tick_us),
+        _ => None,
+    };
+    let snap_seconds = (end.t - begin.t) as f64 / 1e9;
+    let machine_us = match (begin.idle_ticks, end.idle_ticks) {
+        (Some(a), Some(b)) => {
+            let capacity_us = sys::cpus() as f64 * snap_seconds * 1e6;
+            Some((capacity_us - (b - a) as f64 * tick_us).max(0.0))
+        }
+        _ => None,
+    };
+    let others_us = sys::cpu_table_delta(&begin.others, &end.others) as f64 * tick_us;
+    CpuReport {
+        generator_s: gen_us / 1e6,
+        generator_us_per_req: per_req(gen_us),
+        server_pid,
+        server_s: server_us.map(|u| u / 1e6),
+        server_us_per_req: server_us.map(per_req),
+        others_s: others_us / 1e6,
+        others_cores: others_us / 1e6 / snap_seconds.max(1e-9),
+        machine_busy_s: machine_us.map(|u| u / 1e6),
+        unattributed_s: machine_us.map(|m| (m - gen_us - server_us.unwrap_or(0.0) - others_us) / 1e6),
+        others_top: sys::cpu_table_top(&begin.others, &end.others, 3)
+            .into_iter()
+            .map(|(t, who)| format!("{who} {:.2}s", t as f64 * tick_us / 1e6))
+            .collect(),
+    }
 }
 
 #[cfg(test)]
