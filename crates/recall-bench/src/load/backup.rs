@@ -21,8 +21,8 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use recall_client::backup::DurableClient;
 
-use super::{cpu_report, new_histogram, snapshot, split, Counts, LoadConfig, LoadError, Measured, PreloadReport};
-use super::{Latency, Stop};
+use super::{cpu_report, measured, new_histogram, snapshot, split, Counts, LoadConfig, LoadError, Measured};
+use super::{PreloadReport, Stop};
 use crate::load::sys;
 use crate::workload::{OpKind, Workload};
 
@@ -143,25 +143,8 @@ async fn measure(cfg: &LoadConfig, db: &Arc<DurableClient>, pattern: &Arc<Vec<u8
         w_end = w_end.max(s.window_end);
     }
     let seconds = w_end.saturating_sub(w_start) as f64 / 1e9;
-    let per_sec = |n: u64| n as f64 / seconds.max(1e-9);
-    Ok(Measured {
-        seconds,
-        requests: counts.requests,
-        keys: counts.keys,
-        throughput_rps: per_sec(counts.requests),
-        keys_per_sec: per_sec(counts.keys),
-        get_keys: counts.get_keys,
-        hits: counts.hits,
-        hit_ratio: (counts.get_keys > 0).then(|| counts.hits as f64 / counts.get_keys as f64),
-        sets: counts.sets,
-        not_stored: counts.not_stored,
-        deletes: counts.deletes,
-        errors: counts.errors,
-        value_len_mismatch: counts.len_mismatch,
-        latency_us: Latency::from_hist(&latency),
-        service_latency_us: None,
-        cpu: cpu_report(cfg.server_pid, &begin, &finish, counts.requests),
-    })
+    let cpu = cpu_report(cfg.server_pid, &begin, &finish, counts.requests);
+    Ok(measured(&counts, &latency, None, seconds, cpu))
 }
 
 /// One closed-loop task: a request, its reply, the next.

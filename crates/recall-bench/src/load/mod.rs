@@ -760,9 +760,21 @@ fn measure(cfg: &LoadConfig, pattern: &Arc<Vec<u8>>) -> Result<Measured, LoadErr
         w_end = w_end.max(s.window_end);
     }
     let seconds = (w_end.saturating_sub(w_start)) as f64 / 1e9;
-    let per_sec = |n: u64| n as f64 / seconds.max(1e-9);
+    let service = cfg.rate.map(|_| Latency::from_hist(&service));
+    let cpu = cpu_report(cfg.server_pid, &r.begin, &r.end, counts.requests);
+    Ok(measured(&counts, &latency, service, seconds, cpu))
+}
 
-    Ok(Measured {
+/// The measured phase's report from its tallies over `seconds`.
+fn measured(
+    counts: &Counts,
+    latency: &Histogram<u64>,
+    service_latency_us: Option<Latency>,
+    seconds: f64,
+    cpu: CpuReport,
+) -> Measured {
+    let per_sec = |n: u64| n as f64 / seconds.max(1e-9);
+    Measured {
         seconds,
         requests: counts.requests,
         keys: counts.keys,
@@ -776,10 +788,10 @@ fn measure(cfg: &LoadConfig, pattern: &Arc<Vec<u8>>) -> Result<Measured, LoadErr
         deletes: counts.deletes,
         errors: counts.errors,
         value_len_mismatch: counts.len_mismatch,
-        latency_us: Latency::from_hist(&latency),
-        service_latency_us: cfg.rate.map(|_| Latency::from_hist(&service)),
-        cpu: cpu_report(cfg.server_pid, &r.begin, &r.end, counts.requests),
-    })
+        latency_us: Latency::from_hist(latency),
+        service_latency_us,
+        cpu,
+    }
 }
 
 /// The CPU used between two snapshots: the generator's, the server's and
