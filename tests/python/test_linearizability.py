@@ -27,12 +27,7 @@ def checker(tmp_path_factory) -> Path:
 
 
 def test_linearizable_under_partitions_and_kills(checker, tmp_path):
-    # Without cas for now: a cas decided while the write its token came
-    # from is still in flight at the leader answers EXISTS (a known
-    # anomaly, docs/benchmarks/cluster-linearizability.md, "A cas refused
-    # while the write it read is in flight"; one of the first five runs of
-    # this size caught it). Switch it on with the engine's fix.
-    r = run(tmp_path, checker, rounds=1, clients=6, keys=4, ops_per_phase=40, cas=False)
+    r = run(tmp_path, checker, rounds=1, clients=6, keys=4, ops_per_phase=40)
     assert len(r.faults) == 6, r.faults
     # The run did something: reads and writes on every key, across faults.
     assert r.ops > 8 * 40, r
