@@ -157,41 +157,68 @@ impl Tails {
     /// shards.
     pub fn best(&self, lane: usize, skip: Option<usize>, rng: u64) -> Option<(usize, u64)> {
         let lane = &self.lanes[lane];
-        let ng = lane.groups.len();
-        let (g, seen) = if ng <= MAX_GROUPS {
-            lowest(&lane.groups, usize::MAX)
-        } else {
-            let first = rng as usize % ng;
-            let end = (first + MAX_GROUPS).min(ng);
-            let (a, ra) = lowest(&lane.groups[first..end], usize::MAX);
-            let (b, rb) = lowest(&lane.groups[..MAX_GROUPS - (end - first)], usize::MAX);
-            if ra <= rb {
-                (first + a, ra)
-            } else {
-                (b, rb)
-            }
-        };
+        let (g, seen) = lane.lowest_group(rng, usize::MAX);
         if seen == EMPTY {
             return None;
         }
-        let range = lane.group(g);
-        let base = range.start;
-        let skip = skip.map_or(usize::MAX, |s| s.wrapping_sub(base));
-        let (j, r) = lowest(&lane.shards[range.clone()], skip);
-        // A free correction of a group minimum left too low by a race (only
-        // if no publish changed it meanwhile).
-        let min = if skip < range.len() { r.min(lane.shards[base + skip].load(Ordering::Relaxed)) } else { r };
-        if min > seen {
-            let _ = lane.groups[g].compare_exchange(seen, min, Ordering::Relaxed, Ordering::Relaxed);
+        let skip_group = skip.map_or(usize::MAX, |s| s / GROUP);
+        let (j, r) = lane.lowest_in(g, skip, seen);
+        if g != skip_group {
+            return (r != EMPTY).then_some((j, r));
         }
-        // `j` is usize::MAX when the group is empty: add only for a real entry.
-        (r != EMPTY).then(|| (base + j, r))
+        // The group's minimum may be `skip`'s own rank (a writer's stale
+        // candidate, or the shard it is evicting from), and the rest of its
+        // group far above the store's best: compare the other groups too.
+        let (g2, seen2) = lane.lowest_group(rng, g);
+        if seen2 < r {
+            let (j2, r2) = lane.lowest_in(g2, None, seen2);
+            if r2 < r {
+                return Some((j2, r2));
+            }
+        }
+        (r != EMPTY).then_some((j, r))
     }
 }
 
 impl Lane {
     fn group(&self, g: usize) -> std::ops::Range<usize> {
         g * GROUP..((g + 1) * GROUP).min(self.shards.len())
+    }
+
+    /// The group with the lowest minimum, never `skip`, and that minimum
+    /// (`EMPTY` if none); `rng` chooses the window of groups in stores with
+    /// very many shards.
+    fn lowest_group(&self, rng: u64, skip: usize) -> (usize, u64) {
+        let ng = self.groups.len();
+        if ng <= MAX_GROUPS {
+            return lowest(&self.groups, skip);
+        }
+        let first = rng as usize % ng;
+        let end = (first + MAX_GROUPS).min(ng);
+        let (a, ra) = lowest(&self.groups[first..end], skip.wrapping_sub(first));
+        let (b, rb) = lowest(&self.groups[..MAX_GROUPS - (end - first)], skip);
+        if ra <= rb {
+            (first.wrapping_add(a), ra)
+        } else {
+            (b, rb)
+        }
+    }
+
+    /// The lowest entry of group `g`, never shard `skip`, as (shard,
+    /// rank); `seen` is the group minimum it was chosen by, corrected for
+    /// free if a race left it too low (only if no publish changed it
+    /// meanwhile).
+    fn lowest_in(&self, g: usize, skip: Option<usize>, seen: u64) -> (usize, u64) {
+        let range = self.group(g);
+        let base = range.start;
+        let skip = skip.map_or(usize::MAX, |s| s.wrapping_sub(base));
+        let (j, r) = lowest(&self.shards[range.clone()], skip);
+        let min = if skip < range.len() { r.min(self.shards[base + skip].load(Ordering::Relaxed)) } else { r };
+        if min > seen {
+            let _ = self.groups[g].compare_exchange(seen, min, Ordering::Relaxed, Ordering::Relaxed);
+        }
+        // `j` is usize::MAX when the group is empty: add only for a real entry.
+        (base.wrapping_add(j), r)
     }
 }
 
@@ -512,5 +539,36 @@ mod tests {
         t.publish(0, 5, EMPTY);
         assert_eq!(t.best(0, None, 1), None);
         assert_eq!(Tails::new(8, 9).lanes(), MAX_LANES);
+    }
+
+    #[test]
+    fn best_looks_past_the_skipped_shards_group() {
+        // Shard 3 (group 0) holds the store's lowest rank but is skipped
+        // (the writer's own, say); the rest of its group is far above
+        // shard 40's (group 1): the best is shard 40, not shard 5.
+        let t = Tails::new(100, 1);
+        t.publish(0, 3, 10);
+        t.publish(0, 5, 1000);
+        t.publish(0, 40, 20);
+        assert_eq!(t.best(0, None, 1), Some((3, 10)));
+        assert_eq!(t.best(0, Some(3), 1), Some((40, 20)));
+        // Alone in its group, or with nothing lower elsewhere.
+        t.publish(0, 5, EMPTY);
+        assert_eq!(t.best(0, Some(3), 1), Some((40, 20)));
+        t.publish(0, 5, 15);
+        assert_eq!(t.best(0, Some(3), 1), Some((5, 15)));
+        t.publish(0, 5, EMPTY);
+        t.publish(0, 40, EMPTY);
+        assert_eq!(t.best(0, Some(3), 1), None);
+        // The same with a window of groups (more than MAX_GROUPS of them).
+        let n = GROUP * (MAX_GROUPS + 8);
+        let t = Tails::new(n, 1);
+        t.publish(0, 1, 10);
+        t.publish(0, 2, 1000);
+        t.publish(0, GROUP + 1, 20);
+        // Windows starting at group 0, and one wrapping round to it.
+        for rng in [0, (MAX_GROUPS + 6) as u64] {
+            assert_eq!(t.best(0, Some(1), rng), Some((GROUP + 1, 20)), "rng {rng}");
+        }
     }
 }
