@@ -241,6 +241,14 @@ impl Policy for Sieve {
             self.lap_pending = false;
             self.floor = self.defer_clock;
             self.floor_round = round;
+        } else if self.lapped {
+            // The hand waited past the newest item for the round to end:
+            // it goes round now, from the tail, as one SIEVE's hand wraps.
+            // Left waiting, an item written next would take the hand and
+            // hide every older item of this shard until this round ends.
+            self.hand = NIL;
+            self.lapped = false;
+            self.lap_pending = false;
         }
     }
 
@@ -330,6 +338,22 @@ mod tests {
             assert_ne!(v, 0);
             p.on_evict(v, 0);
         }
+    }
+
+    #[test]
+    fn after_a_round_ends_an_item_written_next_waits_behind_the_passed_ones() {
+        let mut p = Sieve::default();
+        p.on_insert(0, A);
+        p.on_access(0);
+        // The hand passes 0 and waits past the head for the round's end.
+        assert_eq!(p.victim(200), Some(0));
+        // The store starts a new round: the waiting hand goes round, so 0,
+        // unvisited and the oldest, is next, not an item written after.
+        p.on_round(300);
+        p.on_insert(1, A);
+        assert_eq!(p.victim(310), Some(0));
+        p.on_evict(0, 0);
+        assert_eq!(p.victim(320), Some(1));
     }
 
     #[test]
