@@ -334,6 +334,15 @@ impl Shard {
         self.free.push(i);
     }
 
+    /// The item in slot `i` was used. The policy first hears of a new
+    /// eviction round, if the store began one (one relaxed load), so that
+    /// a use after the round began is not taken for one before it (SIEVE
+    /// clears the bits of the items its new round's hand passes).
+    fn accessed(&mut self, ctx: &Ctx<'_>, i: u32) {
+        self.sync_round(ctx);
+        self.policy.on_access(i);
+    }
+
     fn hash_of_slot(&self, i: u32) -> u64 {
         self.hasher.hash_one(self.slots[i as usize].key())
     }
@@ -389,6 +398,7 @@ impl Shard {
         self.slots[i as usize] = slot;
         ctx.mem_used.fetch_add(new_fp, Ordering::Relaxed);
         ctx.mem_used.fetch_sub(old_fp, Ordering::Relaxed);
+        self.sync_round(ctx);
         self.policy.on_replace(i, Self::admit(h, &self.slots[i as usize], new_fp));
         self.stats.total_items += 1;
     }
@@ -452,7 +462,7 @@ impl Shard {
         if !opts.no_bump {
             s.atime = ctx.now;
             s.set_bits(bit::FETCHED);
-            self.policy.on_access(i);
+            self.accessed(ctx, i);
         }
         if opts.touch.is_some() {
             // A new expiry is a write as far as durability is concerned.
@@ -479,7 +489,7 @@ impl Shard {
         match (w.mode, existing) {
             (Mode::Add, Some(i)) => {
                 // memcached bumps the item even though add fails.
-                self.policy.on_access(i);
+                self.accessed(ctx, i);
                 return Ok(WriteOutcome::NotStored);
             }
             (Mode::Replace, None) => return Ok(WriteOutcome::NotStored),
@@ -631,7 +641,7 @@ impl Shard {
                 self.set_expiry(i, t);
             }
             let (exptime, flags) = (self.slots[i as usize].exptime, self.slots[i as usize].flags);
-            self.policy.on_access(i);
+            self.accessed(ctx, i);
             self.log_slot(ctx, i);
             return ArithOutcome::Done { value, cas, exptime, created: false, len: old_len, flags };
         }

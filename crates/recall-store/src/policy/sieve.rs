@@ -28,6 +28,14 @@
 //!   next round must find set): they wait for the round after the next
 //!   ([`AFTER_NEXT_ROUND`]), and when the next round begins
 //!   ([`Policy::on_round`]) the hand starts from the tail and passes them.
+//!
+//! With items of many sizes (ETC's), two more: when a round begins, a hand
+//! that waited past the newest item goes round at once (an item written
+//! next would otherwise take the hand and hide the shard's older items),
+//! and it passes the visited items at the tail then, not when the shard
+//! next looks for a victim; the shard hears of a new round before any use
+//! of its items, so a use after the round began keeps its bit, as behind
+//! one SIEVE's hand.
 
 use super::list::{Lists, NIL, NONE};
 use super::{fifo_rank, Admit, Age, Policy, PolicyCounters, AFTER_NEXT_ROUND, NEXT_ROUND};
@@ -232,24 +240,33 @@ impl Policy for Sieve {
 
     fn on_round(&mut self, round: u64) {
         self.round = round;
-        if std::mem::take(&mut self.deferred) {
-            // The new round's hand starts at the tail and passes the
-            // deferred items (clearing their bits as it goes): they wait
-            // for this round's end.
-            self.hand = NIL;
-            self.lapped = false;
-            self.lap_pending = false;
+        let deferred = std::mem::take(&mut self.deferred);
+        if deferred {
+            // The deferred items wait for this round's end.
             self.floor = self.defer_clock;
             self.floor_round = round;
-        } else if self.lapped {
-            // The hand waited past the newest item for the round to end:
-            // it goes round now, from the tail, as one SIEVE's hand wraps.
-            // Left waiting, an item written next would take the hand and
-            // hide every older item of this shard until this round ends.
-            self.hand = NIL;
-            self.lapped = false;
-            self.lap_pending = false;
+        } else if !self.lapped {
+            return;
         }
+        // A hand that waited past the newest item (or for the deferred
+        // items' turn) goes round now, from the tail, as one SIEVE's hand
+        // wraps: left waiting, an item written next would take the hand
+        // and hide this shard's older items until this round ends. It
+        // passes the visited items at the tail now, not when the shard
+        // next looks for a victim: the shard hears of the round before any
+        // use of its items (`Shard::accessed`), and a use after the round
+        // began must keep its bit, as behind one SIEVE's hand.
+        let mut at = self.lists.ends(QUEUE).tail;
+        while at != NIL && self.lists.at(at).bits & VISITED != 0 {
+            self.lists.at_mut(at).bits = 0;
+            self.counters.sieve_hand_skips += 1;
+            at = self.lists.at(at).prev;
+        }
+        self.hand = at;
+        // Every item passed: the hand is past the newest item again (the
+        // deferred items' floor is set already).
+        self.lapped = at == NIL;
+        self.lap_pending = self.lapped && !deferred;
     }
 
     fn rank(&self, slot: u32, age: Age) -> u64 {
@@ -354,6 +371,31 @@ mod tests {
         assert_eq!(p.victim(310), Some(0));
         p.on_evict(0, 0);
         assert_eq!(p.victim(320), Some(1));
+    }
+
+    #[test]
+    fn a_use_after_a_round_began_survives_its_pass() {
+        use super::super::AFTER_NEXT_ROUND;
+        let mut p = Sieve::default();
+        p.on_insert(0, A);
+        p.on_access(0);
+        assert_eq!(p.victim(100), Some(0));
+        // Used again after this round passed it: deferred.
+        p.on_access(0);
+        assert_eq!(p.victim(110), Some(0));
+        // The next round's hand passes 0 when the shard hears of the round,
+        // before the use that follows (the shard calls `on_round` first).
+        p.on_round(200);
+        p.on_access(0);
+        p.on_insert(1, A);
+        assert_eq!(p.victim(210), Some(1));
+        p.on_evict(1, 0);
+        // 0 was used after this round's pass: it waits for the round after
+        // the next, as behind one SIEVE's hand (a pass when the shard next
+        // looked for a victim cleared the bit of that use).
+        assert_eq!(p.victim(220), Some(0));
+        let age = Age { atime: 1, seq: 5, round: 200 };
+        assert_ne!(p.rank(0, age) & AFTER_NEXT_ROUND, 0);
     }
 
     #[test]

@@ -38,7 +38,8 @@
 //! lower bounds. A rank that waits for the round after the next
 //! ([`AFTER_NEXT_ROUND`](crate::policy::AFTER_NEXT_ROUND)) keeps
 //! [`NEXT_ROUND`] instead. Shards hear of a new round
-//! ([`Policy::on_round`]) the next time they insert, publish or evict.
+//! ([`Policy::on_round`]) the next time they insert, publish, evict or
+//! use an item (one relaxed load).
 //!
 //! Lanes: a policy with more than one queue whose turn is decided
 //! store-wide (S3-FIFO's small and main; see the policy module docs) has
