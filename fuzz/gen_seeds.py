@@ -343,7 +343,10 @@ def write_seeds(seeds, quiet):
     put("reply_frame", "binary", b"\x85" + hit + noop)
     put("reply_frame", "binary-bad-magic", b"\x85" + bytes([0x80]) + bytes(23))
     maps = [b"MAP self 2 term 7 leader 1\nNODE 1 127.0.0.1:11211\nNODE 2 127.0.0.2:11211",
-            b"MAP self 1 term 0 leader 0", b"MAP self 1 term x leader 0", b"NODE 1 a"]
+            b"MAP self 1 term 0 leader 0", b"MAP self 1 term x leader 0", b"NODE 1 a",
+            b"MAP self 2 term 3 leader 1\nNODE 1 a:1\nNODE 2 b:1\nGROUP 0 slots 0-2047 leader 1 term 3 members 1,2"
+            b"\nGROUP 1 slots 2048-4095 leader 2 term 4 members 1,2",
+            b"MAP self 2 term 3 leader 1\nGROUP 0 slots 0-99 leader 1 term 3 members 1\nGROUP 1 slots 101-4095 leader 0 term 1 members "]
     for i, m in enumerate(maps):
         put("cluster_map", f"map{i}", m)
     # `cluster ...` admin commands (byte 0 even) and status replies (odd).

@@ -1,5 +1,6 @@
 //! recall-raft's RPC between cluster nodes: the frame header's length
-//! check and the decoding of a frame's body, a call or any of its replies.
+//! check and the decoding of a frame's body, a call (with its group) or
+//! any of its replies.
 //!
 //! Invariants: never panics; an accepted length is within `FRAME_MAX` (so
 //! a peer cannot make a node allocate on the word of a length field); a
@@ -9,16 +10,16 @@
 use libfuzzer_sys::fuzz_target;
 use openraft::error::{InstallSnapshotError, RaftError};
 use openraft::raft::{AppendEntriesResponse, InstallSnapshotResponse, VoteResponse};
-use recall_raft::network::{decode, encode, frame_len, Rpc, FRAME_MAX};
+use recall_raft::network::{decode, encode, frame_len, Call, FRAME_MAX};
 
 fuzz_target!(|data: &[u8]| {
     let Some((header, body)) = data.split_first_chunk::<4>() else { return };
     if let Ok(len) = frame_len(*header) {
         assert!(len <= FRAME_MAX);
     }
-    if let Ok(rpc) = decode::<Rpc>(body) {
+    if let Ok(rpc) = decode::<Call>(body) {
         let again = encode(&rpc).expect("a decoded call encodes");
-        let back: Rpc = decode(&again).expect("and decodes again");
+        let back: Call = decode(&again).expect("and decodes again");
         assert_eq!(format!("{rpc:?}"), format!("{back:?}"));
     }
     let _ = decode::<Result<AppendEntriesResponse<u64>, RaftError<u64>>>(body);

@@ -110,7 +110,11 @@ impl Engine {
             return reply::line(out, b"SERVER_ERROR not in cluster mode");
         };
         if let Err(r) = rep.admin(cmd, out) {
-            cx.not_leader |= matches!(r, crate::op::Refusal::NotLeader(_));
+            // Membership commands are led by group 0's leader
+            // (`Replicator::admin`).
+            if matches!(r, crate::op::Refusal::NotLeader(_)) {
+                cx.not_leader = Some(0);
+            }
             reply::line(out, r.line());
         }
     }

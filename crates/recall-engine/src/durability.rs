@@ -655,8 +655,8 @@ impl Engine {
         let mut cx = crate::Cx {
             counters: &counters,
             barrier: &mut barrier,
-            read_fresh: false,
-            not_leader: false,
+            read_fresh: 0,
+            not_leader: None,
             conn: 0,
             wait: Default::default(),
         };

@@ -23,11 +23,14 @@ pub struct Cx<'c> {
     pub barrier: &'c mut Barrier,
     /// Cluster mode: a read barrier passed during this batch. Every read
     /// of the batch arrived before it, so a read index taken then is
-    /// fresh enough for all of them: one barrier per batch, not per key.
-    pub read_fresh: bool,
+    /// fresh enough for all of them: one barrier per batch and group, not
+    /// per key. Bit `g`: group `g`'s barrier passed (groups from 64 on
+    /// are never remembered).
+    pub read_fresh: u64,
     /// Set when cluster mode refused an operation because another node
-    /// leads its group: the session may forward the request there.
-    pub not_leader: bool,
+    /// leads its group (`Some(group)`): the session may forward the
+    /// request to that group's leader.
+    pub not_leader: Option<usize>,
     /// The connection's id: its `stats conns` id, the `cfd=` of `watch`
     /// lines (0 for none).
     pub conn: u64,

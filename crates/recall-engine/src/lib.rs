@@ -63,10 +63,12 @@ pub enum Action {
     /// Cluster mode: the request in the first `len` bytes of the input the
     /// session did not use is led by another node; send it there and
     /// pass its reply back (`binary`: the request is a binary packet).
-    /// The session wrote no reply for it.
+    /// The session wrote no reply for it. `group`: the refusing group,
+    /// whose leader takes it.
     Forward {
         len: usize,
         binary: bool,
+        group: usize,
     },
 }
 

@@ -176,23 +176,37 @@ impl Cause {
 /// its own timeout passes); `propose` never blocks. A refusal carries the
 /// reply line the client gets.
 pub trait Replicator: Send + Sync {
-    /// Return once a read of the local store is linearizable: this node
-    /// leads the group and has applied every entry committed before the
-    /// read (a read index). A node its operator opted into stale reads
-    /// returns at once, leader or not (recall-raft's `ReadMode::Stale`).
-    fn read_barrier(&self) -> Result<(), Refusal>;
-    /// Return once this node may decide a write: it leads the group and has
-    /// applied every entry of earlier terms, so its store holds every
-    /// committed effect.
-    fn write_barrier(&self) -> Result<(), Refusal>;
+    /// How many groups the keyspace is split into (fixed for the
+    /// cluster's life). A key's group is the group of its slot
+    /// (`recall_proto::cluster::slot_of`, `group_of_slot`); a flush, which
+    /// has no key, is refused with more than one group.
+    fn groups(&self) -> usize {
+        1
+    }
+    /// Return once a read of the local store is linearizable for keys of
+    /// `group`: this node leads the group and has applied every entry
+    /// committed before the read (a read index). A node its operator opted
+    /// into stale reads returns at once, leader or not (recall-raft's
+    /// `ReadMode::Stale`).
+    fn read_barrier(&self, group: usize) -> Result<(), Refusal>;
+    /// Return once this node may decide a write of a key of `group`: it
+    /// leads the group and has applied every entry of earlier terms, so its
+    /// store holds every committed effect of the group.
+    fn write_barrier(&self, group: usize) -> Result<(), Refusal>;
     /// Submit `effect` (its `ts` is ignored: the log assigns it) with its
-    /// `cause` to the group's log, without waiting, and resolve `done` once
+    /// `cause` to `group`'s log, without waiting, and resolve `done` once
     /// it is committed and applied here (every replica applies it with
     /// [`Engine::apply_committed`]) or has failed. Effects enter the log in
     /// the order of the calls (the engine proposes the writes of one key
     /// one after the other, each decided on the state the one before
     /// leaves). An `Err` means nothing was submitted (`done` is dropped).
-    fn propose(&self, effect: &recall_record::Record<'_>, cause: Cause, done: Resolver) -> Result<(), Refusal>;
+    fn propose(
+        &self,
+        group: usize,
+        effect: &recall_record::Record<'_>,
+        cause: Cause,
+        done: Resolver,
+    ) -> Result<(), Refusal>;
     /// How long a client's write waits for its commit before it gets an
     /// error.
     fn timeout(&self) -> Duration {
@@ -209,7 +223,8 @@ pub trait Replicator: Send + Sync {
         ClusterMap::default()
     }
     /// Run a membership command (`cluster add-node`, ...) and write its
-    /// reply to `out`. A node that must not run it (it does not lead)
+    /// reply to `out`. With several groups, group 0's leader runs it. A
+    /// node that must not run it (it does not lead)
     /// refuses with [`Refusal::NotLeader`], and the request is forwarded.
     fn admin(&self, cmd: &recall_proto::cluster_admin::Admin<'_>, out: &mut Vec<u8>) -> Result<(), Refusal> {
         let _ = (cmd, out);
@@ -226,6 +241,8 @@ const STRIPES: usize = 64;
 /// The engine's replicated mode: the group and the scratch stripes.
 pub struct Replication {
     replicator: Arc<dyn Replicator>,
+    /// `replicator.groups()`, asked once.
+    groups: usize,
     stripes: Box<[Mutex<Scratch>]>,
     hasher: std::hash::RandomState,
     /// Commits whose waiter let go before they resolved (see `commit.rs`):
@@ -351,7 +368,17 @@ impl Replication {
                 Mutex::new(Scratch { engine: scratch, captured, inflight: HashMap::new() })
             })
             .collect();
-        Replication { replicator, stripes, hasher: Default::default(), unresolved: Default::default() }
+        let groups = replicator.groups().max(1);
+        Replication { replicator, groups, stripes, hasher: Default::default(), unresolved: Default::default() }
+    }
+
+    /// The group of `key` (0 for a flush, which has no key: refused
+    /// before it gets here with more than one group).
+    fn group_of(&self, key: &[u8]) -> usize {
+        match (self.groups, key) {
+            (1, _) | (_, []) => 0,
+            (groups, key) => recall_proto::cluster::group_of_slot(recall_proto::cluster::slot_of(key), groups),
+        }
     }
 
     pub(crate) fn stats(&self) -> Vec<(&'static str, String)> {
@@ -380,7 +407,7 @@ enum Route {
     Refuse(Refusal),
 }
 
-fn route(op: &Op<'_>) -> Route {
+fn route(op: &Op<'_>, groups: usize) -> Route {
     match op {
         Op::Read(r) if r.vivify.is_some() || r.recache_below.is_some() || r.explicit_cas != 0 => {
             Route::Refuse(Refusal::ClusterUnsupported)
@@ -392,6 +419,10 @@ fn route(op: &Op<'_>) -> Route {
         Op::Arith(a) if a.explicit_cas != 0 => Route::Refuse(Refusal::ClusterUnsupported),
         Op::Flush { delay } if *delay > 0 => Route::Refuse(Refusal::ClusterUnsupported),
         Op::Replay(_) => Route::Refuse(Refusal::ClusterUnsupported),
+        // A flush has no key and so no group: with several groups it would
+        // need an entry in every group's log, applied to that group's
+        // slots only.
+        Op::Flush { .. } if groups > 1 => Route::Refuse(Refusal::ClusterUnsupported),
         Op::Write(_) | Op::Delete(_) | Op::Arith(_) | Op::Flush { .. } => Route::Write,
     }
 }
@@ -415,15 +446,18 @@ impl Engine {
         cx: &mut Cx<'_>,
         render: F,
     ) -> Result<R, F> {
-        match route(op) {
+        let group = rep.group_of(key_of(op));
+        // Bit `group` of `cx.read_fresh` (none past 63).
+        let fresh_bit = 1u64.checked_shl(group as u32).unwrap_or(0);
+        match route(op, rep.groups) {
             Route::Refuse(r) => Ok(render(Outcome::Refused(r))),
-            Route::Read if cx.read_fresh => Err(render),
-            Route::Read => match rep.replicator.read_barrier() {
+            Route::Read if cx.read_fresh & fresh_bit != 0 => Err(render),
+            Route::Read => match rep.replicator.read_barrier(group) {
                 Ok(()) => {
-                    cx.read_fresh = true;
+                    cx.read_fresh |= fresh_bit;
                     Err(render)
                 }
-                Err(r) => Ok(render(refused(r, cx))),
+                Err(r) => Ok(render(refused(r, group, cx))),
             },
             Route::Write => {
                 let mut wait = std::mem::take(&mut cx.wait);
@@ -439,7 +473,7 @@ impl Engine {
                         w => {
                             let pending = match self.propose_write(rep, op, cx.counters, cas_may_wait) {
                                 Ok(p) => p,
-                                Err(Decided::Other(r)) => return Ok(render(refused(r, cx))),
+                                Err(Decided::Other(r)) => return Ok(render(refused(r, group, cx))),
                                 Err(d) => return Ok(render(d.outcome())),
                             };
                             if let Wait::Await = w {
@@ -457,7 +491,7 @@ impl Engine {
                         continue;
                     }
                     return match pending.finish(rep).0 {
-                        Decided::Other(r) => Ok(render(refused(r, cx))),
+                        Decided::Other(r) => Ok(render(refused(r, group, cx))),
                         d => Ok(render(d.outcome())),
                     };
                 }
@@ -506,7 +540,7 @@ impl Engine {
                             }))),
                         }
                     }
-                    (Decided::Other(r), _) => render(refused(r, cx)),
+                    (Decided::Other(r), _) => render(refused(r, group, cx)),
                     (d, _) => render(d.outcome()),
                 })
             }
@@ -579,9 +613,10 @@ impl Engine {
         if rep.unresolved.load(Ordering::Acquire) > 0 {
             return Err(Decided::Other(Refusal::Replication(UNRESOLVED)));
         }
-        rep.replicator.write_barrier().map_err(Decided::Other)?;
-        let cause = Cause::of(op).ok_or(Decided::Other(Refusal::ClusterInternal))?;
         let key = key_of(op);
+        let group = rep.group_of(key);
+        rep.replicator.write_barrier(group).map_err(Decided::Other)?;
+        let cause = Cause::of(op).ok_or(Decided::Other(Refusal::ClusterInternal))?;
         let now = self.now();
         let s = &scratch.engine;
         s.store.flush_all(now, now);
@@ -610,7 +645,7 @@ impl Engine {
         }
         let mut barrier = Barrier::default();
         let mut cx =
-            Cx { counters, barrier: &mut barrier, read_fresh: false, not_leader: false, conn: 0, wait: Wait::Block };
+            Cx { counters, barrier: &mut barrier, read_fresh: 0, not_leader: None, conn: 0, wait: Wait::Block };
         let decided = s.execute(op, &mut cx, |o| match o {
             Outcome::Write(w) => Decided::Write(w),
             Outcome::Delete(d) => Decided::Delete(d),
@@ -645,7 +680,7 @@ impl Engine {
         let mut commits = Vec::with_capacity(effects.len());
         for e in &effects {
             let (done, commit) = crate::commit::channel(rep.unresolved.clone());
-            if let Err(r) = rep.replicator.propose(&e.as_record(), cause, done) {
+            if let Err(r) = rep.replicator.propose(group, &e.as_record(), cause, done) {
                 // Effects before it were proposed: this write's outcome is
                 // theirs to tell, and unknown here (rare: more than one
                 // effect per write is a refused write dropping its item).
@@ -716,11 +751,11 @@ fn compare_cas(op: &Op<'_>) -> u64 {
     }
 }
 
-/// A refusal's outcome; one that says another node leads is marked on
-/// `cx`, so the session can forward the request there.
-fn refused(r: Refusal, cx: &mut Cx<'_>) -> Outcome<'static> {
+/// A refusal's outcome; one that says another node leads `group` is
+/// marked on `cx`, so the session can forward the request there.
+fn refused(r: Refusal, group: usize, cx: &mut Cx<'_>) -> Outcome<'static> {
     if matches!(r, Refusal::NotLeader(_)) {
-        cx.not_leader = true;
+        cx.not_leader = Some(group);
     }
     Outcome::Refused(r)
 }

@@ -32,23 +32,36 @@ struct Group {
     /// Proposals wait in `queue` until the test commits them.
     deferred: AtomicBool,
     queue: Mutex<Vec<(OwnedRecord, Cause, Resolver)>>,
+    /// Several groups: how many (0: one), and a mask of those this node
+    /// does *not* lead.
+    groups: usize,
+    followed: AtomicU64,
+    /// The group each proposal went to, and each read barrier asked.
+    proposed_to: Mutex<Vec<usize>>,
+    read_groups: Mutex<Vec<usize>>,
 }
 
 impl Replicator for Group {
-    fn read_barrier(&self) -> Result<(), Refusal> {
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        self.write_barrier()
+    fn groups(&self) -> usize {
+        self.groups.max(1)
     }
 
-    fn write_barrier(&self) -> Result<(), Refusal> {
-        if self.follower.load(Ordering::Relaxed) {
+    fn read_barrier(&self, group: usize) -> Result<(), Refusal> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.read_groups.lock().unwrap().push(group);
+        self.write_barrier(group)
+    }
+
+    fn write_barrier(&self, group: usize) -> Result<(), Refusal> {
+        if self.follower.load(Ordering::Relaxed) || self.followed.load(Ordering::Relaxed) & (1 << group) != 0 {
             Err(Refusal::NotLeader(NOT_LEADER))
         } else {
             Ok(())
         }
     }
 
-    fn propose(&self, effect: &Record<'_>, cause: Cause, done: Resolver) -> Result<(), Refusal> {
+    fn propose(&self, group: usize, effect: &Record<'_>, cause: Cause, done: Resolver) -> Result<(), Refusal> {
+        self.proposed_to.lock().unwrap().push(group);
         if self.slow.load(Ordering::Relaxed) {
             std::thread::sleep(std::time::Duration::from_micros(300));
         }
@@ -94,8 +107,12 @@ impl Group {
 }
 
 fn replicated() -> (Arc<Engine>, Arc<Group>) {
+    replicated_in(Group::default())
+}
+
+fn replicated_in(g: Group) -> (Arc<Engine>, Arc<Group>) {
     let e = Arc::new(engine(Arc::new(ManualClock::new(1_700_000_000))));
-    let g = Arc::new(Group::default());
+    let g = Arc::new(g);
     let _ = g.engine.set(Arc::downgrade(&e));
     assert!(e.replicate(g.clone()));
     assert!(!e.replicate(g.clone()), "replicated mode is set once");
@@ -200,6 +217,39 @@ fn timestamps_are_the_log_s_indexes() {
     );
 }
 
+/// A key of `group` among `groups`.
+fn key_in(group: usize, groups: usize) -> String {
+    use recall_proto::cluster::{group_of_slot, slot_of};
+    (0..).map(|i| format!("k{i}")).find(|k| group_of_slot(slot_of(k.as_bytes()), groups) == group).expect("a key")
+}
+
+#[test]
+fn with_several_groups_each_key_goes_to_its_own_group() {
+    // Four groups; this node leads 0 and 2, not 1 and 3.
+    let (e, g) = replicated_in(Group { groups: 4, followed: AtomicU64::new(0b1010), ..Default::default() });
+    let (k0, k1, k2) = (key_in(0, 4), key_in(1, 4), key_in(2, 4));
+    let set = |k: &str| format!("set {k} 0 0 1\r\nv\r\n");
+    assert_eq!(send(&e, format!("{}{}", set(&k0), set(&k2)).as_bytes()), "STORED\r\nSTORED\r\n");
+    assert_eq!(*g.proposed_to.lock().unwrap(), [0, 2], "each effect in its key's group");
+    // A key of a group another node leads is handed over, marked with its
+    // group (its leader takes it).
+    let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+    let mut out = Out::new();
+    let req = set(&k1);
+    let p = s.process(&e, req.as_bytes(), &mut out);
+    assert_eq!((p.used, p.action), (0, crate::Action::Forward { len: req.len(), binary: false, group: 1 }));
+    // One read barrier per group and batch, not one for all groups.
+    g.read_groups.lock().unwrap().clear();
+    assert_eq!(
+        send(&e, format!("get {k0}\r\nget {k2}\r\nget {k0}\r\n").as_bytes()),
+        format!("VALUE {k0} 0 1\r\nv\r\nEND\r\nVALUE {k2} 0 1\r\nv\r\nEND\r\nVALUE {k0} 0 1\r\nv\r\nEND\r\n")
+    );
+    assert_eq!(*g.read_groups.lock().unwrap(), [0, 2]);
+    // A flush has no group: refused with several.
+    assert_eq!(send(&e, b"flush_all\r\n"), "SERVER_ERROR not supported in cluster mode yet\r\n");
+    assert!(g.proposed_to.lock().unwrap().len() == 2, "nothing proposed");
+}
+
 #[test]
 fn a_follower_hands_requests_over_to_forward_whole() {
     let (e, g) = replicated();
@@ -211,11 +261,11 @@ fn a_follower_hands_requests_over_to_forward_whole() {
     let input = b"version\r\nset k 0 0 1 noreply\r\nb\r\nget k\r\n";
     let p = s.process(&e, input, &mut out);
     assert_eq!(p.used, 9);
-    assert_eq!(p.action, crate::Action::Forward { len: 24, binary: false });
+    assert_eq!(p.action, crate::Action::Forward { len: 24, binary: false, group: 0 });
     assert!(String::from_utf8_lossy(&out.flatten()).starts_with("VERSION "));
     // A multi-key get goes whole, though its first key was refused.
     let p = s.process(&e, b"get a b\r\n", &mut out);
-    assert_eq!((p.used, p.action), (0, crate::Action::Forward { len: 9, binary: false }));
+    assert_eq!((p.used, p.action), (0, crate::Action::Forward { len: 9, binary: false, group: 0 }));
     // A connection that carries forwarded requests never forwards again.
     let mut fwd = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
     let mut out = Out::new();

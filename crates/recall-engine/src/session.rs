@@ -322,7 +322,7 @@ impl Session {
             Some(p) => crate::Wait::Resolved(p),
             None => idle(),
         };
-        let mut cx = Cx { counters: &counters, barrier, read_fresh: false, not_leader: false, conn: self.conn, wait };
+        let mut cx = Cx { counters: &counters, barrier, read_fresh: 0, not_leader: None, conn: self.conn, wait };
         let mut pos = 0;
         // Replies past this many bytes in `out` stop the call.
         let limit = out.wire_len().saturating_add(budget);
@@ -388,7 +388,7 @@ impl Session {
             // whole, unless part of its reply has gone out (a get paused
             // at the reply budget before the leader changed).
             let (mark, fresh) = (out.mark(), self.paused_get.is_none());
-            cx.not_leader = false;
+            cx.not_leader = None;
             let (used, action) = match proto {
                 // Authentication is checked here, once per request, before
                 // any command runs: a locked text connection is read as
@@ -411,9 +411,11 @@ impl Session {
                 crate::Wait::Resolved(_) | crate::Wait::Await | crate::Wait::Block => {}
             }
             let local = std::mem::take(&mut self.local_once);
-            if cx.not_leader && self.forward && !local && fresh && used > 0 && self.paused_get.is_none() {
+            if let (Some(group), true) =
+                (cx.not_leader, self.forward && !local && fresh && used > 0 && self.paused_get.is_none())
+            {
                 out.reset_to(mark);
-                return (pos, Action::Forward { len: used, binary: proto == Proto::Binary });
+                return (pos, Action::Forward { len: used, binary: proto == Proto::Binary, group });
             }
             pos += used;
             served += 1;

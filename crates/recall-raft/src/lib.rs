@@ -1,10 +1,13 @@
 //! # recall-raft
 //!
-//! recalld's replicated mode: one Raft group (openraft) whose log carries
+//! recalld's replicated mode: Raft groups (openraft) whose logs carry
 //! write *effects*, applied to the node's recall-store `Store` after
-//! commit. The engine sees only its own narrow trait,
-//! [`recall_engine::Replicator`]; this crate implements it over openraft,
-//! so openraft's types stay here.
+//! commit. The keyspace's 4,096 slots are split among `G` groups
+//! (`--cluster-groups`, default 1) in contiguous ranges; each group is its
+//! own openraft `Raft` with its own log, all applying into the node's one
+//! store, all sharing one runtime and one RPC listener. The engine sees
+//! only its own narrow trait, [`recall_engine::Replicator`]; this crate
+//! implements it over openraft, so openraft's types stay here.
 //!
 //! * `log_store.rs`: the Raft log, in memory, and `log_disk.rs`: the same
 //!   log on disk with group-committed fsync (`--cluster-log-dir`);
@@ -15,8 +18,8 @@
 //! * `propose.rs`: group commit, the effects of many writes in one entry;
 //! * `read.rs`: read barriers (a leader lease, or one shared ReadIndex
 //!   round);
-//! * this file: the type configuration, starting a node, and the bridge
-//!   from the engine's threads to the group.
+//! * this file: the type configuration, starting a node and its groups,
+//!   and the bridge from the engine's threads to a key's group.
 //!
 //! Layout, guarantees and what is not done yet:
 //! docs/design/replication.md.
@@ -74,11 +77,36 @@ impl std::fmt::Display for Batch {
 pub const BATCH_BITS: u32 = 8;
 pub const BATCH_MAX: usize = 1 << BATCH_BITS;
 
+/// A group's id and how many bits group ids take in a timestamp (those
+/// for the node's group count; 0 with one group).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GroupId {
+    pub id: u16,
+    pub bits: u32,
+}
+
+impl GroupId {
+    /// Group `id` of `groups` (at most [`recall_proto::cluster::GROUPS_MAX`]).
+    pub fn new(id: usize, groups: usize) -> GroupId {
+        let bits = usize::BITS - groups.max(1).saturating_sub(1).leading_zeros();
+        GroupId { id: id as u16, bits }
+    }
+
+    /// The timestamp `n` effects after `first` in one entry.
+    pub fn after(self, first: u64, n: usize) -> u64 {
+        first + ((n as u64) << self.bits)
+    }
+}
+
 /// The write timestamp (CAS) of the effect at `pos` in the entry at log
-/// index `index`: identical on every replica, growing with the log across
-/// leader changes and restarts.
-pub fn timestamp(index: u64, pos: usize) -> u64 {
-    (index << BATCH_BITS) | pos as u64
+/// index `index` of `group`: identical on every replica, growing with the
+/// group's log across leader changes and restarts, so monotonic per key
+/// (a key never changes group: the group count is fixed for the cluster's
+/// life). The group's id takes the low bits, so two groups never give the
+/// same timestamp; with one group it is `index << 8 | pos`, as before
+/// groups.
+pub fn timestamp(group: GroupId, index: u64, pos: usize) -> u64 {
+    (((index << BATCH_BITS) | pos as u64) << group.bits) | u64::from(group.id)
 }
 
 /// What applying an entry did: its first effect's timestamp (the next
@@ -99,7 +127,7 @@ openraft::declare_raft_types!(
 
 pub type Raft = openraft::Raft<TypeConfig>;
 
-/// One member of the group.
+/// One member of the cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peer {
     /// Where its Raft RPC listens.
@@ -128,6 +156,10 @@ pub struct ClusterConfig {
     /// Build a snapshot (and, on disk, compact the log) every this many
     /// entries; at most this many more are kept in the log after one.
     pub snapshot_entries: u64,
+    /// Raft groups the keyspace is split into (`--cluster-groups`): the
+    /// same on every node, for the cluster's life. With more than one,
+    /// each group's log is in `log_dir/group-<g>`.
+    pub groups: usize,
 }
 
 /// openraft's own default interval between snapshots.
@@ -147,16 +179,25 @@ pub enum ReadMode {
     Stale,
 }
 
-/// A running node: its Raft, the runtime its Raft and RPC run on, and the
-/// reply lines that name each possible leader.
+/// A running node: its groups, and the runtime their Rafts and the RPC
+/// run on.
 pub struct Node {
+    groups: Vec<Arc<Group>>,
+    /// Kept for the groups' tasks (dropped last).
+    _rt: tokio::runtime::Runtime,
+}
+
+/// One Raft group on this node: its Raft, its log, and the reply lines
+/// that name each possible leader.
+pub(crate) struct Group {
+    id: GroupId,
     raft: Raft,
     log: log_store::LogStore,
-    rt: tokio::runtime::Runtime,
+    rt: tokio::runtime::Handle,
     timeout: Duration,
     /// The peers' client addresses from the configuration, for members
     /// whose address in the log has none (logs of the first slice).
-    peers: BTreeMap<NodeId, String>,
+    peers: Arc<BTreeMap<NodeId, String>>,
     /// The lines that name a leader, made once per client address: a
     /// refusal carries a static line.
     not_leader_lines: Mutex<BTreeMap<String, &'static str>>,
@@ -176,103 +217,165 @@ pub(crate) const SHUT_DOWN: &str = "SERVER_ERROR cluster node is shutting down";
 pub(crate) const NO_QUORUM: &str = "SERVER_ERROR cluster has no quorum";
 
 impl Node {
-    /// Start this node's Raft (its own runtime, two threads) and its RPC
-    /// listener, and with `bootstrap`, initialize the group. Returns once
-    /// the listener is bound; an election follows on its own.
+    /// Start this node's groups (one runtime, two threads) and its RPC
+    /// listener, and with `bootstrap`, initialize every group and spread
+    /// their leaders over the members. Returns once the listener is bound;
+    /// elections follow on their own.
     pub fn start(engine: Arc<Engine>, cfg: ClusterConfig) -> io::Result<Arc<Node>> {
         let me = cfg.peers.get(&cfg.node_id).ok_or_else(|| {
             io::Error::new(io::ErrorKind::InvalidInput, format!("cluster: node {} is not among the peers", cfg.node_id))
         })?;
+        let groups = cfg.groups.max(1);
+        if groups > recall_proto::cluster::GROUPS_MAX {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("cluster: {groups} groups, more than {}", recall_proto::cluster::GROUPS_MAX),
+            ));
+        }
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("recall-raft")
             .enable_all()
             .build()?;
-        let raft_cfg = openraft::Config {
-            cluster_name: "recall".into(),
-            // Generous for loopback: the nodes share a busy machine in tests
-            // and CI, where a heartbeat late by a few hundred milliseconds
-            // must not depose a healthy leader. openraft also uses the
-            // heartbeat interval as every AppendEntries' timeout, so it must
-            // cover sending a full-size (`-I`) value to a follower on a
-            // loaded machine: at 150 ms a 1 MB write timed out and was
-            // resent until the client gave up. A failover takes 1.5–3 s.
-            heartbeat_interval: 300,
-            election_timeout_min: 1500,
-            election_timeout_max: 3000,
-            // One AppendEntries carries at most this many entries, so a
-            // follower catching up on big values gets bounded messages.
-            max_payload_entries: 32,
-            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(cfg.snapshot_entries.max(1)),
-            // Entries kept behind a snapshot, for followers a little
-            // behind (they would need the whole snapshot otherwise).
-            max_in_snapshot_log_to_keep: cfg.snapshot_entries.clamp(1, 1000),
-            ..Default::default()
-        }
-        .validate()
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("raft config: {e}")))?;
+        let raft_cfg = Arc::new(
+            openraft::Config {
+                cluster_name: "recall".into(),
+                // Generous for loopback: the nodes share a busy machine in tests
+                // and CI, where a heartbeat late by a few hundred milliseconds
+                // must not depose a healthy leader. openraft also uses the
+                // heartbeat interval as every AppendEntries' timeout, so it must
+                // cover sending a full-size (`-I`) value to a follower on a
+                // loaded machine: at 150 ms a 1 MB write timed out and was
+                // resent until the client gave up. A failover takes 1.5–3 s.
+                heartbeat_interval: 300,
+                election_timeout_min: 1500,
+                election_timeout_max: 3000,
+                // One AppendEntries carries at most this many entries, so a
+                // follower catching up on big values gets bounded messages.
+                max_payload_entries: 32,
+                snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(cfg.snapshot_entries.max(1)),
+                // Entries kept behind a snapshot, for followers a little
+                // behind (they would need the whole snapshot otherwise).
+                max_in_snapshot_log_to_keep: cfg.snapshot_entries.clamp(1, 1000),
+                ..Default::default()
+            }
+            .validate()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("raft config: {e}")))?,
+        );
         let listen = me.raft;
         // A member's address in the log is `RAFT_ADDR/CLIENT_ADDR`, so
         // every node learns a new member's client address from the log.
         let members: BTreeMap<NodeId, BasicNode> =
             cfg.peers.iter().map(|(id, p)| (*id, BasicNode { addr: format!("{}/{}", p.raft, p.client) })).collect();
-        // On disk: the snapshot first, then the log after it.
-        let (log, sm) = match &cfg.log_dir {
-            Some(dir) => {
-                let snap = snapshot_file::load(dir)?;
-                let last = snap.as_ref().and_then(|(m, _)| m.last_log_id);
-                let log = log_store::LogStore::open(dir, cfg.node_id, last)?;
-                (log, state_machine::StateMachine::open(engine, Some(dir.clone()), snap)?)
-            }
-            None => (log_store::LogStore::default(), state_machine::StateMachine::new(engine)),
-        };
-        let raft = rt.block_on(async {
-            let raft = Raft::new(
+        let raft_peers: Arc<BTreeMap<NodeId, String>> =
+            Arc::new(cfg.peers.iter().map(|(id, p)| (*id, p.raft.to_string())).collect());
+        let mut opened = Vec::with_capacity(groups);
+        for g in 0..groups {
+            let id = GroupId::new(g, groups);
+            // On disk: the snapshot first, then the log after it. One group
+            // keeps them in the directory itself (as before groups); several
+            // keep one directory each.
+            let (log, sm) = match &cfg.log_dir {
+                Some(dir) => {
+                    let dir = if groups == 1 { dir.clone() } else { dir.join(format!("group-{g}")) };
+                    let snap = snapshot_file::load(&dir)?;
+                    let last = snap.as_ref().and_then(|(m, _)| m.last_log_id);
+                    let log = log_store::LogStore::open(&dir, cfg.node_id, last)?;
+                    (log, state_machine::StateMachine::open(engine.clone(), id, groups, Some(dir), snap)?)
+                }
+                None => (log_store::LogStore::default(), state_machine::StateMachine::new(engine.clone(), id, groups)),
+            };
+            let raft = rt.block_on(Raft::new(
                 cfg.node_id,
-                Arc::new(raft_cfg),
-                network::Network {
-                    peers: Arc::new(cfg.peers.iter().map(|(id, p)| (*id, p.raft.to_string())).collect()),
-                },
+                raft_cfg.clone(),
+                network::Network { peers: raft_peers.clone(), group: id.id },
                 log.clone(),
                 sm,
-            )
-            .await
-            .map_err(|e| io::Error::other(format!("raft: {e}")))?;
+            ));
+            opened.push((id, raft.map_err(|e| io::Error::other(format!("raft group {g}: {e}")))?, log));
+        }
+        let rafts: Arc<Vec<Raft>> = Arc::new(opened.iter().map(|(_, r, _)| r.clone()).collect());
+        rt.block_on(async {
             let listener = tokio::net::TcpListener::bind(listen)
                 .await
                 .map_err(|e| io::Error::new(e.kind(), format!("cluster listen {listen}: {e}")))?;
-            tokio::spawn(network::serve(listener, raft.clone(), std::time::Instant::now() + read::LEASE));
+            tokio::spawn(network::serve(listener, rafts.clone(), std::time::Instant::now() + read::LEASE));
             if cfg.bootstrap {
-                match raft.initialize(members).await {
-                    Ok(()) => {}
-                    // Already initialized: its log is not empty.
-                    Err(RaftError::APIError(e)) => tracing::info!("cluster bootstrap skipped: {e}"),
-                    Err(e) => return Err(io::Error::other(format!("cluster bootstrap: {e}"))),
+                for (g, raft) in rafts.iter().enumerate() {
+                    match raft.initialize(members.clone()).await {
+                        Ok(()) => {}
+                        // Already initialized: its log is not empty.
+                        Err(RaftError::APIError(e)) => tracing::info!("cluster bootstrap of group {g} skipped: {e}"),
+                        Err(e) => return Err(io::Error::other(format!("cluster bootstrap of group {g}: {e}"))),
+                    }
                 }
             }
-            Ok::<_, io::Error>(raft)
+            Ok::<_, io::Error>(())
         })?;
-        let peers = cfg.peers.iter().map(|(id, p)| (*id, p.client.clone())).collect();
+        let peers: Arc<BTreeMap<NodeId, String>> =
+            Arc::new(cfg.peers.iter().map(|(id, p)| (*id, p.client.clone())).collect());
         let handle = rt.handle().clone();
-        Ok(Arc::new_cyclic(|me: &std::sync::Weak<Node>| {
-            let me = me.clone();
-            let not_leader: read::NotLeader =
-                Arc::new(move |l| me.upgrade().map_or(Refusal::NotLeader(NO_LEADER), |n| n.not_leader(l)));
-            Node {
-                proposer: propose::Proposer::new(raft.clone(), handle.clone(), not_leader.clone()),
-                read_barrier: read::Reads::new(raft.clone(), handle, cfg.timeout, not_leader, log.floor()),
-                raft,
-                log,
-                rt,
-                timeout: cfg.timeout,
-                peers,
-                not_leader_lines: Default::default(),
-                gate: Default::default(),
-                reads: cfg.reads,
+        let groups: Vec<Arc<Group>> = opened
+            .into_iter()
+            .map(|(id, raft, log)| {
+                Arc::new_cyclic(|me: &std::sync::Weak<Group>| {
+                    let me = me.clone();
+                    let not_leader: read::NotLeader =
+                        Arc::new(move |l| me.upgrade().map_or(Refusal::NotLeader(NO_LEADER), |n| n.not_leader(l)));
+                    Group {
+                        id,
+                        proposer: propose::Proposer::new(raft.clone(), handle.clone(), not_leader.clone(), id),
+                        read_barrier: read::Reads::new(
+                            raft.clone(),
+                            handle.clone(),
+                            cfg.timeout,
+                            not_leader,
+                            log.floor(),
+                        ),
+                        raft,
+                        log,
+                        rt: handle.clone(),
+                        timeout: cfg.timeout,
+                        peers: peers.clone(),
+                        not_leader_lines: Default::default(),
+                        gate: Default::default(),
+                        reads: cfg.reads,
+                    }
+                })
+            })
+            .collect();
+        if cfg.bootstrap && groups.len() > 1 {
+            // Spread the leaders: group g's on the g-th member (mod their
+            // number), by handing over from whoever won its first election.
+            let voters: Vec<NodeId> = cfg.peers.keys().copied().collect();
+            for (g, group) in groups.iter().enumerate() {
+                let target = voters[g % voters.len()];
+                rt.spawn(membership::lead_at_start(group.clone(), target));
             }
-        }))
+        }
+        Ok(Arc::new(Node { groups, _rt: rt }))
     }
 
+    /// The group of `group`'s index (the engine passes indexes below
+    /// [`Replicator::groups`]; anything else is group 0's).
+    fn group(&self, group: usize) -> &Group {
+        self.groups.get(group).unwrap_or(&self.groups[0])
+    }
+
+    /// The current leader of group 0, as this node knows it.
+    pub fn leader(&self) -> Option<NodeId> {
+        self.groups[0].leader()
+    }
+
+    /// Stop every group's Raft core (the process is ending).
+    pub fn shutdown(&self) {
+        for g in &self.groups {
+            g.shutdown();
+        }
+    }
+}
+
+impl Group {
     /// The line that tells a client who leads (or that nobody does yet).
     fn not_leader(&self, leader: Option<NodeId>) -> Refusal {
         let Some(addr) = leader.and_then(|l| self.client_addr(l)) else {
@@ -330,7 +433,7 @@ impl Node {
     }
 }
 
-impl Replicator for Node {
+impl Group {
     fn read_barrier(&self) -> Result<(), Refusal> {
         match self.reads {
             ReadMode::Linearizable => self.read_index(),
@@ -361,21 +464,17 @@ impl Replicator for Node {
         }
     }
 
-    fn propose(&self, effect: &recall_record::Record<'_>, cause: Cause, done: Resolver) -> Result<(), Refusal> {
+    fn propose(&self, effect: &recall_record::Record<'_>, cause: Cause, done: Resolver) {
         // Counted until answered: a leader handing over waits for it
         // (`membership.rs`).
         let in_flight = self.gate.enter(self.timeout);
         let mut bytes = Vec::with_capacity(effect.encoded_len());
         effect.encode(&mut bytes);
         self.proposer.propose(Effect { cause: cause.code(), record: bytes }, done, in_flight);
-        Ok(())
     }
 
-    fn timeout(&self) -> Duration {
-        self.timeout
-    }
-
-    fn map(&self) -> ClusterMap {
+    /// The members with their client addresses, and the group's map line.
+    fn map(&self, groups: usize) -> (Vec<(NodeId, String)>, recall_proto::cluster::GroupMap, NodeId) {
         let m = self.raft.metrics();
         let m = m.borrow();
         let nodes = m
@@ -388,11 +487,13 @@ impl Replicator for Node {
             })
             .filter(|(_, client)| !client.is_empty())
             .collect();
-        ClusterMap { me: m.id, term: m.current_term, leader: m.current_leader, nodes }
-    }
-
-    fn admin(&self, cmd: &recall_proto::cluster_admin::Admin<'_>, out: &mut Vec<u8>) -> Result<(), Refusal> {
-        self.run_admin(cmd, out)
+        let group = recall_proto::cluster::GroupMap {
+            slots: recall_proto::cluster::slot_range(usize::from(self.id.id), groups),
+            leader: m.current_leader,
+            term: m.current_term,
+            members: m.membership_config.membership().nodes().map(|(id, _)| *id).collect(),
+        };
+        (nodes, group, m.id)
     }
 
     fn stats(&self) -> Vec<(&'static str, String)> {
@@ -405,7 +506,7 @@ impl Replicator for Node {
             ServerState::Learner => "learner",
             ServerState::Shutdown => "shutdown",
         };
-        let mut lines = vec![
+        vec![
             ("cluster_node_id", m.id.to_string()),
             ("cluster_role", role.to_string()),
             ("cluster_leader", m.current_leader.unwrap_or(0).to_string()),
@@ -416,10 +517,85 @@ impl Replicator for Node {
             ("cluster_snapshot_index", m.snapshot.map_or(0, |l| l.index).to_string()),
             ("cluster_log_purged_index", m.purged.map_or(0, |l| l.index).to_string()),
             ("cluster_read", if self.reads == ReadMode::Stale { "stale" } else { "linearizable" }.to_string()),
-        ];
-        // The log on disk: fsyncs against entries written show group
-        // commit at work.
-        if let Some((syncs, entries, effects, compactions)) = self.log.disk_counts() {
+        ]
+    }
+
+    fn leads(&self) -> bool {
+        self.raft.metrics().borrow().state == ServerState::Leader
+    }
+}
+
+impl Replicator for Node {
+    fn groups(&self) -> usize {
+        self.groups.len()
+    }
+
+    fn read_barrier(&self, group: usize) -> Result<(), Refusal> {
+        self.group(group).read_barrier()
+    }
+
+    fn write_barrier(&self, group: usize) -> Result<(), Refusal> {
+        self.group(group).write_barrier()
+    }
+
+    fn propose(
+        &self,
+        group: usize,
+        effect: &recall_record::Record<'_>,
+        cause: Cause,
+        done: Resolver,
+    ) -> Result<(), Refusal> {
+        self.group(group).propose(effect, cause, done);
+        Ok(())
+    }
+
+    fn timeout(&self) -> Duration {
+        self.groups[0].timeout
+    }
+
+    fn map(&self) -> ClusterMap {
+        let n = self.groups.len();
+        let (mut nodes, first, me) = self.groups[0].map(n);
+        let mut groups = vec![first];
+        for g in &self.groups[1..] {
+            let (more, group, _) = g.map(n);
+            nodes.extend(more);
+            groups.push(group);
+        }
+        nodes.sort();
+        nodes.dedup_by_key(|(id, _)| *id);
+        let (term, leader) = (groups[0].term, groups[0].leader);
+        // One group: the map of the first slice, without GROUP lines.
+        if n == 1 {
+            groups.clear();
+        }
+        ClusterMap { me, term, leader, nodes, groups }
+    }
+
+    fn admin(&self, cmd: &recall_proto::cluster_admin::Admin<'_>, out: &mut Vec<u8>) -> Result<(), Refusal> {
+        use recall_proto::cluster_admin::Admin;
+        if self.groups.len() > 1 && !matches!(cmd, Admin::Status) {
+            return Err(Refusal::Replication(
+                "SERVER_ERROR cluster membership commands are not supported with several groups yet",
+            ));
+        }
+        self.groups[0].run_admin(cmd, out)
+    }
+
+    fn stats(&self) -> Vec<(&'static str, String)> {
+        // Group 0's view, as with one group, and the groups' counts.
+        let mut lines = self.groups[0].stats();
+        if self.groups.len() > 1 {
+            lines.push(("cluster_groups", self.groups.len().to_string()));
+            let led = self.groups.iter().filter(|g| g.leads()).count();
+            lines.push(("cluster_groups_led", led.to_string()));
+        }
+        // The logs on disk: fsyncs against entries written show group
+        // commit at work (summed over the groups).
+        let counts = self.groups.iter().filter_map(|g| g.log.disk_counts());
+        if let Some((syncs, entries, effects, compactions)) =
+            counts.reduce(|a, b| (a.0 + b.0, a.1 + b.1, a.2 + b.2, a.3 + b.3))
+        {
             lines.push(("cluster_log_compactions", compactions.to_string()));
             lines.push(("cluster_log_fsyncs", syncs.to_string()));
             lines.push(("cluster_log_entries_written", entries.to_string()));

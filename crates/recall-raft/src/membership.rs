@@ -46,7 +46,7 @@ use recall_proto::cluster_admin::{Admin, Member, MemberStatus, Status};
 use recall_proto::reply;
 use tokio::time::Instant;
 
-use crate::{Node, NodeId, Raft};
+use crate::{Group, NodeId, Raft};
 
 /// A learner whose log is within this many entries of the leader's is
 /// caught up enough to become a voter: one AppendEntries batch
@@ -318,7 +318,14 @@ fn transfer_target(m: &Metrics, id: Option<NodeId>) -> Result<NodeId, String> {
 }
 
 /// Hand the leadership to `target` (see the module's documentation).
-async fn transfer(raft: Raft, gate: Gate, target: NodeId, target_addr: SocketAddr, deadline: Instant) -> Line {
+async fn transfer(
+    raft: Raft,
+    group: u16,
+    gate: Gate,
+    target: NodeId,
+    target_addr: SocketAddr,
+    deadline: Instant,
+) -> Line {
     let left = || deadline.saturating_duration_since(Instant::now());
     // A leader grants no vote while its own lease runs: wait it out
     // (writes still flow meanwhile).
@@ -361,7 +368,7 @@ async fn transfer(raft: Raft, gate: Gate, target: NodeId, target_addr: SocketAdd
         Ok(_) => {}
         Err(_) => return fallback("timed out before its log caught up"),
     }
-    match crate::network::request_elect(target_addr, left()).await {
+    match crate::network::request_elect(target_addr, group, left()).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => return fallback(&format!("refused ({e})")),
         Err(e) => return fallback(&format!("failed ({e})")),
@@ -373,7 +380,45 @@ async fn transfer(raft: Raft, gate: Gate, target: NodeId, target_addr: SocketAdd
     }
 }
 
-impl Node {
+/// A member's Raft address, from the membership in the log.
+fn raft_addr_of(m: &Metrics, id: NodeId) -> Option<SocketAddr> {
+    let addr = m.membership_config.membership().get_node(&id).map(|n| n.addr.clone());
+    // `RAFT_ADDR/CLIENT_ADDR`, or a first slice's Raft address.
+    addr.as_deref().and_then(|a| match Member::parse(a) {
+        Ok(m) => Some(m.raft),
+        Err(_) => a.parse().ok(),
+    })
+}
+
+/// A new cluster with several groups spreads their leaders: the node that
+/// bootstrapped them wins every first election, and hands group `g`'s
+/// leadership to its `target` (the g-th member) as `transfer-leader`
+/// would, once its leader lease allows it. Bounded: a few tries within a
+/// minute; a group whose hand-over fails keeps its leader (it is only
+/// slower, not wrong).
+pub(crate) async fn lead_at_start(group: Arc<Group>, target: NodeId) {
+    let raft = group.raft.clone();
+    let give_up = Instant::now() + Duration::from_secs(60);
+    for _ in 0..5 {
+        let left = give_up.saturating_duration_since(Instant::now());
+        let Ok(m) = raft.wait(Some(left)).metrics(|m| m.current_leader.is_some(), "a leader").await else { return };
+        // Another node won the election, or the target leads already.
+        if m.current_leader != Some(m.id) || m.id == target {
+            return;
+        }
+        let Some(addr) = raft_addr_of(&m, target) else { return };
+        let deadline = (Instant::now() + Duration::from_secs(10)).min(give_up);
+        match transfer(raft.clone(), group.id.id, group.gate.clone(), target, addr, deadline).await {
+            Ok(_) => {
+                tracing::info!("cluster group {}: leadership handed to node {target}", group.id.id);
+                return;
+            }
+            Err(e) => tracing::info!("cluster group {}: handing the leadership to {target}: {e}", group.id.id),
+        }
+    }
+}
+
+impl Group {
     /// `cluster ...`: see the module's documentation. Only a refusal that
     /// names the leader is an error (the request is forwarded there);
     /// every other outcome is the reply in `out`.
@@ -400,21 +445,15 @@ impl Node {
             Admin::TransferLeader { id: Some(id) } if id == m.id => Ok("OK".into()),
             Admin::TransferLeader { id } => match transfer_target(&m, id) {
                 Err(e) => Err(e),
-                Ok(target) => {
-                    let addr = m.membership_config.membership().get_node(&target).map(|n| n.addr.clone());
-                    // `RAFT_ADDR/CLIENT_ADDR`, or a first slice's Raft address.
-                    let raft_addr = addr.as_deref().and_then(|a| match Member::parse(a) {
-                        Ok(m) => Some(m.raft),
-                        Err(_) => a.parse().ok(),
-                    });
-                    match raft_addr {
-                        None => Err(format!("SERVER_ERROR cluster node {target} has no Raft address")),
-                        Some(to) => {
-                            let gate = self.gate.clone();
-                            self.wait(async move { transfer(raft, gate, target, to, Instant::now() + budget).await })?
-                        }
+                Ok(target) => match raft_addr_of(&m, target) {
+                    None => Err(format!("SERVER_ERROR cluster node {target} has no Raft address")),
+                    Some(to) => {
+                        let (gate, group) = (self.gate.clone(), self.id.id);
+                        self.wait(
+                            async move { transfer(raft, group, gate, target, to, Instant::now() + budget).await },
+                        )?
                     }
-                }
+                },
             },
         };
         let (Ok(l) | Err(l)) = line;

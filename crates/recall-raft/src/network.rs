@@ -2,7 +2,8 @@
 //!
 //! A frame is a 4-byte big-endian length and that many bytes of bincode
 //! (1.x, varint integers: the serde form openraft gives its messages, in
-//! binary). A connection carries one call
+//! binary). A call ([`Call`]) names the Raft group it is for: every group
+//! of a node shares its one listener. A connection carries one call
 //! at a time: request frame out, response frame back. openraft keeps one
 //! client per target and calls it sequentially, so one connection per
 //! (node, target) pair is enough. A failed call drops its connection; the
@@ -42,7 +43,16 @@ use crate::{NodeId, Raft, TypeConfig};
 /// it cannot be sent at all.
 pub const FRAME_MAX: usize = 64 << 20;
 
-/// A call from one node's Raft to another's.
+/// A call from one node's group to the same group on another node.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Call {
+    /// The group's id (`GroupId::id`); a group the node does not have
+    /// closes the connection.
+    pub group: u16,
+    pub rpc: Rpc,
+}
+
+/// What a call asks.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Rpc {
     Append(AppendEntriesRequest<TypeConfig>),
@@ -119,10 +129,11 @@ pub fn decode<T: DeserializeOwned>(b: &[u8]) -> io::Result<T> {
     codec().reject_trailing_bytes().deserialize(b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
-/// Serve Raft calls from the other nodes until the listener fails. Votes
-/// are refused until `votes_from`: a node that just started forgot when it
-/// last heard from a leader, whose read lease may still run (`read.rs`).
-pub async fn serve(listener: TcpListener, raft: Raft, votes_from: std::time::Instant) {
+/// Serve Raft calls from the other nodes, to `groups` by id, until the
+/// listener fails. Votes are refused until `votes_from`: a node that just
+/// started forgot when it last heard from a leader, whose read lease may
+/// still run (`read.rs`).
+pub async fn serve(listener: TcpListener, groups: std::sync::Arc<Vec<Raft>>, votes_from: std::time::Instant) {
     loop {
         let (sock, peer) = match listener.accept().await {
             Ok(c) => c,
@@ -132,18 +143,25 @@ pub async fn serve(listener: TcpListener, raft: Raft, votes_from: std::time::Ins
             }
         };
         let _ = sock.set_nodelay(true);
-        let raft = raft.clone();
+        let groups = groups.clone();
         tokio::spawn(async move {
-            if let Err(e) = serve_conn(sock, raft, votes_from).await {
+            if let Err(e) = serve_conn(sock, &groups, votes_from).await {
                 tracing::info!("raft connection from {peer} closed: {e}");
             }
         });
     }
 }
 
-async fn serve_conn(mut sock: TcpStream, raft: Raft, votes_from: std::time::Instant) -> io::Result<()> {
+async fn serve_conn(mut sock: TcpStream, groups: &[Raft], votes_from: std::time::Instant) -> io::Result<()> {
     while let Some(body) = read_frame(&mut sock).await? {
-        let reply = match decode::<Rpc>(&body)? {
+        let call = decode::<Call>(&body)?;
+        let raft = groups.get(usize::from(call.group)).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("a call for group {}, and this node has {} groups", call.group, groups.len()),
+            )
+        })?;
+        let reply = match call.rpc {
             Rpc::Append(r) => encode(&raft.append_entries(r).await)?,
             Rpc::Vote(r) if std::time::Instant::now() < votes_from => {
                 // Not granted; the candidate's own vote, so it learns of
@@ -154,21 +172,21 @@ async fn serve_conn(mut sock: TcpStream, raft: Raft, votes_from: std::time::Inst
             }
             Rpc::Vote(r) => encode(&raft.vote(r).await)?,
             Rpc::Snapshot(r) => encode(&raft.install_snapshot(r).await)?,
-            Rpc::Elect => encode(&crate::membership::elect_now(&raft).await)?,
+            Rpc::Elect => encode(&crate::membership::elect_now(raft).await)?,
         };
         write_frame(&mut sock, &reply).await?;
     }
     Ok(())
 }
 
-/// Ask the node whose Raft RPC listens at `addr` to start an election
-/// ([`Rpc::Elect`]), on a connection of its own, within `ttl`. The outer
-/// error is the call's, the inner one the node's refusal.
-pub async fn request_elect(addr: SocketAddr, ttl: Duration) -> io::Result<Result<(), String>> {
+/// Ask the node whose Raft RPC listens at `addr` to start an election in
+/// `group` ([`Rpc::Elect`]), on a connection of its own, within `ttl`. The
+/// outer error is the call's, the inner one the node's refusal.
+pub async fn request_elect(addr: SocketAddr, group: u16, ttl: Duration) -> io::Result<Result<(), String>> {
     let call = async {
         let mut s = TcpStream::connect(addr).await?;
         let _ = s.set_nodelay(true);
-        write_frame(&mut s, &encode(&Rpc::Elect)?).await?;
+        write_frame(&mut s, &encode(&Call { group, rpc: Rpc::Elect })?).await?;
         match read_frame(&mut s).await? {
             Some(reply) => decode(&reply),
             None => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed")),
@@ -189,6 +207,8 @@ pub async fn request_elect(addr: SocketAddr, ttl: Duration) -> io::Result<Result
 #[derive(Clone, Default)]
 pub struct Network {
     pub peers: std::sync::Arc<std::collections::BTreeMap<NodeId, String>>,
+    /// The group whose calls these clients make.
+    pub group: u16,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -199,13 +219,15 @@ impl RaftNetworkFactory<TypeConfig> for Network {
         // first slice stored the Raft address alone).
         let raft = node.addr.split_once('/').map_or(node.addr.as_str(), |(raft, _)| raft);
         let addr = self.peers.get(&target).map_or(raft, String::as_str).to_string();
-        Client { target, addr, conn: None }
+        Client { target, group: self.group, addr, conn: None }
     }
 }
 
-/// One node's connection to one target.
+/// One group's connection to one target (each group has its own, so the
+/// groups' calls do not wait for each other).
 pub struct Client {
     target: NodeId,
+    group: u16,
     addr: String,
     conn: Option<TcpStream>,
 }
@@ -264,7 +286,7 @@ impl Client {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let body = encode(&rpc).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let body = encode(&Call { group: self.group, rpc }).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         self.send(&body, option).await
     }
 
@@ -293,7 +315,7 @@ impl RaftNetwork<TypeConfig> for Client {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
         let entries = req.entries.len() as u64;
-        match encode(&Rpc::Append(req)) {
+        match encode(&Call { group: self.group, rpc: Rpc::Append(req) }) {
             Ok(body) => self.send(&body, option).await,
             // Entries of large values: openraft retries at once with the
             // hinted number (a single entry it cannot split counts as
@@ -366,7 +388,7 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         // Nothing listens there: a call that reached the network would be
         // Unreachable.
-        let mut client = Client { target: 2, addr: "127.0.0.1:1".into(), conn: None };
+        let mut client = Client { target: 2, group: 0, addr: "127.0.0.1:1".into(), conn: None };
         let opt = || RPCOption::new(Duration::from_secs(5));
         match rt.block_on(client.append_entries(req(3), opt())) {
             Err(RPCError::PayloadTooLarge(p)) => assert_eq!(p.entries_hint(), 1, "{p}"),
@@ -379,10 +401,11 @@ mod tests {
     #[test]
     fn a_peer_is_dialled_where_this_nodes_list_says() {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let mut net = Network { peers: std::sync::Arc::new([(2, "127.0.0.9:7".to_string())].into()) };
+        let mut net = Network { peers: std::sync::Arc::new([(2, "127.0.0.9:7".to_string())].into()), group: 3 };
         let membership = |addr: &str| BasicNode { addr: addr.into() };
         // Listed here: this node's address wins over the membership's.
         assert_eq!(rt.block_on(net.new_client(2, &membership("127.0.0.2:1"))).addr, "127.0.0.9:7");
+        assert_eq!(rt.block_on(net.new_client(2, &membership("127.0.0.2:1"))).group, 3, "calls name the group");
         // Not listed (a member this node was not told about): the
         // membership's address.
         assert_eq!(rt.block_on(net.new_client(3, &membership("127.0.0.3:1"))).addr, "127.0.0.3:1");
@@ -402,22 +425,29 @@ mod tests {
             Entry { log_id, payload: EntryPayload::Membership(membership.clone()) },
         ];
         let vote = Vote::new_committed(3, 1);
-        round_trip(Rpc::Append(AppendEntriesRequest { vote, prev_log_id: Some(log_id), entries, leader_commit: None }));
-        round_trip(Rpc::Vote(VoteRequest { vote, last_log_id: None }));
-        round_trip(Rpc::Elect);
+        let call = |group, rpc| Call { group, rpc };
+        round_trip(call(
+            0,
+            Rpc::Append(AppendEntriesRequest { vote, prev_log_id: Some(log_id), entries, leader_commit: None }),
+        ));
+        round_trip(call(255, Rpc::Vote(VoteRequest { vote, last_log_id: None })));
+        round_trip(call(7, Rpc::Elect));
         round_trip(Ok::<(), String>(()));
         round_trip(Err::<(), String>("not a voter".into()));
-        round_trip(Rpc::Snapshot(InstallSnapshotRequest {
-            vote,
-            meta: SnapshotMeta {
-                last_log_id: Some(log_id),
-                last_membership: openraft::StoredMembership::new(Some(log_id), membership),
-                snapshot_id: "3-1-7-1".into(),
-            },
-            offset: 0,
-            data: vec![1, 2, 3],
-            done: true,
-        }));
+        round_trip(call(
+            1,
+            Rpc::Snapshot(InstallSnapshotRequest {
+                vote,
+                meta: SnapshotMeta {
+                    last_log_id: Some(log_id),
+                    last_membership: openraft::StoredMembership::new(Some(log_id), membership),
+                    snapshot_id: "3-1-7-1".into(),
+                },
+                offset: 0,
+                data: vec![1, 2, 3],
+                done: true,
+            }),
+        ));
         round_trip(Ok::<_, RaftError<NodeId>>(AppendEntriesResponse::<NodeId>::Success));
         round_trip(Ok::<_, RaftError<NodeId>>(AppendEntriesResponse::<NodeId>::HigherVote(vote)));
         round_trip(Ok::<_, RaftError<NodeId>>(VoteResponse { vote, vote_granted: true, last_log_id: Some(log_id) }));

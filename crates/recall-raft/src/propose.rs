@@ -29,16 +29,18 @@ use recall_engine::{Applied, Resolver};
 
 use crate::membership::InFlight;
 use crate::read::NotLeader;
-use crate::{state_machine, Batch, Effect, Raft, BATCH_MAX, FAILED, SHUT_DOWN};
+use crate::{state_machine, Batch, Effect, GroupId, Raft, BATCH_MAX, FAILED, SHUT_DOWN};
 
 /// A batch stops growing past this many bytes of records (it always takes
 /// one): an AppendEntries of `max_payload_entries` batches stays far below
 /// the RPC frame limit.
 const BATCH_BYTES: usize = 1 << 20;
 
-/// The proposals of one node's group.
+/// The proposals of one group on this node.
 pub(crate) struct Proposer {
     raft: Raft,
+    /// Its group (the timestamps' layout).
+    group: GroupId,
     rt: tokio::runtime::Handle,
     /// The refusal that names a leader.
     not_leader: NotLeader,
@@ -55,8 +57,8 @@ struct Queue {
 }
 
 impl Proposer {
-    pub fn new(raft: Raft, rt: tokio::runtime::Handle, not_leader: NotLeader) -> Arc<Proposer> {
-        Arc::new(Proposer { raft, rt, not_leader, queue: Mutex::default() })
+    pub fn new(raft: Raft, rt: tokio::runtime::Handle, not_leader: NotLeader, group: GroupId) -> Arc<Proposer> {
+        Arc::new(Proposer { raft, group, rt, not_leader, queue: Mutex::default() })
     }
 
     /// Queue `effect`; submit it now if no batch is in flight. `done` is
@@ -114,7 +116,9 @@ impl Proposer {
             for (i, (w, _in_flight)) in waiters.into_iter().enumerate() {
                 w.resolve(match &answer {
                     Ok(Ok(resp)) => match resp.data.outcomes.get(i) {
-                        Some(o) => Ok(Applied { ts: resp.data.ts + i as u64, outcome: state_machine::outcome_of(*o) }),
+                        Some(o) => {
+                            Ok(Applied { ts: me.group.after(resp.data.ts, i), outcome: state_machine::outcome_of(*o) })
+                        }
                         None => Err(Refusal::Replication(FAILED)),
                     },
                     Ok(Err(ClientWriteError::ForwardToLeader(f))) => Err((me.not_leader)(f.leader_id)),

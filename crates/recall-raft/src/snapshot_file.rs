@@ -37,19 +37,22 @@ fn codec() -> impl bincode::Options {
     bincode::DefaultOptions::new()
 }
 
-/// The highest timestamp an entry at `index` gives an effect.
+/// The highest timestamp an entry at `index` gives an effect (of one
+/// group: the file's check of its header; a group's state machine raises
+/// the store's floor with its own timestamps).
 fn watermark(meta: &Meta) -> u64 {
-    meta.last_log_id.map_or(0, |l| crate::timestamp(l.index, crate::BATCH_MAX - 1))
+    meta.last_log_id.map_or(0, |l| crate::timestamp(crate::GroupId::default(), l.index, crate::BATCH_MAX - 1))
 }
 
-/// The store's live items as snapshot bytes, for `meta`'s state.
-pub fn encode(store: &Store, now: UnixSecs, meta: &Meta) -> io::Result<Vec<u8>> {
+/// The store's live items whose key `owns` (a group's slots) as snapshot
+/// bytes, for `meta`'s state.
+pub fn encode(store: &Store, now: UnixSecs, meta: &Meta, owns: impl Fn(&[u8]) -> bool) -> io::Result<Vec<u8>> {
     let w = watermark(meta);
     let header = snapshot::Header { instance: 0, watermark: w, created: now as u64, replay_floor: w, flushed_at: 0 };
     let mut sw = snapshot::Writer::new(Vec::new(), header)?;
     let mut err = None;
     store.for_each(now, |v| {
-        if err.is_some() {
+        if err.is_some() || !owns(v.key) {
             return;
         }
         let r = match v.value {
@@ -157,7 +160,7 @@ mod tests {
             &OwnedRecord { key: b"big".to_vec(), value: big.clone(), ts: 6, ..Default::default() }.as_record(),
             now,
         );
-        let data = encode(&store, now, &meta(9)).unwrap();
+        let data = encode(&store, now, &meta(9), |_| true).unwrap();
         let mut recs = decode(&data).unwrap();
         recs.sort_by(|a, b| a.key.cmp(&b.key));
         assert_eq!(

@@ -33,7 +33,7 @@ use recall_record::Record;
 use recall_store::ApplyOutcome;
 
 use crate::snapshot_file;
-use crate::{ApplyResult, Effect, NodeId, TypeConfig};
+use crate::{ApplyResult, Effect, GroupId, NodeId, TypeConfig};
 
 /// What the state machine has applied (guarded with the store's
 /// mutations: see the module note).
@@ -51,6 +51,11 @@ struct Stored {
 
 pub struct StateMachine {
     engine: Arc<Engine>,
+    /// Its group (the timestamps' layout) and how many the node has: with
+    /// several, a snapshot holds (and an installed one replaces) only the
+    /// items of the group's slots.
+    group: GroupId,
+    groups: usize,
     applied: Mutex<Applied>,
     /// The newest snapshot; its lock is held while its file is replaced,
     /// so an older snapshot never overwrites a newer one.
@@ -61,8 +66,8 @@ pub struct StateMachine {
 }
 
 impl StateMachine {
-    pub fn new(engine: Arc<Engine>) -> Arc<StateMachine> {
-        Self::open(engine, None, None).expect("nothing to load")
+    pub fn new(engine: Arc<Engine>, group: GroupId, groups: usize) -> Arc<StateMachine> {
+        Self::open(engine, group, groups, None, None).expect("nothing to load")
     }
 
     /// A state machine keeping its snapshots in `dir`, starting from
@@ -71,11 +76,15 @@ impl StateMachine {
     /// applied one, so openraft re-applies only the log after it.
     pub fn open(
         engine: Arc<Engine>,
+        group: GroupId,
+        groups: usize,
         dir: Option<PathBuf>,
         loaded: Option<(snapshot_file::Meta, Vec<u8>)>,
     ) -> std::io::Result<Arc<StateMachine>> {
         let sm = StateMachine {
             engine,
+            group,
+            groups: groups.max(1),
             applied: Mutex::new(Applied::default()),
             snapshot: Mutex::new(None),
             snapshots_built: AtomicU64::new(0),
@@ -94,12 +103,25 @@ impl StateMachine {
         let mut applied = self.applied.lock().expect("state machine lock");
         let store = &self.engine.store;
         let now = self.engine.now();
-        store.flush_all(now, now);
+        if self.groups == 1 {
+            store.flush_all(now, now);
+        } else {
+            // Only this group's slots: the other groups' items are theirs.
+            let mut keys = Vec::new();
+            store.for_each(now, |it| {
+                if self.owns(it.key) {
+                    keys.push(it.key.to_vec());
+                }
+            });
+            for key in &keys {
+                store.delete(&recall_store::Delete { key, ..Default::default() }, now);
+            }
+        }
         for r in records {
             store.apply(&r.as_record(), now);
         }
         if let Some(l) = meta.last_log_id {
-            store.raise_cas_floor(crate::timestamp(l.index, crate::BATCH_MAX - 1));
+            store.raise_cas_floor(crate::timestamp(self.group, l.index, crate::BATCH_MAX - 1));
         }
         applied.last = meta.last_log_id;
         applied.membership = meta.last_membership.clone();
@@ -117,6 +139,12 @@ impl StateMachine {
         }
         *cur = Some(Stored { meta: meta.clone(), data });
         Ok(())
+    }
+
+    /// Whether `key` is in this group's slots.
+    fn owns(&self, key: &[u8]) -> bool {
+        use recall_proto::cluster::{group_of_slot, slot_of};
+        self.groups == 1 || group_of_slot(slot_of(key), self.groups) == usize::from(self.group.id)
     }
 
     /// Apply one effect at timestamp `ts`, through the engine's write
@@ -180,7 +208,7 @@ impl RaftSnapshotBuilder<TypeConfig> for Arc<StateMachine> {
             };
             let meta =
                 SnapshotMeta { last_log_id: applied.last, last_membership: applied.membership.clone(), snapshot_id };
-            let data = snapshot_file::encode(&self.engine.store, self.engine.now(), &meta)
+            let data = snapshot_file::encode(&self.engine.store, self.engine.now(), &meta, |k| self.owns(k))
                 .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
             (data, meta)
         };
@@ -207,7 +235,7 @@ impl RaftStateMachine<TypeConfig> for Arc<StateMachine> {
         let mut applied = self.applied.lock().expect("state machine lock");
         for e in entries {
             applied.last = Some(e.log_id);
-            let ts = crate::timestamp(e.log_id.index, 0);
+            let ts = crate::timestamp(self.group, e.log_id.index, 0);
             let mut outcomes = Vec::new();
             match e.payload {
                 EntryPayload::Blank => {}
@@ -216,7 +244,7 @@ impl RaftStateMachine<TypeConfig> for Arc<StateMachine> {
                         return Err(StorageIOError::apply(e.log_id, &BadRecord::Batch(batch.0.len())).into());
                     }
                     for (pos, effect) in batch.0.iter().enumerate() {
-                        let ts = crate::timestamp(e.log_id.index, pos);
+                        let ts = crate::timestamp(self.group, e.log_id.index, pos);
                         let o = self.apply_effect(effect, ts).map_err(|err| StorageIOError::apply(e.log_id, &err))?;
                         outcomes.push(outcome_code(o));
                     }
@@ -294,7 +322,7 @@ mod tests {
     #[tokio::test]
     async fn effects_apply_at_their_log_index_and_a_snapshot_rebuilds_the_same_store() {
         let a = engine();
-        let mut sm = StateMachine::new(a.clone());
+        let mut sm = StateMachine::new(a.clone(), GroupId::default(), 1);
         let big = vec![b'x'; 100_000];
         let entries = vec![
             entry(5, value(b"k1", b"one")),
@@ -303,7 +331,7 @@ mod tests {
             entry(8, value(b"big", &big)),
         ];
         let res = sm.apply(entries).await.expect("applied");
-        let ts = |i| crate::timestamp(i, 0);
+        let ts = |i| crate::timestamp(GroupId::default(), i, 0);
         assert_eq!(
             res.iter().map(|r| (r.ts, r.outcomes.clone())).collect::<Vec<_>>(),
             [(ts(5), vec![0]), (ts(6), vec![0]), (ts(7), vec![0]), (ts(8), vec![0])]
@@ -318,7 +346,7 @@ mod tests {
         assert_eq!(snap.meta.last_log_id.map(|l| l.index), Some(8));
         let b = engine();
         b.store.apply(&value(b"stale", b"gone after install").as_record(), b.now());
-        let mut sm_b = StateMachine::new(b.clone());
+        let mut sm_b = StateMachine::new(b.clone(), GroupId::default(), 1);
         sm_b.install_snapshot(&snap.meta, snap.snapshot).await.expect("installed");
         assert_eq!(items(&b), got, "the same items, flags and timestamps");
         assert_eq!(sm_b.applied_state().await.expect("state").0.map(|l| l.index), Some(8));
@@ -339,25 +367,25 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let a = engine();
-        let mut sm = StateMachine::open(a.clone(), Some(dir.clone()), None).unwrap();
+        let mut sm = StateMachine::open(a.clone(), GroupId::default(), 1, Some(dir.clone()), None).unwrap();
         sm.apply((1..=20).map(|i| entry(i, value(format!("k{i}").as_bytes(), b"v")))).await.expect("applied");
         let built = sm.build_snapshot().await.expect("snapshot");
         let loaded = snapshot_file::load(&dir).unwrap().expect("on disk");
         assert_eq!(loaded.0, built.meta);
 
         let b = engine();
-        let mut sm_b = StateMachine::open(b.clone(), Some(dir.clone()), Some(loaded)).unwrap();
+        let mut sm_b = StateMachine::open(b.clone(), GroupId::default(), 1, Some(dir.clone()), Some(loaded)).unwrap();
         assert_eq!(items(&b), items(&a));
         assert_eq!(sm_b.applied_state().await.unwrap().0.map(|l| l.index), Some(20));
         assert_eq!(sm_b.get_current_snapshot().await.unwrap().map(|s| s.meta), Some(built.meta.clone()));
         // Later writes stamp above the snapshot's.
         sm_b.apply(vec![entry(21, value(b"k1", b"w"))]).await.expect("applied");
-        assert!(items(&b).iter().all(|i| i.3 <= crate::timestamp(21, 0)));
+        assert!(items(&b).iter().all(|i| i.3 <= crate::timestamp(GroupId::default(), 21, 0)));
 
         // An install goes to disk too, replacing the older file.
         let c_dir = dir.join("c");
         std::fs::create_dir_all(&c_dir).unwrap();
-        let mut sm_c = StateMachine::open(engine(), Some(c_dir.clone()), None).unwrap();
+        let mut sm_c = StateMachine::open(engine(), GroupId::default(), 1, Some(c_dir.clone()), None).unwrap();
         let snap = sm_b.build_snapshot().await.expect("snapshot");
         sm_c.install_snapshot(&snap.meta, snap.snapshot).await.expect("installed");
         assert_eq!(snapshot_file::load(&c_dir).unwrap().expect("on disk").0.last_log_id.map(|l| l.index), Some(21));
@@ -367,7 +395,7 @@ mod tests {
     #[tokio::test]
     async fn the_effects_of_one_entry_get_timestamps_in_their_order() {
         let a = engine();
-        let mut sm = StateMachine::new(a.clone());
+        let mut sm = StateMachine::new(a.clone(), GroupId::default(), 1);
         let mut e = entry(3, value(b"k", b"first"));
         let mut bytes = Vec::new();
         value(b"k", b"second").as_record().encode(&mut bytes);
@@ -375,16 +403,18 @@ mod tests {
             b.0.push(Effect { cause: Cause::Append.code(), record: bytes });
         }
         let res = sm.apply(vec![e]).await.expect("applied");
-        assert_eq!((res[0].ts, res[0].outcomes.clone()), (crate::timestamp(3, 0), vec![0, 0]));
+        assert_eq!((res[0].ts, res[0].outcomes.clone()), (crate::timestamp(GroupId::default(), 3, 0), vec![0, 0]));
         let got = items(&a);
-        assert_eq!((got[0].1.as_slice(), got[0].3), (&b"second"[..], crate::timestamp(3, 1)));
-        assert!(crate::timestamp(3, crate::BATCH_MAX - 1) < crate::timestamp(4, 0));
+        assert_eq!((got[0].1.as_slice(), got[0].3), (&b"second"[..], crate::timestamp(GroupId::default(), 3, 1)));
+        assert!(
+            crate::timestamp(GroupId::default(), 3, crate::BATCH_MAX - 1) < crate::timestamp(GroupId::default(), 4, 0)
+        );
     }
 
     #[tokio::test]
     async fn a_damaged_effect_or_snapshot_is_an_error_not_a_guess() {
         let a = engine();
-        let mut sm = StateMachine::new(a.clone());
+        let mut sm = StateMachine::new(a.clone(), GroupId::default(), 1);
         let bad = Entry {
             log_id: LogId::new(CommittedLeaderId::new(1, 1), 1),
             payload: EntryPayload::Normal(crate::Batch(vec![Effect {
@@ -404,8 +434,48 @@ mod tests {
         data.truncate(data.len() - 1);
         let b = engine();
         b.store.apply(&value(b"kept", b"v").as_record(), b.now());
-        let mut sm_b = StateMachine::new(b.clone());
+        let mut sm_b = StateMachine::new(b.clone(), GroupId::default(), 1);
         assert!(sm_b.install_snapshot(&snap.meta, Box::new(Cursor::new(data))).await.is_err());
         assert_eq!(items(&b).len(), 1, "a refused snapshot leaves the store as it was");
+    }
+
+    /// A key of `group` among `groups`.
+    fn key_in(group: usize, groups: usize) -> Vec<u8> {
+        use recall_proto::cluster::{group_of_slot, slot_of};
+        (0..).map(|i| format!("k{i}").into_bytes()).find(|k| group_of_slot(slot_of(k), groups) == group).unwrap()
+    }
+
+    #[tokio::test]
+    async fn groups_apply_into_one_store_and_snapshot_only_their_own_slots() {
+        let (k0, k1) = (key_in(0, 2), key_in(1, 2));
+        let (g0, g1) = (GroupId::new(0, 2), GroupId::new(1, 2));
+        let a = engine();
+        let (mut sm0, mut sm1) = (StateMachine::new(a.clone(), g0, 2), StateMachine::new(a.clone(), g1, 2));
+        let r0 = sm0.apply(vec![entry(5, value(&k0, b"zero"))]).await.expect("applied");
+        let r1 = sm1.apply(vec![entry(5, value(&k1, b"one"))]).await.expect("applied");
+        // The same index in two groups: two timestamps, each group's id in
+        // the low bit.
+        assert_eq!((r0[0].ts, r1[0].ts), (crate::timestamp(g0, 5, 0), crate::timestamp(g1, 5, 0)));
+        assert_eq!((r0[0].ts & 1, r1[0].ts & 1, r0[0].ts + 1), (0, 1, r1[0].ts));
+        assert!(crate::timestamp(g1, 5, crate::BATCH_MAX - 1) < crate::timestamp(g1, 6, 0));
+        assert_eq!(items(&a).len(), 2, "both groups applied into the one store");
+
+        // Group 1's snapshot holds group 1's item only, and installing it
+        // replaces group 1's items only.
+        let snap = sm1.build_snapshot().await.expect("snapshot");
+        let b = engine();
+        b.store.apply(&value(&k0, b"group 0 keeps it").as_record(), b.now());
+        b.store.apply(&value(&key_in(1, 2)[..], b"stale").as_record(), b.now());
+        let other_of_1 = (0..).map(|i| format!("x{i}").into_bytes()).find(|k| {
+            use recall_proto::cluster::{group_of_slot, slot_of};
+            group_of_slot(slot_of(k), 2) == 1
+        });
+        b.store.apply(&value(&other_of_1.clone().unwrap(), b"gone").as_record(), b.now());
+        let mut sm_b1 = StateMachine::new(b.clone(), g1, 2);
+        sm_b1.install_snapshot(&snap.meta, snap.snapshot).await.expect("installed");
+        let got: Vec<(Vec<u8>, Vec<u8>)> = items(&b).into_iter().map(|(k, v, _, _)| (k, v)).collect();
+        let mut want = vec![(k0.clone(), b"group 0 keeps it".to_vec()), (k1.clone(), b"one".to_vec())];
+        want.sort();
+        assert_eq!(got, want);
     }
 }

@@ -11,10 +11,14 @@
 //!   followed by the key and the value. `replay_batch` bodies, write-ahead
 //!   log records and snapshot items all carry exactly these bytes.
 //!
-//! This crate sits beneath every other (it depends on nothing): the store
+//! [`key`] holds the one fixed-seed key hash (the store's shards, the
+//! cluster's slots).
+//!
+//! This crate sits beneath every other (it depends on ahash only): the store
 //! must not know the wire protocol and the client must not know the store,
 //! yet both speak these two formats.
 
+pub mod key;
 pub mod ts;
 
 /// The longest key a record carries (memcached's limit).

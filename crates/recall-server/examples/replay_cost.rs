@@ -67,8 +67,8 @@ fn main() {
             let mut cx = recall_engine::Cx {
                 counters: &counters,
                 barrier: &mut barrier,
-                read_fresh: false,
-                not_leader: false,
+                read_fresh: 0,
+                not_leader: None,
                 conn: 0,
                 wait: Default::default(),
             };

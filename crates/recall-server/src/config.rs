@@ -110,6 +110,9 @@ pub struct ClusterSection {
     /// Snapshot the group's state every this many log entries; with a log
     /// directory the snapshot goes to disk and the log file is compacted.
     pub snapshot_entries: u64,
+    /// Raft groups the keyspace's slots are split into: the same on every
+    /// node, for the cluster's life (1: one group of every key).
+    pub groups: usize,
 }
 
 impl Default for ClusterSection {
@@ -122,6 +125,7 @@ impl Default for ClusterSection {
             log_dir: String::new(),
             read: "linearizable".into(),
             snapshot_entries: recall_raft::SNAPSHOT_ENTRIES,
+            groups: 1,
         }
     }
 }
@@ -160,6 +164,13 @@ impl ClusterSection {
                 "cluster: snapshot_entries must be at least 1 (--cluster-snapshot-entries)".into(),
             ));
         }
+        if !(1..=recall_proto::cluster::GROUPS_MAX).contains(&self.groups) {
+            return Err(ConfigError(format!(
+                "cluster: groups must be 1 to {}, not {} (--cluster-groups)",
+                recall_proto::cluster::GROUPS_MAX,
+                self.groups
+            )));
+        }
         let reads = match self.read.as_str() {
             "linearizable" => recall_raft::ReadMode::Linearizable,
             "stale" => recall_raft::ReadMode::Stale,
@@ -177,6 +188,7 @@ impl ClusterSection {
             log_dir: (!self.log_dir.is_empty()).then(|| self.log_dir.clone().into()),
             reads,
             snapshot_entries: self.snapshot_entries,
+            groups: self.groups,
         }))
     }
 }
@@ -296,6 +308,10 @@ pub struct Cli {
     /// the log on disk); default 5000.
     #[arg(long = "cluster-snapshot-entries", value_name = "N")]
     pub cluster_snapshot_entries: Option<u64>,
+    /// Cluster mode: Raft groups the keyspace is split into, the same on
+    /// every node (default 1).
+    #[arg(long = "cluster-groups", value_name = "G")]
+    pub cluster_groups: Option<usize>,
     /// Verify a snapshot file, print a summary and exit.
     #[arg(long = "check-snapshot")]
     pub check_snapshot: Option<PathBuf>,
@@ -550,6 +566,9 @@ impl Config {
         }
         if let Some(v) = cli.cluster_timeout_ms {
             cfg.cluster.timeout_ms = v;
+        }
+        if let Some(v) = cli.cluster_groups {
+            cfg.cluster.groups = v;
         }
         if let Some(v) = &cli.cluster_read {
             cfg.cluster.read = v.clone();

@@ -142,8 +142,8 @@ where
                 out = Out::new();
             }
         }
-        if let Action::Forward { len, binary } = action {
-            if let Err(a) = forward(cx, &mut stream, &mut session, &buf[..len], binary).await {
+        if let Action::Forward { len, binary, group } = action {
+            if let Err(a) = forward(cx, &mut stream, &mut session, &buf[..len], binary, group).await {
                 // Only a failed hop or a failed write ends the connection here.
                 return (a, CloseReason::Error);
             }
@@ -241,11 +241,18 @@ where
 /// (see `forward.rs`). When no other node is known to lead, or the request
 /// was never sent, the request is run here again: its refusal, or its
 /// answer if this node leads by now.
-async fn forward<S>(cx: &ConnCtx, stream: &mut S, session: &mut Session, req: &[u8], binary: bool) -> Result<(), Action>
+async fn forward<S>(
+    cx: &ConnCtx,
+    stream: &mut S,
+    session: &mut Session,
+    req: &[u8],
+    binary: bool,
+    group: usize,
+) -> Result<(), Action>
 where
     S: AsyncWrite + Unpin,
 {
-    let leader = cx.engine.cluster_map().and_then(|m| m.leader_elsewhere().map(str::to_string));
+    let leader = cx.engine.cluster_map().and_then(|m| m.group_leader_elsewhere(group).map(str::to_string));
     let (Some(fwd), Some(leader)) = (&cx.forward, leader) else {
         session.run_next_locally();
         return Ok(());

@@ -377,12 +377,7 @@ impl Store {
             shard_mask: n - 1,
             // Fixed keys: placement must be stable across restarts so that a
             // snapshot reloads into the same shard layout it was taken from.
-            hasher: ahash::RandomState::with_seeds(
-                0x243f_6a88_85a3_08d3,
-                0x1319_8a2e_0370_7344,
-                0xa409_3822_299f_31d0,
-                0x082e_fa98_ec4e_6c89,
-            ),
+            hasher: recall_record::key::hasher(),
             mem: Arc::default(),
             mem_limit: AtomicUsize::new(cfg.mem_limit),
             next_cas: AtomicU64::new(1),
