@@ -245,6 +245,11 @@ fn with_several_groups_each_key_goes_to_its_own_group() {
         format!("VALUE {k0} 0 1\r\nv\r\nEND\r\nVALUE {k2} 0 1\r\nv\r\nEND\r\nVALUE {k0} 0 1\r\nv\r\nEND\r\n")
     );
     assert_eq!(*g.read_groups.lock().unwrap(), [0, 2]);
+    // A multi-key get across groups led by different nodes is not split
+    // here: a connection that cannot forward (a forwarded one) answers the
+    // other group's key with the refusal, never with a wrong miss.
+    let got = send_unforwarded(&e, format!("get {k0} {k1}\r\n").as_bytes());
+    assert!(String::from_utf8_lossy(&got).contains(NOT_LEADER), "{}", String::from_utf8_lossy(&got));
     // A flush has no group: refused with several.
     assert_eq!(send(&e, b"flush_all\r\n"), "SERVER_ERROR not supported in cluster mode yet\r\n");
     assert!(g.proposed_to.lock().unwrap().len() == 2, "nothing proposed");

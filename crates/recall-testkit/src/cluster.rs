@@ -1,5 +1,5 @@
 //! A replicated recalld cluster for tests: N processes on loopback, one
-//! Raft group (docs/design/replication.md).
+//! Raft group or several (docs/design/replication.md).
 //!
 //! A node's client and Raft ports must be known to its peers before it
 //! starts, so they are probed free (bound on port 0, then released); a

@@ -127,8 +127,12 @@ pub(super) struct Inner {
 /// Where a cluster-aware client sends requests.
 #[derive(Default)]
 pub(super) struct Leader {
-    /// The leader's index among the servers, as the last map said.
+    /// The leader's index among the servers, as the last map said (group
+    /// 0's, with several groups).
     idx: Mutex<Option<usize>>,
+    /// With several groups: each group's leader's index among the servers,
+    /// in slot order (empty: one group).
+    groups: Mutex<Vec<Option<usize>>>,
     /// One map refresh at a time; the others wait for its answer.
     refreshing: tokio::sync::Mutex<()>,
     /// A map was asked for (after the first request: until then any node
@@ -139,6 +143,16 @@ pub(super) struct Leader {
 impl Inner {
     pub(super) fn route(&self, key: &[u8]) -> Result<usize> {
         if let Some(l) = &self.cluster {
+            // The leader of the key's group, if the map named one this
+            // client knows; else any node (it forwards).
+            let groups = l.groups.lock().unwrap_or_else(|p| p.into_inner());
+            if !groups.is_empty() {
+                let g = recall_proto::cluster::group_of_slot(recall_proto::cluster::slot_of(key), groups.len());
+                if let Some(Some(idx)) = groups.get(g) {
+                    return Ok(*idx);
+                }
+            }
+            drop(groups);
             return Ok(self.leader_or_any(l));
         }
         if self.servers.len() == 1 {
@@ -246,11 +260,18 @@ impl Inner {
                 })
                 .collect();
             let Ok(map) = cluster::parse_map(lines) else { continue };
-            let idx = map.leader_addr().and_then(|a| self.servers.iter().position(|s| &*s.name == a));
+            let index_of = |leader: Option<u64>| {
+                let addr = map.addr_of(leader?)?;
+                self.servers.iter().position(|s| &*s.name == addr)
+            };
+            let idx = index_of(map.leader);
+            let groups = map.groups.iter().map(|g| index_of(g.leader)).collect();
             *l.idx.lock().unwrap_or_else(|p| p.into_inner()) = idx;
+            *l.groups.lock().unwrap_or_else(|p| p.into_inner()) = groups;
             return;
         }
         *l.idx.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        l.groups.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
     /// One request whose reply is one frame; error frames become errors.
