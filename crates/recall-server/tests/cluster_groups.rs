@@ -5,12 +5,12 @@
 //! of a node, the groups it led elect new leaders and every acknowledged
 //! write reads back through the survivors.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use recall_proto::cluster::{group_of_slot, slot_of, ClusterMap};
-use recall_testkit::cluster::{read_reply, stats, Cluster, DEADLINE};
+use recall_testkit::cluster::{map_lines, read_reply, stats, Cluster, DEADLINE};
 
 const GROUPS: usize = 4;
 
@@ -28,23 +28,7 @@ fn ask(addr: SocketAddr, req: &str) -> String {
 
 /// A node's `cluster map`, if it answers one.
 fn map(addr: SocketAddr) -> Option<ClusterMap> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    s.write_all(b"cluster map\r\n").ok()?;
-    let mut r = BufReader::new(s);
-    let mut lines = Vec::new();
-    // A map has a line per node and group: bounded.
-    for _ in 0..1000 {
-        let mut line = String::new();
-        if !matches!(r.read_line(&mut line), Ok(n) if n > 0) {
-            return None;
-        }
-        match line.trim_end() {
-            "END" => return ClusterMap::parse(lines.iter().map(|l: &String| l.as_bytes())).ok(),
-            l => lines.push(l.to_string()),
-        }
-    }
-    None
+    ClusterMap::parse(map_lines(addr)?.iter().map(|l| l.as_bytes())).ok()
 }
 
 /// Each group's leader (by node id) as `addr` sees it, probed until `ok`

@@ -182,6 +182,28 @@ pub fn stats(addr: SocketAddr) -> std::collections::HashMap<String, String> {
     m
 }
 
+/// The lines of a node's `cluster map` reply, without `END` and line
+/// endings (`None` if it does not answer one).
+pub fn map_lines(addr: SocketAddr) -> Option<Vec<String>> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    s.write_all(b"cluster map\r\n").ok()?;
+    let mut r = BufReader::new(s);
+    let mut lines = Vec::new();
+    // A line per node and group: bounded.
+    for _ in 0..1000 {
+        let mut line = String::new();
+        if !matches!(r.read_line(&mut line), Ok(n) if n > 0) {
+            return None;
+        }
+        match line.trim_end() {
+            "END" => return Some(lines),
+            l => lines.push(l.to_string()),
+        }
+    }
+    None
+}
+
 /// Read one text reply into `out`: a line, or a get's `VALUE` blocks (data
 /// included) up to the line after them. Whether the whole reply came.
 pub fn read_reply(r: &mut BufReader<TcpStream>, out: &mut String) -> bool {
