@@ -269,6 +269,9 @@ impl Node {
             cfg.peers.iter().map(|(id, p)| (*id, BasicNode { addr: format!("{}/{}", p.raft, p.client) })).collect();
         let raft_peers: Arc<BTreeMap<NodeId, String>> =
             Arc::new(cfg.peers.iter().map(|(id, p)| (*id, p.raft.to_string())).collect());
+        if let Some(dir) = &cfg.log_dir {
+            check_layout(dir, groups)?;
+        }
         let mut opened = Vec::with_capacity(groups);
         for g in 0..groups {
             let id = GroupId::new(g, groups);
@@ -373,6 +376,28 @@ impl Node {
             g.shutdown();
         }
     }
+}
+
+/// Refuse a log directory written with another group count: its logs
+/// would be ignored (the node would start as a new member under its old
+/// id) or keys would change groups (their timestamps could go back).
+fn check_layout(dir: &std::path::Path, groups: usize) -> io::Result<()> {
+    let bad = |what: String| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{}: {what}; --cluster-groups is fixed for a cluster's life", dir.display()),
+        )
+    };
+    if groups > 1 && dir.join("raft.log").exists() {
+        return Err(bad(format!("holds the log of one group, and this node was started with {groups}")));
+    }
+    if groups == 1 && dir.join("group-0").exists() {
+        return Err(bad("holds the logs of several groups, and this node was started with one".into()));
+    }
+    if groups > 1 && dir.join(format!("group-{groups}")).exists() {
+        return Err(bad(format!("holds the logs of more than {groups} groups")));
+    }
+    Ok(())
 }
 
 impl Group {
@@ -603,5 +628,48 @@ impl Replicator for Node {
             lines.push(("cluster_log_effects_written", effects.to_string()));
         }
         lines
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_carry_their_group_and_grow_with_its_log() {
+        // One group: the layout from before groups.
+        assert_eq!(timestamp(GroupId::new(0, 1), 5, 3), 5 << 8 | 3);
+        for groups in [2, 3, 4, 5, 256] {
+            let ids: Vec<GroupId> = (0..groups).map(|g| GroupId::new(g, groups)).collect();
+            let mut seen = std::collections::HashSet::new();
+            for g in &ids {
+                assert!(1usize << g.bits >= groups && (g.bits == 0 || 1usize << (g.bits - 1) < groups));
+                for (index, pos) in [(1, 0), (1, 1), (2, 0), (2, BATCH_MAX - 1)] {
+                    let ts = timestamp(*g, index, pos);
+                    assert_eq!(ts & ((1 << g.bits) - 1), u64::from(g.id), "the group in the low bits");
+                    assert!(seen.insert(ts), "{groups} groups: {ts} given twice");
+                }
+                assert!(timestamp(*g, 1, BATCH_MAX - 1) < timestamp(*g, 2, 0));
+                assert_eq!(g.after(timestamp(*g, 7, 0), 3), timestamp(*g, 7, 3));
+            }
+        }
+    }
+
+    #[test]
+    fn a_log_directory_of_another_group_count_is_refused() {
+        let dir = std::env::temp_dir().join(format!("recall-raft-layout-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("group-0")).unwrap();
+        std::fs::create_dir_all(dir.join("group-3")).unwrap();
+        assert!(check_layout(&dir, 4).is_ok());
+        let err = check_layout(&dir, 1).unwrap_err().to_string();
+        assert!(err.contains("several groups") && err.contains(&dir.display().to_string()), "{err}");
+        assert!(check_layout(&dir, 3).unwrap_err().to_string().contains("more than 3 groups"));
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("raft.log"), b"").unwrap();
+        assert!(check_layout(&dir, 1).is_ok());
+        assert!(check_layout(&dir, 2).unwrap_err().to_string().contains("one group"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -8,20 +8,8 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use recall_testkit::cluster::{read_reply, stats, Cluster, DEADLINE};
+use recall_testkit::cluster::{ask, stats, Cluster, DEADLINE};
 use recall_testkit::Recalld;
-
-/// One request, its whole reply (values included), on a new connection.
-fn ask(addr: SocketAddr, req: &str) -> String {
-    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else { return String::new() };
-    s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
-    if s.write_all(req.as_bytes()).is_err() {
-        return String::new();
-    }
-    let mut out = String::new();
-    read_reply(&mut BufReader::new(s), &mut out);
-    out
-}
 
 #[test]
 fn three_nodes_survive_the_leader_s_kill_9() {

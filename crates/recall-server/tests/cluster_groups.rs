@@ -5,26 +5,13 @@
 //! of a node, the groups it led elect new leaders and every acknowledged
 //! write reads back through the survivors.
 
-use std::io::{BufReader, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use recall_proto::cluster::{group_of_slot, slot_of, ClusterMap};
-use recall_testkit::cluster::{map_lines, read_reply, stats, Cluster, DEADLINE};
+use recall_testkit::cluster::{ask, map_lines, stats, Cluster, DEADLINE};
 
 const GROUPS: usize = 4;
-
-/// One request, its whole reply, on a new connection ("" if none).
-fn ask(addr: SocketAddr, req: &str) -> String {
-    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else { return String::new() };
-    s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
-    if s.write_all(req.as_bytes()).is_err() {
-        return String::new();
-    }
-    let mut out = String::new();
-    read_reply(&mut BufReader::new(s), &mut out);
-    out
-}
 
 /// A node's `cluster map`, if it answers one.
 fn map(addr: SocketAddr) -> Option<ClusterMap> {

@@ -182,6 +182,19 @@ pub fn stats(addr: SocketAddr) -> std::collections::HashMap<String, String> {
     m
 }
 
+/// One request and its whole reply (a line, or a get's values and the
+/// line after them) on a new connection ("" if none).
+pub fn ask(addr: SocketAddr, req: &str) -> String {
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else { return String::new() };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    if s.write_all(req.as_bytes()).is_err() {
+        return String::new();
+    }
+    let mut out = String::new();
+    read_reply(&mut BufReader::new(s), &mut out);
+    out
+}
+
 /// The lines of a node's `cluster map` reply, without `END` and line
 /// endings (`None` if it does not answer one).
 pub fn map_lines(addr: SocketAddr) -> Option<Vec<String>> {
