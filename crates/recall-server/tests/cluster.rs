@@ -433,4 +433,17 @@ fn cluster_flags_are_checked() {
     ])
     .expect_err("no snapshot interval");
     assert!(err.contains("snapshot_entries must be at least 1 (--cluster-snapshot-entries)"), "{err}");
+    // From one group to 256 (a group's id takes a timestamp's low bits).
+    for g in ["0", "257"] {
+        let err = Recalld::start([
+            "--cluster-node-id",
+            "1",
+            "--cluster-peer",
+            "1=127.0.0.1:1/127.0.0.1:2",
+            "--cluster-groups",
+            g,
+        ])
+        .expect_err("a group count out of range");
+        assert!(err.contains(&format!("groups must be 1 to 256, not {g} (--cluster-groups)")), "{err}");
+    }
 }
