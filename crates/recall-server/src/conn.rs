@@ -252,12 +252,20 @@ async fn forward<S>(
 where
     S: AsyncWrite + Unpin,
 {
-    let leader = cx.engine.cluster_map().and_then(|m| m.group_leader_elsewhere(group).map(str::to_string));
-    let (Some(fwd), Some(leader)) = (&cx.forward, leader) else {
-        session.run_next_locally();
-        return Ok(());
+    let map = cx.engine.cluster_map();
+    // A text get whose keys several leaders lead: one request per run of
+    // keys with one leader, the values passed on in order.
+    let split = map.as_ref().filter(|_| !binary).and_then(|m| crate::forward::split_get(m, req));
+    let leader = map.as_ref().and_then(|m| m.group_leader_elsewhere(group).map(str::to_string));
+    let hop = match (&cx.forward, split, leader) {
+        (Some(fwd), Some(runs), _) => fwd.forward_split(&runs, stream).await,
+        (Some(fwd), None, Some(leader)) => fwd.forward(&leader, binary, req, stream).await,
+        _ => {
+            session.run_next_locally();
+            return Ok(());
+        }
     };
-    match fwd.forward(&leader, binary, req, stream).await {
+    match hop {
         Ok(()) => Ok(()),
         Err(crate::forward::Failed::Close) => Err(Action::Close),
         Err(crate::forward::Failed::Reply(line)) => {

@@ -82,6 +82,21 @@ fn four_groups_spread_their_leaders_and_survive_a_node_s_kill_9() {
     let cas: u64 = after.lines().next().and_then(|l| l.rsplit(' ').next()).and_then(|c| c.parse().ok()).unwrap();
     assert!(cas > acked[0].3 && cas % GROUPS as u64 == g as u64, "{after:?}");
     acked[0].3 = cas;
+    // A multi-key get across groups through any node: split per leader,
+    // the values in the request's order, one END.
+    let mixed: Vec<&(String, usize, String, u64)> =
+        (0..6).flat_map(|i| (0..GROUPS).map(move |g| (g, i))).map(|(g, i)| &acked[g * 6 + i]).collect();
+    let keys: Vec<&str> = mixed.iter().map(|a| a.0.as_str()).collect();
+    let want: String =
+        mixed.iter().map(|(k, g, v, cas)| format!("VALUE {k} {g} {} {cas}\r\n{v}\r\n", v.len())).collect();
+    for node in 0..3 {
+        assert_eq!(
+            ask(c.clients[node], &format!("gets {}\r\n", keys.join(" "))),
+            format!("{want}END\r\n"),
+            "through node {}",
+            node + 1
+        );
+    }
     // A flush has no group: refused with several (docs/compat.md).
     assert_eq!(ask(c.clients[0], "flush_all\r\n"), "SERVER_ERROR not supported in cluster mode yet\r\n");
 
