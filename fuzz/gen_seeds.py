@@ -349,6 +349,12 @@ def write_seeds(seeds, quiet):
             b"MAP self 2 term 3 leader 1\nGROUP 0 slots 0-99 leader 1 term 3 members 1\nGROUP 1 slots 101-4095 leader 0 term 1 members "]
     for i, m in enumerate(maps):
         put("cluster_map", f"map{i}", m)
+    # A multi-key get split across group leaders: byte 0 picks the four
+    # groups' leaders (two bits each), the rest is the request.
+    splits = [b"\xe4get key0 key1 key2 key3 key4 key5\r\n", b"\x39gets k1 k2 k3\r\n",
+              b"\x1bgat 10 a b c d e f\r\n", b"\xffget x\r\n", b"\x00get a b\r\n"]
+    for i, r in enumerate(splits):
+        put("split_get", f"get{i}", r)
     # `cluster ...` admin commands (byte 0 even) and status replies (odd).
     admin = [b"\x00status", b"\x00add-node 4 127.0.0.4:11311/127.0.0.4:11211", b"\x00remove-node 2",
              b"\x00transfer-leader", b"\x00transfer-leader 3", b"\x00add-node 4 [::1]:1/h:2", b"\x00add-node 0 x/y",

@@ -16,7 +16,7 @@
 set -u
 cd "$(dirname "$0")"
 secs=${FUZZ_SECS:-60}
-all=(text_decode binary_decode meta_flags auth_token auth_file frame_reader snapshot_reader snapshot_corrupt wal_replay engine_session replay_batch record_decode reply_decode ctl_reply sim_oracle sim_lcs_csv fs_value fs_chunk raft_rpc raft_log raft_snapshot reply_frame cluster_map listen_list cluster_admin lincheck_history)
+all=(text_decode binary_decode meta_flags auth_token auth_file frame_reader snapshot_reader snapshot_corrupt wal_replay engine_session replay_batch record_decode reply_decode ctl_reply sim_oracle sim_lcs_csv fs_value fs_chunk raft_rpc raft_log raft_snapshot reply_frame cluster_map listen_list cluster_admin split_get lincheck_history)
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=("${all[@]}")
 [ -d seeds ] || python3 gen_seeds.py
