@@ -73,7 +73,7 @@ fn the_client_follows_the_leader_through_a_kill_9() {
 #[test]
 fn with_several_groups_each_key_goes_to_its_group_s_leader() {
     use recall_proto::cluster::{group_of_slot, slot_of, ClusterMap};
-    let c = Cluster::start_args(3, &[], &["--cluster-groups", "4"]);
+    let c = Cluster::start_with_args(3, &[], &["--cluster-groups", "4"]);
     // Wait for the leaders to spread: group g's on node g mod 3 + 1.
     let start = Instant::now();
     let spread = |m: &ClusterMap| m.groups.iter().enumerate().all(|(g, l)| l.leader == Some(g as u64 % 3 + 1));
