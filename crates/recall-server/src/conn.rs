@@ -13,14 +13,20 @@ use recall_engine::stats::{ConnGuard, Endpoint};
 use recall_engine::watch::{CloseReason, Transport};
 use recall_engine::{Action, Counters, Engine, Out, ProtocolChoice, Segment, Session};
 use recall_persist::wal::Wal;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::backlog::{Backlog, Turn, Unsent};
 
-/// Read buffer growth step, and the buffer an idle connection keeps.
+/// Read buffer growth step while an unfinished request waits for the rest
+/// of its bytes, and the reply buffer a turn starts with.
 const READ_CHUNK: usize = 16 * 1024;
+/// A read into an empty buffer: the requests of a request-reply client fit
+/// many times over, and a client that sends a pipeline and never reads
+/// stalls holding this much of it, not 16 KiB (memcached's read), when its
+/// backlog fills before the first read has run.
+const FIRST_READ: usize = 4 * 1024;
 /// Read size while a large value streams in. Only held while bytes are
-/// ready: see `read_streaming`.
+/// ready: see `read_some`.
 const STREAM_READ: usize = 256 * 1024;
 /// Read size while the kernel may hold a full backlog of this
 /// connection's replies (`Backlog::pressed`): whatever is read is held
@@ -73,8 +79,10 @@ where
     if engine.cluster_map().is_some() {
         session.await_commits();
     }
-    let mut buf = BytesMut::with_capacity(READ_CHUNK);
-    let mut out = Out::with_capacity(READ_CHUNK);
+    // Both buffers are allocated when there is something to read or to
+    // reply, and given back while the connection waits (`read_some`).
+    let mut buf = BytesMut::new();
+    let mut out = Out::new();
     let mut backlog = Backlog::new(crate::listeners::NOTSENT_LOWAT as usize, engine.config.reply_budget);
     loop {
         // Run a turn only when its replies fit in the socket's backlog;
@@ -104,13 +112,14 @@ where
             }
         };
         // Execute whatever complete requests the buffer holds.
+        if out.capacity() == 0 && !buf.is_empty() {
+            out = Out::with_capacity(READ_CHUNK);
+        }
         let done = session.process_within(engine, &buf, &mut out, budget);
         let (used, action) = (done.used, done.action);
         if let (Some(c), true) = (&row, used > 0) {
             c.command(engine.now());
         }
-        // (`advance` lowers what `capacity` reports; the allocation stays.)
-        let allocated = buf.capacity();
         bytes::Buf::advance(&mut buf, used);
         // The batch's writes must be durable before any of its replies go
         // out: with a write-ahead log, its position (group commit across
@@ -125,7 +134,7 @@ where
             }
         }
         if b.snapshot > 0 && wal.is_none() {
-            wait_for_snapshot(engine, b.snapshot).await;
+            Box::pin(wait_for_snapshot(engine, b.snapshot)).await;
         }
         if !out.is_empty() {
             counters.bytes_written.add(out.wire_len() as u64);
@@ -143,7 +152,7 @@ where
             }
         }
         if let Action::Forward { len, binary, group } = action {
-            if let Err(a) = forward(cx, &mut stream, &mut session, &buf[..len], binary, group).await {
+            if let Err(a) = Box::pin(forward(cx, &mut stream, &mut session, &buf[..len], binary, group)).await {
                 // Only a failed hop or a failed write ends the connection here.
                 return (a, CloseReason::Error);
             }
@@ -151,7 +160,7 @@ where
             continue;
         }
         if let Action::Watch(streams) = action {
-            match crate::watch::serve(engine, &mut stream, streams).await {
+            match Box::pin(crate::watch::serve(engine, &mut stream, streams)).await {
                 Action::Continue => continue,
                 other => return (other, CloseReason::Normal),
             }
@@ -165,7 +174,7 @@ where
             // A write the session proposed: the replies before it have
             // gone out; its own is rendered when the session runs it again.
             // The worker serves other connections meanwhile.
-            if tokio::time::timeout(engine.commit_timeout(), session.wait_commit()).await.is_err() {
+            if Box::pin(tokio::time::timeout(engine.commit_timeout(), session.wait_commit())).await.is_err() {
                 session.commit_timed_out();
             }
             continue;
@@ -173,7 +182,7 @@ where
         if b.recovery {
             // A write waits for the end of recovery (see the engine's
             // session); the replies before it have gone out.
-            wait_for_recovery(engine).await;
+            Box::pin(wait_for_recovery(engine)).await;
             continue;
         }
         if done.more {
@@ -189,36 +198,28 @@ where
             continue;
         }
         // A value streaming in is read in large pieces (memcached reads a
-        // value straight into the item with one big read); everything else
-        // in 16 KiB steps.
-        let big = allocated > 2 * READ_CHUNK;
-        let streaming = session.streaming();
-        let pressed = backlog.pressed();
-        let read = async {
-            if streaming {
-                return read_streaming(&mut stream, &mut buf, big).await;
+        // value straight into the item with one big read); new requests
+        // 4 KiB at a time; the rest of an unfinished one in 16 KiB steps;
+        // anything 2 KiB at a time while the backlog may be full.
+        let (room, most) = if session.streaming() {
+            (STREAM_READ, usize::MAX)
+        } else if buf.is_empty() {
+            (FIRST_READ, FIRST_READ)
+        } else if let Some(whole) = session.awaiting() {
+            // A binary or meta value waits whole, its memory held against
+            // `-m` for its length: room for exactly that, not the doubling
+            // `reserve` would make.
+            if whole > buf.capacity() {
+                let mut grown = BytesMut::with_capacity(whole);
+                grown.extend_from_slice(&buf);
+                buf = grown;
             }
-            if buf.is_empty() && big {
-                // A large request (a replay batch, a long get line) is
-                // done: don't keep its buffer for the connection's life.
-                buf = BytesMut::with_capacity(READ_CHUNK);
-            } else if let Some(whole) = session.awaiting() {
-                // A binary or meta value waits whole, its memory held
-                // against `-m` for its length: room for exactly that, not
-                // the doubling `reserve` would make.
-                if whole > buf.capacity() {
-                    let mut grown = BytesMut::with_capacity(whole);
-                    grown.extend_from_slice(&buf);
-                    buf = grown;
-                }
-            } else if buf.capacity() - buf.len() < READ_CHUNK / 4 {
-                buf.reserve(READ_CHUNK);
-            }
-            if pressed {
-                return (&mut stream).take(PRESSED_READ as u64).read_buf(&mut buf).await;
-            }
-            stream.read_buf(&mut buf).await
+            (0, usize::MAX)
+        } else {
+            (READ_CHUNK, usize::MAX)
         };
+        let most = if backlog.pressed() { most.min(PRESSED_READ) } else { most };
+        let read = read_some(&mut stream, &mut buf, &mut out, room, most);
         let n = match cx.idle {
             Some(d) => match tokio::time::timeout(d, read).await {
                 Ok(r) => r,
@@ -292,26 +293,33 @@ where
     }
 }
 
-/// Read a streaming value's next bytes into `buf`, with room for
-/// `STREAM_READ` of them.
+/// Read what the socket holds into `buf`, with `room` bytes of space (the
+/// buffer grows by that much when less than a quarter of it is left; 0:
+/// the caller sized it) and at most `most` bytes.
 ///
-/// Whenever the read must wait, a buffer that holds nothing is given back
-/// first (`big`: its allocation is larger than an idle connection's, which
-/// `capacity` no longer shows once the buffer was advanced), and the room
-/// is made again when the stream is polled next. So a connection that
-/// stalls in the middle of a streamed value holds no empty 256 KiB buffer:
-/// the value's own bytes are counted against `-m` (the session reserves
-/// them).
-async fn read_streaming<S: AsyncRead + Unpin>(
+/// Whenever the read must wait, the buffers that hold nothing are given
+/// back first: the read buffer when it is empty, and the reply buffer
+/// (written out by now). So a connection waiting for its client holds only
+/// the bytes of an unfinished request, not an idle 16 KiB read buffer and
+/// a reply buffer's allocation (memcached lends its read buffers from a
+/// per-thread cache the same way), nor an empty 256 KiB streaming buffer
+/// in the middle of a streamed value (the value's own bytes are counted
+/// against `-m`: the session reserves them). The allocator's thread cache
+/// hands the same buffers to the next connection that reads.
+async fn read_some<S: AsyncRead + Unpin>(
     stream: &mut S,
     buf: &mut BytesMut,
-    mut big: bool,
+    out: &mut Out,
+    room: usize,
+    most: usize,
 ) -> std::io::Result<usize> {
     std::future::poll_fn(|cx| {
-        if buf.capacity() - buf.len() < STREAM_READ / 4 {
-            buf.reserve(STREAM_READ);
+        if buf.capacity() - buf.len() < room / 4 {
+            buf.reserve(room);
         }
-        let mut rb = tokio::io::ReadBuf::uninit(buf.spare_capacity_mut());
+        let spare = buf.spare_capacity_mut();
+        let take = spare.len().min(most);
+        let mut rb = tokio::io::ReadBuf::uninit(&mut spare[..take]);
         match std::pin::Pin::new(&mut *stream).poll_read(cx, &mut rb) {
             std::task::Poll::Ready(Ok(())) => {
                 let n = rb.filled().len();
@@ -322,9 +330,11 @@ async fn read_streaming<S: AsyncRead + Unpin>(
             }
             std::task::Poll::Ready(Err(e)) => std::task::Poll::Ready(Err(e)),
             std::task::Poll::Pending => {
-                if buf.is_empty() && (big || buf.capacity() > READ_CHUNK) {
-                    *buf = BytesMut::with_capacity(READ_CHUNK);
-                    big = false;
+                if buf.is_empty() && buf.capacity() > 0 {
+                    *buf = BytesMut::new();
+                }
+                if out.capacity() > 0 {
+                    *out = Out::new();
                 }
                 std::task::Poll::Pending
             }

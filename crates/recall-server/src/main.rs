@@ -8,7 +8,7 @@ use recall_server::config::{Cli, Config};
 /// `recalld -i` prints it, as `memcached -i` prints memcached's.
 const LICENSE: &str = include_str!("../../../LICENSE");
 
-#[cfg(not(target_env = "msvc"))]
+#[cfg(not(any(target_env = "msvc", feature = "system-allocator")))]
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

@@ -384,17 +384,59 @@ async fn serve(cx: &ConnCtx, accepted: Accepted, tls: Option<(&Tls, ListenTls)>)
             };
             match tls {
                 None => connection(cx, stream, row).await,
-                Some((t, mode)) => match t.accept(stream, cx.idle, mode).await {
-                    Some(stream) => connection(cx, stream, row).await,
-                    None => Action::Close,
-                },
+                // Boxed: a connection's task is as large as the largest
+                // future it may await, and TLS's is several times plain
+                // TCP's; every idle plain connection would pay for it.
+                Some((t, mode)) => {
+                    Box::pin(async move {
+                        match t.accept(stream, cx.idle, mode).await {
+                            Some(stream) => connection(cx, stream, row).await,
+                            None => Action::Close,
+                        }
+                    })
+                    .await
+                }
             }
         }
         Accepted::Unix(s) => {
             let Ok(stream) = tokio::net::UnixStream::from_std(s) else { return Action::Close };
             let (peer, local) = unix_endpoints(&stream);
             let row = Some(cx.engine.conns.open(peer, local, now));
-            connection(cx, stream, row).await
+            Box::pin(connection(cx, stream, row)).await
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use recall_store::ManualClock;
+
+    /// Every connection's task is as large as the largest future it may
+    /// await, allocated whole when it is spawned and held for its life:
+    /// an idle plain TCP connection must not pay for TLS's handshake and
+    /// stream, nor for the connection loop's rare waits (forwarding,
+    /// `watch`, a snapshot or a commit), which are boxed.
+    #[test]
+    fn a_plain_connection_task_stays_small() {
+        let engine = Arc::new(Engine::new(
+            Store::new(StoreConfig::default()),
+            Arc::new(ManualClock::new(1_700_000_000)),
+            EngineConfig::default(),
+        ));
+        let cx = ConnCtx {
+            counters: engine.registry.register(),
+            engine,
+            choice: ProtocolChoice::Auto,
+            idle: None,
+            wal: None,
+            forward: None,
+        };
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let task = serve(&cx, Accepted::Tcp(c), None);
+        let size = std::mem::size_of_val(&task);
+        eprintln!("connection task: {size} bytes");
+        assert!(size <= 100_000, "{size}");
     }
 }
