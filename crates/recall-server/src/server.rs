@@ -435,8 +435,9 @@ mod tests {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let task = serve(&cx, Accepted::Tcp(c), None);
+        // 1,520 bytes in a debug build (7,320 before the boxing); less
+        // in a release build.
         let size = std::mem::size_of_val(&task);
-        eprintln!("connection task: {size} bytes");
-        assert!(size <= 100_000, "{size}");
+        assert!(size <= 2048, "a plain TCP connection's task is {size} bytes");
     }
 }
