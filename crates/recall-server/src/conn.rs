@@ -18,9 +18,10 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use crate::backlog::{Backlog, Turn, Unsent};
 
 /// Read buffer growth step while an unfinished request waits for the rest
-/// of its bytes, and the reply buffer a turn starts with.
+/// of its bytes.
 const READ_CHUNK: usize = 16 * 1024;
-/// A read into an empty buffer: the requests of a request-reply client fit
+/// A read into an empty buffer, and the reply buffer a turn starts with:
+/// the requests (and replies) of a request-reply client fit
 /// many times over, and a client that sends a pipeline and never reads
 /// stalls holding this much of it, not 16 KiB (memcached's read), when its
 /// backlog fills before the first read has run.
@@ -113,7 +114,9 @@ where
         };
         // Execute whatever complete requests the buffer holds.
         if out.capacity() == 0 && !buf.is_empty() {
-            out = Out::with_capacity(READ_CHUNK);
+            // Enough for a request-reply client's turn; a bigger turn grows
+            // it by doubling.
+            out = Out::with_capacity(FIRST_READ);
         }
         let done = session.process_within(engine, &buf, &mut out, budget);
         let (used, action) = (done.used, done.action);
