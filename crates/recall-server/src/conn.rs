@@ -318,7 +318,11 @@ async fn read_some<S: AsyncRead + Unpin>(
 ) -> std::io::Result<usize> {
     std::future::poll_fn(|cx| {
         if buf.capacity() - buf.len() < room / 4 {
-            buf.reserve(room);
+            // Up to `room` first, then by doubling: a long request that
+            // started in a 4 KiB buffer ends in the same power of two as
+            // one that started in 16 KiB (4 + 16 KiB, then doubling, would
+            // leave a 1 MB get line in 1.25 MiB instead of 1 MiB).
+            buf.reserve(room.saturating_sub(buf.len()).max(room / 4));
         }
         let spare = buf.spare_capacity_mut();
         let take = spare.len().min(most);
