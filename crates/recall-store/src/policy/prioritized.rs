@@ -124,10 +124,27 @@ impl PrioConfig {
     }
 }
 
-/// Class lists (list 0 is "none").
+/// Class lists (list 0 is "none"). The permanent class is two lists:
+/// `PERM`, where permanent items enter (its new part), and `PROT`, its
+/// protected part, for permanent items hit while in the new part.
 const PERM: u8 = 1;
 const LOW: u8 = 2;
 const HIGH: u8 = 3;
+const PROT: u8 = 4;
+
+/// The eviction lane of the permanent class's protected part (lanes 0 to 2
+/// are the classes, lane 0 the permanent class's new part).
+const PROT_LANE: usize = 3;
+
+/// The index of the protected part's byte total, after the classes'.
+const PROT_BYTES: usize = 3;
+
+/// The permanent class's new part keeps this share (percent) of the
+/// class's bytes: while it holds more, the class's evictions come from
+/// its new part, else from its protected part. S3-FIFO's small queue's
+/// 10%: a permanent item must be hit within the class's newest tenth to
+/// stay longer than one pass through it.
+const PERM_NEW_PCT: i64 = 10;
 
 /// `bits` of a node: the low 7 bits count hits (saturating), the top bit
 /// is the CLOCK reference bit.
@@ -168,17 +185,22 @@ pub(crate) struct Meta {
 /// A list's class index (0 permanent, 1 low, 2 high).
 #[inline]
 fn idx(list: u8) -> usize {
-    list as usize - 1
+    if list == PROT {
+        0
+    } else {
+        list as usize - 1
+    }
 }
 
 /// Store-wide state of the prioritized policies, shared by every shard's
 /// instance.
 #[derive(Debug)]
 pub struct PrioShared {
-    /// Class byte totals, behind by at most `slack` per shard and class
-    /// (each shard's part is its own total at its last flush, never below
-    /// 0, so neither is the sum).
-    bytes: [AtomicI64; 3],
+    /// Class byte totals, then the permanent class's protected part's
+    /// ([`PROT_BYTES`], also in the permanent total), behind by at most
+    /// `slack` per shard and total (each shard's part is its own total at
+    /// its last flush, never below 0, so neither is the sum).
+    bytes: [AtomicI64; 4],
     /// A shard flushes a class's byte change once it reaches this.
     slack: i64,
     shares_pm: [AtomicU32; 3],
@@ -223,16 +245,36 @@ impl PrioShared {
         self.adapt.is_some()
     }
 
-    /// The eviction lane (class index) the store evicts from now: the class
-    /// furthest over its share.
+    /// The eviction lane the store evicts from now: the class furthest over
+    /// its share, and in the permanent class its new part while that holds
+    /// its share of the class or more, else its protected part
+    /// ([`PROT_LANE`]).
     #[inline]
     pub fn lane(&self) -> usize {
-        (0..3).max_by_key(|&c| (self.over(c), std::cmp::Reverse(c))).unwrap_or(0)
+        let c = (0..3).max_by_key(|&c| (self.over(c), std::cmp::Reverse(c))).unwrap_or(0);
+        if c == 0 {
+            self.permanent_lane()
+        } else {
+            c
+        }
+    }
+
+    /// Which part of the permanent class evicts next (S3-FIFO's rule for
+    /// its small and main queues, store-wide).
+    fn permanent_lane(&self) -> usize {
+        let perm = self.bytes[0].load(Relaxed).max(0);
+        let prot = self.bytes[PROT_BYTES].load(Relaxed).clamp(0, perm);
+        let new = perm - prot;
+        if new > 0 && (prot == 0 || new * 100 >= perm * PERM_NEW_PCT) {
+            0
+        } else {
+            PROT_LANE
+        }
     }
 
     /// How far class `c` is over its share: bytes × 1000 − share × total.
     fn over(&self, c: usize) -> i128 {
-        let bytes = self.bytes.each_ref().map(|b| b.load(Relaxed).max(0) as i128);
+        let bytes = [0, 1, 2].map(|c| self.bytes[c].load(Relaxed).max(0) as i128);
         let total: i128 = bytes.iter().sum();
         bytes[c] * PERMILLE as i128 - self.shares_pm[c].load(Relaxed) as i128 * total
     }
@@ -257,7 +299,7 @@ impl PrioShared {
             ghost_hits: [0, 1, 2].map(|c| a.ghost_hits[c].swap(0, Relaxed)),
             hits: a.hits.swap(0, Relaxed),
             inserts: a.inserts.swap(0, Relaxed),
-            bytes: self.bytes.each_ref().map(|b| b.load(Relaxed).max(0) as u64),
+            bytes: [0, 1, 2].map(|c| self.bytes[c].load(Relaxed).max(0) as u64),
         };
         let d = tuner.on_window(&w);
         for c in 0..3 {
@@ -270,11 +312,11 @@ impl PrioShared {
 #[derive(Debug)]
 pub struct Prioritized {
     /// Count and reference bit in `bits`.
-    lists: Lists<Meta, 4>,
+    lists: Lists<Meta, 5>,
     shared: Arc<PrioShared>,
-    /// Per class, bytes added (or removed) here and not yet added to the
-    /// store-wide totals.
-    pending: [i64; 3],
+    /// Per store-wide total (the classes', the protected part's), bytes
+    /// added (or removed) here and not yet added to it.
+    pending: [i64; 4],
     /// Adaptive only: per class, hashes this shard evicted.
     ghosts: Option<Box<[Ghost; 3]>>,
     /// Adaptive only: events not yet added to the store-wide window.
@@ -291,7 +333,7 @@ impl Prioritized {
         Prioritized {
             lists: Lists::new(),
             shared: Arc::clone(shared),
-            pending: [0; 3],
+            pending: [0; 4],
             ghosts: shared.adapt.is_some().then(Default::default),
             local: Window::default(),
             local_events: 0,
@@ -303,16 +345,22 @@ impl Prioritized {
     /// Empty, with the same settings and counters; its bytes leave the
     /// store-wide class totals.
     pub fn emptied(&self) -> Self {
-        for c in [PERM, LOW, HIGH] {
+        let mut sums = [0i64; 4];
+        for c in [PERM, LOW, HIGH, PROT] {
             let mut t = self.lists.ends(c).head;
-            let mut sum = 0i64;
             while t != NIL {
-                sum += i64::from(self.lists.at(t).extra.size);
+                let size = i64::from(self.lists.at(t).extra.size);
+                sums[idx(c)] += size;
+                if c == PROT {
+                    sums[PROT_BYTES] += size;
+                }
                 t = self.lists.at(t).next;
             }
+        }
+        for (i, sum) in sums.into_iter().enumerate() {
             // What the store-wide total has of this shard: its bytes less
             // what it has not flushed.
-            self.shared.bytes[idx(c)].fetch_sub(sum - self.pending[idx(c)], Relaxed);
+            self.shared.bytes[i].fetch_sub(sum - self.pending[i], Relaxed);
         }
         Prioritized { counters: self.counters, ..Self::new(&self.shared) }
     }
@@ -336,6 +384,9 @@ impl Prioritized {
     fn push(&mut self, list: u8, slot: u32) {
         let size = i64::from(self.lists.at(slot).extra.size);
         self.add_bytes(idx(list), size);
+        if list == PROT {
+            self.add_bytes(PROT_BYTES, size);
+        }
         self.lists.push_head(list, slot);
     }
 
@@ -344,8 +395,19 @@ impl Prioritized {
         if list != NONE {
             let size = i64::from(self.lists.at(slot).extra.size);
             self.add_bytes(idx(list), -size);
+            if list == PROT {
+                self.add_bytes(PROT_BYTES, -size);
+            }
         }
         list
+    }
+
+    /// The items of class `list`'s class (both parts of the permanent one).
+    fn class_len(&self, list: u8) -> u32 {
+        match list {
+            PERM | PROT => self.lists.ends(PERM).len + self.lists.ends(PROT).len,
+            l => self.lists.ends(l).len,
+        }
     }
 
     /// One adaptive event happened here; every `FLUSH_EVERY` of them go to
@@ -364,7 +426,7 @@ impl Prioritized {
     fn classes_by_pressure(&self) -> impl Iterator<Item = u8> {
         let mut cs = [PERM, LOW, HIGH].map(|c| (self.shared.over(idx(c)), c));
         cs.sort_by_key(|&(over, _)| std::cmp::Reverse(over));
-        let lens = [PERM, LOW, HIGH].map(|c| self.lists.ends(c).len);
+        let lens = [PERM, LOW, HIGH].map(|c| self.class_len(c));
         cs.into_iter().map(|(_, c)| c).filter(move |&c| lens[idx(c)] > 0)
     }
 
@@ -379,11 +441,10 @@ impl Policy for Prioritized {
         let n = self.lists.node(slot);
         n.bits = 0;
         n.extra = Meta { size: admit.size.min(u32::MAX as usize) as u32, stamp: 0 };
-        let list = match admit.class {
+        let mut list = match admit.class {
             Class::Permanent => PERM,
             Class::Temporary => LOW,
         };
-        self.push(list, slot);
         if let Some(g) = &mut self.ghosts {
             // The class it was evicted from: temporary items may have
             // been evicted from either temporary class.
@@ -400,10 +461,17 @@ impl Policy for Prioritized {
             if let Some(c) = from {
                 self.local.ghost_hits[idx(c)] += 1;
                 self.counters.prio_ghost_hits += 1;
+                if c == PERM {
+                    // Evicted and soon written again: used more than once,
+                    // as an item hit in the new part is (S3-FIFO's ghost).
+                    list = PROT;
+                    self.counters.prio_moves_to_protected += 1;
+                }
             }
             self.local.inserts += 1;
             self.event();
         }
+        self.push(list, slot);
     }
 
     /// A re-SET (or any rewrite) of an item is a refresh, not a new item:
@@ -421,8 +489,9 @@ impl Policy for Prioritized {
         }
         let list = self.unlink(slot);
         let to = match (admit.class, list) {
+            (Class::Permanent, PROT) => PROT,
             (Class::Permanent, _) => PERM,
-            (Class::Temporary, PERM) => LOW,
+            (Class::Temporary, PERM | PROT) => LOW,
             (Class::Temporary, l) => l,
         };
         let n = self.lists.at_mut(slot);
@@ -441,6 +510,9 @@ impl Policy for Prioritized {
         let count = (n.bits & COUNT).saturating_add(1).min(COUNT);
         n.bits = REFERENCED | count;
         self.counters.prio_hits[idx(list)] += 1;
+        if list == PROT {
+            self.counters.prio_protected_hits += 1;
+        }
         if self.ghosts.is_some() {
             self.local.hits += 1;
             self.event();
@@ -468,7 +540,8 @@ impl Policy for Prioritized {
             Class::Permanent => PERM,
             Class::Temporary => LOW,
         };
-        if list == NONE || (list == PERM) == (to == PERM) {
+        let permanent = |l: u8| l == PERM || l == PROT;
+        if list == NONE || permanent(list) == (to == PERM) {
             return;
         }
         self.unlink(slot);
@@ -490,10 +563,13 @@ impl Policy for Prioritized {
         let list = self.lists.at(slot).list;
         if list != NONE {
             self.counters.prio_evictions[idx(list)] += 1;
+            if list == PROT {
+                self.counters.prio_protected_evictions += 1;
+            }
             // Rounded up, not to a floor of several entries: with 1024
             // shards a shard's class holds a handful of items, and a floor
             // would give the smaller classes the longer ghosts.
-            let cap = (self.lists.ends(list).len as usize * GHOST_PCT).div_ceil(100);
+            let cap = (self.class_len(list) as usize * GHOST_PCT).div_ceil(100);
             if let Some(g) = &mut self.ghosts {
                 g[idx(list)].push(hash, cap);
             }
@@ -503,17 +579,29 @@ impl Policy for Prioritized {
 
     fn victim(&mut self, clock: u64) -> Option<u32> {
         let c = self.classes_by_pressure().next()?;
-        self.victim_in(idx(c), clock)
+        if c != PERM {
+            return self.victim_in(idx(c), clock);
+        }
+        let first = self.shared.permanent_lane();
+        let other = if first == PROT_LANE { 0 } else { PROT_LANE };
+        self.victim_in(first, clock).or_else(|| self.victim_in(other, clock))
     }
 
-    /// Lane `lane` is class `lane` (0 permanent, 1 temporary-low, 2
-    /// temporary-high): its next victim after second chances.
+    /// Lanes 0 to 2 are the classes (0 the permanent class's new part, 1
+    /// temporary-low, 2 temporary-high), [`PROT_LANE`] the permanent
+    /// class's protected part: its next victim after second chances. In
+    /// the new part, an item hit since it entered moves to the protected
+    /// part instead, spending one of its hits (SLRU's probation and
+    /// protected segments, S3-FIFO's small and main queues), so permanent
+    /// items written once and never read leave after one pass through the
+    /// new part rather than through the whole class.
     fn victim_in(&mut self, lane: usize, clock: u64) -> Option<u32> {
         self.clock = clock;
         let c = match lane {
             0 => PERM,
             1 => LOW,
-            _ => HIGH,
+            2 => HIGH,
+            _ => PROT,
         };
         for _ in 0..SECOND_CHANCES {
             let t = self.lists.ends(c).tail;
@@ -521,6 +609,19 @@ impl Policy for Prioritized {
                 return None;
             }
             let bits = self.lists.at(t).bits;
+            if c == PERM {
+                let count = bits & COUNT;
+                if count == 0 {
+                    break;
+                }
+                self.unlink(t);
+                let n = self.lists.at_mut(t);
+                n.bits = count.min(FREQ_CAP) - 1;
+                n.extra.stamp = clock as u32;
+                self.push(PROT, t);
+                self.counters.prio_moves_to_protected += 1;
+                continue;
+            }
             let next = if c == LOW {
                 // Temporary-low's count is its way to promotion: kept.
                 (bits & REFERENCED != 0).then_some(bits & COUNT)
@@ -544,6 +645,7 @@ impl Policy for Prioritized {
 
     fn lane_of(&self, slot: u32) -> usize {
         match self.lists.known(slot).then(|| self.lists.at(slot).list) {
+            Some(PROT) => PROT_LANE,
             Some(list) if list != NONE => idx(list),
             _ => 0,
         }
@@ -573,7 +675,8 @@ impl Policy for Prioritized {
 
     fn counters(&self) -> PolicyCounters {
         let mut c = self.counters;
-        c.prio_items = [PERM, LOW, HIGH].map(|l| u64::from(self.lists.ends(l).len));
+        c.prio_items = [PERM, LOW, HIGH].map(|l| u64::from(self.class_len(l)));
+        c.prio_protected_items = u64::from(self.lists.ends(PROT).len);
         c.prio_threshold = u64::from(self.shared.threshold.load(Relaxed));
         c.prio_shares_pm = [0, 1, 2].map(|i| u64::from(self.shared.shares_pm[i].load(Relaxed)));
         c
@@ -587,6 +690,8 @@ mod tests {
     fn admit(class: Class, hash: u64) -> Admit {
         Admit { hash, size: 100, class }
     }
+
+    use crate::policy::PolicyKind;
 
     fn policy(cfg: PrioConfig, adaptive: bool) -> Prioritized {
         Prioritized::new(&PrioShared::new(&cfg, adaptive, 0))
@@ -642,7 +747,7 @@ mod tests {
         p.on_class(2, Class::Temporary);
         assert_eq!(p.class_of(2), HIGH);
         assert_eq!(p.counters().prio_items, [1, 1, 1]);
-        assert_eq!(p.shared.bytes.each_ref().map(|x| x.load(Relaxed)), [100, 100, 100]);
+        assert_eq!(p.shared.bytes.each_ref().map(|x| x.load(Relaxed)), [100, 100, 100, 0]);
     }
 
     #[test]
@@ -659,13 +764,13 @@ mod tests {
         // A promoted item stays promoted when rewritten, at its new size.
         p.on_replace(0, Admit { size: 300, ..admit(Class::Temporary, 0) });
         assert_eq!(p.class_of(0), HIGH);
-        assert_eq!(p.shared.bytes.each_ref().map(|x| x.load(Relaxed)), [0, 0, 300]);
+        assert_eq!(p.shared.bytes.each_ref().map(|x| x.load(Relaxed)), [0, 0, 300, 0]);
         // A rewrite without an expiry makes it permanent, and back.
         p.on_replace(0, admit(Class::Permanent, 0));
         assert_eq!(p.class_of(0), PERM);
         p.on_replace(0, admit(Class::Temporary, 0));
         assert_eq!(p.class_of(0), LOW);
-        assert_eq!(p.shared.bytes.each_ref().map(|x| x.load(Relaxed)), [0, 100, 0]);
+        assert_eq!(p.shared.bytes.each_ref().map(|x| x.load(Relaxed)), [0, 100, 0, 0]);
         let c = p.counters();
         assert_eq!((c.prio_items, c.prio_moves_to_high), ([0, 1, 0], 1));
         // A rewrite goes to the head of its class: the other item is older.
@@ -707,7 +812,7 @@ mod tests {
         // Emptying gives back exactly what the store-wide total has of it.
         let a = a.emptied();
         assert_eq!(total(1), 0);
-        assert_eq!(a.pending, [0; 3]);
+        assert_eq!(a.pending, [0; 4]);
     }
 
     #[test]
@@ -750,6 +855,87 @@ mod tests {
                 p.on_evict(v, s as u64);
             }
         }
+    }
+
+    /// The permanent class is split like the segmented LRU's segments:
+    /// permanent items hit once survive a long stream of permanent items
+    /// written once and never read, which leave from the class's new part.
+    /// (With one list per class, the stream pushed the hit items through
+    /// the whole class and out after their second chance.)
+    #[test]
+    fn permanent_items_hit_once_outlive_a_stream_of_items_never_read() {
+        for adaptive in [false, true] {
+            let mut p = policy(PrioConfig::default(), adaptive);
+            for s in 0..20 {
+                p.on_insert(s, admit(Class::Permanent, s as u64));
+            }
+            for s in 0..5 {
+                p.on_access(s);
+            }
+            // A cache of 20 items: every insert evicts one.
+            for s in 20..2000u32 {
+                p.on_insert(s, admit(Class::Permanent, s as u64));
+                let lane = p.shared.lane();
+                let v = p.victim_in(lane, u64::from(s)).unwrap();
+                assert!(v >= 5, "adaptive {adaptive}: evicted {v}, hit once, at {s}");
+                p.on_evict(v, u64::from(v));
+            }
+            let c = p.counters();
+            assert_eq!((c.prio_protected_items, c.prio_moves_to_protected), (5, 5), "adaptive {adaptive}: {c:?}");
+            assert_eq!((c.prio_items[0], c.prio_evictions[0], c.prio_protected_evictions), (20, 1980, 0));
+            assert_eq!(p.shared.bytes.each_ref().map(|x| x.load(Relaxed)), [2000, 0, 0, 500]);
+            // Hits in the protected part count in its class and for itself.
+            p.on_access(0);
+            let c = p.counters();
+            assert_eq!((c.prio_hits[0], c.prio_protected_hits), (6, 1));
+            let named = c.named(if adaptive { PolicyKind::PrioritizedAdaptive } else { PolicyKind::Prioritized });
+            assert!(named.contains(&("number_permanent", 20)), "{named:?}");
+            assert!(named.contains(&("number_permanent_protected", 5)), "{named:?}");
+            assert!(named.contains(&("moves_to_permanent_protected", 5)), "{named:?}");
+        }
+    }
+
+    #[test]
+    fn the_protected_part_evicts_once_the_new_part_is_under_its_share() {
+        let mut p = policy(PrioConfig::default(), false);
+        for s in 0..10 {
+            p.on_insert(s, admit(Class::Permanent, s as u64));
+            p.on_access(s);
+        }
+        assert_eq!(p.shared.lane(), 0, "nothing protected yet");
+        // Looking at the new part's tail moves every hit item on.
+        assert_eq!(p.victim_in(0, 1), None);
+        assert_eq!(p.counters().prio_protected_items, 10);
+        assert_eq!(p.shared.lane(), PROT_LANE);
+        // Its oldest item: the one hit was spent on the move.
+        assert_eq!(p.victim_in(PROT_LANE, 2), Some(0));
+        assert_eq!(p.lane_of(0), PROT_LANE);
+        p.on_evict(0, 0);
+        assert_eq!(p.counters().prio_protected_evictions, 1);
+        // A rewrite stays protected; an expiry moves it to temporary-low.
+        p.on_replace(2, admit(Class::Permanent, 2));
+        assert_eq!(p.class_of(2), PROT);
+        p.on_class(2, Class::Temporary);
+        assert_eq!(p.class_of(2), LOW);
+        p.on_class(3, Class::Permanent);
+        assert_eq!(p.class_of(3), PROT);
+        assert_eq!(p.shared.bytes.each_ref().map(|x| x.load(Relaxed)), [800, 100, 0, 800]);
+        let p = p.emptied();
+        assert_eq!(p.shared.bytes.each_ref().map(|x| x.load(Relaxed)), [0; 4]);
+    }
+
+    #[test]
+    fn adaptive_a_permanent_ghost_hit_enters_the_protected_part() {
+        let shared = PrioShared::new(&PrioConfig { window: 1 << 40, ..PrioConfig::default() }, true, 0);
+        let mut p = Prioritized::new(&shared);
+        for s in 0..8 {
+            p.on_insert(s, admit(Class::Permanent, s as u64));
+        }
+        p.on_evict(0, 0);
+        p.on_insert(0, admit(Class::Permanent, 0));
+        assert_eq!(p.class_of(0), PROT);
+        let c = p.counters();
+        assert_eq!((c.prio_ghost_hits, c.prio_moves_to_protected, c.prio_protected_items), (1, 1, 1));
     }
 
     #[test]
@@ -796,7 +982,7 @@ mod tests {
         b.on_insert(0, admit(Class::Temporary, 1));
         b.on_insert(1, admit(Class::Permanent, 2));
         let a = a.emptied();
-        assert_eq!(shared.bytes.each_ref().map(|x| x.load(Relaxed)), [100, 100, 0]);
+        assert_eq!(shared.bytes.each_ref().map(|x| x.load(Relaxed)), [100, 100, 0, 0]);
         assert_eq!(a.counters().prio_items, [0, 0, 0]);
     }
 
