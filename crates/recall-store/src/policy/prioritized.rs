@@ -10,6 +10,19 @@
 //!   here, out of reach of scans and bursts of short-lived objects, which
 //!   never gather that many hits.
 //!
+//! **The permanent class in two parts.** Permanent items enter its *new*
+//! part; at the new part's tail an item hit since it entered moves to the
+//! *protected* part (spending one hit) instead of leaving, and one never
+//! hit is evicted. The class evicts from its new part while that holds a
+//! tenth of the class's bytes or more ([`PERM_NEW_PCT`], store-wide), else
+//! from the protected part (S3-FIFO's small and main queues, the segmented
+//! LRU's probation and protected segments). Without it the class was one
+//! list, every permanent item written once travelled all of it before it
+//! could leave, and on traces where every item is permanent (ETC) the
+//! policy was 1–3 points below the segmented LRU; with it, 4–5 above
+//! (docs/benchmarks/hit-ratio.md). The class's share, hits and evictions
+//! are both parts'; the protected part is also counted on its own.
+//!
 //! Each class has a share of the store's memory (the paper: 128/256/128 MB
 //! of 512 MB, i.e. 25/50/25%). Shares bind only under pressure: the victim
 //! comes from the class furthest over its share, so a class using less than
@@ -38,10 +51,12 @@
 //! writes; in steady state a shard's inserts and evictions of one class
 //! cancel, and a re-SET of an item of the same size changes nothing.
 //!
-//! Each class is an eviction *lane* (`shard/evict.rs`): every shard
-//! publishes the rank of its next victim in each class, and an eviction
-//! first takes the class furthest over its share store-wide
-//! ([`PrioShared::lane`]), then the lowest rank of that class across
+//! Each class is an eviction *lane* (`shard/evict.rs`), the permanent
+//! class two (its new part, lane 0, and its protected part,
+//! [`PROT_LANE`]): every shard publishes the rank of its next victim in
+//! each lane, and an eviction first takes the class furthest over its
+//! share store-wide, and in the permanent class the part its rule names
+//! ([`PrioShared::lane`]), then the lowest rank of that lane across
 //! shards. So across the store, evictions come from the class furthest
 //! over its share, oldest first. (Before the lanes, a shard offered one
 //! candidate, from the class furthest over its share that it held, and
@@ -57,8 +72,8 @@
 //! stamped with the store's write clock. A class list is therefore ordered
 //! by each item's write or last second chance, whichever is later, and
 //! that is its rank across shards (so a shard whose only item is hot does
-//! not offer it at its old write rank). In the permanent and
-//! temporary-high classes the count buys the second chances: one per hit,
+//! not offer it at its old write rank). In the permanent class's protected
+//! part and in temporary-high the count buys the second chances: one per hit,
 //! at most `FREQ_CAP` (3) without a further hit (S3-FIFO's main queue keeps
 //! the same), so an item hit often outlasts one hit once; temporary-low
 //! keeps its count for promotion and gives one second chance per
@@ -70,7 +85,8 @@
 //! [`PrioConfig::window`] hits and inserts store-wide, the counts and the
 //! class byte totals go to the [`Tuner`](super::tuner::Tuner), a pure core
 //! that returns new shares and a new threshold (see `tuner.rs` for the
-//! rules).
+//! rules). A permanent key written again while the permanent ghost
+//! remembers it enters the protected part directly (S3-FIFO's ghost).
 
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -159,6 +175,15 @@ const FREQ_CAP: u8 = 3;
 /// At most this many referenced tails get a second chance per `victim`
 /// call, so an eviction does bounded work even when all were hit.
 const SECOND_CHANCES: usize = 64;
+
+/// At most this many hit items move from the permanent class's new part to
+/// its protected part per `victim_in` call. Larger than `SECOND_CHANCES`:
+/// each move is paid for by the item's write (an item leaves the new part
+/// once per write), and an item still hit at the tail when the bound is
+/// reached is evicted, so a small bound lost hit items whenever more than
+/// that many in a row reached the tail (as after a batch of writes each
+/// read once).
+const MOVES: usize = 1024;
 
 /// Adaptive: each class's ghost remembers this share (percent) of its
 /// item count in evicted hashes. A quarter is enough to compare the
@@ -603,7 +628,8 @@ impl Policy for Prioritized {
             2 => HIGH,
             _ => PROT,
         };
-        for _ in 0..SECOND_CHANCES {
+        let bound = if c == PERM { MOVES } else { SECOND_CHANCES };
+        for _ in 0..bound {
             let t = self.lists.ends(c).tail;
             if t == NIL {
                 return None;
