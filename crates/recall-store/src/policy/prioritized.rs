@@ -85,8 +85,11 @@
 //! [`PrioConfig::window`] hits and inserts store-wide, the counts and the
 //! class byte totals go to the [`Tuner`](super::tuner::Tuner), a pure core
 //! that returns new shares and a new threshold (see `tuner.rs` for the
-//! rules). A permanent key written again while the permanent ghost
-//! remembers it enters the protected part directly (S3-FIFO's ghost).
+//! rules). A permanent ghost hit does not send the key to the protected
+//! part as S3-FIFO's ghost does: a quarter-length ghost per shard is
+//! longer in total with many shards than with one, and the shortcut made
+//! 1024 shards 2.2 points better than one on recall-sim's replay test
+//! (`sharded_hit_ratio_is_close_to_one_shard`).
 
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -466,7 +469,7 @@ impl Policy for Prioritized {
         let n = self.lists.node(slot);
         n.bits = 0;
         n.extra = Meta { size: admit.size.min(u32::MAX as usize) as u32, stamp: 0 };
-        let mut list = match admit.class {
+        let list = match admit.class {
             Class::Permanent => PERM,
             Class::Temporary => LOW,
         };
@@ -486,12 +489,6 @@ impl Policy for Prioritized {
             if let Some(c) = from {
                 self.local.ghost_hits[idx(c)] += 1;
                 self.counters.prio_ghost_hits += 1;
-                if c == PERM {
-                    // Evicted and soon written again: used more than once,
-                    // as an item hit in the new part is (S3-FIFO's ghost).
-                    list = PROT;
-                    self.counters.prio_moves_to_protected += 1;
-                }
             }
             self.local.inserts += 1;
             self.event();
@@ -948,20 +945,6 @@ mod tests {
         assert_eq!(p.shared.bytes.each_ref().map(|x| x.load(Relaxed)), [800, 100, 0, 800]);
         let p = p.emptied();
         assert_eq!(p.shared.bytes.each_ref().map(|x| x.load(Relaxed)), [0; 4]);
-    }
-
-    #[test]
-    fn adaptive_a_permanent_ghost_hit_enters_the_protected_part() {
-        let shared = PrioShared::new(&PrioConfig { window: 1 << 40, ..PrioConfig::default() }, true, 0);
-        let mut p = Prioritized::new(&shared);
-        for s in 0..8 {
-            p.on_insert(s, admit(Class::Permanent, s as u64));
-        }
-        p.on_evict(0, 0);
-        p.on_insert(0, admit(Class::Permanent, 0));
-        assert_eq!(p.class_of(0), PROT);
-        let c = p.counters();
-        assert_eq!((c.prio_ghost_hits, c.prio_moves_to_protected, c.prio_protected_items), (1, 1, 1));
     }
 
     #[test]
