@@ -168,8 +168,9 @@ fn every_eviction_policy_runs_a_workload() {
 
 /// The prioritized policies report their classes in `stats` and `stats
 /// items`, in memcached's per-segment naming (`number_hot` ->
-/// `number_permanent`), and a burst of temporary items evicts only
-/// temporary-low ones.
+/// `number_permanent`, the permanent class's protected part
+/// `number_permanent_protected`), and a burst of temporary items evicts
+/// only temporary-low ones.
 #[test]
 fn prioritized_policies_report_per_class_stats() {
     for policy in ["prioritized", "prioritized-adaptive"] {
@@ -179,6 +180,7 @@ fn prioritized_policies_report_per_class_stats() {
         assert!(settings.contains("STAT recall_prio_shares 30-40-30\r\n"), "{settings}");
         for i in 0..100 {
             roundtrip(&mut c, format!("set perm{i} 0 0 3\r\nabc\r\n").as_bytes(), b"\r\n");
+            roundtrip(&mut c, format!("get perm{i}\r\n").as_bytes(), b"END\r\n");
             roundtrip(&mut c, format!("set hot{i} 0 3600 3\r\nabc\r\n").as_bytes(), b"\r\n");
             for _ in 0..2 {
                 roundtrip(&mut c, format!("get hot{i}\r\n").as_bytes(), b"END\r\n");
@@ -214,6 +216,12 @@ fn prioritized_policies_report_per_class_stats() {
         let evicted = item("evicted_permanent") + item("evicted_temp_low") + item("evicted_temp_high");
         assert_eq!(evicted, stat(&mut c, "evictions"), "{policy}");
         assert_eq!(item("number_permanent"), perm, "{policy}");
+        // The protected part holds what moved there less what left it (no
+        // deletes or rewrites here), and is part of the permanent class.
+        let prot = item("number_permanent_protected");
+        assert_eq!(prot, item("moves_to_permanent_protected") - item("evicted_permanent_protected"), "{items}");
+        assert!(prot <= perm && item("hits_to_permanent_protected") <= item("hits_to_permanent"), "{items}");
+        assert_eq!(item("hits_to_permanent"), 100, "{policy}: {items}");
     }
 }
 

@@ -755,6 +755,37 @@ fn prioritized_keeps_permanent_and_hot_items_through_a_burst_of_temporary_ones()
     assert!(perm > 100, "control: the segmented LRU lost only {perm} permanent items");
 }
 
+/// The prioritized policies' permanent class has a new part and a
+/// protected part: permanent items hit once stay through a stream of
+/// permanent items written and never read, store-wide across 1024 shards as
+/// in one, and `stats` counts the protected part. (With the permanent class
+/// one CLOCK list, the stream pushed them through the whole class and out.)
+#[test]
+fn prioritized_keeps_permanent_items_hit_once_through_a_stream_never_read() {
+    for kind in [PolicyKind::Prioritized, PolicyKind::PrioritizedAdaptive] {
+        for shards in [1, 1024] {
+            let policy = PolicyConfig { kind, ..Default::default() };
+            let s = Store::new(StoreConfig { mem_limit: 256 * 1024, shards, policy, ..Default::default() });
+            for i in 0..200u32 {
+                set(&s, format!("keep{i}").as_bytes(), &[b'k'; 200], 0, 1);
+                assert!(get(&s, format!("keep{i}").as_bytes(), 1).is_some());
+            }
+            for i in 0..5000u32 {
+                set(&s, format!("stream{i}").as_bytes(), &[b's'; 200], 0, 2);
+            }
+            let lost = (0..200u32).filter(|i| get(&s, format!("keep{i}").as_bytes(), 3).is_none()).count();
+            let c = s.stats().policy;
+            assert_eq!(lost, 0, "{kind}, {shards} shards: {c:?}");
+            assert!(c.prio_evictions[0] > 3000, "{kind}, {shards} shards: {c:?}");
+            assert_eq!((c.prio_protected_items, c.prio_protected_evictions), (200, 0), "{kind}, {shards}: {c:?}");
+            assert_eq!((c.prio_moves_to_protected, c.prio_protected_hits), (200, 200), "{kind}, {shards}: {c:?}");
+            let named = c.named(kind);
+            assert!(named.contains(&("number_permanent_protected", 200)), "{named:?}");
+            assert!(named.contains(&("hits_to_permanent_protected", 200)), "{named:?}");
+        }
+    }
+}
+
 /// S3-FIFO across many shards is one store-wide S3-FIFO: items hit while
 /// in small move to main, and a burst of writes never read leaves through
 /// small, store-wide, without touching main. With 1024 shards most shards

@@ -129,7 +129,7 @@ pub(crate) fn next_round_rank(r: u64) -> u64 {
 }
 
 /// The most eviction lanes a policy has (see the module docs).
-pub const MAX_LANES: usize = 3;
+pub const MAX_LANES: usize = 4;
 
 /// The rank of LRU-ordered policies: last access, writes of the same second
 /// in write order.
@@ -305,7 +305,7 @@ impl PolicyShared {
         if self.s3fifo.is_some() {
             2
         } else if self.prio.is_some() {
-            3
+            4
         } else {
             1
         }
@@ -348,6 +348,13 @@ pub struct PolicyCounters {
     pub prio_evictions: [u64; 3],
     /// Prioritized: temporary-low items promoted to temporary-high.
     pub prio_moves_to_high: u64,
+    /// Prioritized: the permanent class's protected part (items hit while
+    /// in its new part): items now (also in `prio_items[0]`), hits and
+    /// evictions (also in the permanent class's), and items moved there.
+    pub prio_protected_items: u64,
+    pub prio_protected_hits: u64,
+    pub prio_protected_evictions: u64,
+    pub prio_moves_to_protected: u64,
     /// Adaptive: inserts whose class's ghost remembered them.
     pub prio_ghost_hits: u64,
     /// Prioritized: the promotion threshold and the class shares
@@ -393,6 +400,10 @@ impl PolicyCounters {
                     v.push((HITS[c], self.prio_hits[c]));
                     v.push((EVICTED[c], self.prio_evictions[c]));
                 }
+                v.push(("number_permanent_protected", self.prio_protected_items));
+                v.push(("hits_to_permanent_protected", self.prio_protected_hits));
+                v.push(("evicted_permanent_protected", self.prio_protected_evictions));
+                v.push(("moves_to_permanent_protected", self.prio_moves_to_protected));
                 v.push(("moves_to_temp_high", self.prio_moves_to_high));
                 v.push(("prio_threshold", self.prio_threshold));
                 v.extend(SHARE.into_iter().zip(self.prio_shares_pm));
@@ -421,6 +432,10 @@ impl std::ops::AddAssign for PolicyCounters {
             self.prio_shares_pm[c] = self.prio_shares_pm[c].max(o.prio_shares_pm[c]);
         }
         self.prio_moves_to_high += o.prio_moves_to_high;
+        self.prio_protected_items += o.prio_protected_items;
+        self.prio_protected_hits += o.prio_protected_hits;
+        self.prio_protected_evictions += o.prio_protected_evictions;
+        self.prio_moves_to_protected += o.prio_moves_to_protected;
         self.prio_ghost_hits += o.prio_ghost_hits;
         self.prio_threshold = self.prio_threshold.max(o.prio_threshold);
     }

@@ -10,6 +10,19 @@
 //!   here, out of reach of scans and bursts of short-lived objects, which
 //!   never gather that many hits.
 //!
+//! **The permanent class in two parts.** Permanent items enter its *new*
+//! part; at the new part's tail an item hit since it entered moves to the
+//! *protected* part (spending one hit) instead of leaving, and one never
+//! hit is evicted. The class evicts from its new part while that holds a
+//! tenth of the class's bytes or more ([`PERM_NEW_PCT`], store-wide), else
+//! from the protected part (S3-FIFO's small and main queues, the segmented
+//! LRU's probation and protected segments). Without it the class was one
+//! list, every permanent item written once travelled all of it before it
+//! could leave, and on traces where every item is permanent (ETC) the
+//! policy was 1–3 points below the segmented LRU; with it, 4–5 above
+//! (docs/benchmarks/hit-ratio.md). The class's share, hits and evictions
+//! are both parts'; the protected part is also counted on its own.
+//!
 //! Each class has a share of the store's memory (the paper: 128/256/128 MB
 //! of 512 MB, i.e. 25/50/25%). Shares bind only under pressure: the victim
 //! comes from the class furthest over its share, so a class using less than
@@ -38,10 +51,12 @@
 //! writes; in steady state a shard's inserts and evictions of one class
 //! cancel, and a re-SET of an item of the same size changes nothing.
 //!
-//! Each class is an eviction *lane* (`shard/evict.rs`): every shard
-//! publishes the rank of its next victim in each class, and an eviction
-//! first takes the class furthest over its share store-wide
-//! ([`PrioShared::lane`]), then the lowest rank of that class across
+//! Each class is an eviction *lane* (`shard/evict.rs`), the permanent
+//! class two (its new part, lane 0, and its protected part,
+//! [`PROT_LANE`]): every shard publishes the rank of its next victim in
+//! each lane, and an eviction first takes the class furthest over its
+//! share store-wide, and in the permanent class the part its rule names
+//! ([`PrioShared::lane`]), then the lowest rank of that lane across
 //! shards. So across the store, evictions come from the class furthest
 //! over its share, oldest first. (Before the lanes, a shard offered one
 //! candidate, from the class furthest over its share that it held, and
@@ -57,8 +72,8 @@
 //! stamped with the store's write clock. A class list is therefore ordered
 //! by each item's write or last second chance, whichever is later, and
 //! that is its rank across shards (so a shard whose only item is hot does
-//! not offer it at its old write rank). In the permanent and
-//! temporary-high classes the count buys the second chances: one per hit,
+//! not offer it at its old write rank). In the permanent class's protected
+//! part and in temporary-high the count buys the second chances: one per hit,
 //! at most `FREQ_CAP` (3) without a further hit (S3-FIFO's main queue keeps
 //! the same), so an item hit often outlasts one hit once; temporary-low
 //! keeps its count for promotion and gives one second chance per
@@ -70,7 +85,11 @@
 //! [`PrioConfig::window`] hits and inserts store-wide, the counts and the
 //! class byte totals go to the [`Tuner`](super::tuner::Tuner), a pure core
 //! that returns new shares and a new threshold (see `tuner.rs` for the
-//! rules).
+//! rules). A permanent ghost hit does not send the key to the protected
+//! part as S3-FIFO's ghost does: a quarter-length ghost per shard is
+//! longer in total with many shards than with one, and the shortcut made
+//! 1024 shards 2.2 points better than one on recall-sim's replay test
+//! (`sharded_hit_ratio_is_close_to_one_shard`).
 
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -124,10 +143,27 @@ impl PrioConfig {
     }
 }
 
-/// Class lists (list 0 is "none").
+/// Class lists (list 0 is "none"). The permanent class is two lists:
+/// `PERM`, where permanent items enter (its new part), and `PROT`, its
+/// protected part, for permanent items hit while in the new part.
 const PERM: u8 = 1;
 const LOW: u8 = 2;
 const HIGH: u8 = 3;
+const PROT: u8 = 4;
+
+/// The eviction lane of the permanent class's protected part (lanes 0 to 2
+/// are the classes, lane 0 the permanent class's new part).
+const PROT_LANE: usize = 3;
+
+/// The index of the protected part's byte total, after the classes'.
+const PROT_BYTES: usize = 3;
+
+/// The permanent class's new part keeps this share (percent) of the
+/// class's bytes: while it holds more, the class's evictions come from
+/// its new part, else from its protected part. S3-FIFO's small queue's
+/// 10%: a permanent item must be hit within the class's newest tenth to
+/// stay longer than one pass through it.
+const PERM_NEW_PCT: i64 = 10;
 
 /// `bits` of a node: the low 7 bits count hits (saturating), the top bit
 /// is the CLOCK reference bit.
@@ -142,6 +178,15 @@ const FREQ_CAP: u8 = 3;
 /// At most this many referenced tails get a second chance per `victim`
 /// call, so an eviction does bounded work even when all were hit.
 const SECOND_CHANCES: usize = 64;
+
+/// At most this many hit items move from the permanent class's new part to
+/// its protected part per `victim_in` call. Larger than `SECOND_CHANCES`:
+/// each move is paid for by the item's write (an item leaves the new part
+/// once per write), and an item still hit at the tail when the bound is
+/// reached is evicted, so a small bound lost hit items whenever more than
+/// that many in a row reached the tail (as after a batch of writes each
+/// read once).
+const MOVES: usize = 1024;
 
 /// Adaptive: each class's ghost remembers this share (percent) of its
 /// item count in evicted hashes. A quarter is enough to compare the
@@ -168,17 +213,22 @@ pub(crate) struct Meta {
 /// A list's class index (0 permanent, 1 low, 2 high).
 #[inline]
 fn idx(list: u8) -> usize {
-    list as usize - 1
+    if list == PROT {
+        0
+    } else {
+        list as usize - 1
+    }
 }
 
 /// Store-wide state of the prioritized policies, shared by every shard's
 /// instance.
 #[derive(Debug)]
 pub struct PrioShared {
-    /// Class byte totals, behind by at most `slack` per shard and class
-    /// (each shard's part is its own total at its last flush, never below
-    /// 0, so neither is the sum).
-    bytes: [AtomicI64; 3],
+    /// Class byte totals, then the permanent class's protected part's
+    /// ([`PROT_BYTES`], also in the permanent total), behind by at most
+    /// `slack` per shard and total (each shard's part is its own total at
+    /// its last flush, never below 0, so neither is the sum).
+    bytes: [AtomicI64; 4],
     /// A shard flushes a class's byte change once it reaches this.
     slack: i64,
     shares_pm: [AtomicU32; 3],
@@ -223,16 +273,36 @@ impl PrioShared {
         self.adapt.is_some()
     }
 
-    /// The eviction lane (class index) the store evicts from now: the class
-    /// furthest over its share.
+    /// The eviction lane the store evicts from now: the class furthest over
+    /// its share, and in the permanent class its new part while that holds
+    /// its share of the class or more, else its protected part
+    /// ([`PROT_LANE`]).
     #[inline]
     pub fn lane(&self) -> usize {
-        (0..3).max_by_key(|&c| (self.over(c), std::cmp::Reverse(c))).unwrap_or(0)
+        let c = (0..3).max_by_key(|&c| (self.over(c), std::cmp::Reverse(c))).unwrap_or(0);
+        if c == 0 {
+            self.permanent_lane()
+        } else {
+            c
+        }
+    }
+
+    /// Which part of the permanent class evicts next (S3-FIFO's rule for
+    /// its small and main queues, store-wide).
+    fn permanent_lane(&self) -> usize {
+        let perm = self.bytes[0].load(Relaxed).max(0);
+        let prot = self.bytes[PROT_BYTES].load(Relaxed).clamp(0, perm);
+        let new = perm - prot;
+        if new > 0 && (prot == 0 || new * 100 >= perm * PERM_NEW_PCT) {
+            0
+        } else {
+            PROT_LANE
+        }
     }
 
     /// How far class `c` is over its share: bytes × 1000 − share × total.
     fn over(&self, c: usize) -> i128 {
-        let bytes = self.bytes.each_ref().map(|b| b.load(Relaxed).max(0) as i128);
+        let bytes = [0, 1, 2].map(|c| self.bytes[c].load(Relaxed).max(0) as i128);
         let total: i128 = bytes.iter().sum();
         bytes[c] * PERMILLE as i128 - self.shares_pm[c].load(Relaxed) as i128 * total
     }
@@ -257,7 +327,7 @@ impl PrioShared {
             ghost_hits: [0, 1, 2].map(|c| a.ghost_hits[c].swap(0, Relaxed)),
             hits: a.hits.swap(0, Relaxed),
             inserts: a.inserts.swap(0, Relaxed),
-            bytes: self.bytes.each_ref().map(|b| b.load(Relaxed).max(0) as u64),
+            bytes: [0, 1, 2].map(|c| self.bytes[c].load(Relaxed).max(0) as u64),
         };
         let d = tuner.on_window(&w);
         for c in 0..3 {
@@ -270,11 +340,11 @@ impl PrioShared {
 #[derive(Debug)]
 pub struct Prioritized {
     /// Count and reference bit in `bits`.
-    lists: Lists<Meta, 4>,
+    lists: Lists<Meta, 5>,
     shared: Arc<PrioShared>,
-    /// Per class, bytes added (or removed) here and not yet added to the
-    /// store-wide totals.
-    pending: [i64; 3],
+    /// Per store-wide total (the classes', the protected part's), bytes
+    /// added (or removed) here and not yet added to it.
+    pending: [i64; 4],
     /// Adaptive only: per class, hashes this shard evicted.
     ghosts: Option<Box<[Ghost; 3]>>,
     /// Adaptive only: events not yet added to the store-wide window.
@@ -291,7 +361,7 @@ impl Prioritized {
         Prioritized {
             lists: Lists::new(),
             shared: Arc::clone(shared),
-            pending: [0; 3],
+            pending: [0; 4],
             ghosts: shared.adapt.is_some().then(Default::default),
             local: Window::default(),
             local_events: 0,
@@ -303,16 +373,22 @@ impl Prioritized {
     /// Empty, with the same settings and counters; its bytes leave the
     /// store-wide class totals.
     pub fn emptied(&self) -> Self {
-        for c in [PERM, LOW, HIGH] {
+        let mut sums = [0i64; 4];
+        for c in [PERM, LOW, HIGH, PROT] {
             let mut t = self.lists.ends(c).head;
-            let mut sum = 0i64;
             while t != NIL {
-                sum += i64::from(self.lists.at(t).extra.size);
+                let size = i64::from(self.lists.at(t).extra.size);
+                sums[idx(c)] += size;
+                if c == PROT {
+                    sums[PROT_BYTES] += size;
+                }
                 t = self.lists.at(t).next;
             }
+        }
+        for (i, sum) in sums.into_iter().enumerate() {
             // What the store-wide total has of this shard: its bytes less
             // what it has not flushed.
-            self.shared.bytes[idx(c)].fetch_sub(sum - self.pending[idx(c)], Relaxed);
+            self.shared.bytes[i].fetch_sub(sum - self.pending[i], Relaxed);
         }
         Prioritized { counters: self.counters, ..Self::new(&self.shared) }
     }
@@ -336,6 +412,9 @@ impl Prioritized {
     fn push(&mut self, list: u8, slot: u32) {
         let size = i64::from(self.lists.at(slot).extra.size);
         self.add_bytes(idx(list), size);
+        if list == PROT {
+            self.add_bytes(PROT_BYTES, size);
+        }
         self.lists.push_head(list, slot);
     }
 
@@ -344,8 +423,19 @@ impl Prioritized {
         if list != NONE {
             let size = i64::from(self.lists.at(slot).extra.size);
             self.add_bytes(idx(list), -size);
+            if list == PROT {
+                self.add_bytes(PROT_BYTES, -size);
+            }
         }
         list
+    }
+
+    /// The items of class `list`'s class (both parts of the permanent one).
+    fn class_len(&self, list: u8) -> u32 {
+        match list {
+            PERM | PROT => self.lists.ends(PERM).len + self.lists.ends(PROT).len,
+            l => self.lists.ends(l).len,
+        }
     }
 
     /// One adaptive event happened here; every `FLUSH_EVERY` of them go to
@@ -364,7 +454,7 @@ impl Prioritized {
     fn classes_by_pressure(&self) -> impl Iterator<Item = u8> {
         let mut cs = [PERM, LOW, HIGH].map(|c| (self.shared.over(idx(c)), c));
         cs.sort_by_key(|&(over, _)| std::cmp::Reverse(over));
-        let lens = [PERM, LOW, HIGH].map(|c| self.lists.ends(c).len);
+        let lens = [PERM, LOW, HIGH].map(|c| self.class_len(c));
         cs.into_iter().map(|(_, c)| c).filter(move |&c| lens[idx(c)] > 0)
     }
 
@@ -383,7 +473,6 @@ impl Policy for Prioritized {
             Class::Permanent => PERM,
             Class::Temporary => LOW,
         };
-        self.push(list, slot);
         if let Some(g) = &mut self.ghosts {
             // The class it was evicted from: temporary items may have
             // been evicted from either temporary class.
@@ -404,6 +493,7 @@ impl Policy for Prioritized {
             self.local.inserts += 1;
             self.event();
         }
+        self.push(list, slot);
     }
 
     /// A re-SET (or any rewrite) of an item is a refresh, not a new item:
@@ -421,8 +511,9 @@ impl Policy for Prioritized {
         }
         let list = self.unlink(slot);
         let to = match (admit.class, list) {
+            (Class::Permanent, PROT) => PROT,
             (Class::Permanent, _) => PERM,
-            (Class::Temporary, PERM) => LOW,
+            (Class::Temporary, PERM | PROT) => LOW,
             (Class::Temporary, l) => l,
         };
         let n = self.lists.at_mut(slot);
@@ -441,6 +532,9 @@ impl Policy for Prioritized {
         let count = (n.bits & COUNT).saturating_add(1).min(COUNT);
         n.bits = REFERENCED | count;
         self.counters.prio_hits[idx(list)] += 1;
+        if list == PROT {
+            self.counters.prio_protected_hits += 1;
+        }
         if self.ghosts.is_some() {
             self.local.hits += 1;
             self.event();
@@ -468,7 +562,8 @@ impl Policy for Prioritized {
             Class::Permanent => PERM,
             Class::Temporary => LOW,
         };
-        if list == NONE || (list == PERM) == (to == PERM) {
+        let permanent = |l: u8| l == PERM || l == PROT;
+        if list == NONE || permanent(list) == (to == PERM) {
             return;
         }
         self.unlink(slot);
@@ -490,10 +585,13 @@ impl Policy for Prioritized {
         let list = self.lists.at(slot).list;
         if list != NONE {
             self.counters.prio_evictions[idx(list)] += 1;
+            if list == PROT {
+                self.counters.prio_protected_evictions += 1;
+            }
             // Rounded up, not to a floor of several entries: with 1024
             // shards a shard's class holds a handful of items, and a floor
             // would give the smaller classes the longer ghosts.
-            let cap = (self.lists.ends(list).len as usize * GHOST_PCT).div_ceil(100);
+            let cap = (self.class_len(list) as usize * GHOST_PCT).div_ceil(100);
             if let Some(g) = &mut self.ghosts {
                 g[idx(list)].push(hash, cap);
             }
@@ -503,24 +601,50 @@ impl Policy for Prioritized {
 
     fn victim(&mut self, clock: u64) -> Option<u32> {
         let c = self.classes_by_pressure().next()?;
-        self.victim_in(idx(c), clock)
+        if c != PERM {
+            return self.victim_in(idx(c), clock);
+        }
+        let first = self.shared.permanent_lane();
+        let other = if first == PROT_LANE { 0 } else { PROT_LANE };
+        self.victim_in(first, clock).or_else(|| self.victim_in(other, clock))
     }
 
-    /// Lane `lane` is class `lane` (0 permanent, 1 temporary-low, 2
-    /// temporary-high): its next victim after second chances.
+    /// Lanes 0 to 2 are the classes (0 the permanent class's new part, 1
+    /// temporary-low, 2 temporary-high), [`PROT_LANE`] the permanent
+    /// class's protected part: its next victim after second chances. In
+    /// the new part, an item hit since it entered moves to the protected
+    /// part instead, spending one of its hits (SLRU's probation and
+    /// protected segments, S3-FIFO's small and main queues), so permanent
+    /// items written once and never read leave after one pass through the
+    /// new part rather than through the whole class.
     fn victim_in(&mut self, lane: usize, clock: u64) -> Option<u32> {
         self.clock = clock;
         let c = match lane {
             0 => PERM,
             1 => LOW,
-            _ => HIGH,
+            2 => HIGH,
+            _ => PROT,
         };
-        for _ in 0..SECOND_CHANCES {
+        let bound = if c == PERM { MOVES } else { SECOND_CHANCES };
+        for _ in 0..bound {
             let t = self.lists.ends(c).tail;
             if t == NIL {
                 return None;
             }
             let bits = self.lists.at(t).bits;
+            if c == PERM {
+                let count = bits & COUNT;
+                if count == 0 {
+                    break;
+                }
+                self.unlink(t);
+                let n = self.lists.at_mut(t);
+                n.bits = count.min(FREQ_CAP) - 1;
+                n.extra.stamp = clock as u32;
+                self.push(PROT, t);
+                self.counters.prio_moves_to_protected += 1;
+                continue;
+            }
             let next = if c == LOW {
                 // Temporary-low's count is its way to promotion: kept.
                 (bits & REFERENCED != 0).then_some(bits & COUNT)
@@ -544,6 +668,7 @@ impl Policy for Prioritized {
 
     fn lane_of(&self, slot: u32) -> usize {
         match self.lists.known(slot).then(|| self.lists.at(slot).list) {
+            Some(PROT) => PROT_LANE,
             Some(list) if list != NONE => idx(list),
             _ => 0,
         }
@@ -573,7 +698,8 @@ impl Policy for Prioritized {
 
     fn counters(&self) -> PolicyCounters {
         let mut c = self.counters;
-        c.prio_items = [PERM, LOW, HIGH].map(|l| u64::from(self.lists.ends(l).len));
+        c.prio_items = [PERM, LOW, HIGH].map(|l| u64::from(self.class_len(l)));
+        c.prio_protected_items = u64::from(self.lists.ends(PROT).len);
         c.prio_threshold = u64::from(self.shared.threshold.load(Relaxed));
         c.prio_shares_pm = [0, 1, 2].map(|i| u64::from(self.shared.shares_pm[i].load(Relaxed)));
         c
@@ -587,6 +713,8 @@ mod tests {
     fn admit(class: Class, hash: u64) -> Admit {
         Admit { hash, size: 100, class }
     }
+
+    use crate::policy::PolicyKind;
 
     fn policy(cfg: PrioConfig, adaptive: bool) -> Prioritized {
         Prioritized::new(&PrioShared::new(&cfg, adaptive, 0))
@@ -642,7 +770,7 @@ mod tests {
         p.on_class(2, Class::Temporary);
         assert_eq!(p.class_of(2), HIGH);
         assert_eq!(p.counters().prio_items, [1, 1, 1]);
-        assert_eq!(p.shared.bytes.each_ref().map(|x| x.load(Relaxed)), [100, 100, 100]);
+        assert_eq!(p.shared.bytes.each_ref().map(|x| x.load(Relaxed)), [100, 100, 100, 0]);
     }
 
     #[test]
@@ -659,13 +787,13 @@ mod tests {
         // A promoted item stays promoted when rewritten, at its new size.
         p.on_replace(0, Admit { size: 300, ..admit(Class::Temporary, 0) });
         assert_eq!(p.class_of(0), HIGH);
-        assert_eq!(p.shared.bytes.each_ref().map(|x| x.load(Relaxed)), [0, 0, 300]);
+        assert_eq!(p.shared.bytes.each_ref().map(|x| x.load(Relaxed)), [0, 0, 300, 0]);
         // A rewrite without an expiry makes it permanent, and back.
         p.on_replace(0, admit(Class::Permanent, 0));
         assert_eq!(p.class_of(0), PERM);
         p.on_replace(0, admit(Class::Temporary, 0));
         assert_eq!(p.class_of(0), LOW);
-        assert_eq!(p.shared.bytes.each_ref().map(|x| x.load(Relaxed)), [0, 100, 0]);
+        assert_eq!(p.shared.bytes.each_ref().map(|x| x.load(Relaxed)), [0, 100, 0, 0]);
         let c = p.counters();
         assert_eq!((c.prio_items, c.prio_moves_to_high), ([0, 1, 0], 1));
         // A rewrite goes to the head of its class: the other item is older.
@@ -707,7 +835,7 @@ mod tests {
         // Emptying gives back exactly what the store-wide total has of it.
         let a = a.emptied();
         assert_eq!(total(1), 0);
-        assert_eq!(a.pending, [0; 3]);
+        assert_eq!(a.pending, [0; 4]);
     }
 
     #[test]
@@ -750,6 +878,73 @@ mod tests {
                 p.on_evict(v, s as u64);
             }
         }
+    }
+
+    /// The permanent class is split like the segmented LRU's segments:
+    /// permanent items hit once survive a long stream of permanent items
+    /// written once and never read, which leave from the class's new part.
+    /// (With one list per class, the stream pushed the hit items through
+    /// the whole class and out after their second chance.)
+    #[test]
+    fn permanent_items_hit_once_outlive_a_stream_of_items_never_read() {
+        for adaptive in [false, true] {
+            let mut p = policy(PrioConfig::default(), adaptive);
+            for s in 0..20 {
+                p.on_insert(s, admit(Class::Permanent, s as u64));
+            }
+            for s in 0..5 {
+                p.on_access(s);
+            }
+            // A cache of 20 items: every insert evicts one.
+            for s in 20..2000u32 {
+                p.on_insert(s, admit(Class::Permanent, s as u64));
+                let lane = p.shared.lane();
+                let v = p.victim_in(lane, u64::from(s)).unwrap();
+                assert!(v >= 5, "adaptive {adaptive}: evicted {v}, hit once, at {s}");
+                p.on_evict(v, u64::from(v));
+            }
+            let c = p.counters();
+            assert_eq!((c.prio_protected_items, c.prio_moves_to_protected), (5, 5), "adaptive {adaptive}: {c:?}");
+            assert_eq!((c.prio_items[0], c.prio_evictions[0], c.prio_protected_evictions), (20, 1980, 0));
+            assert_eq!(p.shared.bytes.each_ref().map(|x| x.load(Relaxed)), [2000, 0, 0, 500]);
+            // Hits in the protected part count in its class and for itself.
+            p.on_access(0);
+            let c = p.counters();
+            assert_eq!((c.prio_hits[0], c.prio_protected_hits), (6, 1));
+            let named = c.named(if adaptive { PolicyKind::PrioritizedAdaptive } else { PolicyKind::Prioritized });
+            assert!(named.contains(&("number_permanent", 20)), "{named:?}");
+            assert!(named.contains(&("number_permanent_protected", 5)), "{named:?}");
+            assert!(named.contains(&("moves_to_permanent_protected", 5)), "{named:?}");
+        }
+    }
+
+    #[test]
+    fn the_protected_part_evicts_once_the_new_part_is_under_its_share() {
+        let mut p = policy(PrioConfig::default(), false);
+        for s in 0..10 {
+            p.on_insert(s, admit(Class::Permanent, s as u64));
+            p.on_access(s);
+        }
+        assert_eq!(p.shared.lane(), 0, "nothing protected yet");
+        // Looking at the new part's tail moves every hit item on.
+        assert_eq!(p.victim_in(0, 1), None);
+        assert_eq!(p.counters().prio_protected_items, 10);
+        assert_eq!(p.shared.lane(), PROT_LANE);
+        // Its oldest item: the one hit was spent on the move.
+        assert_eq!(p.victim_in(PROT_LANE, 2), Some(0));
+        assert_eq!(p.lane_of(0), PROT_LANE);
+        p.on_evict(0, 0);
+        assert_eq!(p.counters().prio_protected_evictions, 1);
+        // A rewrite stays protected; an expiry moves it to temporary-low.
+        p.on_replace(2, admit(Class::Permanent, 2));
+        assert_eq!(p.class_of(2), PROT);
+        p.on_class(2, Class::Temporary);
+        assert_eq!(p.class_of(2), LOW);
+        p.on_class(3, Class::Permanent);
+        assert_eq!(p.class_of(3), PROT);
+        assert_eq!(p.shared.bytes.each_ref().map(|x| x.load(Relaxed)), [800, 100, 0, 800]);
+        let p = p.emptied();
+        assert_eq!(p.shared.bytes.each_ref().map(|x| x.load(Relaxed)), [0; 4]);
     }
 
     #[test]
@@ -796,7 +991,7 @@ mod tests {
         b.on_insert(0, admit(Class::Temporary, 1));
         b.on_insert(1, admit(Class::Permanent, 2));
         let a = a.emptied();
-        assert_eq!(shared.bytes.each_ref().map(|x| x.load(Relaxed)), [100, 100, 0]);
+        assert_eq!(shared.bytes.each_ref().map(|x| x.load(Relaxed)), [100, 100, 0, 0]);
         assert_eq!(a.counters().prio_items, [0, 0, 0]);
     }
 
