@@ -217,7 +217,7 @@ pub(crate) const SHUT_DOWN: &str = "SERVER_ERROR cluster node is shutting down";
 pub(crate) const NO_QUORUM: &str = "SERVER_ERROR cluster has no quorum";
 
 impl Node {
-    /// Start this node's groups (one runtime, two threads) and its RPC
+    /// Start this node's groups (one runtime, one thread) and its RPC
     /// listener, and with `bootstrap`, initialize every group and spread
     /// their leaders over the members. Returns once the listener is bound;
     /// elections follow on their own.
@@ -232,8 +232,17 @@ impl Node {
                 format!("cluster: {groups} groups, more than {}", recall_proto::cluster::GROUPS_MAX),
             ));
         }
+        // One worker thread for all groups: a write's round hops between
+        // openraft's tasks (the core, a replication stream per follower,
+        // the state machine, the RPC connections) several times, and with
+        // two workers each hop to a parked worker was a futex wake and a
+        // context switch (docs/benchmarks/cluster.md, fourth round). On
+        // one thread the hops are queue pushes. Blocking waits run on the
+        // engine's threads or in `spawn_blocking`, and the disk log's
+        // fsyncs on its own thread; building a snapshot does hold it
+        // (docs/design/replication.md, "Threads").
         let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
+            .worker_threads(1)
             .thread_name("recall-raft")
             .enable_all()
             .build()?;

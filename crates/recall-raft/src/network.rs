@@ -31,7 +31,7 @@ use openraft::raft::{
 use openraft::BasicNode;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::{NodeId, Raft, TypeConfig};
@@ -65,8 +65,9 @@ pub enum Rpc {
 }
 
 /// Read one frame's body. `Ok(None)` is a clean end of stream before a
-/// frame began.
-pub async fn read_frame(s: &mut TcpStream) -> io::Result<Option<Vec<u8>>> {
+/// frame began. `s` is buffered: a frame's header and body usually arrive
+/// together, and one read takes both.
+pub async fn read_frame<S: AsyncRead + Unpin>(s: &mut S) -> io::Result<Option<Vec<u8>>> {
     let mut len = [0u8; 4];
     match s.read_exact(&mut len).await {
         Ok(_) => {}
@@ -91,13 +92,17 @@ pub fn frame_len(header: [u8; 4]) -> io::Result<usize> {
     Ok(len)
 }
 
-async fn write_frame(s: &mut TcpStream, body: &[u8]) -> io::Result<()> {
+/// Write one frame with a single write: its header and body in one
+/// segment (the sockets have `TCP_NODELAY`, so two writes would be two
+/// segments, and often two wakeups of the reader).
+async fn write_frame<S: AsyncWrite + Unpin>(s: &mut S, body: &[u8]) -> io::Result<()> {
     let len = u32::try_from(body.len()).ok().filter(|&l| l as usize <= FRAME_MAX).ok_or_else(|| {
         io::Error::new(io::ErrorKind::InvalidInput, format!("raft frame of {} bytes is too large", body.len()))
     })?;
-    s.write_all(&len.to_be_bytes()).await?;
-    s.write_all(body).await?;
-    s.flush().await
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&len.to_be_bytes());
+    frame.extend_from_slice(body);
+    s.write_all(&frame).await
 }
 
 /// The one bincode configuration of a frame body, both ways: varint
@@ -152,7 +157,8 @@ pub async fn serve(listener: TcpListener, groups: std::sync::Arc<Vec<Raft>>, vot
     }
 }
 
-async fn serve_conn(mut sock: TcpStream, groups: &[Raft], votes_from: std::time::Instant) -> io::Result<()> {
+async fn serve_conn(sock: TcpStream, groups: &[Raft], votes_from: std::time::Instant) -> io::Result<()> {
+    let mut sock = BufReader::new(sock);
     while let Some(body) = read_frame(&mut sock).await? {
         let call = decode::<Call>(&body)?;
         let raft = groups.get(usize::from(call.group)).ok_or_else(|| {
@@ -184,8 +190,9 @@ async fn serve_conn(mut sock: TcpStream, groups: &[Raft], votes_from: std::time:
 /// outer error is the call's, the inner one the node's refusal.
 pub async fn request_elect(addr: SocketAddr, group: u16, ttl: Duration) -> io::Result<Result<(), String>> {
     let call = async {
-        let mut s = TcpStream::connect(addr).await?;
+        let s = TcpStream::connect(addr).await?;
         let _ = s.set_nodelay(true);
+        let mut s = BufReader::new(s);
         write_frame(&mut s, &encode(&Call { group, rpc: Rpc::Elect })?).await?;
         match read_frame(&mut s).await? {
             Some(reply) => decode(&reply),
@@ -229,7 +236,9 @@ pub struct Client {
     target: NodeId,
     group: u16,
     addr: String,
-    conn: Option<TcpStream>,
+    /// Buffered for reading (a reply's header and body in one read);
+    /// writes go straight through.
+    conn: Option<BufReader<TcpStream>>,
 }
 
 /// Why a call failed, before it is sorted into openraft's error kinds.
@@ -265,7 +274,7 @@ impl Client {
             })?;
             let s = TcpStream::connect(addr).await.map_err(CallError::Unreachable)?;
             let _ = s.set_nodelay(true);
-            self.conn = Some(s);
+            self.conn = Some(BufReader::new(s));
         }
         let s = self.conn.as_mut().expect("connected above");
         write_frame(s, body).await.map_err(CallError::Network)?;
