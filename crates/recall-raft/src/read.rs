@@ -32,7 +32,7 @@ use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use openraft::error::{CheckIsLeaderError, RaftError};
+use openraft::error::{CheckIsLeaderError, Fatal, RaftError};
 use openraft::ServerState;
 use recall_engine::op::Refusal;
 
@@ -143,9 +143,14 @@ impl Reads {
             let barrier = async move {
                 let read = raft.ensure_linearizable().await?;
                 // Entries held at start, in the term restored (see the
-                // module note).
+                // module note). The wait ends early only when Raft stops:
+                // then the floor was not reached, and the read must fail
+                // (as `ensure_linearizable`'s own wait does).
                 if term == floor_term {
-                    let _ = raft.wait(None).applied_index_at_least(Some(floor), "restart floor").await;
+                    raft.wait(None)
+                        .applied_index_at_least(Some(floor), "restart floor")
+                        .await
+                        .map_err(|_| Fatal::Stopped)?;
                 }
                 Ok::<_, RaftError<NodeId, CheckIsLeaderError<NodeId, openraft::BasicNode>>>(read)
             };

@@ -380,7 +380,10 @@ mod tests {
         assert_eq!(sm_b.get_current_snapshot().await.unwrap().map(|s| s.meta), Some(built.meta.clone()));
         // Later writes stamp above the snapshot's.
         sm_b.apply(vec![entry(21, value(b"k1", b"w"))]).await.expect("applied");
-        assert!(items(&b).iter().all(|i| i.3 <= crate::timestamp(GroupId::default(), 21, 0)));
+        let (after, at_21) = (items(&b), crate::timestamp(GroupId::default(), 21, 0));
+        let k1 = after.iter().find(|i| i.0 == b"k1").expect("k1");
+        assert_eq!((k1.1.as_slice(), k1.3), (&b"w"[..], at_21));
+        assert!(after.iter().filter(|i| i.0 != b"k1").all(|i| i.3 > 0 && i.3 < at_21), "{after:?}");
 
         // An install goes to disk too, replacing the older file.
         let c_dir = dir.join("c");
