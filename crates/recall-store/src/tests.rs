@@ -813,42 +813,6 @@ fn s3fifo_keeps_hit_items_through_a_burst_across_many_shards() {
     }
 }
 
-/// S3-FIFO's ghost is the store's: a key evicted from small comes back to
-/// main if the store evicted fewer than 90% of its items since, however
-/// many shards. A ghost per shard remembered one entry per shard with
-/// 1024 shards (under one item each here), so a key whose shard evicted
-/// another since was forgotten: about a fifth of these.
-#[test]
-fn s3fifo_remembers_the_stores_last_evictions_across_many_shards() {
-    for shards in [1, 1024] {
-        let policy = PolicyConfig { kind: PolicyKind::S3Fifo, ..Default::default() };
-        let s = Store::new(StoreConfig { mem_limit: 256 * 1024, shards, policy, ..Default::default() });
-        let key = |i: u64| format!("k{i}");
-        // Never read: every eviction is from small, oldest first.
-        for i in 0..6000 {
-            set(&s, key(i).as_bytes(), &[b'v'; 300], 0, 1);
-        }
-        let st = s.stats();
-        let evicted = st.evictions;
-        assert!(st.curr_items > 400 && evicted > 5000, "{shards} shards: {st:?}");
-        // Written again: keys evicted 100 to 300 evictions ago (the window
-        // is about 0.9 * curr_items, over 360), oldest first, so none is
-        // more than 300 pushes old when it comes back.
-        for i in evicted - 300..evicted - 100 {
-            assert!(get(&s, key(i).as_bytes(), 2).is_none(), "{shards} shards: k{i} was not evicted");
-            set(&s, key(i).as_bytes(), &[b'v'; 300], 0, 2);
-        }
-        let recent = s.stats().policy.s3fifo_ghost_hits;
-        assert!(recent >= 190, "{shards} shards: {recent} of 200 recently evicted keys remembered");
-        // Keys evicted thousands of evictions ago are forgotten.
-        for i in 0..200 {
-            set(&s, key(i).as_bytes(), &[b'v'; 300], 0, 3);
-        }
-        let old = s.stats().policy.s3fifo_ghost_hits - recent;
-        assert!(old <= 5, "{shards} shards: {old} of 200 long-evicted keys remembered");
-    }
-}
-
 #[test]
 fn a_reservation_evicts_to_make_room_and_is_released_on_drop() {
     let limit = 256 * 1024;

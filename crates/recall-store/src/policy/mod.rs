@@ -36,7 +36,6 @@
 //! depends on its own few items' share.
 
 mod ghost;
-mod ghost_table;
 mod list;
 mod prioritized;
 mod s3fifo;
@@ -285,15 +284,6 @@ pub struct PolicyShared {
     slru: Option<Arc<SlruShared>>,
 }
 
-/// The item footprint S3-FIFO's store-wide ghost table is sized for: a
-/// table of `mem_limit / GHOST_ITEM_BYTES` items' entries, about 1/16 of
-/// `mem_limit` (two 8-byte slots per entry). Smaller items still work; their
-/// ghost entries collide sooner.
-const GHOST_ITEM_BYTES: usize = 256;
-/// The most items the ghost table is sized for (a 64 MiB table), whatever
-/// the memory limit.
-const GHOST_MAX_ITEMS: usize = 1 << 22;
-
 impl PolicyShared {
     /// For a store of `shards` shards and `mem_limit` bytes.
     pub fn new(cfg: &PolicyConfig, mem_limit: usize, shards: usize) -> PolicyShared {
@@ -305,8 +295,7 @@ impl PolicyShared {
             PolicyKind::PrioritizedAdaptive => Some(PrioShared::new(&cfg.prio, true, slack)),
             _ => None,
         };
-        let s3fifo = (cfg.kind == PolicyKind::S3Fifo)
-            .then(|| S3FifoShared::new(cfg.s3fifo, (mem_limit / GHOST_ITEM_BYTES).min(GHOST_MAX_ITEMS)));
+        let s3fifo = (cfg.kind == PolicyKind::S3Fifo).then(|| S3FifoShared::new(cfg.s3fifo));
         let slru = (cfg.kind == PolicyKind::SegmentedLru).then(|| SlruShared::new(cfg.slru));
         PolicyShared { prio, s3fifo, slru }
     }

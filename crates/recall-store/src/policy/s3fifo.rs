@@ -10,9 +10,7 @@
 //! * **Ghost** remembers the key hashes (no data) of items evicted from
 //!   small, about as many as main holds. An item inserted while its hash is
 //!   in the ghost goes straight to main: it came back soon, so it is not a
-//!   one-hit wonder after all. The ghost is the store's, not the shard's
-//!   (`ghost_table.rs`): it remembers the store's last evictions from
-//!   small, as many as 90% of the store's items.
+//!   one-hit wonder after all.
 //!
 //! A hit only bumps the frequency, so hits never relink lists. Sizes are
 //! bytes (each item's footprint), as in the paper's byte-sized caches.
@@ -37,8 +35,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
-use super::ghost::GHOST_BYTES;
-use super::ghost_table::GhostTable;
+use super::ghost::{Ghost, GHOST_BYTES};
 use super::list::{Lists, NIL, NONE};
 use super::{fifo_rank, Admit, Age, Policy, PolicyCounters};
 
@@ -67,34 +64,17 @@ const SMALL_LANE: usize = 0;
 const MAIN_LANE: usize = 1;
 
 /// Store-wide S3-FIFO state: the bytes in every shard's small and main
-/// queues, which decide the lane every eviction takes, and the store's one
-/// ghost.
+/// queues, which decide the lane every eviction takes.
 #[derive(Debug)]
 pub struct S3FifoShared {
     cfg: S3FifoConfig,
     /// Small's and main's bytes, summed over shards.
     bytes: [AtomicU64; 2],
-    /// Items in small and main, summed over shards: the ghost's window is
-    /// `ghost_pct` of them.
-    items: AtomicU64,
-    ghost: GhostTable,
 }
 
 impl S3FifoShared {
-    /// For a store of about `items` items (the ghost table's size; more
-    /// items only make ghost entries collide sooner).
-    pub fn new(cfg: S3FifoConfig, items: usize) -> Arc<S3FifoShared> {
-        Arc::new(S3FifoShared {
-            cfg,
-            bytes: Default::default(),
-            items: AtomicU64::new(0),
-            ghost: GhostTable::new(items * cfg.ghost_pct as usize / 100),
-        })
-    }
-
-    /// How many of the store's last small evictions the ghost remembers.
-    fn ghost_window(&self) -> u64 {
-        (self.items.load(Relaxed) * self.cfg.ghost_pct as u64 / 100).max(1)
+    pub fn new(cfg: S3FifoConfig) -> Arc<S3FifoShared> {
+        Arc::new(S3FifoShared { cfg, bytes: Default::default() })
     }
 
     /// Small while the store's small queues hold their share of the bytes
@@ -117,8 +97,6 @@ impl S3FifoShared {
         self.bytes[(list - SMALL) as usize].fetch_sub(size, Relaxed);
     }
 }
-/// The item count [`S3Fifo::new`] sizes its ghost table for.
-const STANDALONE_ITEMS: usize = 1 << 12;
 /// Frequencies saturate at 3 (two bits).
 const MAX_FREQ: u8 = 3;
 /// A `bits` flag: the item was moved to main's head, at [`Extra::queued`].
@@ -143,6 +121,7 @@ pub struct S3Fifo {
     shared: Arc<S3FifoShared>,
     small_bytes: u64,
     main_bytes: u64,
+    ghost: Ghost,
     /// The latest write sequence `victim` was given: the reference that
     /// [`Extra::queued`]'s low 32 bits are completed from.
     clock: u64,
@@ -157,10 +136,9 @@ impl Default for S3Fifo {
 }
 
 impl S3Fifo {
-    /// One S3-FIFO on its own (its store-wide state is its own), with a
-    /// ghost table sized for `STANDALONE_ITEMS` items.
+    /// One S3-FIFO on its own (its store-wide state is its own).
     pub fn new(cfg: S3FifoConfig) -> Self {
-        Self::with_shared(&S3FifoShared::new(cfg, STANDALONE_ITEMS))
+        Self::with_shared(&S3FifoShared::new(cfg))
     }
 
     /// One shard's S3-FIFO in a store whose shards share `shared`.
@@ -171,6 +149,7 @@ impl S3Fifo {
             shared: shared.clone(),
             small_bytes: 0,
             main_bytes: 0,
+            ghost: Ghost::default(),
             clock: 0,
             cfg,
             counters: PolicyCounters::default(),
@@ -197,7 +176,6 @@ impl S3Fifo {
         let size = self.lists.at(slot).extra.size as u64;
         *self.bytes(list) += size;
         self.shared.add(list, size);
-        self.shared.items.fetch_add(1, Relaxed);
         self.lists.push_head(list, slot);
     }
 
@@ -207,9 +185,12 @@ impl S3Fifo {
             let size = self.lists.at(slot).extra.size as u64;
             *self.bytes(list) -= size;
             self.shared.sub(list, size);
-            self.shared.items.fetch_sub(1, Relaxed);
         }
         list
+    }
+
+    fn items(&self) -> usize {
+        (self.lists.ends(SMALL).len + self.lists.ends(MAIN).len) as usize
     }
 
     /// Move `slot` (off any list) to main's head now, with frequency `freq`.
@@ -248,7 +229,7 @@ impl Policy for S3Fifo {
         let n = self.lists.node(slot);
         n.bits = 0;
         n.extra.size = admit.size.min(u32::MAX as usize) as u32;
-        if self.shared.ghost.take(admit.hash, self.shared.ghost_window()) {
+        if self.ghost.take(admit.hash) {
             self.counters.s3fifo_ghost_hits += 1;
             self.push(MAIN, slot);
         } else {
@@ -289,7 +270,8 @@ impl Policy for S3Fifo {
 
     fn on_evict(&mut self, slot: u32, hash: u64) {
         if self.lists.known(slot) && self.unlink(slot) == SMALL {
-            self.shared.ghost.push(hash);
+            let cap = self.items() * self.cfg.ghost_pct as usize / 100;
+            self.ghost.push(hash, cap.max(1));
         }
     }
 
@@ -438,7 +420,7 @@ mod tests {
             assert!(v >= 5, "hot item {v} evicted");
         }
         assert!((0..5).all(|hot| p.queue_of(hot) == MAIN));
-        assert_eq!(p.shared.ghost_window(), 90, "the ghost's window is 90% of the items");
+        assert!(p.ghost.fifo.len() <= 90, "the ghost stays within its share");
     }
 
     #[test]
@@ -479,7 +461,7 @@ mod tests {
 
     #[test]
     fn the_lane_is_the_stores_not_the_shards() {
-        let shared = S3FifoShared::new(S3FifoConfig::default(), 100);
+        let shared = S3FifoShared::new(S3FifoConfig::default());
         let mut a = S3Fifo::with_shared(&shared);
         let mut b = S3Fifo::with_shared(&shared);
         // Shard a: 19 items hit in small, moved to main by a look.
