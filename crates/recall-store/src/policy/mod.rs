@@ -188,6 +188,14 @@ pub trait Policy: Send + 'static {
         let _ = lane;
         self.victim(clock)
     }
+    /// The slot whose rank a shard publishes for lane `lane`: a lower
+    /// bound on the rank of [`Policy::victim_in`]'s answer when the store
+    /// comes to evict. A policy whose look at a victim gives second chances
+    /// that must happen in the store's order, not this shard's, answers
+    /// the item that would get the chance, without giving it yet.
+    fn peek_in(&mut self, lane: usize, clock: u64) -> Option<u32> {
+        self.victim_in(lane, clock)
+    }
     /// The eviction lane the item in `slot` is in.
     fn lane_of(&self, slot: u32) -> usize {
         let _ = slot;
@@ -533,6 +541,10 @@ impl Policy for AnyPolicy {
     #[inline]
     fn victim_in(&mut self, lane: usize, clock: u64) -> Option<u32> {
         dispatch!(self, p => p.victim_in(lane, clock))
+    }
+    #[inline]
+    fn peek_in(&mut self, lane: usize, clock: u64) -> Option<u32> {
+        dispatch!(self, p => p.peek_in(lane, clock))
     }
     #[inline]
     fn lane_of(&self, slot: u32) -> usize {

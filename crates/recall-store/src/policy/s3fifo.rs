@@ -313,6 +313,20 @@ impl Policy for S3Fifo {
         }
     }
 
+    /// The lane's tail, hit or not: a hit item moves (small to main, or
+    /// main's tail back to its head) when the store's eviction reaches its
+    /// rank (then `victim_in` moves it, ranked from then), not when its
+    /// shard publishes. Moved at the publish, as before, it ranked from a
+    /// time earlier than one S3-FIFO would move it, by up to the queue's
+    /// whole turnover with a few items per shard, and main gave it up
+    /// that much sooner; its frequency also lost one before the hits it
+    /// would have had until the store's eviction reached it.
+    fn peek_in(&mut self, lane: usize, clock: u64) -> Option<u32> {
+        self.clock = self.clock.max(clock);
+        let t = self.lists.ends(if lane == SMALL_LANE { SMALL } else { MAIN }).tail;
+        (t != NIL).then_some(t)
+    }
+
     fn lane_of(&self, slot: u32) -> usize {
         if self.lists.known(slot) && self.lists.at(slot).list == MAIN {
             MAIN_LANE
@@ -485,6 +499,25 @@ mod tests {
         let _ = b.emptied();
         assert_eq!(shared.lane(), MAIN_LANE);
         assert_eq!(shared.bytes[0].load(Relaxed), 0);
+    }
+
+    #[test]
+    fn a_published_look_gives_no_second_chance() {
+        let mut p = S3Fifo::default();
+        p.on_insert(0, admit(0));
+        p.on_insert(1, admit(1));
+        p.on_access(0);
+        // The rank a shard publishes is small's tail's, still in small, hit.
+        assert_eq!(p.peek_in(SMALL_LANE, 50), Some(0));
+        assert_eq!(p.queue_of(0), SMALL);
+        // The store's eviction reaching it moves it, ranked from then.
+        assert_eq!(p.victim_in(SMALL_LANE, 100), Some(1));
+        assert_eq!(p.rank(0, Age { atime: 1, seq: 1, round: 0 }), 100);
+        // Main: the tail (hit) is published as it is, frequency and all.
+        p.on_access(0);
+        assert_eq!(p.peek_in(MAIN_LANE, 150), Some(0));
+        assert_eq!(p.lists.at(0).bits & FREQ, 1);
+        assert_eq!(p.counters().s3fifo_main_reinserts, 0);
     }
 
     #[test]

@@ -319,7 +319,7 @@ impl Shard {
     pub(super) fn publish_tail(&mut self, ctx: &Ctx<'_>) {
         self.sync_round(ctx);
         for lane in 0..ctx.tails.lanes() {
-            let r = match self.policy.victim_in(lane, ctx.next_cas.load(Ordering::Relaxed)) {
+            let r = match self.policy.peek_in(lane, ctx.next_cas.load(Ordering::Relaxed)) {
                 Some(v) => self.rank_of(ctx, v),
                 None => EMPTY,
             };
