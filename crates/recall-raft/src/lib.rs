@@ -456,7 +456,11 @@ impl Group {
     fn read_index(&self) -> Result<(), Refusal> {
         // A hand-over asks a follower to stand while this leader's lease
         // may still run, breaking the lease's premise (no other leader
-        // before it ends): while the gate is closed, reads take a round.
+        // before it ends), and a round's messages would renew the other
+        // voters' leases a hand-over waits out (`membership.rs`): reads
+        // wait at the gate like writes, and one still closed after the
+        // timeout takes a round.
+        self.gate.wait_open(self.timeout);
         self.read_barrier.barrier(!self.gate.is_closed())
     }
 

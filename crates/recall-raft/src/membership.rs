@@ -26,7 +26,9 @@
 //!   start an election now (`network::Rpc::Elect`, Raft's TimeoutNow);
 //!   wait until the target leads. With three voters the target's vote and
 //!   the old leader's are a majority at once; with more, the other voters
-//!   grant once their lease runs out, within an election timeout. Every
+//!   refuse the target while their lease runs, so the leader first falls
+//!   silent (no heartbeats, no election of its own: [`Quiet`]) until their
+//!   leases ran out, then asks the target to stand. Every
 //!   step has the command's deadline; on a timeout the gate opens again
 //!   and the reply names who leads then (the old leader, if the target
 //!   never asked for votes). Writes wait at the gate and then go to
@@ -57,6 +59,12 @@ const CATCH_UP_SLACK: u64 = 32;
 /// Time kept back from a command's budget for its reply to travel back
 /// through a forwarding node (whose hop waits the timeout plus a second).
 const REPLY_MARGIN: Duration = Duration::from_millis(100);
+
+/// Time kept, after the leader's own lease was waited out, for the rest of
+/// a transfer (draining, the target's catch-up, its election) on a busy
+/// machine: a lease ending later is waited out by a retry ("try again"),
+/// not by a transfer that would time out with the election under way.
+const HAND_OVER: Duration = Duration::from_secs(1);
 
 /// The client address in a member's `RAFT_ADDR/CLIENT_ADDR` (none in a
 /// log of the first slice, which stored the Raft address alone).
@@ -162,6 +170,26 @@ impl Drop for GateGuard {
         st.closed.store(false, Ordering::SeqCst);
         let _guard = st.lock.lock().unwrap_or_else(|e| e.into_inner());
         st.changed.notify_all();
+    }
+}
+
+/// A leader that sends no heartbeat and does not stand for election,
+/// while a transfer waits out the other voters' leases; both come back
+/// when dropped, on every path out of the transfer.
+struct Quiet(Raft);
+
+impl Quiet {
+    fn start(raft: &Raft) -> Quiet {
+        raft.runtime_config().heartbeat(false);
+        raft.runtime_config().elect(false);
+        Quiet(raft.clone())
+    }
+}
+
+impl Drop for Quiet {
+    fn drop(&mut self) {
+        self.0.runtime_config().heartbeat(true);
+        self.0.runtime_config().elect(true);
     }
 }
 
@@ -327,12 +355,28 @@ async fn transfer(
     deadline: Instant,
 ) -> Line {
     let left = || deadline.saturating_duration_since(Instant::now());
+    let lease = Duration::from_millis(raft.config().election_timeout_max);
+    // With more than three voters the leader waits out the others' leases
+    // before the target stands (below): refused at once if that cannot
+    // fit in the command's time.
+    let voters = raft.metrics().borrow().membership_config.membership().voter_ids().count();
+    let quick = voters <= 3;
+    // Without heartbeats, a follower's lease (the election timeout's
+    // maximum) runs out at most this long after the last one it got.
+    let quiet_for = (!quick).then(|| lease + Duration::from_millis(raft.config().heartbeat_interval));
+    let after_lease = quiet_for.unwrap_or_default() + HAND_OVER;
+    if !quick && Instant::now() + after_lease > deadline {
+        return Err(format!(
+            "SERVER_ERROR cluster transfer to {target} among {voters} voters needs over {} ms, more than timeout_ms; {} still leads",
+            after_lease.as_millis(),
+            raft.metrics().borrow().id
+        ));
+    }
     // A leader grants no vote while its own lease runs: wait it out
     // (writes still flow meanwhile).
-    let lease = Duration::from_millis(raft.config().election_timeout_max);
     let since = raft.with_raft_state(|st| st.vote_last_modified()).await.ok().flatten();
     if let Some(at) = since.and_then(|t| t.checked_add(lease + Duration::from_millis(1))) {
-        if at > deadline {
+        if at + after_lease > deadline {
             // Spend the budget waiting, so a caller that retries does not spin.
             tokio::time::sleep_until(deadline).await;
             return Err("SERVER_ERROR cluster leader is too new to hand over yet; try again".into());
@@ -340,6 +384,15 @@ async fn transfer(
         tokio::time::sleep_until(at).await;
     }
     let _closed = gate.close();
+    // The target's vote and this leader's are a majority of at most
+    // three voters. With more, the other voters refuse the target while
+    // their leader lease runs, and they renew it on every message from
+    // this leader: so it falls silent now (no heartbeat; reads wait at the
+    // gate, as a round sends messages; only the entries already proposed
+    // still go out) until their leases ran out, and does not stand itself
+    // if the election needs another round. Both come back when the
+    // transfer ends.
+    let quiet = quiet_for.map(|q| (Quiet::start(&raft), Instant::now() + q));
     // No write decided before the gate closed may reach the log after the
     // target's log was found to match.
     let drained = {
@@ -367,6 +420,12 @@ async fn transfer(
         Ok(m) if m.state != ServerState::Leader => return fallback("stopped: this node lost the leadership"),
         Ok(_) => {}
         Err(_) => return fallback("timed out before its log caught up"),
+    }
+    if let Some((_, until)) = &quiet {
+        if *until > deadline {
+            return fallback("stopped: the other voters' leases outlast the command's time (raise timeout_ms)");
+        }
+        tokio::time::sleep_until(*until).await;
     }
     match crate::network::request_elect(target_addr, group, left()).await {
         Ok(Ok(())) => {}

@@ -13,7 +13,8 @@
 //!   `LEASE` after it starts (`network.rs`), and the lease holds across
 //!   restarts too. A leader handing its leadership over (`membership.rs`)
 //!   asks its target to stand while its lease may still run, so during a
-//!   hand-over no read trusts the lease. Every write acknowledged before the read was applied
+//!   hand-over reads wait at its gate, and one that waited the whole
+//!   timeout takes a round, never trusting the lease. Every write acknowledged before the read was applied
 //!   here before it was acknowledged (in this term, or before the term's
 //!   first entry, which is applied), so the local store has it.
 //! * **A restarted leader.** A node with its log on disk may come back as

@@ -131,7 +131,13 @@ fn the_log_stays_bounded_and_a_restart_recovers_every_write() {
 fn a_follower_and_a_new_node_behind_the_compacted_log_catch_up_by_snapshot() {
     let (base, dirs) = dirs("transfer");
     // Stale reads: the follower is read directly, from its own store.
-    let mut c = Cluster::start_with_args(3, &dirs, &["--cluster-snapshot-entries", EVERY, "--cluster-read", "stale"]);
+    let mut c = Cluster::start_with_args(
+        3,
+        &dirs,
+        // A transfer among four voters waits out a lease (3 s): 5 s, the
+        // default, not the tests' 3.
+        &["--cluster-snapshot-entries", EVERY, "--cluster-read", "stale", "--cluster-timeout-ms", "5000"],
+    );
     let leader = c.leader();
     let f = (leader + 1) % 3;
     let mut conn = Conn::open(c.clients[leader]);
@@ -193,6 +199,31 @@ fn a_follower_and_a_new_node_behind_the_compacted_log_catch_up_by_snapshot() {
     // Its store holds every item (it answers reads only as a leader or
     // with stale reads, so its `stats` counts them).
     assert_eq!(stat(c.clients[new], "curr_items"), acked.len() as u64 + 2, "node 4's items");
+
+    // Node 4, restarted from the snapshot it installed, takes the
+    // leadership over. Four voters: the leader's and node 4's votes are
+    // not a majority, so the leader falls silent until the other two
+    // voters' leases ran out (docs/design/replication.md, "Membership").
+    // This stalled before: they refused node 4, and no leader was elected
+    // until the leader's own election won, after the transfer's time.
+    let reply = Conn::open(c.clients[leader]).ask("cluster transfer-leader 4\r\n");
+    assert_eq!(reply, "OK\r\n", "transfer to node 4");
+    assert_eq!(c.leader(), new);
+    let mut on_new = Conn::open(c.clients[new]);
+    assert_eq!(on_new.ask("set after-transfer 0 0 1\r\nt\r\n"), "STORED\r\n");
+    // The old leader serves again: its writes go to node 4.
+    let mut on_old = Conn::open(c.clients[leader]);
+    assert_eq!(on_old.ask("set via-old 0 0 1\r\no\r\n"), "STORED\r\n");
+    assert_eq!(on_new.get("via-old").as_deref(), Some("o"));
+    assert_eq!(on_new.get("k599").as_deref(), Some("value-599"));
+    // Node 4 has the tests' 3 s timeout, too short to wait out the
+    // leases: a transfer back is refused at once, and it keeps leading.
+    let reply = on_new.ask("cluster transfer-leader 1\r\n");
+    assert_eq!(
+        reply,
+        "SERVER_ERROR cluster transfer to 1 among 4 voters needs over 4300 ms, more than timeout_ms; 4 still leads\r\n"
+    );
+    assert_eq!(on_new.ask("set still-4 0 0 1\r\ns\r\n"), "STORED\r\n");
     drop(c);
     let _ = std::fs::remove_dir_all(&base);
 }

@@ -42,7 +42,8 @@ impl Cluster {
         Cluster::start_with_args(n, log_dirs, &[])
     }
 
-    /// [`Cluster::start_with`], every node also given `extra` flags.
+    /// [`Cluster::start_with`], every node also given `extra` flags (which
+    /// may set `--cluster-timeout-ms` instead of the 3 s).
     pub fn start_with_args(n: usize, log_dirs: &[std::path::PathBuf], extra: &[&str]) -> Cluster {
         let mut last_err = String::new();
         for _attempt in 0..3 {
@@ -57,7 +58,9 @@ impl Cluster {
                     args.push("--cluster-peer".into());
                     args.push(p.clone());
                 }
-                args.extend(["--cluster-timeout-ms".into(), "3000".into()]);
+                if !extra.contains(&"--cluster-timeout-ms") {
+                    args.extend(["--cluster-timeout-ms".into(), "3000".into()]);
+                }
                 if let Some(d) = log_dirs.get(i) {
                     args.extend(["--cluster-log-dir".into(), d.display().to_string()]);
                 }
