@@ -202,7 +202,7 @@ impl Shard {
     /// What the policy is told about the item in `slot`, whose key hashes
     /// to `h`, when it is admitted.
     fn admit(h: u64, slot: &Slot, fp: usize) -> Admit {
-        Admit { hash: h, size: fp, class: Class::of_expiry(slot.exptime) }
+        Admit { hash: h, size: fp, class: Class::of_expiry(slot.exptime), seq: slot.cas }
     }
 
     /// A new expiry for the item in slot `i`, in place. The item's class

@@ -83,6 +83,11 @@ pub struct Admit {
     /// The item's footprint in bytes, as counted against the memory limit.
     pub size: usize,
     pub class: Class,
+    /// The item's write timestamp (its CAS, see [`Age::seq`]): the store's
+    /// write sequence now, for a policy that ranks an item from a move it
+    /// makes later rather than from its last write (the segmented LRU's
+    /// moves to COLD).
+    pub seq: u64,
 }
 
 /// How old an item is, as its shard knows it: the input to

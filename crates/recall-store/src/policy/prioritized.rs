@@ -711,7 +711,7 @@ mod tests {
     use super::*;
 
     fn admit(class: Class, hash: u64) -> Admit {
-        Admit { hash, size: 100, class }
+        Admit { hash, size: 100, class, seq: 0 }
     }
 
     use crate::policy::PolicyKind;

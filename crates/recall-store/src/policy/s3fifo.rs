@@ -358,7 +358,7 @@ mod tests {
     use super::*;
 
     fn admit(hash: u64) -> Admit {
-        Admit { hash, size: 100, class: super::super::Class::Permanent }
+        Admit { hash, size: 100, class: super::super::Class::Permanent, seq: 0 }
     }
 
     fn evict(p: &mut S3Fifo) -> u32 {

@@ -299,7 +299,7 @@ impl Policy for Sieve {
 mod tests {
     use super::*;
 
-    const A: Admit = Admit { hash: 0, size: 100, class: super::super::Class::Permanent };
+    const A: Admit = Admit { hash: 0, size: 100, class: super::super::Class::Permanent, seq: 0 };
 
     fn drain(p: &mut Sieve) -> Vec<u32> {
         let mut out = Vec::new();
