@@ -424,6 +424,63 @@ mod tests {
     }
 
     #[test]
+    fn an_item_demoted_to_cold_ranks_from_its_move() {
+        // A shard of a store whose WARM share is 1%: while another shard
+        // holds 1000 items, the store's WARM is within it.
+        let shared = SlruShared::new(SlruConfig { hot_pct: 20, warm_pct: 1 });
+        let mut other = SegmentedLru::with_shared(&shared);
+        for s in 0..1000 {
+            other.on_insert(s, A);
+        }
+        let mut p = SegmentedLru::with_shared(&shared);
+        let admit = |s: u32| Admit { seq: s as u64 + 1, ..A };
+        let age = |s: u32| Age { atime: 7, seq: s as u64 + 1, round: 0 };
+        for s in 0..=10 {
+            p.on_insert(s, admit(s));
+        }
+        // Slot 10, the newest, is hit in HOT: it goes to WARM and stays
+        // there while slots 11 to 29 age through HOT to COLD.
+        p.on_access(10);
+        for s in 11..30 {
+            p.on_insert(s, admit(s));
+        }
+        assert_eq!(p.lists.at(10).list, WARM);
+        assert_eq!(p.lists.at(20).list, COLD);
+        // The other shard empties: the store's WARM is over its share, and
+        // the next write here moves slot 10 to COLD's head.
+        for s in 0..1000 {
+            other.on_remove(s);
+        }
+        let moved = (30..100).find(|&s| {
+            p.on_insert(s, admit(s));
+            p.lists.at(10).list == COLD
+        });
+        let moved = moved.expect("slot 10 reaches COLD");
+        // Items in COLD before it rank lower, as in one segmented LRU,
+        // where the demoted item sits at COLD's head. Ranked by its last
+        // write, it ranked below all of slots 11 to 29.
+        assert!(p.rank(10, age(10)) > p.rank(20, age(20)));
+        for older in (0..moved).filter(|&s| s != 10 && p.lists.at(s).list == COLD) {
+            assert!(p.rank(10, age(10)) >= p.rank(older, age(older)), "slot {older}");
+        }
+        assert_eq!(p.rank(10, age(10)), p.rank(moved, age(moved)), "ranked as the write that moved it");
+    }
+
+    #[test]
+    fn a_stamp_never_says_later_than_the_move() {
+        for (seq, move_seq) in [(5, 5), (5, 9), (0xff_fff0, 0x100_0010), (7, 7 + STAMP_MASK), (7, 8 + STAMP_MASK)] {
+            let mut n = Node { prev: NIL, next: NIL, list: COLD, bits: ACTIVE, extra: 0 };
+            set_stamp(&mut n, move_seq);
+            assert_eq!(n.bits & ACTIVE, ACTIVE, "the stamp leaves the active bit alone");
+            let got = moved_at(seq, stamp(&n));
+            assert!(got <= move_seq && got >= seq);
+            if move_seq - seq <= STAMP_MASK {
+                assert_eq!(got, move_seq);
+            }
+        }
+    }
+
+    #[test]
     fn warm_share_is_the_stores_hot_share_the_shards() {
         let cfg = SlruConfig::default();
         let c = |hot, warm, cold| Counts { hot, warm, cold };
