@@ -83,14 +83,11 @@ pub struct SlruShared {
     cfg: SlruConfig,
     /// Items in HOT, WARM and COLD, summed over shards.
     items: [AtomicU64; 3],
-    /// The latest [`Admit::seq`] any shard saw: the store's write sequence,
-    /// which stamps a move to COLD (see [`SegmentedLru::rank`]).
-    clock: AtomicU64,
 }
 
 impl SlruShared {
     pub fn new(cfg: SlruConfig) -> Arc<SlruShared> {
-        Arc::new(SlruShared { cfg, items: Default::default(), clock: AtomicU64::new(0) })
+        Arc::new(SlruShared { cfg, items: Default::default() })
     }
 
     fn counts(&self) -> Counts {
@@ -162,6 +159,10 @@ pub struct SegmentedLru {
     lists: Lists<u16, 4>,
     shared: Arc<SlruShared>,
     cfg: SlruConfig,
+    /// The store's write sequence as this shard last heard it (an insert's
+    /// [`Admit::seq`], an eviction's clock): the time a move to COLD is
+    /// stamped with. Moves happen only then, so it is current.
+    clock: u64,
     counters: PolicyCounters,
 }
 
@@ -183,6 +184,7 @@ impl SegmentedLru {
             lists: Lists::new(),
             shared: shared.clone(),
             cfg: shared.cfg,
+            clock: 0,
             counters: PolicyCounters::default(),
         }
     }
@@ -193,7 +195,7 @@ impl SegmentedLru {
         for seg in [HOT, WARM, COLD] {
             self.shared.sub(seg, self.len(seg) as u64);
         }
-        SegmentedLru { counters: self.counters, ..Self::with_shared(&self.shared) }
+        SegmentedLru { counters: self.counters, clock: self.clock, ..Self::with_shared(&self.shared) }
     }
 
     fn len(&self, seg: u8) -> u32 {
@@ -222,7 +224,7 @@ impl SegmentedLru {
         let n = self.lists.at_mut(t);
         n.bits &= !ACTIVE;
         if seg == COLD {
-            set_stamp(n, self.shared.clock.load(Relaxed));
+            set_stamp(n, self.clock);
         }
         self.push(seg, t);
     }
@@ -270,7 +272,7 @@ impl SegmentedLru {
 
 impl Policy for SegmentedLru {
     fn on_insert(&mut self, slot: u32, admit: Admit) {
-        self.shared.clock.fetch_max(admit.seq, Relaxed);
+        self.clock = self.clock.max(admit.seq);
         let n = self.lists.node(slot);
         n.bits &= !ACTIVE;
         self.push(HOT, slot);
@@ -292,7 +294,8 @@ impl Policy for SegmentedLru {
         }
     }
 
-    fn victim(&mut self, _clock: u64) -> Option<u32> {
+    fn victim(&mut self, clock: u64) -> Option<u32> {
+        self.clock = self.clock.max(clock);
         // Second chance: an item hit while in COLD is promoted to WARM when
         // it reaches COLD's tail instead of being evicted. memcached moves
         // it right after the hit, from a background thread; doing the move
