@@ -652,14 +652,7 @@ impl Engine {
     ) -> ApplyOutcome {
         let counters = crate::Counters::default();
         let mut barrier = crate::Barrier::default();
-        let mut cx = crate::Cx {
-            counters: &counters,
-            barrier: &mut barrier,
-            read_fresh: 0,
-            not_leader: None,
-            conn: 0,
-            wait: Default::default(),
-        };
+        let mut cx = crate::Cx::new(&counters, &mut barrier);
         let r = Record { tombstone, key, value, flags, exptime, ts };
         self.execute(&crate::Op::Replay(r), &mut cx, |o| match o {
             crate::Outcome::Replayed(a) => a,

@@ -39,6 +39,14 @@ pub struct Cx<'c> {
     pub wait: crate::Wait,
 }
 
+impl<'c> Cx<'c> {
+    /// A context outside any connection: no cluster state yet, no
+    /// connection id, a replicated write blocks its thread until commit.
+    pub fn new(counters: &'c Counters, barrier: &'c mut Barrier) -> Self {
+        Cx { counters, barrier, read_fresh: 0, not_leader: None, conn: 0, wait: crate::Wait::Block }
+    }
+}
+
 impl Engine {
     /// Execute one operation and hand its outcome to `render`. A read's
     /// hit is rendered while the item is borrowed under its shard lock, so

@@ -550,8 +550,7 @@ impl Engine {
             }
         }
         let mut barrier = Barrier::default();
-        let mut cx =
-            Cx { counters, barrier: &mut barrier, read_fresh: 0, not_leader: None, conn: 0, wait: Wait::Block };
+        let mut cx = Cx::new(counters, &mut barrier);
         let decided = s.execute(op, &mut cx, |o| match o {
             Outcome::Write(w) => Decided::Write(w),
             Outcome::Delete(d) => Decided::Delete(d),

@@ -64,14 +64,7 @@ fn main() {
             let recs = decode_batch(body, *count).expect("valid batch");
             let counters = recall_engine::Counters::default();
             let mut barrier = recall_engine::Barrier::default();
-            let mut cx = recall_engine::Cx {
-                counters: &counters,
-                barrier: &mut barrier,
-                read_fresh: 0,
-                not_leader: None,
-                conn: 0,
-                wait: Default::default(),
-            };
+            let mut cx = recall_engine::Cx::new(&counters, &mut barrier);
             let o = e.replay_records(&recs, &limits, &mut cx);
             assert_eq!(o.applied as usize, *count);
         }
