@@ -360,7 +360,10 @@ def write_seeds(seeds, quiet):
              b"\x00transfer-leader", b"\x00transfer-leader 3", b"\x00add-node 4 [::1]:1/h:2", b"\x00add-node 0 x/y",
              b"\x01STATUS self 1 role leader term 3 leader 1 last_log 9 applied 9\n"
              b"MEMBER 1 voter 127.0.0.1:1/127.0.0.1:2 9\nMEMBER 4 learner 127.0.0.4:1/h:2 -",
-             b"\x01STATUS self 2 role follower term 3 leader 0 last_log 0 applied 0", b"\x01MEMBER 1 voter a/b 1"]
+             b"\x01STATUS self 2 role follower term 3 leader 0 last_log 0 applied 0", b"\x01MEMBER 1 voter a/b 1",
+             b"\x00status group=2", b"\x00transfer-leader 3 group=1", b"\x00remove-node 2 group=256",
+             b"\x01STATUS self 1 role leader term 3 leader 1 last_log 9 applied 9\nGROUP 1\n"
+             b"STATUS self 1 role follower term 2 leader 2 last_log 4 applied 4\nMEMBER 2 voter 127.0.0.2:1/h:2 -"]
     for i, a in enumerate(admin):
         put("cluster_admin", f"admin{i}", a)
     # `-l` lists; byte 0: bit 0 -Z, bit 1 -Y, bit 2 -S.

@@ -102,7 +102,7 @@ impl Engine {
     /// a write.
     pub(crate) fn cluster_admin(
         &self,
-        cmd: &recall_proto::cluster_admin::Admin<'_>,
+        cmd: &recall_proto::cluster_admin::AdminCmd<'_>,
         cx: &mut crate::Cx<'_>,
         out: &mut Vec<u8>,
     ) {
@@ -110,10 +110,10 @@ impl Engine {
             return reply::line(out, b"SERVER_ERROR not in cluster mode");
         };
         if let Err(r) = rep.admin(cmd, out) {
-            // Membership commands are led by group 0's leader
-            // (`Replicator::admin`).
+            // A membership command runs on the leader of the group it
+            // names, group 0 without one (`Replicator::admin`).
             if matches!(r, crate::op::Refusal::NotLeader(_)) {
-                cx.not_leader = Some(0);
+                cx.not_leader = Some(cmd.group.map_or(0, usize::from));
             }
             reply::line(out, r.line());
         }

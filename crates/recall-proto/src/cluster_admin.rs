@@ -9,6 +9,13 @@
 //! cluster transfer-leader [<id>]
 //! ```
 //!
+//! Each may end with `group=<g>`: the command is about Raft group `g`
+//! (`--cluster-groups`), and runs on that group's leader. Without it, a
+//! command is about group 0, the only group of a default cluster; a node
+//! with several groups refuses a membership command without one
+//! (`Replicator::admin` in recall-engine) and answers `cluster status`
+//! for every group.
+//!
 //! `cluster status` answers
 //!
 //! ```text
@@ -19,7 +26,11 @@
 //! ```
 //!
 //! Only a leader knows how far each member's log matches its own; other
-//! nodes print `-`.
+//! nodes print `-`. A node with several groups answers `cluster status`
+//! (without `group=`) with group 0's lines first, as above, then for each
+//! further group a `GROUP <g>` line followed by that group's `STATUS` and
+//! `MEMBER` lines, then one `END`: a reader of the one-group reply that
+//! stops at the first line that is not a `MEMBER` line reads group 0.
 
 use std::net::SocketAddr;
 
@@ -36,6 +47,14 @@ pub enum Admin<'a> {
     /// Hand the leadership to `id` (`None`: the voter whose log is the
     /// furthest along).
     TransferLeader { id: Option<u64> },
+}
+
+/// An admin command and the group it is about (`group=<g>`; `None`:
+/// none was named).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdminCmd<'a> {
+    pub admin: Admin<'a>,
+    pub group: Option<u16>,
 }
 
 /// A member's two addresses, written `RAFT_ADDR/CLIENT_ADDR`: where its
@@ -97,29 +116,62 @@ impl std::fmt::Display for Member<'_> {
     }
 }
 
-impl<'a> Admin<'a> {
-    /// Read the words after `cluster` (`add-node 4 ...`), `None` if the
-    /// first is not an admin command's.
-    pub fn parse(words: &[&'a [u8]]) -> Option<Result<Admin<'a>, BadAdmin>> {
-        let (first, rest) = words.split_first()?;
-        Some(match (*first, rest) {
-            (b"status", []) => Ok(Admin::Status),
-            (b"add-node", [id, member]) => (|| {
-                let member = std::str::from_utf8(member).map_err(|_| BadAdmin("CLIENT_ERROR the address is not text"))?;
-                Ok(Admin::AddNode { id: node_id(id)?, member: Member::parse(member)? })
-            })(),
-            (b"remove-node", [id]) => node_id(id).map(|id| Admin::RemoveNode { id }),
-            (b"transfer-leader", []) => Ok(Admin::TransferLeader { id: None }),
-            (b"transfer-leader", [id]) => node_id(id).map(|id| Admin::TransferLeader { id: Some(id) }),
-            (b"status" | b"add-node" | b"remove-node" | b"transfer-leader", _) => Err(BadAdmin(
-                "CLIENT_ERROR usage: cluster status | add-node ID RAFT_ADDR/CLIENT_ADDR | remove-node ID | transfer-leader [ID]",
-            )),
-            _ => return None,
-        })
+impl<'a> AdminCmd<'a> {
+    /// Read the words after `cluster` (`add-node 4 ... group=2`), `None`
+    /// if the first is not an admin command's.
+    pub fn parse(words: &[&'a [u8]]) -> Option<Result<AdminCmd<'a>, BadAdmin>> {
+        let first = *words.first()?;
+        if !matches!(first, b"status" | b"add-node" | b"remove-node" | b"transfer-leader") {
+            return None;
+        }
+        let (words, group) = match words.split_last() {
+            Some((last, rest)) if last.starts_with(b"group=") => match group_id(&last[6..]) {
+                Ok(g) => (rest, Some(g)),
+                Err(e) => return Some(Err(e)),
+            },
+            _ => (words, None),
+        };
+        Some(Admin::parse(words).map(|admin| AdminCmd { admin, group }))
     }
 
     /// The request line, `\r\n` included.
     pub fn render(&self, out: &mut Vec<u8>) {
+        use std::io::Write as _;
+        self.admin.render_words(out);
+        if let Some(g) = self.group {
+            let _ = write!(out, " group={g}");
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+fn group_id(t: &[u8]) -> Result<u16, BadAdmin> {
+    num(t)
+        .filter(|&g| g < crate::cluster::GROUPS_MAX as u64)
+        .map(|g| g as u16)
+        .ok_or(BadAdmin("CLIENT_ERROR the group is not a number below 256"))
+}
+
+impl<'a> Admin<'a> {
+    /// Read the command's words (after `cluster`, without `group=`).
+    fn parse(words: &[&'a [u8]]) -> Result<Admin<'a>, BadAdmin> {
+        match words {
+            [b"status"] => Ok(Admin::Status),
+            [b"add-node", id, member] => {
+                let member = std::str::from_utf8(member).map_err(|_| BadAdmin("CLIENT_ERROR the address is not text"))?;
+                Ok(Admin::AddNode { id: node_id(id)?, member: Member::parse(member)? })
+            }
+            [b"remove-node", id] => node_id(id).map(|id| Admin::RemoveNode { id }),
+            [b"transfer-leader"] => Ok(Admin::TransferLeader { id: None }),
+            [b"transfer-leader", id] => node_id(id).map(|id| Admin::TransferLeader { id: Some(id) }),
+            _ => Err(BadAdmin(
+                "CLIENT_ERROR usage: cluster status | add-node ID RAFT_ADDR/CLIENT_ADDR | remove-node ID | transfer-leader [ID], each with an optional group=G",
+            )),
+        }
+    }
+
+    /// `cluster` and the command's words, without a line ending.
+    fn render_words(&self, out: &mut Vec<u8>) {
         use std::io::Write as _;
         let _ = match self {
             Admin::Status => write!(out, "cluster status"),
@@ -128,7 +180,6 @@ impl<'a> Admin<'a> {
             Admin::TransferLeader { id: None } => write!(out, "cluster transfer-leader"),
             Admin::TransferLeader { id: Some(id) } => write!(out, "cluster transfer-leader {id}"),
         };
-        out.extend_from_slice(b"\r\n");
     }
 }
 
@@ -159,6 +210,12 @@ pub struct Status {
 impl Status {
     /// The whole reply, `END` included.
     pub fn render(&self, out: &mut Vec<u8>) {
+        self.render_lines(out);
+        out.extend_from_slice(b"END\r\n");
+    }
+
+    /// The `STATUS` and `MEMBER` lines.
+    fn render_lines(&self, out: &mut Vec<u8>) {
         use std::io::Write as _;
         let _ = write!(
             out,
@@ -177,13 +234,46 @@ impl Status {
                 None => write!(out, "MEMBER {} {kind} {} -\r\n", m.id, m.addr),
             };
         }
+    }
+
+    /// Every group's status in a reply of several groups, in `group`
+    /// order (one for a reply of one group), each rendered as
+    /// [`Status::render`] does, with a `GROUP <g>` line before each but
+    /// the first; `END` after all.
+    pub fn render_groups(groups: &[Status], out: &mut Vec<u8>) {
+        use std::io::Write as _;
+        for (g, st) in groups.iter().enumerate() {
+            if g > 0 {
+                let _ = write!(out, "GROUP {g}\r\n");
+            }
+            st.render_lines(out);
+        }
         out.extend_from_slice(b"END\r\n");
     }
 
+    /// Read a reply of one or several groups (without `END`, each line
+    /// without its line ending): group 0's status first, then each
+    /// further group's after its `GROUP <g>` line, numbered in order.
+    pub fn parse_groups<'l>(lines: impl IntoIterator<Item = &'l [u8]>) -> Result<Vec<Status>, BadAdmin> {
+        let mut groups: Vec<Vec<&[u8]>> = vec![Vec::new()];
+        for line in lines {
+            if let Some(g) = line.strip_prefix(b"GROUP ") {
+                if num(g) != Some(groups.len() as u64) || groups.len() >= crate::cluster::GROUPS_MAX {
+                    return Err(BadAdmin("CLIENT_ERROR bad GROUP line"));
+                }
+                groups.push(Vec::new());
+            } else {
+                groups.last_mut().expect("one group at least").push(line);
+            }
+        }
+        groups.into_iter().map(Status::parse).collect()
+    }
+
     /// Read the lines of a reply (without `END`), each without its line
-    /// ending.
+    /// ending; of a reply of several groups, group 0's (the lines before
+    /// the first `GROUP` line).
     pub fn parse<'l>(lines: impl IntoIterator<Item = &'l [u8]>) -> Result<Status, BadAdmin> {
-        let mut lines = lines.into_iter();
+        let mut lines = lines.into_iter().take_while(|l| !l.starts_with(b"GROUP "));
         let head = lines.next().ok_or(BadAdmin("CLIENT_ERROR empty status reply"))?;
         let f: Vec<&[u8]> = head.split(|&b| b == b' ').collect();
         let mut st = match f.as_slice() {
@@ -253,15 +343,23 @@ mod tests {
             "remove-node 2",
             "transfer-leader",
             "transfer-leader 3",
+            "status group=3",
+            "add-node 4 127.0.0.4:11311/127.0.0.4:11211 group=0",
+            "remove-node 2 group=255",
+            "transfer-leader group=1",
+            "transfer-leader 3 group=1",
         ] {
-            let cmd = Admin::parse(&words(line)).expect("an admin command").expect("reads");
+            let cmd = AdminCmd::parse(&words(line)).expect("an admin command").expect("reads");
+            assert_eq!(cmd.group.is_some(), line.contains("group="), "{line}");
             let mut out = Vec::new();
             cmd.render(&mut out);
             assert_eq!(out, format!("cluster {line}\r\n").into_bytes());
         }
-        let add = Admin::parse(&words("add-node 4 [::1]:5/host.example:11211")).unwrap().unwrap();
-        let Admin::AddNode { id: 4, member } = add else { panic!("{add:?}") };
+        let add = AdminCmd::parse(&words("add-node 4 [::1]:5/host.example:11211")).unwrap().unwrap();
+        let AdminCmd { admin: Admin::AddNode { id: 4, member }, group: None } = add else { panic!("{add:?}") };
         assert_eq!((member.raft.port(), member.client), (5, "host.example:11211"));
+        let t = AdminCmd::parse(&words("transfer-leader 2 group=7")).unwrap().unwrap();
+        assert_eq!(t, AdminCmd { admin: Admin::TransferLeader { id: Some(2) }, group: Some(7) });
     }
 
     #[test]
@@ -277,11 +375,18 @@ mod tests {
             "remove-node",
             "remove-node -1",
             "transfer-leader 1 2",
+            "status group=256",
+            "status group=x",
+            "status group=",
+            "status group=1 group=1",
+            "remove-node group=1 2",
+            "transfer-leader group=-1",
         ] {
-            assert!(Admin::parse(&words(line)).expect("an admin command").is_err(), "{line}");
+            assert!(AdminCmd::parse(&words(line)).expect("an admin command").is_err(), "{line}");
         }
-        assert!(Admin::parse(&words("map")).is_none());
-        assert!(Admin::parse(&[]).is_none());
+        assert!(AdminCmd::parse(&words("map")).is_none());
+        assert!(AdminCmd::parse(&words("group=1")).is_none());
+        assert!(AdminCmd::parse(&[]).is_none());
     }
 
     #[test]
@@ -310,5 +415,38 @@ mod tests {
         }
         let bad_member = "STATUS self 1 role leader term 1 leader 0 last_log 1 applied 1\r\nMEMBER 1 boss a/b 1";
         assert!(Status::parse(bad_member.split("\r\n").map(str::as_bytes)).is_err());
+    }
+
+    #[test]
+    fn a_status_of_several_groups_reads_back_and_starts_with_group_0() {
+        let group = |me, leader| Status {
+            me,
+            role: if me == leader { "leader" } else { "follower" }.into(),
+            term: 3,
+            leader: Some(leader),
+            last_log: 9,
+            applied: 9,
+            members: vec![MemberStatus { id: 1, voter: true, addr: "127.0.0.1:1/127.0.0.1:2".into(), matched: None }],
+        };
+        let groups = vec![group(1, 1), group(1, 2), group(1, 3)];
+        let mut out = Vec::new();
+        Status::render_groups(&groups, &mut out);
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("\r\nGROUP 1\r\nSTATUS self 1 role follower") && text.ends_with("GROUP 2\r\nSTATUS self 1 role follower term 3 leader 3 last_log 9 applied 9\r\nMEMBER 1 voter 127.0.0.1:1/127.0.0.1:2 -\r\nEND\r\n"), "{text}");
+        let lines: Vec<&[u8]> = text.strip_suffix("\r\nEND\r\n").unwrap().split("\r\n").map(str::as_bytes).collect();
+        assert_eq!(Status::parse_groups(lines.iter().copied()).unwrap(), groups);
+        // A reader of one group's reply reads group 0.
+        assert_eq!(Status::parse(lines.iter().copied()).unwrap(), groups[0]);
+        // One group renders as before groups.
+        let (mut one, mut plain) = (Vec::new(), Vec::new());
+        Status::render_groups(&groups[..1], &mut one);
+        groups[0].render(&mut plain);
+        assert_eq!(one, plain);
+        assert_eq!(lines[5], b"GROUP 2");
+        for bad in ["GROUP 1", "GROUP 3", "GROUP x", "GROUP "] {
+            let mut l = lines.clone();
+            l[5] = bad.as_bytes();
+            assert!(Status::parse_groups(l).is_err(), "{bad}");
+        }
     }
 }

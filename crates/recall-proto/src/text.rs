@@ -137,7 +137,7 @@ pub enum Command<'a> {
     ClusterForwarded,
     /// `cluster status | add-node | remove-node | transfer-leader`: a
     /// replicated cluster's membership (`cluster_admin`).
-    ClusterAdmin(crate::cluster_admin::Admin<'a>),
+    ClusterAdmin(crate::cluster_admin::AdminCmd<'a>),
     /// Admin commands recall accepts but that have nothing to tune here
     /// (`slabs`, `lru`); answered with `OK`.
     AdminNoop,
@@ -480,7 +480,7 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
         b"watch" => req(Command::Watch { args: t.rest(line, 1) }),
         b"cluster" if ntok == 2 && t.toks[1] == b"map" => req(Command::ClusterMap),
         b"cluster" if ntok == 2 && t.toks[1] == b"forwarded" => req(Command::ClusterForwarded),
-        b"cluster" if ntok >= 2 => match crate::cluster_admin::Admin::parse(&t.toks[1..ntok.min(MAX_TOKENS)]) {
+        b"cluster" if ntok >= 2 => match crate::cluster_admin::AdminCmd::parse(&t.toks[1..ntok.min(MAX_TOKENS)]) {
             // Past MAX_TOKENS the words were cut short: no admin command
             // has that many.
             Some(Ok(_)) if ntok > MAX_TOKENS => {

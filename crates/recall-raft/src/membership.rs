@@ -440,7 +440,7 @@ async fn transfer(
 }
 
 /// A member's Raft address, from the membership in the log.
-fn raft_addr_of(m: &Metrics, id: NodeId) -> Option<SocketAddr> {
+pub(crate) fn raft_addr_of(m: &Metrics, id: NodeId) -> Option<SocketAddr> {
     let addr = m.membership_config.membership().get_node(&id).map(|n| n.addr.clone());
     // `RAFT_ADDR/CLIENT_ADDR`, or a first slice's Raft address.
     addr.as_deref().and_then(|a| match Member::parse(a) {
@@ -478,6 +478,11 @@ pub(crate) async fn lead_at_start(group: Arc<Group>, target: NodeId) {
 }
 
 impl Group {
+    /// `cluster status` of this group.
+    pub(crate) fn status(&self) -> Status {
+        status(&self.raft.metrics().borrow())
+    }
+
     /// `cluster ...`: see the module's documentation. Only a refusal that
     /// names the leader is an error (the request is forwarded there);
     /// every other outcome is the reply in `out`.

@@ -1,15 +1,18 @@
 //! `recall cluster status | add-node | remove-node | move | transfer-leader`:
 //! a replicated cluster's membership, through the `cluster ...` admin
-//! commands (docs/compat.md) on any node; a node that does not lead
-//! forwards them to the leader. `move` and the removal of the leader are
-//! sequences of those commands, run here.
+//! commands (docs/compat.md) on any node; a node that does not lead the
+//! command's group forwards it to that group's leader. `move` and the
+//! removal of a leader are sequences of those commands, run here. With
+//! several Raft groups (`--cluster-groups`), a change without `--group`
+//! runs in every group in turn (each with its own retries), and `status`
+//! shows every group.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use clap::Subcommand;
-use recall_proto::cluster_admin::{Admin, Member, Status};
+use recall_proto::cluster_admin::{Admin, AdminCmd, Member, Status};
 
 /// How long one admin command may take to answer: a node spends up to
 /// the cluster's `timeout_ms` (5 s by default) on it, plus a forwarding
@@ -22,8 +25,13 @@ const LINE_MAX: u64 = 8192;
 #[derive(Subcommand, Debug)]
 pub enum ClusterCmd {
     /// Print the members, their roles and how far each one's log matches
-    /// the leader's (asked of the leader, if the node names one).
-    Status,
+    /// the leader's (asked of the leader, if the node names one), for
+    /// every group.
+    Status {
+        /// Only this Raft group.
+        #[arg(long)]
+        group: Option<u16>,
+    },
     /// Add a node (started empty, with its own id and addresses) as a
     /// learner, and promote it to a voter once it has caught up.
     AddNode {
@@ -32,15 +40,22 @@ pub enum ClusterCmd {
         /// Where the node's Raft RPC and its clients connect.
         #[arg(value_name = "RAFT_ADDR/CLIENT_ADDR")]
         addr: String,
-        /// Give up waiting for it to catch up after this many seconds.
+        /// Give up waiting for it to catch up after this many seconds
+        /// (in each group).
         #[arg(long, default_value_t = 60)]
         wait: u64,
+        /// Only in this Raft group (default: every group).
+        #[arg(long)]
+        group: Option<u16>,
     },
     /// Remove a node; if it leads, hand the leadership to another voter
     /// first.
     RemoveNode {
         /// The node's id.
         id: u64,
+        /// Only from this Raft group (default: every group it is in).
+        #[arg(long)]
+        group: Option<u16>,
     },
     /// Move a replica: add node TO (learner, catch up, voter), then remove
     /// node FROM.
@@ -52,15 +67,23 @@ pub enum ClusterCmd {
         /// Node TO's addresses.
         #[arg(value_name = "RAFT_ADDR/CLIENT_ADDR")]
         addr: String,
-        /// Give up waiting for TO to catch up after this many seconds.
+        /// Give up waiting for TO to catch up after this many seconds
+        /// (in each group).
         #[arg(long, default_value_t = 60)]
         wait: u64,
+        /// Only this Raft group's replica (default: every group FROM is
+        /// in).
+        #[arg(long)]
+        group: Option<u16>,
     },
     /// Hand the leadership to a voter (default: the one whose log is the
     /// furthest along).
     TransferLeader {
         /// The voter to hand over to.
         id: Option<u64>,
+        /// Only this Raft group's leadership (default: every group's).
+        #[arg(long)]
+        group: Option<u16>,
     },
 }
 
@@ -73,11 +96,13 @@ impl From<io::Error> for Failed {
     }
 }
 
-/// One node, asked one command per connection.
+/// One node, asked one command per connection, about one group (`None`:
+/// the only group of a cluster of one).
 struct Node<'a> {
     addr: &'a str,
     connect: Duration,
     say: &'a dyn Fn(String),
+    group: Option<u16>,
 }
 
 impl Node<'_> {
@@ -94,7 +119,7 @@ impl Node<'_> {
         let mut s = TcpStream::connect_timeout(&addr, self.connect).map_err(with)?;
         s.set_read_timeout(Some(ANSWER_WITHIN)).map_err(with)?;
         let mut line = Vec::new();
-        cmd.render(&mut line);
+        AdminCmd { admin: *cmd, group: self.group }.render(&mut line);
         s.write_all(&line).map_err(with)?;
         let mut r = BufReader::new(s);
         let mut lines = Vec::new();
@@ -116,6 +141,14 @@ impl Node<'_> {
         }
     }
 
+    /// Where errors are about: the node, and the group if one is named.
+    fn at(&self) -> String {
+        match self.group {
+            Some(g) => format!("{} (group {g})", self.addr),
+            None => self.addr.to_string(),
+        }
+    }
+
     /// A one-line reply: `Ok` for `OK`, the line for a progress line
     /// (`CATCHING_UP`), an error for anything else.
     fn command(&self, cmd: &Admin<'_>) -> Result<String, Failed> {
@@ -129,45 +162,112 @@ impl Node<'_> {
                 // learns of it within a heartbeat): nothing was done, ask
                 // again.
                 Some(l) if l.starts_with("SERVER_ERROR not leader") && Instant::now() < until => {
-                    eprintln!("recall: {l}; asking again");
+                    eprintln!("recall: {}: {l}; asking again", self.at());
                     std::thread::sleep(Duration::from_millis(200));
                 }
-                Some(l) => return Err(Failed(format!("{}: {l}", self.addr))),
-                None => return Err(Failed(format!("{}: empty reply", self.addr))),
+                Some(l) => return Err(Failed(format!("{}: {l}", self.at()))),
+                None => return Err(Failed(format!("{}: empty reply", self.at()))),
             }
         }
     }
 
-    fn status(&self) -> Result<Status, Failed> {
+    /// Every group's status (one, for a node asked about one group).
+    fn statuses(&self) -> Result<Vec<Status>, Failed> {
         let lines = self.ask(&Admin::Status)?;
         if lines.first().is_some_and(|l| !l.starts_with("STATUS")) {
-            return Err(Failed(format!("{}: {}", self.addr, lines[0])));
+            return Err(Failed(format!("{}: {}", self.at(), lines[0])));
         }
-        Status::parse(lines.iter().map(|l| l.as_bytes())).map_err(|e| Failed(format!("{}: {e}", self.addr)))
+        Status::parse_groups(lines.iter().map(|l| l.as_bytes())).map_err(|e| Failed(format!("{}: {e}", self.at())))
+    }
+
+    fn status(&self) -> Result<Status, Failed> {
+        let mut all = self.statuses()?;
+        Ok(all.swap_remove(0))
+    }
+
+    /// This node, asked about group `g`.
+    fn in_group(&self, g: u16) -> Node<'_> {
+        Node { group: Some(g), ..*self }
     }
 }
 
 /// Run one `recall cluster` subcommand against the node at `addr`;
 /// `say` prints a line of its output.
 pub fn run(cmd: &ClusterCmd, addr: &str, connect: Duration, say: &dyn Fn(String)) -> Result<(), Failed> {
-    let node = Node { addr, connect, say };
+    let node = Node { addr, connect, say, group: None };
     match cmd {
-        ClusterCmd::Status => status(&node),
-        ClusterCmd::AddNode { id, addr, wait } => add_node(&node, *id, addr, *wait),
-        ClusterCmd::RemoveNode { id } => remove_node(&node, *id),
-        ClusterCmd::Move { from, to, addr, wait } => {
+        ClusterCmd::Status { group } => match group {
+            Some(g) => status(&node.in_group(*g)),
+            None => {
+                let groups = node.statuses()?.len();
+                if groups == 1 {
+                    return status(&node);
+                }
+                for g in 0..groups as u16 {
+                    (node.say)(format!("group {g}:"));
+                    status(&node.in_group(g))?;
+                }
+                Ok(())
+            }
+        },
+        ClusterCmd::AddNode { id, addr, wait, group } => {
+            for_groups(&node, *group, "", |n| add_node(n, *id, addr, *wait).map(|()| true))
+        }
+        ClusterCmd::RemoveNode { id, group } => {
+            let none = format!("node {id} is not a member of any group");
+            // Without --group, every group the node is in.
+            for_groups(&node, *group, &none, |n| remove_node(n, *id, group.is_none() && n.group.is_some()))
+        }
+        ClusterCmd::Move { from, to, addr, wait, group } => {
             if from == to {
                 return Err(Failed("move: FROM and TO are the same node".into()));
             }
-            add_node(&node, *to, addr, *wait)?;
-            remove_node(&node, *from)
+            let none = format!("node {from} is not a member of any group");
+            for_groups(&node, *group, &none, |n| {
+                // Every group FROM is in; a group without it is skipped.
+                if group.is_none() && n.group.is_some() && !n.status()?.members.iter().any(|m| m.id == *from) {
+                    return Ok(false);
+                }
+                add_node(n, *to, addr, *wait)?;
+                remove_node(n, *from, false)
+            })
         }
-        ClusterCmd::TransferLeader { id } => {
-            transfer(&node, *id)?;
-            (node.say)("leader transferred".into());
-            Ok(())
-        }
+        ClusterCmd::TransferLeader { id, group } => for_groups(&node, *group, "", |n| {
+            transfer(n, *id)?;
+            (n.say)(match n.group {
+                Some(g) => format!("leader of group {g} transferred"),
+                None => "leader transferred".into(),
+            });
+            Ok(true)
+        }),
     }
+}
+
+/// Run `f` about `group`, or without one about every group of the
+/// cluster in turn (a cluster of one group: about it, named as before
+/// groups). `f` says whether it did something; doing nothing in every
+/// group is the error `none`.
+fn for_groups(
+    node: &Node<'_>,
+    group: Option<u16>,
+    none: &str,
+    mut f: impl FnMut(&Node<'_>) -> Result<bool, Failed>,
+) -> Result<(), Failed> {
+    let groups = match group {
+        Some(g) => vec![Some(g)],
+        None => match node.statuses()?.len() {
+            1 => vec![None],
+            n => (0..n as u16).map(Some).collect(),
+        },
+    };
+    let mut did = false;
+    for g in groups {
+        did |= f(&Node { group: g, ..*node })?;
+    }
+    if !did {
+        return Err(Failed(none.to_string()));
+    }
+    Ok(())
 }
 
 fn status(node: &Node<'_>) -> Result<(), Failed> {
@@ -192,6 +292,11 @@ fn status(node: &Node<'_>) -> Result<(), Failed> {
     Ok(())
 }
 
+/// " in group g", or nothing for a cluster of one group.
+fn in_group(node: &Node<'_>) -> String {
+    node.group.map_or(String::new(), |g| format!(" in group {g}"))
+}
+
 fn add_node(node: &Node<'_>, id: u64, addr: &str, wait: u64) -> Result<(), Failed> {
     let member = Member::parse(addr).map_err(|e| Failed(format!("{addr}: {e} (expected RAFT_ADDR/CLIENT_ADDR)")))?;
     let until = Instant::now() + Duration::from_secs(wait);
@@ -199,27 +304,35 @@ fn add_node(node: &Node<'_>, id: u64, addr: &str, wait: u64) -> Result<(), Faile
         // Sent again, the command checks the learner and promotes it.
         let reply = node.command(&Admin::AddNode { id, member })?;
         if reply == "OK" {
-            (node.say)(format!("node {id} is a voter"));
+            (node.say)(format!("node {id} is a voter{}", in_group(node)));
             return Ok(());
         }
-        eprintln!("recall: {reply}");
+        eprintln!("recall: {reply}{}", in_group(node));
         if Instant::now() >= until {
-            return Err(Failed(format!("node {id} has not caught up after {wait} s; it stays a learner")));
+            return Err(Failed(format!(
+                "node {id} has not caught up after {wait} s{}; it stays a learner",
+                in_group(node)
+            )));
         }
     }
 }
 
-fn remove_node(node: &Node<'_>, id: u64) -> Result<(), Failed> {
-    if node.status()?.leader == Some(id) {
+/// Remove node `id`; with `skip_absent`, a group it is not a member of is
+/// skipped (`Ok(false)`).
+fn remove_node(node: &Node<'_>, id: u64, skip_absent: bool) -> Result<bool, Failed> {
+    let st = node.status()?;
+    if skip_absent && !st.members.iter().any(|m| m.id == id) {
+        return Ok(false);
+    }
+    if st.leader == Some(id) {
         // The leader does not remove itself: hand over first.
         transfer(node, None)?;
-        eprintln!("recall: node {id} led; leadership transferred");
+        eprintln!("recall: node {id} led{}; leadership transferred", in_group(node));
     }
     node.command(&Admin::RemoveNode { id })?;
-    (node.say)(format!("node {id} removed"));
-    Ok(())
+    (node.say)(format!("node {id} removed{}", in_group(node)));
+    Ok(true)
 }
-
 /// How long a command refused by a leader that has just stepped down is
 /// asked again.
 const LEADER_CHANGE_WAIT: Duration = Duration::from_secs(10);
