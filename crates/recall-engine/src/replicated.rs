@@ -60,6 +60,7 @@ use recall_store::{ApplyOutcome, ArithOutcome, DeleteOutcome, Mutation, Store, S
 use crate::commit::{Commit, Probe, Resolver};
 
 mod cause;
+mod flush;
 mod pending;
 use crate::op::{Data, Op, Outcome, Refusal};
 use crate::write_path::{Barrier, Observer};
@@ -85,7 +86,7 @@ pub trait Replicator: Send + Sync {
     /// How many groups the keyspace is split into (fixed for the
     /// cluster's life). A key's group is the group of its slot
     /// (`recall_proto::cluster::slot_of`, `group_of_slot`); a flush, which
-    /// has no key, is refused with more than one group.
+    /// has no key, is an entry in every group (`replicated/flush.rs`).
     fn groups(&self) -> usize {
         1
     }
@@ -128,11 +129,20 @@ pub trait Replicator: Send + Sync {
     fn map(&self) -> ClusterMap {
         ClusterMap::default()
     }
+    /// Run group `group`'s part of a `flush_all` on that group's leader,
+    /// another node ([`Engine::flush_group`] there), and wait for its
+    /// answer, for at most [`Replicator::timeout`].
+    fn flush_at_leader(&self, group: usize) -> Result<(), Refusal> {
+        let _ = group;
+        Err(Refusal::ClusterUnsupported)
+    }
     /// Run a membership command (`cluster add-node`, ...) and write its
-    /// reply to `out`. With several groups, group 0's leader runs it. A
-    /// node that must not run it (it does not lead)
-    /// refuses with [`Refusal::NotLeader`], and the request is forwarded.
-    fn admin(&self, cmd: &recall_proto::cluster_admin::Admin<'_>, out: &mut Vec<u8>) -> Result<(), Refusal> {
+    /// reply to `out`. It is about the group it names (`group=<g>`), or
+    /// group 0, and that group's leader runs it. A node that must not run
+    /// it (it does not lead that group) refuses with
+    /// [`Refusal::NotLeader`], and the request is forwarded to the
+    /// group's leader.
+    fn admin(&self, cmd: &recall_proto::cluster_admin::AdminCmd<'_>, out: &mut Vec<u8>) -> Result<(), Refusal> {
         let _ = (cmd, out);
         Err(Refusal::Replication("SERVER_ERROR cluster admin commands are not supported by this node"))
     }
@@ -278,8 +288,8 @@ impl Replication {
         Replication { replicator, groups, stripes, hasher: Default::default(), unresolved: Default::default() }
     }
 
-    /// The group of `key` (0 for a flush, which has no key: refused
-    /// before it gets here with more than one group).
+    /// The group of `key` (0 for a flush, which has no key: with more
+    /// than one group it does not get here, see `flush.rs`).
     fn group_of(&self, key: &[u8]) -> usize {
         match (self.groups, key) {
             (1, _) | (_, []) => 0,
@@ -313,7 +323,7 @@ enum Route {
     Refuse(Refusal),
 }
 
-fn route(op: &Op<'_>, groups: usize) -> Route {
+fn route(op: &Op<'_>) -> Route {
     match op {
         Op::Read(r) if r.vivify.is_some() || r.recache_below.is_some() || r.explicit_cas != 0 => {
             Route::Refuse(Refusal::ClusterUnsupported)
@@ -325,10 +335,6 @@ fn route(op: &Op<'_>, groups: usize) -> Route {
         Op::Arith(a) if a.explicit_cas != 0 => Route::Refuse(Refusal::ClusterUnsupported),
         Op::Flush { delay } if *delay > 0 => Route::Refuse(Refusal::ClusterUnsupported),
         Op::Replay(_) => Route::Refuse(Refusal::ClusterUnsupported),
-        // A flush has no key and so no group: with several groups it would
-        // need an entry in every group's log, applied to that group's
-        // slots only.
-        Op::Flush { .. } if groups > 1 => Route::Refuse(Refusal::ClusterUnsupported),
         Op::Write(_) | Op::Delete(_) | Op::Arith(_) | Op::Flush { .. } => Route::Write,
     }
 }
@@ -355,7 +361,7 @@ impl Engine {
         let group = rep.group_of(key_of(op));
         // Bit `group` of `cx.read_fresh` (none past 63).
         let fresh_bit = 1u64.checked_shl(group as u32).unwrap_or(0);
-        match route(op, rep.groups) {
+        match route(op) {
             Route::Refuse(r) => Ok(render(Outcome::Refused(r))),
             Route::Read if cx.read_fresh & fresh_bit != 0 => Err(render),
             Route::Read => match rep.replicator.read_barrier(group) {
@@ -479,6 +485,8 @@ impl Engine {
         cas_may_wait: bool,
     ) -> Result<Pending, Decided> {
         match key_of(op) {
+            // No key, no group: an entry in every group (`flush.rs`).
+            [] if rep.groups > 1 => Err(self.flush_groups(rep, counters)),
             [] => {
                 // A flush holds every stripe (in order; a write holds one,
                 // so nobody waits in a cycle) until it is applied: a write

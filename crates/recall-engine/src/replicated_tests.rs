@@ -39,6 +39,10 @@ struct Group {
     /// The group each proposal went to, and each read barrier asked.
     proposed_to: Mutex<Vec<usize>>,
     read_groups: Mutex<Vec<usize>>,
+    /// The groups whose flush was asked of their leader, and whether
+    /// those leaders fail it.
+    flushed_at_leader: Mutex<Vec<usize>>,
+    leader_flush_fails: AtomicBool,
 }
 
 impl Replicator for Group {
@@ -70,6 +74,14 @@ impl Replicator for Group {
             return Ok(());
         }
         done.resolve(Ok(self.commit(effect, cause)));
+        Ok(())
+    }
+
+    fn flush_at_leader(&self, group: usize) -> Result<(), Refusal> {
+        self.flushed_at_leader.lock().unwrap().push(group);
+        if self.leader_flush_fails.load(Ordering::Relaxed) {
+            return Err(Refusal::Replication("SERVER_ERROR cluster timed out"));
+        }
         Ok(())
     }
 }
@@ -250,9 +262,40 @@ fn with_several_groups_each_key_goes_to_its_own_group() {
     // other group's key with the refusal, never with a wrong miss.
     let got = send_unforwarded(&e, format!("get {k0} {k1}\r\n").as_bytes());
     assert!(String::from_utf8_lossy(&got).contains(NOT_LEADER), "{}", String::from_utf8_lossy(&got));
-    // A flush has no group: refused with several.
-    assert_eq!(send(&e, b"flush_all\r\n"), "SERVER_ERROR not supported in cluster mode yet\r\n");
-    assert!(g.proposed_to.lock().unwrap().len() == 2, "nothing proposed");
+    // A flush is an entry in every group: proposed here in the groups
+    // this node leads, asked of the leader in the others.
+    g.proposed_to.lock().unwrap().clear();
+    assert_eq!(send(&e, b"flush_all\r\n"), "OK\r\n");
+    let mut here = g.proposed_to.lock().unwrap().clone();
+    here.sort();
+    assert_eq!(here, [0, 2]);
+    let mut there = g.flushed_at_leader.lock().unwrap().clone();
+    there.sort();
+    assert_eq!(there, [1, 3]);
+    // A group that did not commit its flush: the client hears that part of
+    // the keyspace may or may not be flushed.
+    g.leader_flush_fails.store(true, Ordering::Relaxed);
+    let reply = send(&e, b"flush_all\r\n");
+    assert!(reply.starts_with("SERVER_ERROR cluster flush_all did not commit in every group"), "{reply}");
+    assert!(reply.contains("may or may not"), "{reply}");
+    // A delayed flush stays refused.
+    assert_eq!(send(&e, b"flush_all 10\r\n"), "SERVER_ERROR not supported in cluster mode yet\r\n");
+}
+
+#[test]
+fn a_committed_flush_of_one_group_empties_its_slots_only() {
+    use recall_proto::cluster::{group_of_slot, slot_of};
+    let (e, _g) = replicated_in(Group { groups: 4, ..Default::default() });
+    let keys: Vec<String> = (0..4).map(|g| key_in(g, 4)).collect();
+    for k in &keys {
+        assert_eq!(send(&e, format!("set {k} 0 0 1\r\nv\r\n").as_bytes()), "STORED\r\n");
+    }
+    let owns = |k: &[u8]| group_of_slot(slot_of(k), 4) == 1;
+    e.apply_committed_flush(owns, 99);
+    for (g, k) in keys.iter().enumerate() {
+        let want = if g == 1 { "END\r\n".to_string() } else { format!("VALUE {k} 0 1\r\nv\r\nEND\r\n") };
+        assert_eq!(send(&e, format!("get {k}\r\n").as_bytes()), want, "group {g}");
+    }
 }
 
 #[test]

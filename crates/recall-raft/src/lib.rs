@@ -215,6 +215,7 @@ pub(crate) const TIMED_OUT: &str = "SERVER_ERROR cluster timed out; the write ma
 pub(crate) const FAILED: &str = "SERVER_ERROR cluster failed; the write may or may not have been applied";
 pub(crate) const SHUT_DOWN: &str = "SERVER_ERROR cluster node is shutting down";
 pub(crate) const NO_QUORUM: &str = "SERVER_ERROR cluster has no quorum";
+const FLUSH_NO_LEADER: &str = "SERVER_ERROR not leader; a group has no leader known here";
 
 impl Node {
     /// Start this node's groups (one runtime, one thread) and its RPC
@@ -311,7 +312,8 @@ impl Node {
             let listener = tokio::net::TcpListener::bind(listen)
                 .await
                 .map_err(|e| io::Error::new(e.kind(), format!("cluster listen {listen}: {e}")))?;
-            tokio::spawn(network::serve(listener, rafts.clone(), std::time::Instant::now() + read::LEASE));
+            let votes_from = std::time::Instant::now() + read::LEASE;
+            tokio::spawn(network::serve(listener, rafts.clone(), engine.clone(), votes_from));
             if cfg.bootstrap {
                 for (g, raft) in rafts.iter().enumerate() {
                     match raft.initialize(members.clone()).await {
@@ -511,6 +513,32 @@ impl Group {
         self.proposer.propose(Effect { cause: cause.code(), record: bytes }, done, in_flight);
     }
 
+    /// This group's part of a `flush_all`, asked of its leader
+    /// (`network::Rpc::Flush`), waited for at most the request timeout.
+    fn flush_at_leader(&self) -> Result<(), Refusal> {
+        let (leader, addr) = {
+            let m = self.raft.metrics();
+            let m = m.borrow();
+            let leader = m.current_leader.filter(|l| *l != m.id);
+            (leader, leader.and_then(|l| membership::raft_addr_of(&m, l)))
+        };
+        let (Some(leader), Some(addr)) = (leader, addr) else {
+            return Err(Refusal::Replication(FLUSH_NO_LEADER));
+        };
+        let (group, ttl) = (self.id.id, self.timeout);
+        match self.wait(async move { network::request_flush(addr, group, ttl).await })? {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(line)) => {
+                tracing::warn!("cluster group {group}: flush_all at leader {leader}: {line}");
+                Err(Refusal::Replication(FAILED))
+            }
+            Err(e) => {
+                tracing::warn!("cluster group {group}: flush_all at leader {leader}: {e}");
+                Err(Refusal::Replication(FAILED))
+            }
+        }
+    }
+
     /// The members with their client addresses, and the group's map line.
     fn map(&self, groups: usize) -> (Vec<(NodeId, String)>, recall_proto::cluster::GroupMap, NodeId) {
         let m = self.raft.metrics();
@@ -591,6 +619,10 @@ impl Replicator for Node {
         self.groups[0].timeout
     }
 
+    fn flush_at_leader(&self, group: usize) -> Result<(), Refusal> {
+        self.group(group).flush_at_leader()
+    }
+
     fn map(&self) -> ClusterMap {
         let n = self.groups.len();
         let (mut nodes, first, me) = self.groups[0].map(n);
@@ -610,14 +642,25 @@ impl Replicator for Node {
         ClusterMap { me, term, leader, nodes, groups }
     }
 
-    fn admin(&self, cmd: &recall_proto::cluster_admin::Admin<'_>, out: &mut Vec<u8>) -> Result<(), Refusal> {
+    fn admin(&self, cmd: &recall_proto::cluster_admin::AdminCmd<'_>, out: &mut Vec<u8>) -> Result<(), Refusal> {
         use recall_proto::cluster_admin::Admin;
-        if self.groups.len() > 1 && !matches!(cmd, Admin::Status) {
-            return Err(Refusal::Replication(
-                "SERVER_ERROR cluster membership commands are not supported with several groups yet",
-            ));
+        match (cmd.group, &cmd.admin) {
+            (Some(g), _) => match self.groups.get(usize::from(g)) {
+                Some(group) => group.run_admin(&cmd.admin, out),
+                None => Err(Refusal::Replication("SERVER_ERROR cluster has no such group")),
+            },
+            (None, _) if self.groups.len() == 1 => self.groups[0].run_admin(&cmd.admin, out),
+            // Every group's, group 0's first (`cluster_admin.rs`).
+            (None, Admin::Status) => {
+                let all: Vec<_> = self.groups.iter().map(|g| g.status()).collect();
+                recall_proto::cluster_admin::Status::render_groups(&all, out);
+                Ok(())
+            }
+            // Each group has its own leader: a change runs on one.
+            (None, _) => Err(Refusal::Replication(
+                "SERVER_ERROR cluster has several groups; name one with group=G (recall cluster runs the command in every group)",
+            )),
         }
-        self.groups[0].run_admin(cmd, out)
     }
 
     fn stats(&self) -> Vec<(&'static str, String)> {

@@ -62,6 +62,13 @@ pub enum Rpc {
     /// voter, starts an election now (Raft's TimeoutNow; `membership.rs`).
     /// Answered with `Result<(), String>`.
     Elect,
+    /// The group's part of a `flush_all` with several groups, asked of
+    /// the group's leader by the node the client asked: the receiver
+    /// flushes the group's slots through its log
+    /// (`recall_engine::Engine::flush_group`). Answered with
+    /// `Result<(), String>` (the error: the reply line the receiver's
+    /// client would have had).
+    Flush,
 }
 
 /// Read one frame's body. `Ok(None)` is a clean end of stream before a
@@ -137,8 +144,13 @@ pub fn decode<T: DeserializeOwned>(b: &[u8]) -> io::Result<T> {
 /// Serve Raft calls from the other nodes, to `groups` by id, until the
 /// listener fails. Votes are refused until `votes_from`: a node that just
 /// started forgot when it last heard from a leader, whose read lease may
-/// still run (`read.rs`).
-pub async fn serve(listener: TcpListener, groups: std::sync::Arc<Vec<Raft>>, votes_from: std::time::Instant) {
+/// still run (`read.rs`). A flush runs on `engine`.
+pub async fn serve(
+    listener: TcpListener,
+    groups: std::sync::Arc<Vec<Raft>>,
+    engine: std::sync::Arc<recall_engine::Engine>,
+    votes_from: std::time::Instant,
+) {
     loop {
         let (sock, peer) = match listener.accept().await {
             Ok(c) => c,
@@ -148,16 +160,21 @@ pub async fn serve(listener: TcpListener, groups: std::sync::Arc<Vec<Raft>>, vot
             }
         };
         let _ = sock.set_nodelay(true);
-        let groups = groups.clone();
+        let (groups, engine) = (groups.clone(), engine.clone());
         tokio::spawn(async move {
-            if let Err(e) = serve_conn(sock, &groups, votes_from).await {
+            if let Err(e) = serve_conn(sock, &groups, &engine, votes_from).await {
                 tracing::info!("raft connection from {peer} closed: {e}");
             }
         });
     }
 }
 
-async fn serve_conn(sock: TcpStream, groups: &[Raft], votes_from: std::time::Instant) -> io::Result<()> {
+async fn serve_conn(
+    sock: TcpStream,
+    groups: &[Raft],
+    engine: &std::sync::Arc<recall_engine::Engine>,
+    votes_from: std::time::Instant,
+) -> io::Result<()> {
     let mut sock = BufReader::new(sock);
     while let Some(body) = read_frame(&mut sock).await? {
         let call = decode::<Call>(&body)?;
@@ -179,6 +196,17 @@ async fn serve_conn(sock: TcpStream, groups: &[Raft], votes_from: std::time::Ins
             Rpc::Vote(r) => encode(&raft.vote(r).await)?,
             Rpc::Snapshot(r) => encode(&raft.install_snapshot(r).await)?,
             Rpc::Elect => encode(&crate::membership::elect_now(raft).await)?,
+            Rpc::Flush => {
+                // It holds the engine's scratch stripes and waits for the
+                // commit: off the runtime, which commits it.
+                let (engine, group) = (engine.clone(), usize::from(call.group));
+                let done = tokio::task::spawn_blocking(move || engine.flush_group(group)).await;
+                let done: Result<(), String> = match done {
+                    Ok(r) => r.map_err(|r| String::from_utf8_lossy(r.line()).into_owned()),
+                    Err(e) => Err(format!("SERVER_ERROR cluster flush failed: {e}")),
+                };
+                encode(&done)?
+            }
         };
         write_frame(&mut sock, &reply).await?;
     }
@@ -189,11 +217,24 @@ async fn serve_conn(sock: TcpStream, groups: &[Raft], votes_from: std::time::Ins
 /// `group` ([`Rpc::Elect`]), on a connection of its own, within `ttl`. The
 /// outer error is the call's, the inner one the node's refusal.
 pub async fn request_elect(addr: SocketAddr, group: u16, ttl: Duration) -> io::Result<Result<(), String>> {
+    request(addr, Call { group, rpc: Rpc::Elect }, ttl).await
+}
+
+/// Ask the leader of `group`, whose Raft RPC listens at `addr`, to flush
+/// the group ([`Rpc::Flush`]), within `ttl`; errors as
+/// [`request_elect`]'s.
+pub async fn request_flush(addr: SocketAddr, group: u16, ttl: Duration) -> io::Result<Result<(), String>> {
+    request(addr, Call { group, rpc: Rpc::Flush }, ttl).await
+}
+
+/// One call answered with `Result<(), String>`, on a connection of its
+/// own, within `ttl`.
+async fn request(addr: SocketAddr, call: Call, ttl: Duration) -> io::Result<Result<(), String>> {
     let call = async {
         let s = TcpStream::connect(addr).await?;
         let _ = s.set_nodelay(true);
         let mut s = BufReader::new(s);
-        write_frame(&mut s, &encode(&Call { group, rpc: Rpc::Elect })?).await?;
+        write_frame(&mut s, &encode(&call)?).await?;
         match read_frame(&mut s).await? {
             Some(reply) => decode(&reply),
             None => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed")),
@@ -441,6 +482,7 @@ mod tests {
         ));
         round_trip(call(255, Rpc::Vote(VoteRequest { vote, last_log_id: None })));
         round_trip(call(7, Rpc::Elect));
+        round_trip(call(3, Rpc::Flush));
         round_trip(Ok::<(), String>(()));
         round_trip(Err::<(), String>("not a voter".into()));
         round_trip(call(

@@ -155,6 +155,11 @@ impl StateMachine {
             return Err(BadRecord::Record(recall_record::RecordError::Truncated));
         }
         let cause = Cause::from_code(effect.cause).ok_or(BadRecord::Cause(effect.cause))?;
+        if r.is_flush() && self.groups > 1 {
+            // A flush with several groups is an entry in each: this
+            // group's slots only.
+            return Ok(self.engine.apply_committed_flush(|k| self.owns(k), ts));
+        }
         Ok(self.engine.apply_committed(&r, ts, cause))
     }
 }
