@@ -203,6 +203,9 @@ pub(crate) struct Group {
     not_leader_lines: Mutex<BTreeMap<String, &'static str>>,
     /// Closed while the leadership is handed over (`membership.rs`).
     gate: membership::Gate,
+    /// The leader (id and client address) a peer named while this node
+    /// knew none, and when (`membership::find_leader`).
+    learned: Mutex<Option<(NodeId, String, std::time::Instant)>>,
     reads: ReadMode,
     /// Group commit (`propose.rs`).
     proposer: Arc<propose::Proposer>,
@@ -353,6 +356,7 @@ impl Node {
                         peers: peers.clone(),
                         not_leader_lines: Default::default(),
                         gate: Default::default(),
+                        learned: Default::default(),
                         reads: cfg.reads,
                     }
                 })
@@ -365,6 +369,11 @@ impl Node {
             for (g, group) in groups.iter().enumerate() {
                 let target = voters[g % voters.len()];
                 rt.spawn(membership::lead_at_start(group.clone(), target));
+            }
+        }
+        if groups.len() > 1 {
+            for group in &groups {
+                rt.spawn(membership::find_leader(Arc::downgrade(group), raft_peers.clone()));
             }
         }
         Ok(Arc::new(Node { groups, _rt: rt }))
@@ -414,7 +423,11 @@ fn check_layout(dir: &std::path::Path, groups: usize) -> io::Result<()> {
 impl Group {
     /// The line that tells a client who leads (or that nobody does yet).
     fn not_leader(&self, leader: Option<NodeId>) -> Refusal {
-        let Some(addr) = leader.and_then(|l| self.client_addr(l)) else {
+        let addr = match leader {
+            Some(l) => self.client_addr(l),
+            None => self.learned().map(|(_, client)| client),
+        };
+        let Some(addr) = addr else {
             return Refusal::NotLeader(NO_LEADER);
         };
         // One leaked line per address ever named: bounded by the members
@@ -423,6 +436,24 @@ impl Group {
         let line =
             lines.entry(addr).or_insert_with_key(|addr| format!("SERVER_ERROR not leader; leader is {addr}").leak());
         Refusal::NotLeader(line)
+    }
+
+    /// The leader a peer named, while this node knows none (a node removed
+    /// from the group: `membership::find_leader`).
+    fn learned(&self) -> Option<(NodeId, String)> {
+        if self.raft.metrics().borrow().current_leader.is_some() {
+            return None;
+        }
+        let learned = self.learned.lock().unwrap_or_else(|e| e.into_inner());
+        learned
+            .as_ref()
+            .filter(|l| l.2.elapsed() < membership::LEARNED_FOR)
+            .map(|(id, client, _)| (*id, client.clone()))
+    }
+
+    pub(crate) fn set_learned(&self, leader: Option<(NodeId, String)>) {
+        *self.learned.lock().unwrap_or_else(|e| e.into_inner()) =
+            leader.map(|(id, client)| (id, client, std::time::Instant::now()));
     }
 
     /// A member's client address: from the membership in the log, else
@@ -475,6 +506,11 @@ impl Group {
 
 impl Group {
     fn read_barrier(&self) -> Result<(), Refusal> {
+        // A node that knows no leader but was told one by a peer (it was
+        // removed from the group): the read goes there.
+        if self.learned().is_some() {
+            return Err(self.not_leader(None));
+        }
         match self.reads {
             ReadMode::Linearizable => self.read_index(),
             // Opted in: the local store as it is, on any node.
@@ -541,9 +577,10 @@ impl Group {
 
     /// The members with their client addresses, and the group's map line.
     fn map(&self, groups: usize) -> (Vec<(NodeId, String)>, recall_proto::cluster::GroupMap, NodeId) {
+        let learned = self.learned();
         let m = self.raft.metrics();
         let m = m.borrow();
-        let nodes = m
+        let mut nodes: Vec<(NodeId, String)> = m
             .membership_config
             .membership()
             .nodes()
@@ -553,9 +590,17 @@ impl Group {
             })
             .filter(|(_, client)| !client.is_empty())
             .collect();
+        // A leader learned from a peer (this node was removed from the
+        // group): requests of the group are forwarded there.
+        let learned_id = learned.map(|(id, client)| {
+            if !nodes.iter().any(|(n, _)| *n == id) {
+                nodes.push((id, client));
+            }
+            id
+        });
         let group = recall_proto::cluster::GroupMap {
             slots: recall_proto::cluster::slot_range(usize::from(self.id.id), groups),
-            leader: m.current_leader,
+            leader: m.current_leader.or(learned_id),
             term: m.current_term,
             members: m.membership_config.membership().nodes().map(|(id, _)| *id).collect(),
         };

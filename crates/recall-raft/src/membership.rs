@@ -477,6 +477,83 @@ pub(crate) async fn lead_at_start(group: Arc<Group>, target: NodeId) {
     }
 }
 
+/// [`crate::network::Rpc::Leader`]'s answer: the group's leader as this
+/// node knows it.
+pub(crate) fn leader_info(raft: &Raft) -> Option<crate::network::LeaderInfo> {
+    let m = raft.metrics().borrow().clone();
+    let id = m.current_leader?;
+    let ms = m.membership_config.membership();
+    let addr = ms.get_node(&id)?.addr.clone();
+    Some(crate::network::LeaderInfo { id, addr, members: ms.nodes().map(|(id, _)| *id).collect() })
+}
+
+/// How often a node that knows no leader of a group asks its peers.
+const ASK_EVERY: Duration = Duration::from_secs(1);
+
+/// How long a leader learned from a peer is trusted without being heard
+/// again.
+pub(crate) const LEARNED_FOR: Duration = Duration::from_secs(3);
+
+/// A node removed from a group (by `remove-node` or `move`) is not told:
+/// the leader stops replicating to it before it has the entry that
+/// removes it, so it keeps the old configuration, knows no leader, and
+/// stands for election again and again (in vain: the members refuse it
+/// while their leader's lease runs). With one group its operator stops
+/// it; with several it still serves the other groups, and still gets
+/// requests for this group's keys. So, with several groups, each group's
+/// task asks the peers, while the group knows no leader here, who leads
+/// it (`Rpc::Leader`): the answer is where this node forwards the group's
+/// requests (`Group::learned`), and a peer whose group has a leader and
+/// does not list this node as a member tells it it was removed: it stops
+/// standing for election in the group (until a leader is heard from
+/// again, as when it is added back).
+pub(crate) async fn find_leader(group: std::sync::Weak<Group>, peers: Arc<std::collections::BTreeMap<NodeId, String>>) {
+    let mut stopped_standing = false;
+    loop {
+        tokio::time::sleep(ASK_EVERY).await;
+        let Some(group) = group.upgrade() else { return };
+        let m = group.raft.metrics().borrow().clone();
+        match m.state {
+            ServerState::Shutdown => return,
+            _ if m.current_leader.is_some() => {
+                group.set_learned(None);
+                if std::mem::take(&mut stopped_standing) {
+                    group.raft.runtime_config().elect(true);
+                }
+                continue;
+            }
+            _ => {}
+        }
+        // Ask the members this node knows of, and the configured peers.
+        let mut ask: Vec<SocketAddr> = m
+            .membership_config
+            .membership()
+            .nodes()
+            .filter(|(id, _)| **id != m.id)
+            .filter_map(|(id, _)| peers.get(id).and_then(|a| a.parse().ok()).or_else(|| raft_addr_of(&m, *id)))
+            .collect();
+        ask.extend(peers.iter().filter(|(id, _)| **id != m.id).filter_map(|(_, a)| a.parse::<SocketAddr>().ok()));
+        ask.sort();
+        ask.dedup();
+        let mut found = None;
+        for addr in ask {
+            if let Ok(Some(info)) = crate::network::request_leader(addr, group.id.id, ASK_EVERY / 2).await {
+                if info.id != m.id {
+                    found = Some(info);
+                    break;
+                }
+            }
+        }
+        let Some(info) = found else { continue };
+        if !info.members.contains(&m.id) && !stopped_standing {
+            tracing::info!("cluster group {}: this node is no longer a member; node {} leads", group.id.id, info.id);
+            group.raft.runtime_config().elect(false);
+            stopped_standing = true;
+        }
+        group.set_learned(client_of(&info.addr).map(|c| (info.id, c.to_string())));
+    }
+}
+
 impl Group {
     /// `cluster status` of this group.
     pub(crate) fn status(&self) -> Status {

@@ -69,6 +69,21 @@ pub enum Rpc {
     /// `Result<(), String>` (the error: the reply line the receiver's
     /// client would have had).
     Flush,
+    /// Who leads the group, as the receiver knows it: asked by a node that
+    /// knows no leader of the group (a node removed from a group never
+    /// hears from it again, `membership.rs`). Answered with
+    /// `Option<LeaderInfo>`.
+    Leader,
+}
+
+/// A group's leader as a node knows it ([`Rpc::Leader`]'s answer).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaderInfo {
+    pub id: NodeId,
+    /// Its address in the group's membership, `RAFT_ADDR/CLIENT_ADDR`.
+    pub addr: String,
+    /// The group's members (voters and learners) as the node knows them.
+    pub members: Vec<NodeId>,
 }
 
 /// Read one frame's body. `Ok(None)` is a clean end of stream before a
@@ -196,6 +211,7 @@ async fn serve_conn(
             Rpc::Vote(r) => encode(&raft.vote(r).await)?,
             Rpc::Snapshot(r) => encode(&raft.install_snapshot(r).await)?,
             Rpc::Elect => encode(&crate::membership::elect_now(raft).await)?,
+            Rpc::Leader => encode(&crate::membership::leader_info(raft))?,
             Rpc::Flush => {
                 // It holds the engine's scratch stripes and waits for the
                 // commit: off the runtime, which commits it.
@@ -227,9 +243,14 @@ pub async fn request_flush(addr: SocketAddr, group: u16, ttl: Duration) -> io::R
     request(addr, Call { group, rpc: Rpc::Flush }, ttl).await
 }
 
-/// One call answered with `Result<(), String>`, on a connection of its
-/// own, within `ttl`.
-async fn request(addr: SocketAddr, call: Call, ttl: Duration) -> io::Result<Result<(), String>> {
+/// Ask the node whose Raft RPC listens at `addr` who leads `group`
+/// ([`Rpc::Leader`]), within `ttl`.
+pub async fn request_leader(addr: SocketAddr, group: u16, ttl: Duration) -> io::Result<Option<LeaderInfo>> {
+    request(addr, Call { group, rpc: Rpc::Leader }, ttl).await
+}
+
+/// One call and its answer, on a connection of its own, within `ttl`.
+async fn request<T: DeserializeOwned>(addr: SocketAddr, call: Call, ttl: Duration) -> io::Result<T> {
     let call = async {
         let s = TcpStream::connect(addr).await?;
         let _ = s.set_nodelay(true);
@@ -483,6 +504,9 @@ mod tests {
         round_trip(call(255, Rpc::Vote(VoteRequest { vote, last_log_id: None })));
         round_trip(call(7, Rpc::Elect));
         round_trip(call(3, Rpc::Flush));
+        round_trip(call(3, Rpc::Leader));
+        round_trip(Some(LeaderInfo { id: 4, addr: "127.0.0.4:1/h:2".into(), members: vec![2, 4] }));
+        round_trip(None::<LeaderInfo>);
         round_trip(Ok::<(), String>(()));
         round_trip(Err::<(), String>("not a voter".into()));
         round_trip(call(
