@@ -110,6 +110,13 @@ impl Cluster {
     /// to be added to the group with `cluster add-node`; its Raft log in
     /// `log_dir`, or in memory. Returns its index.
     pub fn start_empty_node(&mut self, log_dir: Option<&std::path::Path>) -> usize {
+        self.start_empty_node_with_args(log_dir, &[])
+    }
+
+    /// [`Cluster::start_empty_node`], also given `extra` flags (the
+    /// cluster's `--cluster-groups`; they may set `--cluster-timeout-ms`
+    /// instead of the 3 s).
+    pub fn start_empty_node_with_args(&mut self, log_dir: Option<&std::path::Path>, extra: &[&str]) -> usize {
         let i = self.nodes.len();
         let mut last_err = String::new();
         for _attempt in 0..3 {
@@ -120,12 +127,14 @@ impl Cluster {
                 (i + 1).to_string(),
                 "--cluster-peer".into(),
                 format!("{}=127.0.0.1:{raft}/127.0.0.1:{client}", i + 1),
-                "--cluster-timeout-ms".into(),
-                "3000".into(),
             ];
+            if !extra.contains(&"--cluster-timeout-ms") {
+                args.extend(["--cluster-timeout-ms".into(), "3000".into()]);
+            }
             if let Some(d) = log_dir {
                 args.extend(["--cluster-log-dir".into(), d.display().to_string()]);
             }
+            args.extend(extra.iter().map(|a| a.to_string()));
             match Recalld::builder().port(client).args(&args).start() {
                 Ok(r) => {
                     self.nodes.push(Some(r));
