@@ -502,11 +502,11 @@ pub(crate) const LEARNED_FOR: Duration = Duration::from_secs(3);
 /// it; with several it still serves the other groups, and still gets
 /// requests for this group's keys. So, with several groups, each group's
 /// task asks the peers, while the group knows no leader here, who leads
-/// it (`Rpc::Leader`): the answer is where this node forwards the group's
-/// requests (`Group::learned`), and a peer whose group has a leader and
-/// does not list this node as a member tells it it was removed: it stops
-/// standing for election in the group (until a leader is heard from
-/// again, as when it is added back).
+/// it (`Rpc::Leader`). A peer whose group has a leader and does not list
+/// this node as a member tells it it was removed: this node forwards the
+/// group's requests to that leader (`Group::learned`) and stops standing
+/// for election in the group (until a leader is heard from again, as when
+/// it is added back). A member in an election ignores the answers.
 pub(crate) async fn find_leader(group: std::sync::Weak<Group>, peers: Arc<std::collections::BTreeMap<NodeId, String>>) {
     let mut stopped_standing = false;
     loop {
@@ -544,8 +544,10 @@ pub(crate) async fn find_leader(group: std::sync::Weak<Group>, peers: Arc<std::c
                 }
             }
         }
-        let Some(info) = found else { continue };
-        if !info.members.contains(&m.id) && !stopped_standing {
+        // A member waits for its group's own election (a leader learned
+        // here could be one that just died).
+        let Some(info) = found.filter(|info| !info.members.contains(&m.id)) else { continue };
+        if !stopped_standing {
             tracing::info!("cluster group {}: this node is no longer a member; node {} leads", group.id.id, info.id);
             group.raft.runtime_config().elect(false);
             stopped_standing = true;
