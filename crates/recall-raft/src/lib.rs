@@ -206,6 +206,9 @@ pub(crate) struct Group {
     /// The leader (id and client address) a peer named while this node
     /// knew none, and when (`membership::find_leader`).
     learned: Mutex<Option<(NodeId, String, std::time::Instant)>>,
+    /// Whether `learned` is set: every read looks here first (one relaxed
+    /// load), never at the lock.
+    removed: std::sync::atomic::AtomicBool,
     reads: ReadMode,
     /// Group commit (`propose.rs`).
     proposer: Arc<propose::Proposer>,
@@ -357,6 +360,7 @@ impl Node {
                         not_leader_lines: Default::default(),
                         gate: Default::default(),
                         learned: Default::default(),
+                        removed: Default::default(),
                         reads: cfg.reads,
                     }
                 })
@@ -441,7 +445,9 @@ impl Group {
     /// The leader a peer named, while this node knows none (a node removed
     /// from the group: `membership::find_leader`).
     fn learned(&self) -> Option<(NodeId, String)> {
-        if self.raft.metrics().borrow().current_leader.is_some() {
+        if !self.removed.load(std::sync::atomic::Ordering::Relaxed)
+            || self.raft.metrics().borrow().current_leader.is_some()
+        {
             return None;
         }
         let learned = self.learned.lock().unwrap_or_else(|e| e.into_inner());
@@ -452,8 +458,9 @@ impl Group {
     }
 
     pub(crate) fn set_learned(&self, leader: Option<(NodeId, String)>) {
-        *self.learned.lock().unwrap_or_else(|e| e.into_inner()) =
-            leader.map(|(id, client)| (id, client, std::time::Instant::now()));
+        let mut learned = self.learned.lock().unwrap_or_else(|e| e.into_inner());
+        self.removed.store(leader.is_some(), std::sync::atomic::Ordering::Relaxed);
+        *learned = leader.map(|(id, client)| (id, client, std::time::Instant::now()));
     }
 
     /// A member's client address: from the membership in the log, else
