@@ -13,8 +13,9 @@
 //!   log on disk with group-committed fsync (`--cluster-log-dir`);
 //! * `state_machine.rs`: committed effects → `Store::apply`, snapshots;
 //! * `network.rs`: the RPC between nodes (length-prefixed frames on TCP);
-//! * `membership.rs`: `cluster status`, adding and removing nodes, and
-//!   handing the leadership over;
+//! * `membership.rs`: `cluster status`, adding and removing nodes (per
+//!   group), handing the leadership over, and a node removed from one of
+//!   several groups finding that group's leader;
 //! * `propose.rs`: group commit, the effects of many writes in one entry;
 //! * `read.rs`: read barriers (a leader lease, or one shared ReadIndex
 //!   round);
