@@ -190,6 +190,44 @@ struct Scratch {
     inflight: HashMap<Vec<u8>, (Option<OwnedRecord>, Probe)>,
 }
 
+impl Scratch {
+    /// Run `op` on the scratch engine (seeded with its key's state): what
+    /// it answers; its effects are in `captured`.
+    fn decide(&self, op: &Op<'_>, counters: &Counters) -> Decided {
+        let mut barrier = Barrier::default();
+        let mut cx = Cx::new(counters, &mut barrier);
+        self.engine.execute(op, &mut cx, |o| match o {
+            Outcome::Write(w) => Decided::Write(w),
+            Outcome::Delete(d) => Decided::Delete(d),
+            Outcome::Arith(a) => Decided::Arith(a),
+            Outcome::Flushed => Decided::Flushed,
+            Outcome::FlushDisabled => Decided::FlushDisabled,
+            Outcome::Refused(r) => Decided::Other(r),
+            Outcome::Read(recall_store::Read::Hit(_)) => Decided::Touched,
+            Outcome::Read(recall_store::Read::Miss { .. }) => Decided::Missed,
+            Outcome::ReadLost | Outcome::Replayed(_) => Decided::Other(Refusal::ClusterInternal),
+        })
+    }
+
+    /// Empty the scratch store after deciding a write of `key`: remove
+    /// the one item a decision can leave. A `flush_all` per write freed and
+    /// reallocated the store's table each time (docs/benchmarks/cluster.md,
+    /// fourth round); a delete reuses it. Should anything else be left
+    /// (memory still counted), the whole store is flushed.
+    fn clear(&self, key: &[u8], now: recall_store::UnixSecs) {
+        let store = &self.engine.store;
+        if !key.is_empty() {
+            store.delete(&recall_store::Delete { key, ..Default::default() }, now);
+        }
+        // Tests check that the delete alone does it (the flush would hide a
+        // decision that leaves more, at the old cost).
+        debug_assert!(key.is_empty() || store.mem_used() == 0, "a decision left more than its key's item");
+        if store.mem_used() != 0 {
+            store.flush_all(now, now);
+        }
+    }
+}
+
 /// Captures the mutations the scratch store reports: they are the effects.
 #[derive(Default)]
 struct Capture(Mutex<Vec<OwnedRecord>>);
@@ -307,6 +345,12 @@ impl Replication {
 
     fn stripe(&self, key: &[u8]) -> &Mutex<Scratch> {
         &self.stripes[self.stripe_index(key)]
+    }
+
+    /// The bytes the scratch stores hold between decisions (none).
+    #[cfg(test)]
+    pub(crate) fn scratch_bytes(&self) -> usize {
+        self.stripes.iter().map(|s| s.lock().engine.store.mem_used()).sum()
     }
 }
 
@@ -533,7 +577,8 @@ impl Engine {
         let cause = Cause::of(op).ok_or(Decided::Other(Refusal::ClusterInternal))?;
         let now = self.now();
         let s = &scratch.engine;
-        s.store.flush_all(now, now);
+        // The scratch store is empty here: every decision leaves it so
+        // (`Scratch::clear`).
         scratch.captured.0.lock().clear();
         // The commit of the key's write in flight this one is decided on.
         let mut after = None;
@@ -553,24 +598,21 @@ impl Engine {
             let current = inflight.unwrap_or_else(|| item_record(&self.store, key, now));
             if let Some(cur) = current {
                 if s.store.apply(&cur.as_record(), now) != ApplyOutcome::Applied {
+                    scratch.clear(key, now);
                     return Err(Decided::Other(Refusal::ClusterInternal));
                 }
             }
         }
-        let mut barrier = Barrier::default();
-        let mut cx = Cx::new(counters, &mut barrier);
-        let decided = s.execute(op, &mut cx, |o| match o {
-            Outcome::Write(w) => Decided::Write(w),
-            Outcome::Delete(d) => Decided::Delete(d),
-            Outcome::Arith(a) => Decided::Arith(a),
-            Outcome::Flushed => Decided::Flushed,
-            Outcome::FlushDisabled => Decided::FlushDisabled,
-            Outcome::Refused(r) => Decided::Other(r),
-            Outcome::Read(recall_store::Read::Hit(_)) => Decided::Touched,
-            Outcome::Read(recall_store::Read::Miss { .. }) => Decided::Missed,
-            Outcome::ReadLost | Outcome::Replayed(_) => Decided::Other(Refusal::ClusterInternal),
-        });
+        let decided = scratch.decide(op, counters);
         let effects = std::mem::take(&mut *scratch.captured.0.lock());
+        // What the key holds once the effects apply: the scratch store's
+        // item. Its timestamp is not known until the log gives it, so a
+        // `cas` decided on it meanwhile matches nothing.
+        let holds = match key {
+            [] => None,
+            key => item_record(&s.store, key, now).map(|r| OwnedRecord { ts: 0, ..r }),
+        };
+        scratch.clear(key, now);
         let Some(last) = effects.last().cloned() else {
             self.watch_refused(op, decided, now);
             // Refused on the state a write in flight leaves: the answer
@@ -605,15 +647,11 @@ impl Engine {
             commits.push(commit);
         }
         if !key.is_empty() {
-            // What the key holds once the effects apply: the scratch
-            // store's item. Its timestamp is not known until the log gives
-            // it, so a `cas` decided on it meanwhile matches nothing.
-            let after = item_record(&s.store, key, now).map(|r| OwnedRecord { ts: 0, ..r });
             if scratch.inflight.len() >= INFLIGHT_SWEEP {
                 scratch.inflight.retain(|_, (_, probe)| !probe.resolved());
             }
             let probe = commits.last().map(Commit::probe).expect("one commit at least");
-            scratch.inflight.insert(key.to_vec(), (after, probe));
+            scratch.inflight.insert(key.to_vec(), (holds, probe));
         }
         Ok(Pending {
             decided,

@@ -366,6 +366,39 @@ fn a_touch_is_committed_as_the_item_with_its_new_expiry() {
     assert_eq!(effects(&g).len(), 3);
 }
 
+/// Every decision leaves its scratch store empty (a delete of its key, not
+/// a flush per write), whatever the write did: stored, refused, dropped
+/// its item, expired at once, or touched.
+#[test]
+fn the_scratch_stores_are_empty_between_decisions() {
+    let (e, g) = replicated();
+    let n = 2 << 20;
+    let big = format!("set k 0 0 {n}\r\n{}\r\n", "x".repeat(n));
+    let requests = [
+        "set k 1 0 1\r\na\r\n",
+        "add k 0 0 1\r\nb\r\n",
+        "append k 0 0 1\r\nc\r\n",
+        "set gone 0 -1 1\r\nd\r\n",
+        "incr k 1\r\n",
+        "incr nope 1\r\n",
+        "touch k 100\r\n",
+        "cas k 0 0 1 1\r\ne\r\n",
+        "set n 0 0 2\r\n10\r\n",
+        "decr n 3\r\n",
+        "delete n\r\n",
+        "delete n\r\n",
+        &big,
+        "flush_all\r\n",
+        "set k 0 0 1\r\nf\r\n",
+    ];
+    for r in requests {
+        send(&e, r.as_bytes());
+        assert_eq!(e.replication.get().unwrap().scratch_bytes(), 0, "after {:?}", &r[..r.len().min(20)]);
+    }
+    assert_eq!(send(&e, b"get k\r\n"), "VALUE k 0 1\r\nf\r\nEND\r\n");
+    assert!(!effects(&g).is_empty());
+}
+
 #[test]
 fn reads_pass_the_read_barrier_and_unsupported_operations_are_refused() {
     let (e, g) = replicated();
