@@ -31,7 +31,10 @@ mod membership;
 pub mod network;
 mod propose;
 mod read;
+mod snapshot_cut;
 pub mod snapshot_file;
+#[cfg(test)]
+mod snapshot_stall;
 mod state_machine;
 
 use std::collections::BTreeMap;

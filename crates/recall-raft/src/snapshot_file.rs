@@ -22,7 +22,7 @@ use openraft::{BasicNode, SnapshotMeta};
 use recall_persist::fsutil::{write_atomically, FailAt};
 use recall_persist::snapshot;
 use recall_record::OwnedRecord;
-use recall_store::{Store, UnixSecs, Value};
+use recall_store::{Store, UnixSecs};
 
 use crate::NodeId;
 
@@ -45,26 +45,35 @@ fn watermark(meta: &Meta) -> u64 {
 }
 
 /// The store's live items whose key `owns` (a group's slots) as snapshot
-/// bytes, for `meta`'s state.
+/// bytes, for `meta`'s state (the caller holds the store still).
 pub fn encode(store: &Store, now: UnixSecs, meta: &Meta, owns: impl Fn(&[u8]) -> bool) -> io::Result<Vec<u8>> {
-    let w = watermark(meta);
-    let header = snapshot::Header { instance: 0, watermark: w, created: now as u64, replay_floor: w, flushed_at: 0 };
-    let mut sw = snapshot::Writer::new(Vec::new(), header)?;
-    let mut err = None;
-    store.for_each(now, |v| {
-        if err.is_some() || !owns(v.key) {
-            return;
-        }
-        let r = match v.value {
-            Value::Inline(b) => sw.record(v.key, b, v.flags, v.exptime, v.cas, false),
-            Value::Big(big) => sw.record_parts(v.key, big.chunks().iter().map(|c| &c[..]), v.flags, v.exptime, v.cas),
-        };
-        err = r.err();
-    });
-    if let Some(e) = err {
-        return Err(e);
-    }
+    encode_with(now, meta, |sw| {
+        let mut res = Ok(());
+        store.for_each(now, |v| {
+            if res.is_ok() && owns(v.key) {
+                res = crate::snapshot_cut::write_item(sw, v.key, &v.value, v.flags, v.exptime, v.cas);
+            }
+        });
+        res
+    })
+}
+
+/// Snapshot bytes for `meta`'s state, whose records `items` writes.
+pub fn encode_with(
+    now: UnixSecs,
+    meta: &Meta,
+    items: impl FnOnce(&mut snapshot::Writer<Vec<u8>>) -> io::Result<()>,
+) -> io::Result<Vec<u8>> {
+    let mut sw = writer(now, meta, Vec::new())?;
+    items(&mut sw)?;
     Ok(sw.finish()?.0)
+}
+
+/// A snapshot writer into `w`, its header written, for `meta`'s state.
+pub(crate) fn writer<W: io::Write>(now: UnixSecs, meta: &Meta, w: W) -> io::Result<snapshot::Writer<W>> {
+    let wm = watermark(meta);
+    let header = snapshot::Header { instance: 0, watermark: wm, created: now as u64, replay_floor: wm, flushed_at: 0 };
+    snapshot::Writer::new(w, header)
 }
 
 /// Every record of snapshot bytes, all checked (checksum and count) before

@@ -10,18 +10,23 @@
 //! leader changes.
 //!
 //! A snapshot is the store's live items in recall-persist's snapshot
-//! format (`snapshot_file.rs`). Building one holds the state machine's
-//! lock while the items are copied into it, so no effect is applied
-//! halfway through: the items are exactly the state as of the last
-//! applied entry. Writing it to the log directory (and its fsync) happens
-//! after the lock is released, so applies wait only for the copy.
-//! With a log directory, a snapshot (built or installed) is on disk before
-//! openraft hears of it, and a restart loads it before the log after it.
+//! format (`snapshot_file.rs`), exactly the state as of its last entry.
+//! Building one holds the state machine's lock only to fix that entry
+//! (the cut, `snapshot_cut.rs`); the walk of the store, the encoding and
+//! the file's write and fsync run on a blocking thread while effects go
+//! on being applied (each first keeps its key's item at the cut), so
+//! neither this group nor the others on the node's Raft thread wait for
+//! them. With a log directory, a snapshot (built or installed) is on disk
+//! before openraft hears of it, and a restart loads it before the log
+//! after it. A snapshot that cannot be written (a full disk) is reported
+//! and not announced: openraft keeps the log it would have purged, and
+//! the build is tried again after a back-off.
 
 use std::io::Cursor;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
@@ -32,6 +37,7 @@ use recall_engine::{Cause, Engine};
 use recall_record::Record;
 use recall_store::ApplyOutcome;
 
+use crate::snapshot_cut::Cut;
 use crate::snapshot_file;
 use crate::{ApplyResult, Effect, GroupId, NodeId, TypeConfig};
 
@@ -41,6 +47,9 @@ use crate::{ApplyResult, Effect, GroupId, NodeId, TypeConfig};
 struct Applied {
     last: Option<LogId<NodeId>>,
     membership: StoredMembership<NodeId, BasicNode>,
+    /// The cut of a snapshot being built: effects keep what they change
+    /// in it first.
+    cut: Option<Arc<Cut>>,
 }
 
 #[derive(Debug)]
@@ -61,6 +70,10 @@ pub struct StateMachine {
     /// so an older snapshot never overwrites a newer one.
     snapshot: Mutex<Option<Stored>>,
     snapshots_built: AtomicU64,
+    /// Builds whose snapshot could not be written, and when the next may
+    /// start (a full disk is not retried on every apply).
+    snapshot_failures: AtomicU64,
+    retry: Mutex<Retry>,
     /// The log directory that keeps the snapshot file; `None`: in memory.
     dir: Option<PathBuf>,
 }
@@ -88,6 +101,8 @@ impl StateMachine {
             applied: Mutex::new(Applied::default()),
             snapshot: Mutex::new(None),
             snapshots_built: AtomicU64::new(0),
+            snapshot_failures: AtomicU64::new(0),
+            retry: Mutex::new(Retry::default()),
             dir,
         };
         if let Some((meta, data)) = loaded {
@@ -101,6 +116,10 @@ impl StateMachine {
     /// Replace the store's contents with a checked snapshot's records.
     fn load(&self, meta: &snapshot_file::Meta, records: &[recall_record::OwnedRecord]) {
         let mut applied = self.applied.lock().expect("state machine lock");
+        if let Some(cut) = &applied.cut {
+            // Every key changes: a snapshot being built must be past them.
+            cut.wait_walked();
+        }
         let store = &self.engine.store;
         let now = self.engine.now();
         if self.groups == 1 {
@@ -148,13 +167,19 @@ impl StateMachine {
     }
 
     /// Apply one effect at timestamp `ts`, through the engine's write
-    /// path (observers and `watch` see it on every replica).
-    fn apply_effect(&self, effect: &Effect, ts: u64) -> Result<ApplyOutcome, BadRecord> {
+    /// path (observers and `watch` see it on every replica). With a
+    /// snapshot being built, the key's item at its cut is kept first.
+    fn apply_effect(&self, effect: &Effect, ts: u64, cut: Option<&Cut>) -> Result<ApplyOutcome, BadRecord> {
         let (r, used) = Record::decode(&effect.record).map_err(BadRecord::Record)?;
         if used != effect.record.len() {
             return Err(BadRecord::Record(recall_record::RecordError::Truncated));
         }
         let cause = Cause::from_code(effect.cause).ok_or(BadRecord::Cause(effect.cause))?;
+        match cut {
+            Some(cut) if r.is_flush() => cut.wait_walked(),
+            Some(cut) => cut.before_change(&self.engine.store, self.engine.now(), r.key),
+            None => {}
+        }
         if r.is_flush() && self.groups > 1 {
             // A flush with several groups is an entry in each: this
             // group's slots only.
@@ -202,23 +227,100 @@ impl std::fmt::Display for BadRecord {
 
 impl std::error::Error for BadRecord {}
 
+/// The back-off after a snapshot that could not be written: the first
+/// retry after a second, doubling up to half a minute; reset by a success.
+#[derive(Debug, Default)]
+struct Retry {
+    not_before: Option<Instant>,
+    delay: Duration,
+}
+
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+impl StateMachine {
+    /// Fix the cut: the last applied entry, with a [`Cut`] that the
+    /// effects after it keep their items in. Holds the lock only for that.
+    fn cut(&self) -> (snapshot_file::Meta, Arc<Cut>) {
+        let mut applied = self.applied.lock().expect("state machine lock");
+        let n = self.snapshots_built.fetch_add(1, Ordering::Relaxed) + 1;
+        let snapshot_id = match applied.last {
+            Some(l) => format!("{}-{}-{n}", l.leader_id, l.index),
+            None => format!("--{n}"),
+        };
+        let meta = SnapshotMeta { last_log_id: applied.last, last_membership: applied.membership.clone(), snapshot_id };
+        let cut = Arc::new(Cut::new(&self.engine.store));
+        applied.cut = Some(cut.clone());
+        (meta, cut)
+    }
+
+    /// Walk the store at `cut`, encode it, and keep it (on disk first with
+    /// a log directory). Blocking: runs off the Raft thread.
+    fn write_at_cut(&self, meta: &snapshot_file::Meta, cut: &Cut) -> std::io::Result<Vec<u8>> {
+        let now = self.engine.now();
+        let data = snapshot_file::encode_with(now, meta, |sw| cut.walk(&self.engine.store, now, |k| self.owns(k), sw))?;
+        self.keep(meta, data.clone())?;
+        Ok(data)
+    }
+
+    /// What openraft hears when no new snapshot was made: the current one
+    /// (not newer than what it knows, so it purges nothing).
+    fn unchanged(&self) -> Snapshot<TypeConfig> {
+        let cur = self.snapshot.lock().expect("snapshot lock");
+        let meta = cur.as_ref().map(|s| s.meta.clone()).unwrap_or_default();
+        Snapshot { meta, snapshot: Box::new(Cursor::new(Vec::new())) }
+    }
+
+    /// Snapshots that could not be written since start.
+    #[cfg(test)]
+    pub(crate) fn snapshot_failures(&self) -> u64 {
+        self.snapshot_failures.load(Ordering::Relaxed)
+    }
+
+    /// Let the next build start now (tests: no waiting out the back-off).
+    #[cfg(test)]
+    pub(crate) fn retry_now(&self) {
+        self.retry.lock().expect("retry lock").not_before = None;
+    }
+}
+
 impl RaftSnapshotBuilder<TypeConfig> for Arc<StateMachine> {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
-        let (data, meta) = {
-            let applied = self.applied.lock().expect("state machine lock");
-            let n = self.snapshots_built.fetch_add(1, Ordering::Relaxed) + 1;
-            let snapshot_id = match applied.last {
-                Some(l) => format!("{}-{}-{n}", l.leader_id, l.index),
-                None => format!("--{n}"),
-            };
-            let meta =
-                SnapshotMeta { last_log_id: applied.last, last_membership: applied.membership.clone(), snapshot_id };
-            let data = snapshot_file::encode(&self.engine.store, self.engine.now(), &meta, |k| self.owns(k))
-                .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
-            (data, meta)
-        };
-        self.keep(&meta, data.clone()).map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
-        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
+        if self.retry.lock().expect("retry lock").not_before.is_some_and(|t| Instant::now() < t) {
+            return Ok(self.unchanged());
+        }
+        let (meta, cut) = self.cut();
+        let (sm, m) = (self.clone(), meta.clone());
+        // Off the Raft thread (openraft runs this builder as a task of its
+        // own on the node's runtime): the group's applies, its heartbeats
+        // and every other group go on meanwhile.
+        let built = tokio::task::spawn_blocking(move || sm.write_at_cut(&m, &cut))
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(format!("snapshot builder: {e}"))));
+        self.applied.lock().expect("state machine lock").cut = None;
+        let mut retry = self.retry.lock().expect("retry lock");
+        match built {
+            Ok(data) => {
+                *retry = Retry::default();
+                Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
+            }
+            Err(e) => {
+                // Not announced: openraft would purge the log up to a
+                // snapshot that is not on disk. The old snapshot and the
+                // whole log stay; the temp file is gone (write_atomically).
+                self.snapshot_failures.fetch_add(1, Ordering::Relaxed);
+                retry.delay = (retry.delay * 2).clamp(RETRY_FIRST, RETRY_MAX);
+                retry.not_before = Some(Instant::now() + retry.delay);
+                tracing::error!(
+                    "raft group {}: snapshot at {} not written, the log is kept; next try in {:?}: {e}",
+                    self.group.id,
+                    meta.last_log_id.map_or(0, |l| l.index),
+                    retry.delay
+                );
+                drop(retry);
+                Ok(self.unchanged())
+            }
+        }
     }
 }
 
@@ -250,7 +352,9 @@ impl RaftStateMachine<TypeConfig> for Arc<StateMachine> {
                     }
                     for (pos, effect) in batch.0.iter().enumerate() {
                         let ts = crate::timestamp(self.group, e.log_id.index, pos);
-                        let o = self.apply_effect(effect, ts).map_err(|err| StorageIOError::apply(e.log_id, &err))?;
+                        let o = self
+                            .apply_effect(effect, ts, applied.cut.as_deref())
+                            .map_err(|err| StorageIOError::apply(e.log_id, &err))?;
                         outcomes.push(outcome_code(o));
                     }
                 }
@@ -445,6 +549,178 @@ mod tests {
         let mut sm_b = StateMachine::new(b.clone(), GroupId::default(), 1);
         assert!(sm_b.install_snapshot(&snap.meta, Box::new(Cursor::new(data))).await.is_err());
         assert_eq!(items(&b).len(), 1, "a refused snapshot leaves the store as it was");
+    }
+
+    fn delete(index: u64, key: &[u8]) -> Entry<TypeConfig> {
+        entry(index, OwnedRecord { tombstone: true, key: key.to_vec(), ..Default::default() })
+    }
+
+    /// key → (value, timestamp) of every record of snapshot bytes; a key
+    /// twice is a wrong snapshot.
+    fn snapshot_items(data: &[u8]) -> std::collections::BTreeMap<Vec<u8>, (Vec<u8>, u64)> {
+        let mut got = std::collections::BTreeMap::new();
+        for r in snapshot_file::decode(data).expect("a valid snapshot") {
+            assert!(!r.tombstone, "a snapshot of the store holds items only");
+            assert!(got.insert(r.key.clone(), (r.value, r.ts)).is_none(), "{:?} twice", r.key);
+        }
+        got
+    }
+
+    /// The cut: a snapshot walked while effects after its entry are
+    /// applied is the state at that entry, whichever shards the walk had
+    /// passed when each effect came: changed, deleted, created and big
+    /// items, in walked and unwalked shards, some changed twice.
+    #[tokio::test]
+    async fn a_snapshot_walked_while_effects_apply_is_the_state_at_its_cut() {
+        let a = engine();
+        let mut sm = StateMachine::new(a.clone(), GroupId::default(), 1);
+        let store = &a.store;
+        let keys: Vec<Vec<u8>> = (0..64).map(|i| format!("key{i}").into_bytes()).collect();
+        let shard = |k: &[u8]| store.shard_of_key(k);
+        assert!((0..4).all(|s| keys.iter().filter(|k| shard(k) == s).count() >= 4), "keys in every shard");
+        let big = vec![b'b'; 70_000];
+        let mut model = std::collections::BTreeMap::new();
+        let mut index = 0;
+        for k in &keys {
+            index += 1;
+            let v = if k == &keys[0] { big.clone() } else { format!("v{index}").into_bytes() };
+            sm.apply(vec![entry(index, value(k, &v))]).await.expect("applied");
+            model.insert(k.clone(), (v, crate::timestamp(GroupId::default(), index, 0)));
+        }
+        // Some keys deleted before the cut stay absent.
+        for k in &keys[60..] {
+            index += 1;
+            sm.apply(vec![delete(index, k)]).await.expect("applied");
+            model.remove(k);
+        }
+        let at_cut = model.clone();
+        let (meta, cut) = sm.cut();
+        assert_eq!(meta.last_log_id.map(|l| l.index), Some(index));
+        let now = a.now();
+        let mut sw = snapshot_file::writer(now, &meta, Vec::new()).unwrap();
+        let all = |_: &[u8]| true;
+        // Shards 0 and 1 walked; then effects after the cut everywhere.
+        for s in 0..2 {
+            cut.walk_shard(s, store, now, &all, &mut sw).unwrap();
+        }
+        for (i, k) in keys.iter().enumerate() {
+            index += 1;
+            let e = match i % 4 {
+                0 => entry(index, value(k, b"changed")),
+                1 => delete(index, k),
+                2 => entry(index, value(k, &big)),
+                _ => continue,
+            };
+            sm.apply(vec![e]).await.expect("applied");
+            if i % 8 == 0 {
+                // A second change of the same key.
+                index += 1;
+                sm.apply(vec![entry(index, value(k, b"twice"))]).await.expect("applied");
+            }
+        }
+        for i in 0..6 {
+            index += 1;
+            sm.apply(vec![entry(index, value(format!("new{i}").as_bytes(), b"created after"))]).await.unwrap();
+        }
+        for s in 2..4 {
+            cut.walk_shard(s, store, now, &all, &mut sw).unwrap();
+        }
+        cut.end_walk();
+        sm.applied.lock().unwrap().cut = None;
+        let data = sw.finish().unwrap().0;
+        assert_eq!(snapshot_items(&data), at_cut, "the snapshot is the state at its cut");
+        // And the store went on: it holds the effects after the cut.
+        assert_eq!(items(&a).iter().filter(|i| i.1 == b"created after").count(), 6);
+        assert!(!items(&a).iter().any(|i| i.0 == keys[1]), "deleted after the cut");
+    }
+
+    /// The builder on its blocking thread while an applier task keeps
+    /// applying: the snapshot is the state at its last entry, whatever
+    /// the interleaving was.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_snapshot_built_under_writes_is_the_state_at_its_last_entry() {
+        let store = Store::new(StoreConfig { shards: 16, ..Default::default() });
+        let a = Arc::new(Engine::new(store, Arc::new(ManualClock::new(1_700_000_000)), EngineConfig::default()));
+        let mut sm = StateMachine::new(a.clone(), GroupId::default(), 1);
+        let key = |i: u64| format!("k{}", i % 50_000).into_bytes();
+        // history[i - 1]: the effect at index i (None: a delete).
+        let mut history: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+        let apply = |sm: &mut Arc<StateMachine>, history: &mut Vec<_>| {
+            let i = history.len() as u64 + 1;
+            let k = key(i * 7);
+            let e = if i % 5 == 0 {
+                history.push((k.clone(), None));
+                delete(i, &k)
+            } else {
+                let v = format!("value of entry {i}").into_bytes();
+                history.push((k.clone(), Some(v.clone())));
+                entry(i, value(&k, &v))
+            };
+            let mut sm = sm.clone();
+            async move { sm.apply(vec![e]).await.expect("applied") }
+        };
+        for _ in 0..60_000 {
+            apply(&mut sm, &mut history).await;
+        }
+        let mut builder = sm.clone();
+        let build = tokio::spawn(async move { builder.build_snapshot().await });
+        let mut during = 0;
+        while !build.is_finished() && during < 200_000 {
+            apply(&mut sm, &mut history).await;
+            during += 1;
+            tokio::task::yield_now().await;
+        }
+        let snap = build.await.unwrap().expect("built");
+        let last = snap.meta.last_log_id.expect("a position").index as usize;
+        let mut want = std::collections::BTreeMap::new();
+        for (i, (k, v)) in history[..last].iter().enumerate() {
+            let ts = crate::timestamp(GroupId::default(), i as u64 + 1, 0);
+            match v {
+                Some(v) => want.insert(k.clone(), (v.clone(), ts)),
+                None => want.remove(k),
+            };
+        }
+        let data = snap.snapshot.into_inner();
+        assert_eq!(snapshot_items(&data), want, "entries up to {last} reflected, none after");
+        eprintln!("{during} entries applied while the snapshot at {last} was built");
+    }
+
+    /// A full disk while a snapshot is written: the failure is counted
+    /// and logged, the temp file is gone, openraft hears of no new
+    /// snapshot (the old one's position: it purges nothing), the old file
+    /// still loads, effects go on applying, a build right after is not
+    /// tried (back-off), and once there is room the next one is written.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_snapshot_that_does_not_fit_on_disk_is_reported_and_not_announced() {
+        let Some(fs) = recall_testkit::mount::Mount::new("raft-snapshot", false) else { return };
+        let dir = fs.dir.clone();
+        let a = engine();
+        let mut sm = StateMachine::open(a.clone(), GroupId::default(), 1, Some(dir.clone()), None).unwrap();
+        sm.apply((1..=10).map(|i| entry(i, value(format!("k{i}").as_bytes(), b"v")))).await.expect("applied");
+        let old = sm.build_snapshot().await.expect("snapshot").meta;
+        assert_eq!(old.last_log_id.map(|l| l.index), Some(10));
+
+        let filler = recall_testkit::mount::fill(&dir, 8 << 10);
+        let v = vec![b'x'; 4_000];
+        sm.apply((11..=40).map(|i| entry(i, value(format!("k{i}").as_bytes(), &v)))).await.expect("applied");
+        let failed = sm.build_snapshot().await.expect("not a storage error: the group goes on");
+        assert_eq!(failed.meta, old, "openraft hears of the old snapshot only");
+        assert_eq!(sm.snapshot_failures(), 1);
+        let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names.len(), 2, "the snapshot and the filler, no temp file: {names:?}");
+        assert_eq!(snapshot_file::load(&dir).unwrap().expect("the old file").0, old);
+        assert_eq!(sm.get_current_snapshot().await.unwrap().map(|s| s.meta), Some(old.clone()));
+        sm.apply(vec![entry(41, value(b"after", b"the failure"))]).await.expect("still applying");
+        assert_eq!(sm.build_snapshot().await.unwrap().meta, old, "backing off");
+        assert_eq!(sm.snapshot_failures(), 1, "no second attempt within the back-off");
+
+        std::fs::remove_file(filler).unwrap();
+        sm.retry_now();
+        let built = sm.build_snapshot().await.expect("snapshot").meta;
+        assert_eq!(built.last_log_id.map(|l| l.index), Some(41));
+        let (meta, data) = snapshot_file::load(&dir).unwrap().expect("the new file");
+        assert_eq!(meta, built);
+        assert_eq!(snapshot_items(&data).len(), 41);
     }
 
     /// A key of `group` among `groups`.
