@@ -32,6 +32,7 @@ pub mod network;
 mod propose;
 mod read;
 mod snapshot_cut;
+pub mod snapshot_data;
 pub mod snapshot_file;
 #[cfg(test)]
 mod snapshot_stall;
@@ -39,9 +40,7 @@ mod state_machine;
 
 use std::collections::BTreeMap;
 use std::future::Future;
-// `declare_raft_types!` names `Cursor` for its default snapshot type.
 use std::io;
-use std::io::Cursor;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -127,6 +126,7 @@ openraft::declare_raft_types!(
     pub TypeConfig:
         D = Batch,
         R = ApplyResult,
+        SnapshotData = snapshot_data::SnapshotData,
 );
 
 pub type Raft = openraft::Raft<TypeConfig>;
@@ -302,7 +302,7 @@ impl Node {
                 Some(dir) => {
                     let dir = if groups == 1 { dir.clone() } else { dir.join(format!("group-{g}")) };
                     let snap = snapshot_file::load(&dir)?;
-                    let last = snap.as_ref().and_then(|(m, _)| m.last_log_id);
+                    let last = snap.as_ref().and_then(|m| m.last_log_id);
                     let log = log_store::LogStore::open(&dir, cfg.node_id, last)?;
                     (log, state_machine::StateMachine::open(engine.clone(), id, groups, Some(dir), snap)?)
                 }

@@ -22,7 +22,7 @@
 //! and not announced: openraft keeps the log it would have purged, and
 //! the build is tried again after a back-off.
 
-use std::io::Cursor;
+use std::io::{self, Cursor, Read, Seek};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -38,6 +38,7 @@ use recall_record::Record;
 use recall_store::ApplyOutcome;
 
 use crate::snapshot_cut::Cut;
+use crate::snapshot_data::SnapshotData;
 use crate::snapshot_file;
 use crate::{ApplyResult, Effect, GroupId, NodeId, TypeConfig};
 
@@ -55,7 +56,16 @@ struct Applied {
 #[derive(Debug)]
 struct Stored {
     meta: SnapshotMeta<NodeId, BasicNode>,
-    data: Vec<u8>,
+    held: Held,
+}
+
+/// Where the current snapshot's bytes are.
+#[derive(Debug)]
+enum Held {
+    /// In memory, without a log directory: shared by every reader.
+    Memory(Arc<[u8]>),
+    /// In the log directory's snapshot file, and nowhere else.
+    File,
 }
 
 pub struct StateMachine {
@@ -84,16 +94,17 @@ impl StateMachine {
     }
 
     /// A state machine keeping its snapshots in `dir`, starting from
-    /// `loaded` (the snapshot `snapshot_file::load` read back there): its
-    /// items go into the store (empty at start) and its position is the
-    /// applied one, so openraft re-applies only the log after it.
+    /// `loaded` (the snapshot `snapshot_file::load` checked there): its
+    /// items go into the store (empty at start), read from the file, and
+    /// its position is the applied one, so openraft re-applies only the
+    /// log after it.
     pub fn open(
         engine: Arc<Engine>,
         group: GroupId,
         groups: usize,
         dir: Option<PathBuf>,
-        loaded: Option<(snapshot_file::Meta, Vec<u8>)>,
-    ) -> std::io::Result<Arc<StateMachine>> {
+        loaded: Option<snapshot_file::Meta>,
+    ) -> io::Result<Arc<StateMachine>> {
         let sm = StateMachine {
             engine,
             group,
@@ -105,16 +116,18 @@ impl StateMachine {
             retry: Mutex::new(Retry::default()),
             dir,
         };
-        if let Some((meta, data)) = loaded {
-            let records = snapshot_file::decode(&data).map_err(|e| std::io::Error::other(e.to_string()))?;
-            sm.load(&meta, &records);
-            *sm.snapshot.lock().expect("snapshot lock") = Some(Stored { meta, data });
+        if let (Some(meta), Some(dir)) = (loaded, &sm.dir) {
+            let p = snapshot_file::path(dir);
+            let file = std::fs::File::open(&p).map_err(|e| snapshot_file::named(&p, e))?;
+            sm.load(&meta, file).map_err(|e| snapshot_file::named(&p, e))?;
+            *sm.snapshot.lock().expect("snapshot lock") = Some(Stored { meta, held: Held::File });
         }
         Ok(Arc::new(sm))
     }
 
-    /// Replace the store's contents with a checked snapshot's records.
-    fn load(&self, meta: &snapshot_file::Meta, records: &[recall_record::OwnedRecord]) {
+    /// Replace this group's items in the store with a checked snapshot's
+    /// records, read from `bytes` (a file or memory: one record at a time).
+    fn load(&self, meta: &snapshot_file::Meta, bytes: impl Read) -> Result<(), String> {
         let mut applied = self.applied.lock().expect("state machine lock");
         if let Some(cut) = &applied.cut {
             // Every key changes: a snapshot being built must be past them.
@@ -136,28 +149,108 @@ impl StateMachine {
                 store.delete(&recall_store::Delete { key, ..Default::default() }, now);
             }
         }
-        for r in records {
+        // Checked before (a read error now is the disk's, and fatal).
+        snapshot_file::read_items(io::BufReader::with_capacity(1 << 16, bytes), |r| {
             store.apply(&r.as_record(), now);
-        }
+        })?;
         if let Some(l) = meta.last_log_id {
             store.raise_cas_floor(crate::timestamp(self.group, l.index, crate::BATCH_MAX - 1));
         }
         applied.last = meta.last_log_id;
         applied.membership = meta.last_membership.clone();
+        Ok(())
     }
 
-    /// Keep `meta` and `data` as the current snapshot, on disk first when
-    /// there is a directory; an older one than the current is dropped.
-    fn keep(&self, meta: &snapshot_file::Meta, data: Vec<u8>) -> std::io::Result<()> {
-        let mut cur = self.snapshot.lock().expect("snapshot lock");
-        if cur.as_ref().is_some_and(|c| c.meta.last_log_id > meta.last_log_id) {
-            return Ok(());
+    /// Install a snapshot from the leader, received whole into `data`:
+    /// checked, made the current one (renamed over the snapshot file and
+    /// synced, with a log directory), then loaded. Blocking.
+    fn install(&self, meta: &snapshot_file::Meta, data: SnapshotData) -> io::Result<()> {
+        let received = |e: String| io::Error::other(format!("the snapshot received from the leader: {e}"));
+        let announced = |got: snapshot_file::Meta| {
+            if &got == meta {
+                Ok(())
+            } else {
+                Err(received(format!("its metadata is {got:?}, not the {meta:?} announced")))
+            }
+        };
+        match (data, &self.dir) {
+            (SnapshotData::File(f), Some(dir)) => {
+                // Our own receiving file (`begin_receiving_snapshot`).
+                let recv = dir.join(snapshot_file::RECEIVING);
+                let named = |e: &dyn std::fmt::Display| snapshot_file::named(&recv, e);
+                let mut file = f.try_into_std().map_err(|_| named(&"still being written"))?;
+                let checked = file.sync_all().and_then(|()| file.rewind()).map_err(|e| named(&e)).and_then(|()| {
+                    announced(snapshot_file::check(io::BufReader::with_capacity(1 << 16, &file)).map_err(received)?)
+                });
+                if let Err(e) = checked {
+                    // Not kept: the next transfer starts a new file anyway.
+                    let _ = std::fs::remove_file(&recv);
+                    return Err(e);
+                }
+                {
+                    let mut cur = self.snapshot.lock().expect("snapshot lock");
+                    if cur.as_ref().is_some_and(|c| c.meta.last_log_id > meta.last_log_id) {
+                        drop(cur);
+                        let _ = std::fs::remove_file(&recv);
+                        return Ok(());
+                    }
+                    let to = snapshot_file::path(dir);
+                    std::fs::rename(&recv, &to).map_err(|e| snapshot_file::named(&to, e))?;
+                    recall_persist::fsutil::sync_dir(dir).map_err(|e| snapshot_file::named(dir, e))?;
+                    *cur = Some(Stored { meta: meta.clone(), held: Held::File });
+                }
+                // The same file (renamed), read once more into the store.
+                file.rewind().map_err(|e| named(&e))?;
+                self.load(meta, file).map_err(|e| named(&e))
+            }
+            (data, dir) => {
+                let bytes: Arc<[u8]> = match data {
+                    SnapshotData::Shared(c) => c.into_inner(),
+                    SnapshotData::Buf(c) => c.into_inner().into(),
+                    SnapshotData::File(f) => {
+                        let mut v = Vec::new();
+                        f.try_into_std().map_err(|_| received("still being written".into()))?.read_to_end(&mut v)?;
+                        v.into()
+                    }
+                };
+                announced(snapshot_file::parse(&bytes).map_err(received)?.0)?;
+                {
+                    let mut cur = self.snapshot.lock().expect("snapshot lock");
+                    if cur.as_ref().is_some_and(|c| c.meta.last_log_id > meta.last_log_id) {
+                        return Ok(());
+                    }
+                    let held = match dir {
+                        Some(dir) => {
+                            let p = snapshot_file::path(dir);
+                            recall_persist::fsutil::write_atomically(&p, recall_persist::fsutil::FailAt::None, |w| {
+                                w.write_all(&bytes)
+                            })?;
+                            Held::File
+                        }
+                        None => Held::Memory(bytes.clone()),
+                    };
+                    *cur = Some(Stored { meta: meta.clone(), held });
+                }
+                self.load(meta, &bytes[..]).map_err(received)
+            }
         }
-        if let Some(dir) = &self.dir {
-            snapshot_file::write(dir, meta, &data)?;
-        }
-        *cur = Some(Stored { meta: meta.clone(), data });
-        Ok(())
+    }
+
+    /// The current snapshot, to send: the file opened (an older file
+    /// replaced meanwhile stays readable through it), or the shared bytes.
+    fn current(&self) -> io::Result<Option<Snapshot<TypeConfig>>> {
+        let cur = self.snapshot.lock().expect("snapshot lock");
+        let Some(s) = cur.as_ref() else { return Ok(None) };
+        let data = match (&s.held, &self.dir) {
+            (Held::Memory(b), _) => SnapshotData::Shared(Cursor::new(b.clone())),
+            (Held::File, Some(dir)) => {
+                let p = snapshot_file::path(dir);
+                let f = std::fs::File::open(&p).map_err(|e| snapshot_file::named(&p, e))?;
+                SnapshotData::File(tokio::fs::File::from_std(f))
+            }
+            (Held::File, None) => unreachable!("a snapshot file without a directory"),
+        };
+        Ok(Some(Snapshot { meta: s.meta.clone(), snapshot: Box::new(data) }))
     }
 
     /// Whether `key` is in this group's slots.
@@ -254,21 +347,61 @@ impl StateMachine {
         (meta, cut)
     }
 
-    /// Walk the store at `cut`, encode it, and keep it (on disk first with
-    /// a log directory). Blocking: runs off the Raft thread.
-    fn write_at_cut(&self, meta: &snapshot_file::Meta, cut: &Cut) -> std::io::Result<Vec<u8>> {
+    /// Walk the store at `cut`, encode it, and keep it: streamed into the
+    /// snapshot file (synced and renamed into place) with a log
+    /// directory, in memory without. `false`: a newer snapshot was
+    /// installed meanwhile, and this one is dropped. Blocking: runs off
+    /// the Raft thread.
+    fn write_at_cut(&self, meta: &snapshot_file::Meta, cut: &Cut) -> io::Result<bool> {
         let now = self.engine.now();
-        let data = snapshot_file::encode_with(now, meta, |sw| cut.walk(&self.engine.store, now, |k| self.owns(k), sw))?;
-        self.keep(meta, data.clone())?;
-        Ok(data)
+        let walk = |sw: &mut snapshot_file::Items<'_>| cut.walk(&self.engine.store, now, |k| self.owns(k), sw);
+        let newer = |cur: &Option<Stored>| cur.as_ref().is_some_and(|c| c.meta.last_log_id > meta.last_log_id);
+        let Some(dir) = &self.dir else {
+            let bytes = snapshot_file::encode_with(now, meta, walk)?;
+            let mut cur = self.snapshot.lock().expect("snapshot lock");
+            if newer(&cur) {
+                return Ok(false);
+            }
+            *cur = Some(Stored { meta: meta.clone(), held: Held::Memory(bytes.into()) });
+            return Ok(true);
+        };
+        // The snapshot's lock is taken only once the new file is whole and
+        // synced, for its rename: never across the walk, which the sender
+        // of a snapshot (on the Raft thread) would wait for.
+        let (mut held, mut superseded) = (None, false);
+        let res = snapshot_file::write_with(
+            dir,
+            now,
+            meta,
+            |step| {
+                if step == recall_persist::fsutil::FailAt::BeforeRename {
+                    let cur = self.snapshot.lock().expect("snapshot lock");
+                    if newer(&cur) {
+                        superseded = true;
+                        return Err(io::Error::other("superseded by an installed snapshot"));
+                    }
+                    held = Some(cur);
+                }
+                Ok(())
+            },
+            walk,
+        );
+        if superseded {
+            return Ok(false);
+        }
+        res?;
+        let mut cur = held.expect("renamed under the snapshot's lock");
+        *cur = Some(Stored { meta: meta.clone(), held: Held::File });
+        Ok(true)
     }
 
     /// What openraft hears when no new snapshot was made: the current one
     /// (not newer than what it knows, so it purges nothing).
-    fn unchanged(&self) -> Snapshot<TypeConfig> {
-        let cur = self.snapshot.lock().expect("snapshot lock");
-        let meta = cur.as_ref().map(|s| s.meta.clone()).unwrap_or_default();
-        Snapshot { meta, snapshot: Box::new(Cursor::new(Vec::new())) }
+    fn unchanged(&self) -> io::Result<Snapshot<TypeConfig>> {
+        Ok(self.current()?.unwrap_or_else(|| Snapshot {
+            meta: Default::default(),
+            snapshot: Box::new(SnapshotData::Buf(Cursor::new(Vec::new()))),
+        }))
     }
 
     /// Snapshots that could not be written since start.
@@ -286,8 +419,9 @@ impl StateMachine {
 
 impl RaftSnapshotBuilder<TypeConfig> for Arc<StateMachine> {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
+        let unchanged = |sm: &StateMachine| sm.unchanged().map_err(|e| StorageIOError::read_snapshot(None, &e).into());
         if self.retry.lock().expect("retry lock").not_before.is_some_and(|t| Instant::now() < t) {
-            return Ok(self.unchanged());
+            return unchanged(self);
         }
         let (meta, cut) = self.cut();
         let (sm, m) = (self.clone(), meta.clone());
@@ -296,13 +430,20 @@ impl RaftSnapshotBuilder<TypeConfig> for Arc<StateMachine> {
         // and every other group go on meanwhile.
         let built = tokio::task::spawn_blocking(move || sm.write_at_cut(&m, &cut))
             .await
-            .unwrap_or_else(|e| Err(std::io::Error::other(format!("snapshot builder: {e}"))));
+            .unwrap_or_else(|e| Err(io::Error::other(format!("snapshot builder: {e}"))));
         self.applied.lock().expect("state machine lock").cut = None;
         let mut retry = self.retry.lock().expect("retry lock");
         match built {
-            Ok(data) => {
+            Ok(true) => {
                 *retry = Retry::default();
-                Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
+                drop(retry);
+                self.current().map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?.ok_or_else(
+                    || StorageIOError::read_snapshot(Some(meta.signature()), &io::Error::other("gone")).into(),
+                )
+            }
+            Ok(false) => {
+                drop(retry);
+                unchanged(self)
             }
             Err(e) => {
                 // Not announced: openraft would purge the log up to a
@@ -318,7 +459,7 @@ impl RaftSnapshotBuilder<TypeConfig> for Arc<StateMachine> {
                     retry.delay
                 );
                 drop(retry);
-                Ok(self.unchanged())
+                unchanged(self)
             }
         }
     }
@@ -365,29 +506,52 @@ impl RaftStateMachine<TypeConfig> for Arc<StateMachine> {
         Ok(out)
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    /// With a log directory a received snapshot goes to its file a chunk
+    /// at a time (openraft writes each at its offset), never whole in
+    /// memory.
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotData>, StorageError<NodeId>> {
+        Ok(Box::new(match &self.dir {
+            Some(dir) => {
+                let p = dir.join(snapshot_file::RECEIVING);
+                // Read and write: it is checked and loaded from once whole.
+                let f = tokio::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(&p)
+                    .await
+                    .map_err(|e| StorageIOError::write_snapshot(None, &snapshot_file::named(&p, e)))?;
+                SnapshotData::File(f)
+            }
+            None => SnapshotData::Buf(Cursor::new(Vec::new())),
+        }))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta<NodeId, BasicNode>,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        mut snapshot: Box<SnapshotData>,
     ) -> Result<(), StorageError<NodeId>> {
-        let data = snapshot.into_inner();
-        // Check the whole snapshot before the store loses anything.
-        let records =
-            snapshot_file::decode(&data).map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
-        // On disk before the store changes: openraft purges the log up to
-        // it once this returns.
-        self.keep(meta, data).map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
-        self.load(meta, &records);
-        Ok(())
+        use tokio::io::AsyncWriteExt as _;
+        let sig = || Some(meta.signature());
+        snapshot.flush().await.map_err(|e| StorageIOError::write_snapshot(sig(), &e))?;
+        if let SnapshotData::File(f) = &mut *snapshot {
+            // The last chunk's write may still be in tokio's hands.
+            f.sync_data().await.map_err(|e| StorageIOError::write_snapshot(sig(), &e))?;
+        }
+        // Checked whole before the store loses anything; on disk before
+        // openraft purges the log up to it. Off the Raft thread: the other
+        // groups go on (this one waits for its install, as it must).
+        let (sm, m) = (self.clone(), meta.clone());
+        tokio::task::spawn_blocking(move || sm.install(&m, *snapshot))
+            .await
+            .unwrap_or_else(|e| Err(io::Error::other(format!("snapshot install: {e}"))))
+            .map_err(|e| StorageIOError::read_snapshot(sig(), &e).into())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
-        let s = self.snapshot.lock().expect("snapshot lock");
-        Ok(s.as_ref().map(|s| Snapshot { meta: s.meta.clone(), snapshot: Box::new(Cursor::new(s.data.clone())) }))
+        self.current().map_err(|e| StorageIOError::read_snapshot(None, &e).into())
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
@@ -418,6 +582,36 @@ mod tests {
 
     fn value(key: &[u8], value: &[u8]) -> OwnedRecord {
         OwnedRecord { key: key.to_vec(), value: value.to_vec(), flags: 3, ..Default::default() }
+    }
+
+    /// The bytes of a snapshot, read as openraft reads one to send it.
+    async fn bytes_of(snap: Snapshot<TypeConfig>) -> Vec<u8> {
+        use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _};
+        let mut data = snap.snapshot;
+        data.rewind().await.unwrap();
+        let mut v = Vec::new();
+        data.read_to_end(&mut v).await.unwrap();
+        v
+    }
+
+    /// A snapshot sent as openraft sends it: into what the receiver's
+    /// `begin_receiving_snapshot` gave (its file, with a log directory),
+    /// 1 KiB chunks at their offsets, then installed.
+    async fn transfer(snap: Snapshot<TypeConfig>, to: &mut Arc<StateMachine>) -> Result<(), StorageError<NodeId>> {
+        use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _, AsyncWriteExt as _};
+        let (meta, mut src) = (snap.meta, snap.snapshot);
+        let mut dst = to.begin_receiving_snapshot().await?;
+        let end = src.seek(std::io::SeekFrom::End(0)).await.unwrap();
+        let mut offset = 0;
+        while offset < end {
+            src.seek(std::io::SeekFrom::Start(offset)).await.unwrap();
+            let mut chunk = vec![0u8; 1024.min((end - offset) as usize)];
+            src.read_exact(&mut chunk).await.unwrap();
+            dst.seek(std::io::SeekFrom::Start(offset)).await.unwrap();
+            dst.write_all(&chunk).await.unwrap();
+            offset += chunk.len() as u64;
+        }
+        to.install_snapshot(&meta, dst).await
     }
 
     /// key → (value, flags, cas) of every live item.
@@ -456,7 +650,7 @@ mod tests {
         let b = engine();
         b.store.apply(&value(b"stale", b"gone after install").as_record(), b.now());
         let mut sm_b = StateMachine::new(b.clone(), GroupId::default(), 1);
-        sm_b.install_snapshot(&snap.meta, snap.snapshot).await.expect("installed");
+        transfer(snap, &mut sm_b).await.expect("installed");
         assert_eq!(items(&b), got, "the same items, flags and timestamps");
         assert_eq!(sm_b.applied_state().await.expect("state").0.map(|l| l.index), Some(8));
 
@@ -480,7 +674,7 @@ mod tests {
         sm.apply((1..=20).map(|i| entry(i, value(format!("k{i}").as_bytes(), b"v")))).await.expect("applied");
         let built = sm.build_snapshot().await.expect("snapshot");
         let loaded = snapshot_file::load(&dir).unwrap().expect("on disk");
-        assert_eq!(loaded.0, built.meta);
+        assert_eq!(loaded, built.meta);
 
         let b = engine();
         let mut sm_b = StateMachine::open(b.clone(), GroupId::default(), 1, Some(dir.clone()), Some(loaded)).unwrap();
@@ -499,8 +693,18 @@ mod tests {
         std::fs::create_dir_all(&c_dir).unwrap();
         let mut sm_c = StateMachine::open(engine(), GroupId::default(), 1, Some(c_dir.clone()), None).unwrap();
         let snap = sm_b.build_snapshot().await.expect("snapshot");
-        sm_c.install_snapshot(&snap.meta, snap.snapshot).await.expect("installed");
-        assert_eq!(snapshot_file::load(&c_dir).unwrap().expect("on disk").0.last_log_id.map(|l| l.index), Some(21));
+        transfer(snap, &mut sm_c).await.expect("installed");
+        assert_eq!(snapshot_file::load(&c_dir).unwrap().expect("on disk").last_log_id.map(|l| l.index), Some(21));
+        assert!(!c_dir.join(snapshot_file::RECEIVING).exists(), "renamed into place");
+        // And from a node with a directory to one without, and back.
+        let mut sm_d = StateMachine::new(engine(), GroupId::default(), 1);
+        transfer(sm_c.get_current_snapshot().await.unwrap().unwrap(), &mut sm_d).await.expect("installed");
+        let d_dir = dir.join("d");
+        std::fs::create_dir_all(&d_dir).unwrap();
+        let e = engine();
+        let mut sm_e = StateMachine::open(e.clone(), GroupId::default(), 1, Some(d_dir.clone()), None).unwrap();
+        transfer(sm_d.get_current_snapshot().await.unwrap().unwrap(), &mut sm_e).await.expect("installed");
+        assert_eq!(items(&e), items(&b));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -542,24 +746,38 @@ mod tests {
         assert!(sm.apply(vec![unknown]).await.is_err(), "an unknown command code is refused");
         sm.apply(vec![entry(2, value(b"k", b"v"))]).await.expect("applied");
         let snap = sm.build_snapshot().await.expect("snapshot");
-        let mut data = snap.snapshot.into_inner();
+        let meta = snap.meta.clone();
+        let mut data = bytes_of(snap).await;
         data.truncate(data.len() - 1);
         let b = engine();
         b.store.apply(&value(b"kept", b"v").as_record(), b.now());
         let mut sm_b = StateMachine::new(b.clone(), GroupId::default(), 1);
-        assert!(sm_b.install_snapshot(&snap.meta, Box::new(Cursor::new(data))).await.is_err());
+        assert!(sm_b.install_snapshot(&meta, Box::new(SnapshotData::Buf(Cursor::new(data)))).await.is_err());
         assert_eq!(items(&b).len(), 1, "a refused snapshot leaves the store as it was");
+        // The same through a receiving file: refused, the store and the
+        // directory as they were.
+        let dir = std::env::temp_dir().join(format!("recall-raft-sm-bad-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut sm_c = StateMachine::open(b.clone(), GroupId::default(), 1, Some(dir.clone()), None).unwrap();
+        let mut other = sm.get_current_snapshot().await.unwrap().unwrap();
+        other.meta.snapshot_id = "another".into();
+        assert!(transfer(other, &mut sm_c).await.is_err(), "metadata not the one announced");
+        assert_eq!(items(&b).len(), 1);
+        assert!(snapshot_file::load(&dir).unwrap().is_none());
+        assert!(!dir.join(snapshot_file::RECEIVING).exists(), "a refused snapshot is not kept");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     fn delete(index: u64, key: &[u8]) -> Entry<TypeConfig> {
         entry(index, OwnedRecord { tombstone: true, key: key.to_vec(), ..Default::default() })
     }
 
-    /// key → (value, timestamp) of every record of snapshot bytes; a key
-    /// twice is a wrong snapshot.
-    fn snapshot_items(data: &[u8]) -> std::collections::BTreeMap<Vec<u8>, (Vec<u8>, u64)> {
+    /// key → (value, timestamp) of every record of a snapshot's items; a
+    /// key twice is a wrong snapshot.
+    fn snapshot_items(items: &[u8]) -> std::collections::BTreeMap<Vec<u8>, (Vec<u8>, u64)> {
         let mut got = std::collections::BTreeMap::new();
-        for r in snapshot_file::decode(data).expect("a valid snapshot") {
+        for r in snapshot_file::decode(items).expect("a valid snapshot") {
             assert!(!r.tombstone, "a snapshot of the store holds items only");
             assert!(got.insert(r.key.clone(), (r.value, r.ts)).is_none(), "{:?} twice", r.key);
         }
@@ -597,7 +815,9 @@ mod tests {
         let (meta, cut) = sm.cut();
         assert_eq!(meta.last_log_id.map(|l| l.index), Some(index));
         let now = a.now();
-        let mut sw = snapshot_file::writer(now, &meta, Vec::new()).unwrap();
+        let header =
+            recall_persist::snapshot::Header { instance: 0, watermark: 0, created: 0, replay_floor: 0, flushed_at: 0 };
+        let mut sw = recall_persist::snapshot::Writer::new(Vec::new(), header).unwrap();
         let all = |_: &[u8]| true;
         // Shards 0 and 1 walked; then effects after the cut everywhere.
         for s in 0..2 {
@@ -680,8 +900,12 @@ mod tests {
                 None => want.remove(k),
             };
         }
-        let data = snap.snapshot.into_inner();
-        assert_eq!(snapshot_items(&data), want, "entries up to {last} reflected, none after");
+        let data = bytes_of(snap).await;
+        assert_eq!(
+            snapshot_items(snapshot_file::parse(&data).unwrap().1),
+            want,
+            "entries up to {last} reflected, none after"
+        );
         eprintln!("{during} entries applied while the snapshot at {last} was built");
     }
 
@@ -708,7 +932,7 @@ mod tests {
         assert_eq!(sm.snapshot_failures(), 1);
         let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names.len(), 2, "the snapshot and the filler, no temp file: {names:?}");
-        assert_eq!(snapshot_file::load(&dir).unwrap().expect("the old file").0, old);
+        assert_eq!(snapshot_file::load(&dir).unwrap().expect("the old file"), old);
         assert_eq!(sm.get_current_snapshot().await.unwrap().map(|s| s.meta), Some(old.clone()));
         sm.apply(vec![entry(41, value(b"after", b"the failure"))]).await.expect("still applying");
         assert_eq!(sm.build_snapshot().await.unwrap().meta, old, "backing off");
@@ -718,9 +942,9 @@ mod tests {
         sm.retry_now();
         let built = sm.build_snapshot().await.expect("snapshot").meta;
         assert_eq!(built.last_log_id.map(|l| l.index), Some(41));
-        let (meta, data) = snapshot_file::load(&dir).unwrap().expect("the new file");
-        assert_eq!(meta, built);
-        assert_eq!(snapshot_items(&data).len(), 41);
+        assert_eq!(snapshot_file::load(&dir).unwrap().expect("the new file"), built);
+        let data = std::fs::read(snapshot_file::path(&dir)).unwrap();
+        assert_eq!(snapshot_items(snapshot_file::parse(&data).unwrap().1).len(), 41);
     }
 
     /// A key of `group` among `groups`.
@@ -756,7 +980,7 @@ mod tests {
         });
         b.store.apply(&value(&other_of_1.clone().unwrap(), b"gone").as_record(), b.now());
         let mut sm_b1 = StateMachine::new(b.clone(), g1, 2);
-        sm_b1.install_snapshot(&snap.meta, snap.snapshot).await.expect("installed");
+        transfer(snap, &mut sm_b1).await.expect("installed");
         let got: Vec<(Vec<u8>, Vec<u8>)> = items(&b).into_iter().map(|(k, v, _, _)| (k, v)).collect();
         let mut want = vec![(k0.clone(), b"group 0 keeps it".to_vec()), (k1.clone(), b"one".to_vec())];
         want.sort();
