@@ -62,12 +62,14 @@ enum KeptValue {
     Big(Arc<BigValue>),
 }
 
+/// A shard's kept items: key → its item at the cut (`None`: it had none).
+type KeptItems = HashMap<Vec<u8>, Option<Kept>>;
+
 /// One snapshot's cut of the store; see the module note.
 #[derive(Debug)]
 pub(crate) struct Cut {
     walked: Box<[AtomicBool]>,
-    /// Per shard: key → its item at the cut (`None`: it had none).
-    kept: Box<[Mutex<HashMap<Vec<u8>, Option<Kept>>>]>,
+    kept: Box<[Mutex<KeptItems>]>,
     done: Mutex<bool>,
     done_cv: Condvar,
 }
