@@ -22,7 +22,9 @@
 //!   state is written as kept (a key created after the cut not at all),
 //!   the others as they are, and after the shard's items, the kept items
 //!   the shard no longer holds (deleted after the cut). Then the shard is
-//!   marked walked, still under its lock.
+//!   marked walked, still under its lock. The shard's records are encoded
+//!   into memory under the lock and written out after it is released, so
+//!   a slow disk never holds a shard's applies or reads.
 //! * **A flush or an installed snapshot** changes every key at once:
 //!   keeping every item would be a copy of the store. They wait for the
 //!   walk to end instead ([`Cut::wait_walked`]); both are rare.
@@ -187,7 +189,11 @@ impl Cut {
         });
         // The shard is walked: its kept items are no longer needed.
         kept.clear();
-        res
+        drop(kept);
+        res?;
+        // Its records reach the file only now, the shard's lock released:
+        // a write may wait for the disk (snapshot_file's `Deferred`).
+        sw.sink_mut().flush()
     }
 }
 

@@ -129,7 +129,31 @@ pub fn write_with(
     at: impl FnMut(FailAt) -> io::Result<()>,
     items: impl FnOnce(&mut Items<'_>) -> io::Result<()>,
 ) -> io::Result<()> {
-    write_atomically_at(&path(dir), at, |w| write_to(w, now, meta, items))
+    write_atomically_at(&path(dir), at, |w| write_to(&mut Deferred { buf: Vec::new(), to: w }, now, meta, items))
+}
+
+/// Keeps what is written until `flush`: the walk of a snapshot encodes a
+/// shard's records under that shard's lock and flushes once it let it go,
+/// so no write to the file (which may wait for the disk) runs under a
+/// shard's lock. Holds one shard's records at a time.
+struct Deferred<'a> {
+    buf: Vec<u8>,
+    to: &'a mut dyn Write,
+}
+
+impl Write for Deferred<'_> {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        self.buf.extend_from_slice(b);
+        Ok(b.len())
+    }
+
+    /// Hands the records to the file's own buffer (which writes when it
+    /// is full, and is flushed before the file is synced).
+    fn flush(&mut self) -> io::Result<()> {
+        self.to.write_all(&self.buf)?;
+        self.buf.clear();
+        Ok(())
+    }
 }
 
 /// `dir`'s snapshot, checked whole, or `None` when there is none. A file
