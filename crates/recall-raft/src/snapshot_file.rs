@@ -98,7 +98,8 @@ fn write_to(
     w.write_all(&body)?;
     let wm = watermark(meta);
     let header = snapshot::Header { instance: 0, watermark: wm, created: now as u64, replay_floor: wm, flushed_at: 0 };
-    let mut sw = snapshot::Writer::new(w, header)?;
+    let mut deferred = Deferred { buf: Vec::new(), to: w };
+    let mut sw = snapshot::Writer::new(&mut deferred as &mut dyn Write, header)?;
     items(&mut sw)?;
     sw.finish()?;
     Ok(())
@@ -129,12 +130,13 @@ pub fn write_with(
     at: impl FnMut(FailAt) -> io::Result<()>,
     items: impl FnOnce(&mut Items<'_>) -> io::Result<()>,
 ) -> io::Result<()> {
-    write_atomically_at(&path(dir), at, |w| write_to(&mut Deferred { buf: Vec::new(), to: w }, now, meta, items))
+    write_atomically_at(&path(dir), at, |w| write_to(w, now, meta, items))
 }
 
 /// Keeps what is written until `flush`: the walk of a snapshot encodes a
 /// shard's records under that shard's lock and flushes once it let it go,
-/// so no write to the file (which may wait for the disk) runs under a
+/// so no write to the file (which may wait for the disk) and no growth of
+/// an in-memory snapshot (a copy of all of it so far) runs under a
 /// shard's lock. Holds one shard's records at a time.
 struct Deferred<'a> {
     buf: Vec<u8>,
