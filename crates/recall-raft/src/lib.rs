@@ -249,9 +249,9 @@ impl Node {
         // two workers each hop to a parked worker was a futex wake and a
         // context switch (docs/benchmarks/cluster.md, fourth round). On
         // one thread the hops are queue pushes. Blocking waits run on the
-        // engine's threads or in `spawn_blocking`, and the disk log's
-        // fsyncs on its own thread; building a snapshot does hold it
-        // (docs/design/replication.md, "Threads").
+        // engine's threads or in `spawn_blocking` (building, checking and
+        // loading a snapshot too), and the disk log's fsyncs on its own
+        // thread (docs/design/replication.md, "Threads").
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("recall-raft")

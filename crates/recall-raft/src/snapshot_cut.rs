@@ -145,7 +145,8 @@ impl Cut {
         for w in self.walked.iter() {
             w.store(true, Ordering::Release);
         }
-        *self.done.lock().expect("cut lock") = true;
+        // Also called while a panicking build unwinds: never panic here.
+        *self.done.lock().unwrap_or_else(|e| e.into_inner()) = true;
         self.done_cv.notify_all();
     }
 

@@ -254,20 +254,38 @@ impl StateMachine {
     }
 }
 
+/// Ends a build's cut however the build ends (a panic included): the
+/// applies stop keeping items for it, and nothing waits for its walk.
+struct Detach<'a>(&'a StateMachine, &'a Cut);
+
+impl Drop for Detach<'_> {
+    fn drop(&mut self) {
+        self.1.end_walk();
+        if let Ok(mut applied) = self.0.applied.lock() {
+            applied.cut = None;
+        }
+    }
+}
+
 impl RaftSnapshotBuilder<TypeConfig> for Arc<StateMachine> {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
         if self.retry.lock().expect("retry lock").not_before.is_some_and(|t| Instant::now() < t) {
             return self.unchanged().map_err(|e| StorageIOError::read_snapshot(None, &e).into());
         }
-        let (meta, cut) = self.cut();
-        let (sm, m) = (self.clone(), meta.clone());
-        // Off the Raft thread (openraft runs this builder as a task of its
-        // own on the node's runtime): the group's applies, its heartbeats
-        // and every other group go on meanwhile.
-        let built = tokio::task::spawn_blocking(move || sm.write_at_cut(&m, &cut))
-            .await
-            .unwrap_or_else(|e| Err(io::Error::other(format!("snapshot builder: {e}"))));
-        self.applied.lock().expect("state machine lock").cut = None;
+        let sm = self.clone();
+        // All of it off the Raft thread (openraft runs this builder as a
+        // task of its own on the node's runtime): the group's applies, its
+        // heartbeats and every other group go on meanwhile, and not even
+        // the state machine's lock is waited for there (an install holds
+        // it while it loads).
+        let (meta, built) = tokio::task::spawn_blocking(move || {
+            let (meta, cut) = sm.cut();
+            let _detach = Detach(&sm, &cut);
+            let built = sm.write_at_cut(&meta, &cut);
+            (meta, built)
+        })
+        .await
+        .unwrap_or_else(|e| (Default::default(), Err(io::Error::other(format!("snapshot builder: {e}")))));
         let mut retry = self.retry.lock().expect("retry lock");
         match built {
             Ok(true) => {
