@@ -187,6 +187,8 @@ pub enum ReadMode {
 /// run on.
 pub struct Node {
     groups: Vec<Arc<Group>>,
+    /// The groups' state machines, for their snapshot counters.
+    machines: Vec<Arc<state_machine::StateMachine>>,
     /// Kept for the groups' tasks (dropped last).
     _rt: tokio::runtime::Runtime,
 }
@@ -293,6 +295,7 @@ impl Node {
             check_layout(dir, groups)?;
         }
         let mut opened = Vec::with_capacity(groups);
+        let mut machines = Vec::with_capacity(groups);
         for g in 0..groups {
             let id = GroupId::new(g, groups);
             // On disk: the snapshot first, then the log after it. One group
@@ -308,6 +311,7 @@ impl Node {
                 }
                 None => (log_store::LogStore::default(), state_machine::StateMachine::new(engine.clone(), id, groups)),
             };
+            machines.push(sm.clone());
             let raft = rt.block_on(Raft::new(
                 cfg.node_id,
                 raft_cfg.clone(),
@@ -384,7 +388,7 @@ impl Node {
                 rt.spawn(membership::find_leader(Arc::downgrade(group), raft_peers.clone()));
             }
         }
-        Ok(Arc::new(Node { groups, _rt: rt }))
+        Ok(Arc::new(Node { groups, machines, _rt: rt }))
     }
 
     /// The group of `group`'s index (the engine passes indexes below
@@ -727,6 +731,10 @@ impl Replicator for Node {
             let led = self.groups.iter().filter(|g| g.leads()).count();
             lines.push(("cluster_groups_led", led.to_string()));
         }
+        // Snapshots that could not be written (a full disk): each is logged,
+        // and the log is kept until one is (summed over the groups).
+        let failed: u64 = self.machines.iter().map(|m| m.snapshot_failures()).sum();
+        lines.push(("cluster_snapshot_failures", failed.to_string()));
         // The logs on disk: fsyncs against entries written show group
         // commit at work (summed over the groups).
         let counts = self.groups.iter().filter_map(|g| g.log.disk_counts());

@@ -241,8 +241,8 @@ impl StateMachine {
         }))
     }
 
-    /// Snapshots that could not be written since start.
-    #[cfg(test)]
+    /// Snapshots that could not be written since start (`stats`:
+    /// `cluster_snapshot_failures`).
     pub(crate) fn snapshot_failures(&self) -> u64 {
         self.snapshot_failures.load(Ordering::Relaxed)
     }
