@@ -133,6 +133,12 @@ impl<W: Write> Writer<W> {
         Ok(())
     }
 
+    /// The sink, between records (a caller that buffers records and
+    /// chooses when they reach the file flushes it).
+    pub fn sink_mut(&mut self) -> &mut W {
+        &mut self.w
+    }
+
     /// Write the trailer and return the sink.
     pub fn finish(mut self) -> io::Result<(W, u64)> {
         self.put(&[TAG_END])?;

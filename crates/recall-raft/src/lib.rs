@@ -31,14 +31,16 @@ mod membership;
 pub mod network;
 mod propose;
 mod read;
+mod snapshot_cut;
+pub mod snapshot_data;
 pub mod snapshot_file;
+#[cfg(test)]
+mod snapshot_stall;
 mod state_machine;
 
 use std::collections::BTreeMap;
 use std::future::Future;
-// `declare_raft_types!` names `Cursor` for its default snapshot type.
 use std::io;
-use std::io::Cursor;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -124,6 +126,7 @@ openraft::declare_raft_types!(
     pub TypeConfig:
         D = Batch,
         R = ApplyResult,
+        SnapshotData = snapshot_data::SnapshotData,
 );
 
 pub type Raft = openraft::Raft<TypeConfig>;
@@ -184,6 +187,8 @@ pub enum ReadMode {
 /// run on.
 pub struct Node {
     groups: Vec<Arc<Group>>,
+    /// The groups' state machines, for their snapshot counters.
+    machines: Vec<Arc<state_machine::StateMachine>>,
     /// Kept for the groups' tasks (dropped last).
     _rt: tokio::runtime::Runtime,
 }
@@ -246,9 +251,9 @@ impl Node {
         // two workers each hop to a parked worker was a futex wake and a
         // context switch (docs/benchmarks/cluster.md, fourth round). On
         // one thread the hops are queue pushes. Blocking waits run on the
-        // engine's threads or in `spawn_blocking`, and the disk log's
-        // fsyncs on its own thread; building a snapshot does hold it
-        // (docs/design/replication.md, "Threads").
+        // engine's threads or in `spawn_blocking` (building, checking and
+        // loading a snapshot too), and the disk log's fsyncs on its own
+        // thread (docs/design/replication.md, "Threads").
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("recall-raft")
@@ -290,6 +295,7 @@ impl Node {
             check_layout(dir, groups)?;
         }
         let mut opened = Vec::with_capacity(groups);
+        let mut machines = Vec::with_capacity(groups);
         for g in 0..groups {
             let id = GroupId::new(g, groups);
             // On disk: the snapshot first, then the log after it. One group
@@ -299,12 +305,13 @@ impl Node {
                 Some(dir) => {
                     let dir = if groups == 1 { dir.clone() } else { dir.join(format!("group-{g}")) };
                     let snap = snapshot_file::load(&dir)?;
-                    let last = snap.as_ref().and_then(|(m, _)| m.last_log_id);
+                    let last = snap.as_ref().and_then(|m| m.last_log_id);
                     let log = log_store::LogStore::open(&dir, cfg.node_id, last)?;
                     (log, state_machine::StateMachine::open(engine.clone(), id, groups, Some(dir), snap)?)
                 }
                 None => (log_store::LogStore::default(), state_machine::StateMachine::new(engine.clone(), id, groups)),
             };
+            machines.push(sm.clone());
             let raft = rt.block_on(Raft::new(
                 cfg.node_id,
                 raft_cfg.clone(),
@@ -381,7 +388,7 @@ impl Node {
                 rt.spawn(membership::find_leader(Arc::downgrade(group), raft_peers.clone()));
             }
         }
-        Ok(Arc::new(Node { groups, _rt: rt }))
+        Ok(Arc::new(Node { groups, machines, _rt: rt }))
     }
 
     /// The group of `group`'s index (the engine passes indexes below
@@ -724,6 +731,10 @@ impl Replicator for Node {
             let led = self.groups.iter().filter(|g| g.leads()).count();
             lines.push(("cluster_groups_led", led.to_string()));
         }
+        // Snapshots that could not be written (a full disk): each is logged,
+        // and the log is kept until one is (summed over the groups).
+        let failed: u64 = self.machines.iter().map(|m| m.snapshot_failures()).sum();
+        lines.push(("cluster_snapshot_failures", failed.to_string()));
         // The logs on disk: fsyncs against entries written show group
         // commit at work (summed over the groups).
         let counts = self.groups.iter().filter_map(|g| g.log.disk_counts());

@@ -103,6 +103,7 @@ fn the_log_stays_bounded_and_a_restart_recovers_every_write() {
         wait_applied(&c, i, stat(to, "cluster_last_applied"));
         let st = stats(c.clients[i]);
         assert!(st["cluster_log_compactions"].parse::<u64>().unwrap() >= 1, "node {}: {st:?}", i + 1);
+        assert_eq!(st["cluster_snapshot_failures"], "0", "node {}", i + 1);
         // The log keeps the entries since the snapshot before last (50
         // kept behind it, 50 more until the next, and those a snapshot
         // takes to build; each entry at most the four writers' values),

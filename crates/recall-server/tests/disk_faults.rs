@@ -12,6 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::{read_until, try_recalld, Server};
+use recall_testkit::mount::{fill, Mount};
 
 struct TempDir(PathBuf);
 impl TempDir {
@@ -163,64 +164,6 @@ fn a_bit_flip_mid_log_refuses_start_until_the_operator_repairs() {
     let s = start_wal(&dir.0).expect("starts after the repair");
     let mut c = s.connect();
     assert_eq!(get(&mut c, "a0").as_deref(), Some(&b"value-0"[..]));
-}
-
-/// A small file system mounted by the test (unmounted on drop): a tmpfs,
-/// or an ext4 image on a loop device.
-struct Mount {
-    dir: PathBuf,
-    image: Option<PathBuf>,
-}
-
-impl Mount {
-    fn new(tag: &str, ext4: bool) -> Option<Mount> {
-        let dir = std::env::temp_dir().join(format!("recall-walf-{tag}-{}", std::process::id()));
-        let _ = Command::new("umount").arg(&dir).output();
-        std::fs::create_dir_all(&dir).unwrap();
-        let image = ext4.then(|| dir.with_extension("img"));
-        let mounted = match &image {
-            None => Command::new("mount").args(["-t", "tmpfs", "-o", "size=512k", "tmpfs"]).arg(&dir).output(),
-            Some(img) => {
-                std::fs::File::create(img).unwrap().set_len(4 << 20).unwrap();
-                Command::new("mkfs.ext4")
-                    .args(["-q", "-F"])
-                    .arg(img)
-                    .output()
-                    .and_then(|_| Command::new("mount").args(["-o", "loop"]).arg(img).arg(&dir).output())
-            }
-        };
-        let m = Mount { dir, image };
-        match mounted {
-            Ok(o) if o.status.success() => Some(m),
-            // SAFETY: geteuid has no preconditions.
-            _ if unsafe { libc::geteuid() } != 0 => {
-                eprintln!("SKIPPED: mounting a small file system needs root (run as root to check ENOSPC handling)");
-                None
-            }
-            o => panic!("mounting a {} as root failed: {o:?}", if ext4 { "loop ext4" } else { "tmpfs" }),
-        }
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.dir).output();
-        let _ = std::fs::remove_dir(&self.dir);
-        if let Some(img) = &self.image {
-            let _ = std::fs::remove_file(img);
-        }
-    }
-}
-
-/// Fill `dir`'s file system, then free `leave` bytes.
-fn fill(dir: &Path, leave: u64) -> PathBuf {
-    let p = dir.join("filler");
-    let mut f = std::fs::File::create(&p).unwrap();
-    let chunk = vec![0u8; 4096];
-    while f.write_all(&chunk).is_ok() {}
-    let len = f.metadata().unwrap().len();
-    f.set_len(len.saturating_sub(leave)).unwrap();
-    p
 }
 
 /// A seeded generator (Knuth's MMIX LCG, high bits): enough to vary the

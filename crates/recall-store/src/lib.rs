@@ -676,6 +676,32 @@ impl Store {
             s.lock().for_each(&ctx, &mut f);
         }
     }
+
+    /// The shard `key` lives in, `0..shard_count()` (for callers that walk
+    /// the store a shard at a time with [`Store::for_each_in_shard`]).
+    pub fn shard_of_key(&self, key: &[u8]) -> usize {
+        self.shard_index(self.hash(key))
+    }
+
+    /// Visit the live items of one shard with its lock held (`f(Some(item))`),
+    /// then call `f(None)` still holding it: nothing can change the shard
+    /// between the last item and that call (a cluster snapshot marks the
+    /// shard walked there, recall-raft's `snapshot_cut.rs`).
+    pub fn for_each_in_shard(&self, shard: usize, now: UnixSecs, mut f: impl FnMut(Option<&ItemView<'_>>)) {
+        let ctx = self.ctx(now, None);
+        let s = self.shards[shard].lock();
+        s.for_each(&ctx, &mut |it| f(Some(it)));
+        f(None);
+    }
+
+    /// Look at `key`'s live item without changing anything (no access
+    /// time, no policy move, no counter), with its shard's lock held while
+    /// `f` runs; `None` for a miss.
+    pub fn peek<R>(&self, key: &[u8], now: UnixSecs, f: impl FnOnce(Option<&ItemView<'_>>) -> R) -> R {
+        let h = self.hash(key);
+        let ctx = self.ctx(now, None);
+        self.shard_of(h).lock().peek(&ctx, h, key, f)
+    }
 }
 
 #[cfg(test)]

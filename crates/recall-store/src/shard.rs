@@ -766,21 +766,31 @@ impl Shard {
             if s.is_free() || ctx.dead(s).is_some() {
                 continue;
             }
-            f(&ItemView {
-                key: s.key(),
-                value: self.value_at(i),
-                flags: s.flags,
-                cas: s.cas,
-                exptime: s.exptime,
-                atime: s.atime,
-                fetched: s.bits() & bit::FETCHED != 0,
-                tokens: Tokens {
-                    stale: s.bits() & bit::STALE != 0,
-                    win_sent: s.bits() & bit::WIN_SENT != 0,
-                    win: false,
-                },
-                binary_key: s.bits() & bit::BINARY_KEY != 0,
-            });
+            f(&self.view(i));
+        }
+    }
+
+    /// `key`'s live item as it is, changing nothing (no access time, no
+    /// policy move, no counter, a dead item left for its next reader).
+    pub fn peek<R>(&self, ctx: &Ctx<'_>, h: u64, key: &[u8], f: impl FnOnce(Option<&ItemView<'_>>) -> R) -> R {
+        match self.find(h, key) {
+            Some(i) if ctx.dead(&self.slots[i as usize]).is_none() => f(Some(&self.view(i))),
+            _ => f(None),
+        }
+    }
+
+    fn view(&self, i: u32) -> ItemView<'_> {
+        let s = &self.slots[i as usize];
+        ItemView {
+            key: s.key(),
+            value: self.value_at(i),
+            flags: s.flags,
+            cas: s.cas,
+            exptime: s.exptime,
+            atime: s.atime,
+            fetched: s.bits() & bit::FETCHED != 0,
+            tokens: Tokens { stale: s.bits() & bit::STALE != 0, win_sent: s.bits() & bit::WIN_SENT != 0, win: false },
+            binary_key: s.bits() & bit::BINARY_KEY != 0,
         }
     }
 }

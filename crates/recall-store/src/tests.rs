@@ -27,6 +27,45 @@ fn set(s: &Store, k: &[u8], v: &[u8], exp: u32, now: u32) -> WriteOutcome {
     s.write(&Write::new(Mode::Set, k, v, 0, exp), now)
 }
 
+/// `peek` sees a live item and changes nothing (not `fetched`, access
+/// time kept, nothing counted), and misses an expired one; walking the
+/// shards one by one meets every item once and ends each shard with
+/// `None`.
+#[test]
+fn peek_changes_nothing_and_a_walk_by_shard_meets_every_item() {
+    let s = store(1 << 20);
+    set(&s, b"a", b"1", 0, 100);
+    set(&s, b"gone", b"x", 150, 100);
+    let seen = |s: &Store| s.peek(b"a", 200, |it| it.map(|v| (v.value.to_vec(), v.fetched, v.atime)));
+    assert_eq!(seen(&s), Some((b"1".to_vec(), false, 100)));
+    assert_eq!(seen(&s), Some((b"1".to_vec(), false, 100)), "still not fetched, atime kept");
+    assert!(s.peek(b"gone", 200, |it| it.is_none()), "expired");
+    assert!(s.peek(b"never", 200, |it| it.is_none()));
+    assert_eq!(s.stats().get_expired, 0, "a peek counts nothing");
+
+    for i in 0..100 {
+        set(&s, format!("k{i}").as_bytes(), b"v", 0, 100);
+    }
+    let mut keys = Vec::new();
+    for shard in 0..s.shard_count() {
+        let mut ended = 0;
+        s.for_each_in_shard(shard, 100, |it| match it {
+            Some(v) => {
+                assert_eq!(ended, 0, "an item after the end");
+                assert_eq!(s.shard_of_key(v.key), shard);
+                keys.push(v.key.to_vec());
+            }
+            None => ended += 1,
+        });
+        assert_eq!(ended, 1);
+    }
+    keys.sort();
+    let mut want: Vec<Vec<u8>> = (0..100).map(|i| format!("k{i}").into_bytes()).collect();
+    want.extend([b"a".to_vec(), b"gone".to_vec()]);
+    want.sort();
+    assert_eq!(keys, want);
+}
+
 #[test]
 fn set_get_delete() {
     let s = store(1 << 20);

@@ -19,6 +19,7 @@
 //! ```
 
 pub mod cluster;
+pub mod mount;
 
 use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, BufReader, Read};
