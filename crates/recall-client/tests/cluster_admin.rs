@@ -317,3 +317,62 @@ fn an_in_memory_node_restarted_under_its_old_id_is_refused() {
     }
     assert_eq!(conn.ask("set last 0 0 1\r\nx\r\n"), "STORED\r\n", "two of three voters serve");
 }
+
+/// A transfer whose target dies with kill -9 just after the command was
+/// sent (docs/design/replication.md, "Membership": every transfer has a
+/// timeout and a fallback): the command answers, the group serves again,
+/// and no acknowledged write is lost.
+#[test]
+fn a_transfer_whose_target_dies_answers_and_the_group_serves_again() {
+    let mut c = Cluster::start(3);
+    let leader = c.leader();
+    let (target, other) = ((leader + 1) % 3, (leader + 2) % 3);
+    let load = Load { stop: AtomicBool::new(false), acks: AtomicUsize::new(0), failed: Mutex::new(Vec::new()) };
+    let (to_leader, to_other) = (c.clients[leader], c.clients[other]);
+    let acked: Vec<(String, String)> = std::thread::scope(|s| {
+        let load = &load;
+        let writers: Vec<_> = [to_leader, to_other, to_leader]
+            .into_iter()
+            .enumerate()
+            .map(|(w, to)| s.spawn(move || load.write(w, to)))
+            .collect();
+        load.progress(50);
+        let (sent_tx, sent) = std::sync::mpsc::channel();
+        let at = c.clients[leader];
+        let transfer = s.spawn(move || {
+            let started = Instant::now();
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_recall"));
+            cmd.args(["--server", &at.to_string(), "cluster", "transfer-leader", &(target + 1).to_string()]);
+            let child = cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn();
+            let _ = sent_tx.send(());
+            (child.expect("run recall").wait_with_output().expect("recall's output"), started.elapsed())
+        });
+        sent.recv().expect("the command started");
+        c.kill9(target);
+        let killed = Instant::now();
+        let (out, took) = transfer.join().expect("transfer");
+        let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        // Either the target led before it died, or the command names the
+        // failure and who leads; never a hang.
+        assert!(out.status.success() || said.contains("SERVER_ERROR cluster transfer to"), "{said}");
+        load.progress(100);
+        eprintln!("transfer answered in {took:?}: {said:?}; writes flowed again {:?} after the kill", killed.elapsed());
+        load.stop.store(true, Ordering::Relaxed);
+        writers.into_iter().flat_map(|w| w.join().expect("writer")).collect()
+    });
+    let failed = load.failed.into_inner().unwrap();
+    eprintln!("{} writes acknowledged, {} failed: {failed:?}", acked.len(), failed.len());
+    let survivor = c.leader();
+    let mut conn = Conn::new(c.clients[survivor]);
+    let lost: Vec<_> = acked
+        .iter()
+        .filter(|(k, v)| conn.ask(&format!("get {k}\r\n")) != format!("VALUE {k} 0 {}\r\n{v}\r\nEND\r\n", v.len()))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {} acknowledged writes lost: {:?}",
+        lost.len(),
+        acked.len(),
+        &lost[..lost.len().min(5)]
+    );
+}
