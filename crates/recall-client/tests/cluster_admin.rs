@@ -356,7 +356,9 @@ fn a_transfer_whose_target_dies_answers_and_the_group_serves_again() {
         // failure and who leads; never a hang.
         assert!(out.status.success() || said.contains("SERVER_ERROR cluster transfer to"), "{said}");
         load.progress(100);
-        eprintln!("transfer answered in {took:?}: {said:?}; writes flowed again {:?} after the kill", killed.elapsed());
+        // The bound docs/design/replication.md gives is timeout_ms plus 3 s
+        // (logged, not asserted: the machine may be loaded).
+        eprintln!("transfer answered in {took:?}: {said:?}; 100 more writes {:?} after the kill", killed.elapsed());
         load.stop.store(true, Ordering::Relaxed);
         writers.into_iter().flat_map(|w| w.join().expect("writer")).collect()
     });
