@@ -630,6 +630,20 @@ mod tests {
         assert!(matches!(rt.block_on(client.append_entries(req(2), opt())), Err(RPCError::Unreachable(_))));
     }
 
+    /// The hello's bytes, as fuzz/gen_seeds.py writes its seeds: a change
+    /// of the wire form (a variant moved, a field added) shows here.
+    #[test]
+    fn a_hello_s_wire_form_is_pinned() {
+        let hello = Hello { from: 2, incarnation: 0x9E37_79B9_7F4A_7C15, to: 1, to_known: None };
+        let mut want = vec![0, 4, 2, 253];
+        want.extend_from_slice(&0x9E37_79B9_7F4A_7C15u64.to_le_bytes());
+        want.extend_from_slice(&[1, 0]);
+        assert_eq!(encode(&Call { group: 0, rpc: Rpc::Hello(hello) }).unwrap(), want);
+        assert_eq!(encode(&Call { group: 300, rpc: Rpc::Elect }).unwrap(), [251, 0x2c, 0x01, 3]);
+        let refused: Greeting = Err(crate::incarnation::Refused { stale: 2, why: "node 2 ran before".into() });
+        assert_eq!(encode(&refused).unwrap(), [&[1, 2, 17][..], b"node 2 ran before"].concat());
+    }
+
     #[test]
     fn a_peer_is_dialled_where_this_nodes_list_says() {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
