@@ -339,13 +339,14 @@ impl Node {
             if incarnation != incarnation::DURABLE {
                 // Ask every configured peer now, so a node restarted under
                 // its old id stops here with the reason while its peers are
-                // up (they answer within the second); the ones not reached
-                // are asked again in the background, and this node votes
-                // only once a majority of the others recorded it.
+                // up (a peer that is down refuses the connection at once; one
+                // that is up answers within the request timeout); the ones
+                // not reached are asked again in the background, and this
+                // node votes only once a majority of the others recorded it.
                 let mut hellos = tokio::task::JoinSet::new();
                 for (id, addr) in raft_peers.iter().filter(|(id, _)| **id != cfg.node_id) {
-                    let (ident, id, addr) = (ident.clone(), *id, addr.clone());
-                    hellos.spawn(async move { network::greet(&ident, id, &addr, Duration::from_secs(1)).await });
+                    let (ident, id, addr, ttl) = (ident.clone(), *id, addr.clone(), cfg.timeout);
+                    hellos.spawn(async move { network::greet(&ident, id, &addr, ttl).await });
                 }
                 while hellos.join_next().await.is_some() {}
                 if let Some(why) = ident.refused() {
