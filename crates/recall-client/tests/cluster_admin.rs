@@ -354,9 +354,10 @@ fn a_transfer_whose_target_dies_answers_and_the_group_serves_again() {
         let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         // Either the target led before it died, or the command names the
         // failure (usually who leads; under a heavy load the leader's own
-        // reply can miss its 100 ms margin and say "timed out"); never a
-        // hang, never a silent success.
-        assert!(out.status.success() || said.contains("SERVER_ERROR cluster"), "{said}");
+        // reply can miss its 100 ms margin and say "timed out", or an
+        // election can move the leadership first); never a hang, never a
+        // silent success.
+        assert!(out.status.success() || said.contains("SERVER_ERROR"), "{said}");
         load.progress(100);
         // The bound docs/design/replication.md gives is timeout_ms plus 3 s
         // (logged, not asserted: the machine may be loaded).
