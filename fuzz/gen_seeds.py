@@ -447,7 +447,8 @@ def write_seeds(seeds, quiet):
     # recall-raft's RPC frames (crates/recall-raft/src/network.rs): a
     # 4-byte big-endian length, then bincode 1 with varint integers. Calls
     # name their group; `Rpc` variants by index (Append 0, Vote 1,
-    # Snapshot 2, Elect 3, Hello 4); a hello's answer is a `Greeting`.
+    # Snapshot 2, Elect 3, Flush 4, Leader 5, Hello 6); a hello's answer
+    # is a `Greeting`.
     def varint(n):
         if n < 251:
             return bytes([n])
@@ -461,7 +462,7 @@ def write_seeds(seeds, quiet):
 
     def hello(frm, inc, to, known):
         opt = b"\x00" if known is None else b"\x01" + varint(known)
-        return varint(4) + varint(frm) + varint(inc) + varint(to) + opt
+        return varint(6) + varint(frm) + varint(inc) + varint(to) + opt
     put("raft_rpc", "elect", raft_frame(varint(0) + varint(3)))
     put("raft_rpc", "elect-group-300", raft_frame(varint(300) + varint(3)))
     put("raft_rpc", "hello-first", raft_frame(varint(0) + hello(2, 0x9E3779B97F4A7C15, 1, None)))

@@ -635,7 +635,7 @@ mod tests {
     #[test]
     fn a_hello_s_wire_form_is_pinned() {
         let hello = Hello { from: 2, incarnation: 0x9E37_79B9_7F4A_7C15, to: 1, to_known: None };
-        let mut want = vec![0, 4, 2, 253];
+        let mut want = vec![0, 6, 2, 253];
         want.extend_from_slice(&0x9E37_79B9_7F4A_7C15u64.to_le_bytes());
         want.extend_from_slice(&[1, 0]);
         assert_eq!(encode(&Call { group: 0, rpc: Rpc::Hello(hello) }).unwrap(), want);
