@@ -444,6 +444,36 @@ def write_seeds(seeds, quiet):
     put("fs_chunk", "past-end", fs_chunk(b"", 10, 4, 3))
     put("fs_chunk", "zero-chunk", fs_chunk(b"", 10, 0, 0))
 
+    # recall-raft's RPC frames (crates/recall-raft/src/network.rs): a
+    # 4-byte big-endian length, then bincode 1 with varint integers. Calls
+    # name their group; `Rpc` variants by index (Append 0, Vote 1,
+    # Snapshot 2, Elect 3, Flush 4, Leader 5, Hello 6); a hello's answer
+    # is a `Greeting`.
+    def varint(n):
+        if n < 251:
+            return bytes([n])
+        for tag, fmt, top in ((251, "<H", 1 << 16), (252, "<I", 1 << 32), (253, "<Q", 1 << 64)):
+            if n < top:
+                return bytes([tag]) + struct.pack(fmt, n)
+        raise ValueError(n)
+
+    def raft_frame(body):
+        return struct.pack(">I", len(body)) + body
+
+    def hello(frm, inc, to, known):
+        opt = b"\x00" if known is None else b"\x01" + varint(known)
+        return varint(6) + varint(frm) + varint(inc) + varint(to) + opt
+    put("raft_rpc", "elect", raft_frame(varint(0) + varint(3)))
+    put("raft_rpc", "elect-group-300", raft_frame(varint(300) + varint(3)))
+    put("raft_rpc", "hello-first", raft_frame(varint(0) + hello(2, 0x9E3779B97F4A7C15, 1, None)))
+    put("raft_rpc", "hello-known", raft_frame(varint(0) + hello(4, 7, 2, 0xFFFFFFFFFFFFFFFF)))
+    put("raft_rpc", "hello-durable", raft_frame(varint(0) + hello(1, 0, 3, 0)))
+    put("raft_rpc", "hello-cut", raft_frame(varint(0) + hello(2, 5, 1, 9))[:-2])
+    put("raft_rpc", "greeting-ok", raft_frame(varint(0) + varint(0x1234567)))
+    why = b"node 2 ran before"
+    put("raft_rpc", "greeting-refused", raft_frame(varint(1) + varint(2) + varint(len(why)) + why))
+    put("raft_rpc", "too-long", struct.pack(">I", (64 << 20) + 1) + varint(0) + varint(3))
+
     if not quiet:
         for t, n in sorted(counts.items()):
             print(f"{t}: {n} seeds")

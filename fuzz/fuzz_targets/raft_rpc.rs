@@ -1,6 +1,6 @@
 //! recall-raft's RPC between cluster nodes: the frame header's length
-//! check and the decoding of a frame's body, a call (with its group) or
-//! any of its replies.
+//! check and the decoding of a frame's body, a call (with its group; a
+//! hello included) or any of its replies (a hello's greeting included).
 //!
 //! Invariants: never panics; an accepted length is within `FRAME_MAX` (so
 //! a peer cannot make a node allocate on the word of a length field); a
@@ -10,6 +10,7 @@
 use libfuzzer_sys::fuzz_target;
 use openraft::error::{InstallSnapshotError, RaftError};
 use openraft::raft::{AppendEntriesResponse, InstallSnapshotResponse, VoteResponse};
+use recall_raft::incarnation::Greeting;
 use recall_raft::network::{decode, encode, frame_len, Call, FRAME_MAX};
 
 fuzz_target!(|data: &[u8]| {
@@ -25,4 +26,8 @@ fuzz_target!(|data: &[u8]| {
     let _ = decode::<Result<AppendEntriesResponse<u64>, RaftError<u64>>>(body);
     let _ = decode::<Result<VoteResponse<u64>, RaftError<u64>>>(body);
     let _ = decode::<Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>>>(body);
+    if let Ok(g) = decode::<Greeting>(body) {
+        let back: Greeting = decode(&encode(&g).expect("a decoded greeting encodes")).expect("and decodes again");
+        assert_eq!(g, back);
+    }
 });

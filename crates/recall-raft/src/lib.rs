@@ -13,6 +13,8 @@
 //!   log on disk with group-committed fsync (`--cluster-log-dir`);
 //! * `state_machine.rs`: committed effects → `Store::apply`, snapshots;
 //! * `network.rs`: the RPC between nodes (length-prefixed frames on TCP);
+//! * `incarnation.rs`: a node's incarnation, and the peers' check that an
+//!   in-memory node never rejoins under its old id;
 //! * `membership.rs`: `cluster status`, adding and removing nodes (per
 //!   group), handing the leadership over, and a node removed from one of
 //!   several groups finding that group's leader;
@@ -25,6 +27,7 @@
 //! Layout, guarantees and what is not done yet:
 //! docs/design/replication.md.
 
+pub mod incarnation;
 pub mod log_disk;
 mod log_store;
 mod membership;
@@ -189,6 +192,8 @@ pub struct Node {
     groups: Vec<Arc<Group>>,
     /// The groups' state machines, for their snapshot counters.
     machines: Vec<Arc<state_machine::StateMachine>>,
+    /// This node's incarnation and its peers' (`incarnation.rs`).
+    ident: Arc<incarnation::Ident>,
     /// Kept for the groups' tasks (dropped last).
     _rt: tokio::runtime::Runtime,
 }
@@ -294,6 +299,10 @@ impl Node {
         if let Some(dir) = &cfg.log_dir {
             check_layout(dir, groups)?;
         }
+        // A log in memory is forgotten at every start: a new incarnation,
+        // which the peers check against the one they knew.
+        let incarnation = if cfg.log_dir.is_some() { incarnation::DURABLE } else { incarnation::Ident::draw() };
+        let ident = Arc::new(incarnation::Ident::new(cfg.node_id, incarnation));
         let mut opened = Vec::with_capacity(groups);
         let mut machines = Vec::with_capacity(groups);
         for g in 0..groups {
@@ -315,7 +324,7 @@ impl Node {
             let raft = rt.block_on(Raft::new(
                 cfg.node_id,
                 raft_cfg.clone(),
-                network::Network { peers: raft_peers.clone(), group: id.id },
+                network::Network { peers: raft_peers.clone(), group: id.id, ident: ident.clone() },
                 log.clone(),
                 sm,
             ));
@@ -326,8 +335,32 @@ impl Node {
             let listener = tokio::net::TcpListener::bind(listen)
                 .await
                 .map_err(|e| io::Error::new(e.kind(), format!("cluster listen {listen}: {e}")))?;
-            let votes_from = std::time::Instant::now() + read::LEASE;
-            tokio::spawn(network::serve(listener, rafts.clone(), engine.clone(), votes_from));
+            let serving = Arc::new(network::Serving {
+                groups: rafts.clone(),
+                engine: engine.clone(),
+                votes_from: std::time::Instant::now() + read::LEASE,
+                ident: ident.clone(),
+                configured: cfg.peers.keys().copied().filter(|id| *id != cfg.node_id).collect(),
+            });
+            tokio::spawn(network::serve(listener, serving.clone()));
+            if incarnation != incarnation::DURABLE {
+                // Ask every configured peer now, so a node restarted under
+                // its old id stops here with the reason while its peers are
+                // up (a peer that is down refuses the connection at once; one
+                // that is up answers within the request timeout); the ones
+                // not reached are asked again in the background, and this
+                // node votes only once a majority of the others recorded it.
+                let mut hellos = tokio::task::JoinSet::new();
+                for (id, addr) in raft_peers.iter().filter(|(id, _)| **id != cfg.node_id) {
+                    let (ident, id, addr, ttl) = (ident.clone(), *id, addr.clone(), cfg.timeout);
+                    hellos.spawn(async move { network::greet(&ident, id, &addr, ttl).await });
+                }
+                while hellos.join_next().await.is_some() {}
+                if let Some(why) = ident.refused() {
+                    return Err(io::Error::new(io::ErrorKind::AlreadyExists, why));
+                }
+                tokio::spawn(network::admit(serving, raft_peers.clone()));
+            }
             if cfg.bootstrap {
                 for (g, raft) in rafts.iter().enumerate() {
                     match raft.initialize(members.clone()).await {
@@ -388,7 +421,7 @@ impl Node {
                 rt.spawn(membership::find_leader(Arc::downgrade(group), raft_peers.clone()));
             }
         }
-        Ok(Arc::new(Node { groups, machines, _rt: rt }))
+        Ok(Arc::new(Node { groups, machines, ident, _rt: rt }))
     }
 
     /// The group of `group`'s index (the engine passes indexes below
@@ -400,6 +433,13 @@ impl Node {
     /// The current leader of group 0, as this node knows it.
     pub fn leader(&self) -> Option<NodeId> {
         self.groups[0].leader()
+    }
+
+    /// Block until a peer finds that this node ran before under its id
+    /// with its log in memory, and return why (the process should stop:
+    /// this node refuses every call meanwhile).
+    pub fn wait_refused(&self) -> String {
+        self.ident.wait_refused()
     }
 
     /// Stop every group's Raft core (the process is ending).

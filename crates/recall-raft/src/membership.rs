@@ -383,7 +383,62 @@ async fn transfer(
         }
         tokio::time::sleep_until(at).await;
     }
+    // A connection to the target's Raft port, held through the transfer:
+    // a target that dies (kill -9, a crash) closes it, and the transfer
+    // ends at once instead of holding writes at the closed gate until its
+    // deadline waiting for a log that can no longer catch up. A target
+    // that cannot be reached now is not waited for at all.
+    let watch = match tokio::time::timeout(left(), tokio::net::TcpStream::connect(target_addr)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            return Err(format!(
+                "SERVER_ERROR cluster transfer to {target} failed ({target_addr} unreachable: {e}); {} still leads",
+                raft.metrics().borrow().id
+            ))
+        }
+        Err(_) => {
+            return Err(format!(
+                "SERVER_ERROR cluster transfer to {target} timed out reaching {target_addr}; {} still leads",
+                raft.metrics().borrow().id
+            ))
+        }
+    };
     let _closed = gate.close();
+    let fallback = |what: &str| {
+        let m = raft.metrics().borrow().clone();
+        let now = match m.current_leader {
+            Some(l) if l == m.id => format!("{l} still leads"),
+            Some(l) => format!("leader is {l}"),
+            None => "no leader yet".into(),
+        };
+        Err(format!("SERVER_ERROR cluster transfer to {target} {what}; {now}"))
+    };
+    tokio::select! {
+        done = hand_over(&raft, &gate, target, target_addr, group, quiet_for, deadline) => done.or_else(|what| fallback(&what)),
+        () = gone(watch) => fallback("stopped: the target went away"),
+    }
+}
+
+/// Resolves once the peer closes `s` (it sends nothing on a connection
+/// it did not open): the process at the other end is gone.
+async fn gone(mut s: tokio::net::TcpStream) {
+    use tokio::io::AsyncReadExt as _;
+    let mut buf = [0u8; 64];
+    while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
+}
+
+/// The transfer's steps once the gate is closed: `Ok` once the target
+/// leads, else what went wrong (the caller names who leads then).
+async fn hand_over(
+    raft: &Raft,
+    gate: &Gate,
+    target: NodeId,
+    target_addr: SocketAddr,
+    group: u16,
+    quiet_for: Option<Duration>,
+    deadline: Instant,
+) -> Result<String, String> {
+    let left = || deadline.saturating_duration_since(Instant::now());
     // The target's vote and this leader's are a majority of at most
     // three voters. With more, the other voters refuse the target while
     // their leader lease runs, and they renew it on every message from
@@ -392,7 +447,7 @@ async fn transfer(
     // still go out) until their leases ran out, and does not stand itself
     // if the election needs another round. Both come back when the
     // transfer ends.
-    let quiet = quiet_for.map(|q| (Quiet::start(&raft), Instant::now() + q));
+    let quiet = quiet_for.map(|q| (Quiet::start(raft), Instant::now() + q));
     // No write decided before the gate closed may reach the log after the
     // target's log was found to match.
     let drained = {
@@ -404,38 +459,29 @@ async fn transfer(
         m.state != ServerState::Leader
             || (matched(m, target) == m.last_log_index && m.last_applied.map(|l| l.index) == m.last_log_index)
     };
-    let fallback = |what: &str| {
-        let m = raft.metrics().borrow().clone();
-        let now = match m.current_leader {
-            Some(l) if l == m.id => format!("{l} still leads"),
-            Some(l) => format!("leader is {l}"),
-            None => "no leader yet".into(),
-        };
-        Err(format!("SERVER_ERROR cluster transfer to {target} {what}; {now}"))
-    };
     if !drained {
-        return fallback("timed out waiting for the writes in flight");
+        return Err("timed out waiting for the writes in flight".to_string());
     }
     match raft.wait(Some(left())).metrics(caught_up, "the target catches up").await {
-        Ok(m) if m.state != ServerState::Leader => return fallback("stopped: this node lost the leadership"),
+        Ok(m) if m.state != ServerState::Leader => return Err("stopped: this node lost the leadership".to_string()),
         Ok(_) => {}
-        Err(_) => return fallback("timed out before its log caught up"),
+        Err(_) => return Err("timed out before its log caught up".to_string()),
     }
     if let Some((_, until)) = &quiet {
         if *until > deadline {
-            return fallback("stopped: the other voters' leases outlast the command's time (raise timeout_ms)");
+            return Err("stopped: the other voters' leases outlast the command's time (raise timeout_ms)".to_string());
         }
         tokio::time::sleep_until(*until).await;
     }
     match crate::network::request_elect(target_addr, group, left()).await {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => return fallback(&format!("refused ({e})")),
-        Err(e) => return fallback(&format!("failed ({e})")),
+        Ok(Err(e)) => return Err(format!("refused ({e})")),
+        Err(e) => return Err(format!("failed ({e})")),
     }
     let leads = |m: &Metrics| m.current_leader == Some(target);
     match raft.wait(Some(left())).metrics(leads, "the target leads").await {
         Ok(_) => Ok("OK".into()),
-        Err(_) => fallback("timed out"),
+        Err(_) => Err("timed out".to_string()),
     }
 }
 

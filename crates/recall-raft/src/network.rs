@@ -16,9 +16,11 @@
 //! bincode (no untagged or flattened serde forms in openraft 0.9's
 //! messages and errors); the tests below check each one.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use openraft::error::{
     InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError, Unreachable,
@@ -34,6 +36,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::incarnation::{Greeting, Hello, Ident};
 use crate::{NodeId, Raft, TypeConfig};
 
 /// The largest frame either side accepts. openraft sends snapshots in
@@ -60,7 +63,11 @@ pub enum Rpc {
     Snapshot(InstallSnapshotRequest<TypeConfig>),
     /// A leader handing its leadership over: the receiver, a caught-up
     /// voter, starts an election now (Raft's TimeoutNow; `membership.rs`).
-    /// Answered with `Result<(), String>`.
+    /// Answered with `Result<(), String>`. It, [`Rpc::Flush`] and
+    /// [`Rpc::Leader`] come on connections of their own, without a hello:
+    /// an election is safe to ask from anyone (the votes decide; the node
+    /// refuses until admitted), a flush goes through the group's log, and
+    /// who leads is no secret.
     Elect,
     /// The group's part of a `flush_all` with several groups, asked of
     /// the group's leader by the node the client asked: the receiver
@@ -74,6 +81,10 @@ pub enum Rpc {
     /// hears from it again, `membership.rs`). Answered with
     /// `Option<LeaderInfo>`.
     Leader,
+    /// The first call of every other connection: who calls, and what it
+    /// knows of the callee (`incarnation.rs`). Answered with a
+    /// [`Greeting`]; a refused hello closes the connection.
+    Hello(Hello),
 }
 
 /// A group's leader as a node knows it ([`Rpc::Leader`]'s answer).
@@ -156,16 +167,51 @@ pub fn decode<T: DeserializeOwned>(b: &[u8]) -> io::Result<T> {
     codec().reject_trailing_bytes().deserialize(b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
-/// Serve Raft calls from the other nodes, to `groups` by id, until the
-/// listener fails. Votes are refused until `votes_from`: a node that just
-/// started forgot when it last heard from a leader, whose read lease may
-/// still run (`read.rs`). A flush runs on `engine`.
-pub async fn serve(
-    listener: TcpListener,
-    groups: std::sync::Arc<Vec<Raft>>,
-    engine: std::sync::Arc<recall_engine::Engine>,
-    votes_from: std::time::Instant,
-) {
+/// What the serving side knows of this node's place in the cluster.
+pub struct Serving {
+    pub groups: Arc<Vec<Raft>>,
+    /// A flush ([`Rpc::Flush`]) runs on it.
+    pub engine: Arc<recall_engine::Engine>,
+    /// Votes are refused until then: a node that just started forgot when
+    /// it last heard from a leader, whose read lease may still run
+    /// (`read.rs`).
+    pub votes_from: Instant,
+    pub ident: Arc<Ident>,
+    /// The other nodes of this node's `--cluster-peer` list.
+    pub configured: BTreeSet<NodeId>,
+}
+
+impl Serving {
+    /// Whether this node may grant a vote in `raft`'s group now: admitted
+    /// by a majority of the other voters it knows of (`incarnation.rs`).
+    fn admitted(&self, raft: &Raft) -> bool {
+        let (others, sole) = others(&self.ident, &self.configured, std::slice::from_ref(raft));
+        self.ident.admitted(&others, sole)
+    }
+}
+
+/// The other voters this node knows of: those of its groups'
+/// memberships once it knows one (they are the cluster's word), its
+/// configured peers before (a node that restarted with its log in memory
+/// knows no membership); and whether it is the only voter of a
+/// membership it knows (a one-node cluster).
+fn others(ident: &Ident, configured: &BTreeSet<NodeId>, groups: &[Raft]) -> (BTreeSet<NodeId>, bool) {
+    let mut voters = BTreeSet::new();
+    for raft in groups {
+        let m = raft.metrics();
+        voters.extend(m.borrow().membership_config.membership().voter_ids());
+    }
+    let sole = voters.len() == 1 && voters.contains(&ident.me);
+    if voters.is_empty() {
+        voters = configured.clone();
+    }
+    voters.remove(&ident.me);
+    (voters, sole)
+}
+
+/// Serve Raft calls from the other nodes, to their groups by id, until
+/// the listener fails.
+pub async fn serve(listener: TcpListener, serving: Arc<Serving>) {
     loop {
         let (sock, peer) = match listener.accept().await {
             Ok(c) => c,
@@ -175,22 +221,20 @@ pub async fn serve(
             }
         };
         let _ = sock.set_nodelay(true);
-        let (groups, engine) = (groups.clone(), engine.clone());
+        let serving = serving.clone();
         tokio::spawn(async move {
-            if let Err(e) = serve_conn(sock, &groups, &engine, votes_from).await {
+            if let Err(e) = serve_conn(sock, &serving).await {
                 tracing::info!("raft connection from {peer} closed: {e}");
             }
         });
     }
 }
 
-async fn serve_conn(
-    sock: TcpStream,
-    groups: &[Raft],
-    engine: &std::sync::Arc<recall_engine::Engine>,
-    votes_from: std::time::Instant,
-) -> io::Result<()> {
+async fn serve_conn(sock: TcpStream, serving: &Serving) -> io::Result<()> {
+    let (groups, engine) = (&serving.groups, &serving.engine);
     let mut sock = BufReader::new(sock);
+    let refused = |why: String| io::Error::new(io::ErrorKind::PermissionDenied, why);
+    let mut greeted = false;
     while let Some(body) = read_frame(&mut sock).await? {
         let call = decode::<Call>(&body)?;
         let raft = groups.get(usize::from(call.group)).ok_or_else(|| {
@@ -199,17 +243,25 @@ async fn serve_conn(
                 format!("a call for group {}, and this node has {} groups", call.group, groups.len()),
             )
         })?;
+        // A node a peer found stale serves nothing under its id.
+        if let (Some(why), false) = (serving.ident.refused(), matches!(call.rpc, Rpc::Hello(_))) {
+            return Err(refused(why));
+        }
         let reply = match call.rpc {
-            Rpc::Append(r) => encode(&raft.append_entries(r).await)?,
-            Rpc::Vote(r) if std::time::Instant::now() < votes_from => {
-                // Not granted; the candidate's own vote, so it learns of
-                // nothing newer (openraft answers a vote with one at least
-                // as high as the request's).
-                let refused: Result<_, RaftError<NodeId>> = Ok(VoteResponse::new(r.vote, None, false));
-                encode(&refused)?
+            Rpc::Hello(h) => {
+                let greeting: Greeting = serving.ident.on_hello(&h);
+                write_frame(&mut sock, &encode(&greeting)?).await?;
+                match greeting {
+                    Ok(_) => {
+                        greeted = true;
+                        continue;
+                    }
+                    Err(r) => return Err(refused(r.why)),
+                }
             }
-            Rpc::Vote(r) => encode(&raft.vote(r).await)?,
-            Rpc::Snapshot(r) => encode(&raft.install_snapshot(r).await)?,
+            Rpc::Elect if !serving.admitted(raft) => {
+                encode(&Err::<(), String>(format!("node {} is not admitted yet", serving.ident.me)))?
+            }
             Rpc::Elect => encode(&crate::membership::elect_now(raft).await)?,
             Rpc::Leader => encode(&crate::membership::leader_info(raft))?,
             Rpc::Flush => {
@@ -223,10 +275,103 @@ async fn serve_conn(
                 };
                 encode(&done)?
             }
+            _ if !greeted => {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, "a raft connection must begin with a hello"));
+            }
+            Rpc::Append(r) => encode(&raft.append_entries(r).await)?,
+            Rpc::Vote(r) if Instant::now() < serving.votes_from || !serving.admitted(raft) => {
+                // Not granted; the candidate's own vote, so it learns of
+                // nothing newer (openraft answers a vote with one at least
+                // as high as the request's).
+                let refused: Result<_, RaftError<NodeId>> = Ok(VoteResponse::new(r.vote, None, false));
+                encode(&refused)?
+            }
+            Rpc::Vote(r) => encode(&raft.vote(r).await)?,
+            Rpc::Snapshot(r) => encode(&raft.install_snapshot(r).await)?,
         };
         write_frame(&mut sock, &reply).await?;
     }
     Ok(())
+}
+
+/// Say hello to `to` at `addr` on a connection of its own, within `ttl`:
+/// `Ok` once it recorded this node, the refusal's words otherwise (and
+/// `ident` knows if this node was the one refused).
+pub async fn greet(ident: &Ident, to: NodeId, addr: &str, ttl: Duration) -> Result<(), String> {
+    let call = async {
+        let addr: SocketAddr =
+            addr.parse().map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{addr}: {e}")))?;
+        let s = TcpStream::connect(addr).await?;
+        let _ = s.set_nodelay(true);
+        let mut s = BufReader::new(s);
+        hello(&mut s, ident, to).await
+    };
+    match tokio::time::timeout(ttl, call).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no answer within {ttl:?}")),
+    }
+}
+
+/// Send this node's hello on a new connection and take the answer. The
+/// outer error is the connection's, the inner one the refusal.
+async fn hello(s: &mut BufReader<TcpStream>, ident: &Ident, to: NodeId) -> io::Result<Result<(), String>> {
+    write_frame(s, &encode(&Call { group: 0, rpc: Rpc::Hello(ident.hello(to)) })?).await?;
+    match read_frame(s).await? {
+        Some(reply) => Ok(ident.on_greeting(to, decode::<Greeting>(&reply)?)),
+        None => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed")),
+    }
+}
+
+/// Keep saying hello to the other voters that have not recorded this
+/// in-memory node yet (they may be down, or new members), until a peer
+/// refuses it. Retried with a backoff up to a few seconds; with every
+/// known voter reached it waits for the membership to change.
+pub async fn admit(serving: Arc<Serving>, addrs: Arc<BTreeMap<NodeId, String>>) {
+    let ident = &serving.ident;
+    let mut backoff = Duration::from_millis(100);
+    while ident.refused().is_none() {
+        let (others, _) = others(ident, &serving.configured, &serving.groups);
+        let todo = ident.unrecorded(&others);
+        if todo.is_empty() {
+            let raft = &serving.groups[0];
+            let now = raft.metrics().borrow().membership_config.log_id().to_owned();
+            let changed = |m: &openraft::RaftMetrics<NodeId, openraft::BasicNode>| m.membership_config.log_id() != &now;
+            let _ = raft.wait(Some(ADMIT_BACKOFF_MAX)).metrics(changed, "the membership changes").await;
+            backoff = Duration::from_millis(100);
+            continue;
+        }
+        let mut calls = tokio::task::JoinSet::new();
+        for id in todo {
+            let Some(addr) = raft_addr(&addrs, &serving.groups, id) else { continue };
+            let ident = ident.clone();
+            calls.spawn(async move { (id, greet(&ident, id, &addr, Duration::from_secs(1)).await) });
+        }
+        while let Some(done) = calls.join_next().await {
+            if let Ok((id, Err(e))) = done {
+                tracing::debug!("cluster: hello to node {id}: {e}");
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(ADMIT_BACKOFF_MAX);
+    }
+}
+
+/// The longest wait between two rounds of [`admit`].
+const ADMIT_BACKOFF_MAX: Duration = Duration::from_secs(3);
+
+/// Where node `id`'s Raft RPC listens: this node's peer list, else a
+/// group's membership (`RAFT_ADDR/CLIENT_ADDR`).
+fn raft_addr(addrs: &BTreeMap<NodeId, String>, groups: &[Raft], id: NodeId) -> Option<String> {
+    if let Some(a) = addrs.get(&id) {
+        return Some(a.clone());
+    }
+    groups.iter().find_map(|raft| {
+        let m = raft.metrics();
+        let m = m.borrow();
+        let node = m.membership_config.membership().get_node(&id)?;
+        Some(node.addr.split_once('/').map_or(node.addr.as_str(), |(raft, _)| raft).to_string())
+    })
 }
 
 /// Ask the node whose Raft RPC listens at `addr` to start an election in
@@ -273,11 +418,13 @@ async fn request<T: DeserializeOwned>(addr: SocketAddr, call: Call, ttl: Duratio
 /// the group's membership carries (the bootstrapping node's list). So each
 /// node may reach a peer by its own route: through a NAT, or, in the
 /// linearizability test, through a fault proxy per directed link.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Network {
-    pub peers: std::sync::Arc<std::collections::BTreeMap<NodeId, String>>,
+    pub peers: Arc<BTreeMap<NodeId, String>>,
     /// The group whose calls these clients make.
     pub group: u16,
+    /// Who this node is: every connection begins with its hello.
+    pub ident: Arc<Ident>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -288,7 +435,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
         // first slice stored the Raft address alone).
         let raft = node.addr.split_once('/').map_or(node.addr.as_str(), |(raft, _)| raft);
         let addr = self.peers.get(&target).map_or(raft, String::as_str).to_string();
-        Client { target, group: self.group, addr, conn: None }
+        Client { target, group: self.group, addr, conn: None, ident: self.ident.clone() }
     }
 }
 
@@ -301,6 +448,7 @@ pub struct Client {
     /// Buffered for reading (a reply's header and body in one read);
     /// writes go straight through.
     conn: Option<BufReader<TcpStream>>,
+    ident: Arc<Ident>,
 }
 
 /// Why a call failed, before it is sorted into openraft's error kinds.
@@ -336,7 +484,19 @@ impl Client {
             })?;
             let s = TcpStream::connect(addr).await.map_err(CallError::Unreachable)?;
             let _ = s.set_nodelay(true);
-            self.conn = Some(BufReader::new(s));
+            let mut s = BufReader::new(s);
+            // A peer that refuses this node (or that this node finds
+            // restarted under its id) gets no call: openraft sees it as
+            // unreachable, so its votes and acks never count.
+            match hello(&mut s, &self.ident, self.target).await {
+                Ok(Ok(())) => {}
+                Ok(Err(why)) => {
+                    tracing::warn!("cluster: node {} refused: {why}", self.target);
+                    return Err(CallError::Unreachable(io::Error::new(io::ErrorKind::PermissionDenied, why)));
+                }
+                Err(e) => return Err(CallError::Network(e)),
+            }
+            self.conn = Some(s);
         }
         let s = self.conn.as_mut().expect("connected above");
         write_frame(s, body).await.map_err(CallError::Network)?;
@@ -459,7 +619,8 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         // Nothing listens there: a call that reached the network would be
         // Unreachable.
-        let mut client = Client { target: 2, group: 0, addr: "127.0.0.1:1".into(), conn: None };
+        let ident = Arc::new(Ident::new(1, 1));
+        let mut client = Client { target: 2, group: 0, addr: "127.0.0.1:1".into(), conn: None, ident };
         let opt = || RPCOption::new(Duration::from_secs(5));
         match rt.block_on(client.append_entries(req(3), opt())) {
             Err(RPCError::PayloadTooLarge(p)) => assert_eq!(p.entries_hint(), 1, "{p}"),
@@ -469,10 +630,25 @@ mod tests {
         assert!(matches!(rt.block_on(client.append_entries(req(2), opt())), Err(RPCError::Unreachable(_))));
     }
 
+    /// The hello's bytes, as fuzz/gen_seeds.py writes its seeds: a change
+    /// of the wire form (a variant moved, a field added) shows here.
+    #[test]
+    fn a_hello_s_wire_form_is_pinned() {
+        let hello = Hello { from: 2, incarnation: 0x9E37_79B9_7F4A_7C15, to: 1, to_known: None };
+        let mut want = vec![0, 6, 2, 253];
+        want.extend_from_slice(&0x9E37_79B9_7F4A_7C15u64.to_le_bytes());
+        want.extend_from_slice(&[1, 0]);
+        assert_eq!(encode(&Call { group: 0, rpc: Rpc::Hello(hello) }).unwrap(), want);
+        assert_eq!(encode(&Call { group: 300, rpc: Rpc::Elect }).unwrap(), [251, 0x2c, 0x01, 3]);
+        let refused: Greeting = Err(crate::incarnation::Refused { stale: 2, why: "node 2 ran before".into() });
+        assert_eq!(encode(&refused).unwrap(), [&[1, 2, 17][..], b"node 2 ran before"].concat());
+    }
+
     #[test]
     fn a_peer_is_dialled_where_this_nodes_list_says() {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let mut net = Network { peers: std::sync::Arc::new([(2, "127.0.0.9:7".to_string())].into()), group: 3 };
+        let ident = Arc::new(Ident::new(1, 1));
+        let mut net = Network { peers: Arc::new([(2, "127.0.0.9:7".to_string())].into()), group: 3, ident };
         let membership = |addr: &str| BasicNode { addr: addr.into() };
         // Listed here: this node's address wins over the membership's.
         assert_eq!(rt.block_on(net.new_client(2, &membership("127.0.0.2:1"))).addr, "127.0.0.9:7");
@@ -507,6 +683,10 @@ mod tests {
         round_trip(call(3, Rpc::Leader));
         round_trip(Some(LeaderInfo { id: 4, addr: "127.0.0.4:1/h:2".into(), members: vec![2, 4] }));
         round_trip(None::<LeaderInfo>);
+        round_trip(call(0, Rpc::Hello(Hello { from: 4, incarnation: u64::MAX, to: 2, to_known: Some(9) })));
+        round_trip(call(0, Rpc::Hello(Hello { from: 1, incarnation: 0, to: 2, to_known: None })));
+        round_trip::<Greeting>(Ok(77));
+        round_trip::<Greeting>(Err(crate::incarnation::Refused { stale: 2, why: "earlier".into() }));
         round_trip(Ok::<(), String>(()));
         round_trip(Err::<(), String>("not a voter".into()));
         round_trip(call(

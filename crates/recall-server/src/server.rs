@@ -144,6 +144,17 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
                 forward_timeout = Some(cc.timeout + Duration::from_secs(1));
                 let node = recall_raft::Node::start(engine.clone(), cc)?;
                 engine.replicate(node.clone());
+                // A peer that finds this node ran before under its id with
+                // its log in memory refuses it; the node then refuses every
+                // call, and the process stops with the reason (the way out
+                // is a new id: docs/design/replication.md, "Durability").
+                let refused = node.clone();
+                std::thread::Builder::new().name("recall-cluster-id".into()).spawn(move || {
+                    let why = refused.wait_refused();
+                    tracing::error!("{why}");
+                    eprintln!("recalld: {why}");
+                    std::process::exit(71);
+                })?;
                 Some(node)
             }
             None => None,

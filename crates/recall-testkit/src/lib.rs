@@ -257,7 +257,8 @@ impl Recalld {
     /// [`Recalld::restart`] with extra environment variables for this start
     /// only (e.g. `RECALL_FAILPOINT`). The port was released by the kill,
     /// but something else may take it meanwhile: a few attempts, each a
-    /// new process that either listens or exits.
+    /// new process that either listens or exits. A start refused for any
+    /// other reason (a damaged log, an old cluster id) is not tried again.
     pub fn restart_env(&mut self, env: &[(&str, &str)]) -> Result<(), String> {
         self.kill9();
         let mut last = String::new();
@@ -273,7 +274,8 @@ impl Recalld {
                     self.exited = exited;
                     return Ok(());
                 }
-                Err(e) => last = e,
+                Err(e) if e.contains("in use") => last = e,
+                Err(e) => return Err(e),
             }
         }
         Err(format!("could not restart recalld on {:?}: {last}", self.listen))
