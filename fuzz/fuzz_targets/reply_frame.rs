@@ -9,11 +9,14 @@
 //! * what it passes on is a prefix-preserving subsequence of the input:
 //!   never more bytes than were fed;
 //! * split independence: the bytes passed on, and the outcome, are the
-//!   same as when the whole input is fed at once.
+//!   same as when the whole input is fed at once;
+//! * reading what it passed on as a whole not-leader refusal
+//!   (`not_leader_reply`, which a forwarding node does) never panics, and
+//!   a refusal is one line.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use recall_proto::forward::ReplyFramer;
+use recall_proto::forward::{not_leader_reply, ReplyFramer};
 
 fn run(input: &[u8], binary: bool, piece: usize) -> (Vec<u8>, String) {
     let mut f = if binary { ReplyFramer::binary() } else { ReplyFramer::text() };
@@ -25,6 +28,9 @@ fn run(input: &[u8], binary: bool, piece: usize) -> (Vec<u8>, String) {
         }
     }
     assert!(out.len() <= input.len(), "passed on {} of {} bytes", out.len(), input.len());
+    if !binary && not_leader_reply(&out, binary).is_some() {
+        assert_eq!(out.iter().filter(|&&b| b == b'\n').count(), 1, "a refusal of more than one line");
+    }
     (out, format!("done {}", f.done()))
 }
 

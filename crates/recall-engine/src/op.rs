@@ -186,7 +186,9 @@ pub enum Refusal {
     /// Cluster mode: this node does not lead the key's group. The line
     /// names the leader's client address when one is known (memcached
     /// clients cannot follow a redirect, so the operator or a cluster-aware
-    /// client can); the replicator builds it once per peer.
+    /// client can); the replicator builds it once per peer. Only for a
+    /// request refused before anything of it was proposed: a forwarding
+    /// node sends such a request once more, to the leader named.
     NotLeader(&'static str),
     /// Cluster mode: the group did not answer in time, or failed; the
     /// write may or may not have been committed.

@@ -169,6 +169,12 @@ pub struct Replication {
 const TIMED_OUT: &str = "SERVER_ERROR cluster timed out; the write may or may not have been applied";
 const UNRESOLVED: &str = "SERVER_ERROR cluster busy; an earlier write's outcome is not known yet";
 const UNDECIDED: &str = "SERVER_ERROR cluster busy; an earlier write of the key failed, try again";
+/// A write proposed here whose leader then stepped down before it was
+/// applied: its entry may still be committed by a later leader (Raft
+/// keeps an entry a majority holds), so it is not the not-leader refusal,
+/// which a forwarding node may send again ([`Refusal::NotLeader`] only
+/// ever means "nothing proposed").
+const LEADER_LOST: &str = "SERVER_ERROR cluster leader changed; the write may or may not have been applied";
 
 /// A stripe's in-flight keys past this many: forget the resolved ones
 /// (those whose waiter let go; a waiter forgets its own key).

@@ -31,6 +31,40 @@ pub fn binary_marker() -> Vec<u8> {
     v
 }
 
+/// The start of the line a cluster node answers a request of a group it
+/// does not lead with (text and meta; binary clients get status
+/// `NOT_MY_VBUCKET`). A node answers it only for a request it refused
+/// before proposing anything, so a forwarding node may send that request
+/// again to the leader it names (docs/design/replication.md).
+pub const NOT_LEADER: &str = "SERVER_ERROR not leader; ";
+
+/// The refusal line (without its CRLF) that names `addr` (a client
+/// address) as the group's leader.
+pub fn not_leader_line(addr: &str) -> String {
+    format!("{NOT_LEADER}leader is {addr}")
+}
+
+/// What a whole reply to one forwarded request says, if it is exactly
+/// the not-leader refusal: `Some(Some(addr))` for the leader it names,
+/// `Some(None)` for a refusal that names none (no leader elected yet, or a
+/// binary `NOT_MY_VBUCKET`, which carries no address). `None` for any other
+/// reply.
+pub fn not_leader_reply(reply: &[u8], binary: bool) -> Option<Option<String>> {
+    if binary {
+        let refused = reply.len() >= HEADER_LEN
+            && reply[0] == MAGIC_RESPONSE
+            && u16::from_be_bytes([reply[6], reply[7]]) == crate::binary::status::NOT_MY_VBUCKET
+            && u32::from_be_bytes([reply[8], reply[9], reply[10], reply[11]]) as usize == reply.len() - HEADER_LEN;
+        return refused.then_some(None);
+    }
+    let line = reply.strip_suffix(b"\r\n")?.strip_prefix(NOT_LEADER.as_bytes())?;
+    if line.contains(&b'\n') {
+        return None;
+    }
+    let named = line.strip_prefix(b"leader is ").and_then(|a| std::str::from_utf8(a).ok());
+    Some(named.filter(|a| !a.is_empty() && !a.contains(' ')).map(str::to_string))
+}
+
 /// Why a leader's reply could not be framed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FrameError {
@@ -276,6 +310,27 @@ mod tests {
         assert_eq!(frame(ReplyFramer::text, b"MN\r\nSTORED\r\n"), Err(FrameError::TrailingBytes));
         let long = vec![b'x'; LINE_LIMIT + 1];
         assert_eq!(frame(ReplyFramer::text, &long), Err(FrameError::LineTooLong));
+    }
+
+    #[test]
+    fn a_whole_not_leader_refusal_names_its_leader() {
+        let line = format!("{}\r\n", not_leader_line("127.0.0.1:7"));
+        assert_eq!(not_leader_reply(line.as_bytes(), false), Some(Some("127.0.0.1:7".into())));
+        let none = format!("{NOT_LEADER}no leader elected yet\r\n");
+        assert_eq!(not_leader_reply(none.as_bytes(), false), Some(None));
+        for other in
+            [&b"STORED\r\n"[..], b"SERVER_ERROR cluster failed\r\n", line.as_bytes().strip_suffix(b"\n").unwrap()]
+        {
+            assert_eq!(not_leader_reply(other, false), None, "{:?}", String::from_utf8_lossy(other));
+        }
+        let two = format!("VALUE a 0 1\r\na\r\n{line}");
+        assert_eq!(not_leader_reply(two.as_bytes(), false), None);
+        let mut refused = Vec::new();
+        crate::binary::write_error(&mut refused, opcode::GET, 1, crate::binary::status::NOT_MY_VBUCKET);
+        assert_eq!(not_leader_reply(&refused, true), Some(None));
+        let mut hit = Vec::new();
+        crate::binary::write_get_hit(&mut hit, opcode::GET, 7, 9, 0, b"", b"v");
+        assert_eq!(not_leader_reply(&hit, true), None);
     }
 
     #[test]

@@ -485,8 +485,7 @@ impl Group {
         // One leaked line per address ever named: bounded by the members
         // the cluster ever had.
         let mut lines = self.not_leader_lines.lock().unwrap_or_else(|e| e.into_inner());
-        let line =
-            lines.entry(addr).or_insert_with_key(|addr| format!("SERVER_ERROR not leader; leader is {addr}").leak());
+        let line = lines.entry(addr).or_insert_with_key(|addr| recall_proto::forward::not_leader_line(addr).leak());
         Refusal::NotLeader(line)
     }
 

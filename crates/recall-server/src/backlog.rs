@@ -24,7 +24,7 @@ use recall_store::BIG_THRESHOLD;
 /// What a turn may write past its budget: the reply that crosses it (a
 /// value under [`BIG_THRESHOLD`] is copied; a bigger one is referenced, not
 /// held twice) and its header.
-const ONE_REPLY: usize = BIG_THRESHOLD + 512;
+pub(crate) const ONE_REPLY: usize = BIG_THRESHOLD + 512;
 
 /// What the connection does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

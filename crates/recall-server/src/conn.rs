@@ -155,9 +155,14 @@ where
             }
         }
         if let Action::Forward { len, binary, group } = action {
-            if let Err(a) = Box::pin(forward(cx, &mut stream, &mut session, &buf[..len], binary, group)).await {
+            match Box::pin(forward(cx, &mut stream, &mut session, &buf[..len], binary, group)).await {
+                // The next turn (the next hop) waits for room in the
+                // client's socket as a local reply's turn does, so a client
+                // that does not read stops forwarding before a hop, not in
+                // the middle of one.
+                Ok(wrote) => backlog.wrote(wrote),
                 // Only a failed hop or a failed write ends the connection here.
-                return (a, CloseReason::Error);
+                Err(a) => return (a, CloseReason::Error),
             }
             bytes::Buf::advance(&mut buf, len);
             continue;
@@ -242,8 +247,8 @@ where
 }
 
 /// Send a request another node leads to that node and pass its reply on
-/// (see `forward.rs`). When no other node is known to lead, or the request
-/// was never sent, the request is run here again: its refusal, or its
+/// (see `forward.rs`); the bytes written to the client. When no other node
+/// is known to lead, the request is run here again: its refusal, or its
 /// answer if this node leads by now.
 async fn forward<S>(
     cx: &ConnCtx,
@@ -252,7 +257,7 @@ async fn forward<S>(
     req: &[u8],
     binary: bool,
     group: usize,
-) -> Result<(), Action>
+) -> Result<usize, Action>
 where
     S: AsyncWrite + Unpin,
 {
@@ -261,16 +266,19 @@ where
     // keys with one leader, the values passed on in order.
     let split = map.as_ref().filter(|_| !binary).and_then(|m| crate::forward::split_get(m, req));
     let leader = map.as_ref().and_then(|m| m.group_leader_elsewhere(group).map(str::to_string));
+    // Where a second hop goes when the leader refused and named nobody:
+    // whoever this node sees leading the group by then.
+    let now_leads = || cx.engine.cluster_map().and_then(|m| m.group_leader_elsewhere(group).map(str::to_string));
     let hop = match (&cx.forward, split, leader) {
         (Some(fwd), Some(runs), _) => fwd.forward_split(&runs, stream).await,
-        (Some(fwd), None, Some(leader)) => fwd.forward(&leader, binary, req, stream).await,
+        (Some(fwd), None, Some(leader)) => fwd.forward(&leader, binary, req, stream, now_leads).await,
         _ => {
             session.run_next_locally();
-            return Ok(());
+            return Ok(0);
         }
     };
     match hop {
-        Ok(()) => Ok(()),
+        Ok(wrote) => Ok(wrote),
         Err(crate::forward::Failed::Close) => Err(Action::Close),
         Err(crate::forward::Failed::Reply(line)) => {
             let mut out = Vec::new();
@@ -291,7 +299,8 @@ where
             } else {
                 recall_proto::reply::line(&mut out, line.as_bytes());
             }
-            stream.write_all(&out).await.map_err(|_| Action::Close)
+            stream.write_all(&out).await.map_err(|_| Action::Close)?;
+            Ok(out.len())
         }
     }
 }

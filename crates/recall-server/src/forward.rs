@@ -4,19 +4,32 @@
 //!
 //! Each worker has its own [`Forwarder`]: a few idle connections per
 //! leader and protocol, each opened with `cluster forwarded` (so the
-//! leader never forwards again: one hop at most). A request goes out
-//! unchanged, followed by a no-op whose reply marks the end of the
-//! leader's (`recall_proto::forward`). The reply is copied to the client
-//! in pieces as it arrives, so a forwarded multi-key get holds one piece,
-//! not the whole reply. The whole hop has a deadline.
+//! leader never forwards again). A request goes out unchanged, followed by
+//! a no-op whose reply marks the end of the leader's
+//! (`recall_proto::forward`). The reply is copied to the client in pieces
+//! as it arrives, so a forwarded multi-key get holds one piece, not the
+//! whole reply, and a client that does not read stops the hop (its write
+//! waits for the socket, and the hop stops reading the leader). The whole
+//! hop has a deadline.
+//!
+//! A reply of at most one copied value is read whole before it is written
+//! (`Pass`): the leader's connection is back in the pool before the
+//! client's socket is asked to take it. A reply that is exactly the
+//! leader's not-leader refusal (the leadership moved while the request was
+//! on its way) is then not passed on: the request goes once more, to the
+//! leader the refusal names, as that refusal means nothing of the request
+//! was proposed. Two hops at most, never a loop: the second hop's refusal
+//! is the reply.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use recall_proto::forward::{binary_marker, ReplyFramer, TEXT_MARKER};
+use recall_proto::forward::{binary_marker, not_leader_reply, ReplyFramer, TEXT_MARKER};
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+use crate::backlog::ONE_REPLY;
 
 /// Idle connections kept per leader and protocol.
 const IDLE_MAX: usize = 8;
@@ -52,6 +65,120 @@ enum Broke {
     Client,
 }
 
+/// Where a hop's reply goes, piece by piece as it arrives.
+trait Sink {
+    /// The next piece of the reply.
+    async fn put(&mut self, piece: &[u8]) -> Result<(), Broke>;
+    /// Bytes written to the client so far.
+    fn written(&self) -> usize;
+}
+
+/// A forwarded request's reply. One of at most [`ONE_REPLY`] bytes (a
+/// refusal, a line, one copied value) is read whole before any of it is
+/// written: the leader's connection goes back to the pool first, so a
+/// client that does not read holds that reply, as a local reply's turn
+/// would, and no connection to the leader; and a whole not-leader refusal
+/// can be sent once more instead. A bigger reply is passed on piece by
+/// piece as it arrives.
+struct Pass<'a, C> {
+    client: &'a mut C,
+    binary: bool,
+    held: Vec<u8>,
+    /// Still holding back (nothing written yet).
+    holding: bool,
+    written: usize,
+}
+
+impl<C: AsyncWrite + Unpin> Pass<'_, C> {
+    async fn write(&mut self, bytes: &[u8]) -> Result<(), Broke> {
+        self.client.write_all(bytes).await.map_err(|_| Broke::Client)?;
+        self.written += bytes.len();
+        Ok(())
+    }
+
+    /// The reply is complete: a whole not-leader refusal held back is
+    /// returned (`Some(named leader)` and its bytes) instead of written.
+    fn refusal(&mut self) -> Option<(Option<String>, Vec<u8>)> {
+        if !self.holding || self.held.is_empty() {
+            return None;
+        }
+        not_leader_reply(&self.held, self.binary).map(|named| (named, std::mem::take(&mut self.held)))
+    }
+
+    /// Write what is held back.
+    async fn release(&mut self) -> Result<(), Broke> {
+        self.holding = false;
+        let held = std::mem::take(&mut self.held);
+        if held.is_empty() {
+            return Ok(());
+        }
+        self.write(&held).await
+    }
+}
+
+impl<C: AsyncWrite + Unpin> Sink for Pass<'_, C> {
+    async fn put(&mut self, piece: &[u8]) -> Result<(), Broke> {
+        if !self.holding {
+            return self.write(piece).await;
+        }
+        self.held.extend_from_slice(piece);
+        if self.held.len() <= ONE_REPLY {
+            return Ok(());
+        }
+        self.release().await
+    }
+
+    fn written(&self) -> usize {
+        self.written
+    }
+}
+
+/// One run of a split get: its values passed on as they arrive, without
+/// the run's `END` (the last 5 bytes are held until the next piece shows
+/// they are not the end). A reply that does not start with a value (an
+/// empty run's `END`, or an error line, bounded by the framer's line
+/// limit) is held whole.
+struct RunValues<'a, C> {
+    client: &'a mut C,
+    /// `Some(true)` once the reply starts with `VALUE `.
+    values: Option<bool>,
+    held: Vec<u8>,
+    written: usize,
+}
+
+const END: &[u8] = b"END\r\n";
+
+impl<C: AsyncWrite + Unpin> RunValues<'_, C> {
+    /// The run's reply is complete: `Ok` if it was values (or none) and
+    /// its `END`, else the reply held (a refusal or an error).
+    fn finish(&mut self) -> Result<(), Vec<u8>> {
+        if self.held == END {
+            return Ok(());
+        }
+        Err(std::mem::take(&mut self.held))
+    }
+}
+
+impl<C: AsyncWrite + Unpin> Sink for RunValues<'_, C> {
+    async fn put(&mut self, piece: &[u8]) -> Result<(), Broke> {
+        self.held.extend_from_slice(piece);
+        if self.values.is_none() && self.held.len() > END.len() {
+            self.values = Some(self.held.starts_with(b"VALUE "));
+        }
+        if self.values == Some(true) && self.held.len() > END.len() {
+            let n = self.held.len() - END.len();
+            self.client.write_all(&self.held[..n]).await.map_err(|_| Broke::Client)?;
+            self.written += n;
+            self.held.drain(..n);
+        }
+        Ok(())
+    }
+
+    fn written(&self) -> usize {
+        self.written
+    }
+}
+
 impl Forwarder {
     /// `timeout` bounds a whole hop (connect, request, reply).
     pub fn new(timeout: Duration) -> Forwarder {
@@ -60,15 +187,42 @@ impl Forwarder {
 
     /// Send `req` (one whole request: a text or meta line with its data,
     /// or a binary packet) to `leader`, and write its reply to `client`.
+    /// If `leader` refuses it as not the leader (it was not proposed), it
+    /// goes once more to the leader the refusal names, or else to the one
+    /// `now_leads` gives (this node's view, asked after the refusal; a
+    /// binary refusal names none). The bytes written to `client`.
     pub async fn forward<C: AsyncWrite + Unpin>(
         &self,
         leader: &str,
         binary: bool,
         req: &[u8],
         client: &mut C,
-    ) -> Result<(), Failed> {
-        let mut wrote = false;
-        let hop = tokio::time::timeout(self.timeout, self.hop(leader, binary, req, client, &mut wrote)).await;
+        now_leads: impl FnOnce() -> Option<String>,
+    ) -> Result<usize, Failed> {
+        let mut pass = Pass { client, binary, held: Vec::new(), holding: true, written: 0 };
+        self.hop_within(leader, binary, req, &mut pass).await?;
+        let Some((named, refusal)) = pass.refusal() else {
+            pass.release().await.map_err(|_| Failed::Close)?;
+            return Ok(pass.written);
+        };
+        match named.or_else(now_leads).filter(|next| next != leader) {
+            Some(next) => {
+                tracing::debug!(from = leader, to = %next, "forwarded request refused: not leader; once more");
+                // The second hop's reply, refusal or not, is the reply.
+                let mut again = Pass { holding: false, ..pass };
+                self.hop_within(&next, binary, req, &mut again).await?;
+                Ok(again.written)
+            }
+            None => {
+                pass.client.write_all(&refusal).await.map_err(|_| Failed::Close)?;
+                Ok(refusal.len())
+            }
+        }
+    }
+
+    /// One hop within the deadline, its failure as the client must see it.
+    async fn hop_within<S: Sink>(&self, leader: &str, binary: bool, req: &[u8], sink: &mut S) -> Result<(), Failed> {
+        let hop = tokio::time::timeout(self.timeout, self.hop(leader, binary, req, sink)).await;
         let broke = match hop {
             Ok(Ok(conn)) => {
                 self.put_back(leader, binary, conn);
@@ -77,7 +231,7 @@ impl Forwarder {
             Ok(Err(b)) => b,
             Err(_) => Broke::Lost(format!("no reply in {} ms", self.timeout.as_millis())),
         };
-        if wrote {
+        if sink.written() > 0 {
             return Err(Failed::Close);
         }
         Err(match broke {
@@ -91,14 +245,7 @@ impl Forwarder {
         })
     }
 
-    async fn hop<C: AsyncWrite + Unpin>(
-        &self,
-        leader: &str,
-        binary: bool,
-        req: &[u8],
-        client: &mut C,
-        wrote: &mut bool,
-    ) -> Result<TcpStream, Broke> {
+    async fn hop<S: Sink>(&self, leader: &str, binary: bool, req: &[u8], sink: &mut S) -> Result<TcpStream, Broke> {
         let mut conn = match self.take(leader, binary) {
             Some(c) => c,
             None => connect(leader).await.map_err(|e| Broke::Unreachable(e.to_string()))?,
@@ -117,8 +264,9 @@ impl Forwarder {
             }
             let done = framer.feed(&piece[..n], &mut reply).map_err(|e| Broke::Lost(e.to_string()))?;
             if !reply.is_empty() {
-                *wrote = true;
-                client.write_all(&reply).await.map_err(|_| Broke::Client)?;
+                // While the client's socket is full this waits, and the
+                // leader's connection is not read.
+                sink.put(&reply).await?;
                 reply.clear();
             }
             if done {
@@ -202,33 +350,57 @@ pub fn split_get(map: &recall_proto::cluster::ClusterMap, req: &[u8]) -> Option<
 impl Forwarder {
     /// Send the runs of a split get ([`split_get`]) one after the other and
     /// pass their values to `client` in order, with one `END`. A run's
-    /// reply is held whole (its values, bounded by the run's keys and the
-    /// item size), to take its `END` off. A failure, or a reply that is
-    /// not values (a refusal), before anything reached the client is the
-    /// error line; after, the connection must close (`Failed::Close`).
+    /// values are passed on as they arrive (a client that does not read
+    /// stops the run), only its `END` is taken off. A run refused as not
+    /// the leader's goes once more to the leader the refusal names. A
+    /// failure, or a reply that is not values (a refusal), before anything
+    /// reached the client is the error line; after, the connection must
+    /// close (`Failed::Close`). The bytes written to `client`.
     pub async fn forward_split<C: AsyncWrite + Unpin>(
         &self,
         runs: &[(String, Vec<u8>)],
         client: &mut C,
-    ) -> Result<(), Failed> {
-        let mut sent = false;
+    ) -> Result<usize, Failed> {
+        let mut sent = 0;
         for (leader, req) in runs {
-            let mut reply = Vec::new();
-            let values = match self.forward(leader, false, req, &mut reply).await {
-                Ok(()) => reply.strip_suffix(b"END\r\n").map(<[u8]>::to_vec),
-                Err(Failed::Reply(line)) if !sent => return Err(Failed::Reply(line)),
-                Err(_) => return Err(Failed::Close),
-            };
-            match values {
-                Some(values) => {
-                    client.write_all(&values).await.map_err(|_| Failed::Close)?;
-                    sent |= !values.is_empty();
+            let mut run = RunValues { client: &mut *client, values: None, held: Vec::new(), written: 0 };
+            let mut out = self.run(leader, req, &mut run, sent).await?;
+            if let Err(reply) = &out {
+                if let Some(Some(next)) = not_leader_reply(reply, false).filter(|_| run.written == 0) {
+                    if next != *leader {
+                        run.held.clear();
+                        out = self.run(&next, req, &mut run, sent).await?;
+                    }
                 }
-                None if !sent => return client.write_all(&reply).await.map_err(|_| Failed::Close),
-                None => return Err(Failed::Close),
+            }
+            sent += run.written;
+            match out {
+                Ok(()) => {}
+                Err(reply) if sent == 0 => {
+                    client.write_all(&reply).await.map_err(|_| Failed::Close)?;
+                    return Ok(reply.len());
+                }
+                Err(_) => return Err(Failed::Close),
             }
         }
-        client.write_all(b"END\r\n").await.map_err(|_| Failed::Close)
+        client.write_all(END).await.map_err(|_| Failed::Close)?;
+        Ok(sent + END.len())
+    }
+
+    /// One run's hop: its reply's outcome (`RunValues::finish`). `sent`:
+    /// bytes earlier runs wrote (a failure then closes).
+    async fn run<C: AsyncWrite + Unpin>(
+        &self,
+        leader: &str,
+        req: &[u8],
+        run: &mut RunValues<'_, C>,
+        sent: usize,
+    ) -> Result<Result<(), Vec<u8>>, Failed> {
+        match self.hop_within(leader, false, req, run).await {
+            Ok(()) => Ok(run.finish()),
+            Err(Failed::Reply(line)) if sent == 0 => Err(Failed::Reply(line)),
+            Err(_) => Err(Failed::Close),
+        }
     }
 }
 

@@ -13,7 +13,7 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{read_until, recalld, roundtrip, rss_kib, stat, stat_of, Server};
+use common::{read_until, recalld, roundtrip, rss_kib, small_receive_buffer, stat, stat_of, Server};
 use recall_proto::binary::opcode::{GET, SET};
 
 const KIB: u64 = 1024;
@@ -40,26 +40,6 @@ fn wait_for(c: &mut TcpStream, what: &str, mut done: impl FnMut(&mut TcpStream) 
     while !done(c) {
         assert!(Instant::now() < end, "timed out waiting for {what}");
     }
-}
-
-/// Keep the kernel from taking megabytes of replies off the server for a
-/// client that never reads (loopback buffers grow large): the server then
-/// stalls early, and the test stays quick.
-fn small_receive_buffer(c: &TcpStream) {
-    use std::os::fd::AsRawFd;
-    let size: libc::c_int = 4096;
-    // SAFETY: setsockopt on a socket we own, with a pointer to a live c_int
-    // and its size.
-    let r = unsafe {
-        libc::setsockopt(
-            c.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUF,
-            (&size as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(r, 0, "SO_RCVBUF: {}", std::io::Error::last_os_error());
 }
 
 /// The well-behaved client: a write and a read of its own key, byte for

@@ -7,7 +7,7 @@ use std::time::Duration;
 use recall_record::OwnedRecord;
 use recall_store::ApplyOutcome;
 
-use super::{Applied, Decided, Replication, TIMED_OUT, UNDECIDED};
+use super::{Applied, Decided, Replication, LEADER_LOST, TIMED_OUT, UNDECIDED};
 use crate::commit::{Commit, Probe};
 use crate::op::Refusal;
 
@@ -145,6 +145,9 @@ impl Pending {
     /// What the client hears, and the last effect with its timestamp.
     pub(super) fn answer(self) -> (Decided, Option<OwnedRecord>) {
         match self.outcome.unwrap_or(Err(Refusal::ClusterInternal)) {
+            // Refused after it was proposed: not "not leader" (nothing
+            // proposed), which would forward it to the next leader.
+            Err(Refusal::NotLeader(_)) => (Decided::Other(Refusal::Replication(LEADER_LOST)), None),
             Err(r) => (Decided::Other(r), None),
             Ok(a) => {
                 let stamped = self.last.map(|last| OwnedRecord { ts: a.ts, ..last });

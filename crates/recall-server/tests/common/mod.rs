@@ -162,3 +162,23 @@ pub fn rss_kib(pid: u32) -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .expect("VmRSS in /proc/<pid>/status")
 }
+
+/// Keep the kernel from taking megabytes of replies off the server for a
+/// client that never reads (loopback buffers grow large): the server then
+/// stalls early, and the test stays quick.
+pub fn small_receive_buffer(c: &TcpStream) {
+    use std::os::fd::AsRawFd;
+    let size: libc::c_int = 4096;
+    // SAFETY: setsockopt on a socket we own, with a pointer to a live c_int
+    // and its size.
+    let r = unsafe {
+        libc::setsockopt(
+            c.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "SO_RCVBUF: {}", std::io::Error::last_os_error());
+}
