@@ -368,7 +368,7 @@ impl Forwarder {
             if let Err(reply) = &out {
                 if let Some(Some(next)) = not_leader_reply(reply, false).filter(|_| run.written == 0) {
                     if next != *leader {
-                        run.held.clear();
+                        (run.values, run.held) = (None, Vec::new());
                         out = self.run(&next, req, &mut run, sent).await?;
                     }
                 }
@@ -450,5 +450,142 @@ mod split_tests {
         assert!(split_get(&map, b"gat 10\r\n").is_none());
         let one = ClusterMap { groups: vec![], ..map };
         assert!(split_get(&one, format!("get {k0} {k1}\r\n").as_bytes()).is_none());
+    }
+}
+
+#[cfg(test)]
+mod hop_tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use recall_proto::forward::not_leader_line;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::Forwarder;
+
+    /// A stand-in leader on loopback: it takes `cluster forwarded`, then
+    /// answers every request with `answer(request)` and the marker's `MN`.
+    /// The requests it was sent are counted.
+    async fn fake(answer: impl Fn(&str) -> String + Send + Sync + 'static) -> (String, Arc<AtomicUsize>) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let (answer, asked) = (Arc::new(answer), Arc::new(AtomicUsize::new(0)));
+        let count = asked.clone();
+        tokio::spawn(async move {
+            while let Ok((mut c, _)) = l.accept().await {
+                let (answer, count) = (answer.clone(), count.clone());
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut piece = [0u8; 4096];
+                    loop {
+                        let Ok(n) = c.read(&mut piece).await else { return };
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&piece[..n]);
+                        if buf.ends_with(b"cluster forwarded\r\n") {
+                            buf.clear();
+                            c.write_all(b"OK\r\n").await.unwrap();
+                        } else if let Some(req) = buf.strip_suffix(b"mn\r\n") {
+                            count.fetch_add(1, Ordering::Relaxed);
+                            let reply = answer(std::str::from_utf8(req).unwrap());
+                            buf.clear();
+                            c.write_all(format!("{reply}MN\r\n").as_bytes()).await.unwrap();
+                        }
+                    }
+                });
+            }
+        });
+        (addr, asked)
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    }
+
+    #[test]
+    fn a_refusal_naming_the_new_leader_is_sent_there_once() {
+        runtime().block_on(async {
+            let (new, new_asked) = fake(|_| "STORED\r\n".into()).await;
+            let named = not_leader_line(&new);
+            let (old, old_asked) = fake(move |_| format!("{named}\r\n")).await;
+            let f = Forwarder::new(Duration::from_secs(10));
+            let mut client = Vec::new();
+            let n = f.forward(&old, false, b"set k 0 0 1\r\na\r\n", &mut client, || None).await.unwrap();
+            assert_eq!((client.as_slice(), n), (&b"STORED\r\n"[..], 8));
+            assert_eq!((old_asked.load(Ordering::Relaxed), new_asked.load(Ordering::Relaxed)), (1, 1));
+
+            // A node that names the old leader, which names the new one:
+            // two hops, then the refusal.
+            let (a, a_asked) = fake(move |_| format!("{}\r\n", not_leader_line(&old))).await;
+            let mut client = Vec::new();
+            f.forward(&a, false, b"get k\r\n", &mut client, || None).await.unwrap();
+            let want = format!("{}\r\n", not_leader_line(&new));
+            assert_eq!(String::from_utf8_lossy(&client), want, "the second hop's refusal is the reply");
+            assert_eq!((a_asked.load(Ordering::Relaxed), old_asked.load(Ordering::Relaxed)), (1, 2));
+            assert_eq!(new_asked.load(Ordering::Relaxed), 1, "no third hop");
+
+            // A refusal that names no leader: where this node sees one now,
+            // or else the refusal itself.
+            let none = || "SERVER_ERROR not leader; no leader elected yet\r\n".to_string();
+            let (nobody, _) = fake(move |_| none()).await;
+            let mut client = Vec::new();
+            f.forward(&nobody, false, b"get k\r\n", &mut client, || Some(new.clone())).await.unwrap();
+            assert_eq!(client, b"STORED\r\n");
+            let mut client = Vec::new();
+            f.forward(&nobody, false, b"get k\r\n", &mut client, || None).await.unwrap();
+            assert_eq!(String::from_utf8_lossy(&client), none());
+        });
+    }
+
+    #[test]
+    fn other_errors_and_big_replies_pass_through_unchanged() {
+        runtime().block_on(async {
+            let big = format!("VALUE k 0 40000\r\n{}\r\nEND\r\n", "v".repeat(40_000));
+            let reply = big.clone();
+            let (l, asked) = fake(move |req| match req {
+                "get k\r\n" => reply.clone(),
+                _ => "SERVER_ERROR cluster leader changed; the write may or may not have been applied\r\n".into(),
+            })
+            .await;
+            let f = Forwarder::new(Duration::from_secs(10));
+            let mut client = Vec::new();
+            f.forward(&l, false, b"get k\r\n", &mut client, || panic!("not a refusal")).await.unwrap();
+            assert_eq!(client, big.as_bytes());
+            let mut client = Vec::new();
+            f.forward(&l, false, b"incr k 1\r\n", &mut client, || panic!("not a refusal")).await.unwrap();
+            assert!(client.starts_with(b"SERVER_ERROR cluster leader changed"));
+            assert_eq!(asked.load(Ordering::Relaxed), 2, "neither was sent again");
+        });
+    }
+
+    #[test]
+    fn a_split_get_passes_each_run_s_values_on_with_one_end() {
+        runtime().block_on(async {
+            let value = |k: &str| format!("VALUE {k} 0 20000\r\n{}\r\n", k.repeat(10_000));
+            let (a, _) = fake(move |req| {
+                let keys = req.trim_end().split(' ').skip(1);
+                keys.map(value).collect::<String>() + "END\r\n"
+            })
+            .await;
+            let (empty, _) = fake(|_| "END\r\n".into()).await;
+            let (new, _) = fake(|_| "VALUE zz 0 1\r\nz\r\nEND\r\n".into()).await;
+            let named = not_leader_line(&new);
+            let (old, _) = fake(move |_| format!("{named}\r\n")).await;
+            let runs = [
+                (a.clone(), b"get aa bb\r\n".to_vec()),
+                (empty, b"get cc\r\n".to_vec()),
+                (old, b"get zz\r\n".to_vec()),
+                (a, b"get dd\r\n".to_vec()),
+            ];
+            let f = Forwarder::new(Duration::from_secs(10));
+            let mut client = Vec::new();
+            let n = f.forward_split(&runs, &mut client).await.unwrap();
+            let want = format!("{}{}VALUE zz 0 1\r\nz\r\n{}END\r\n", value("aa"), value("bb"), value("dd"));
+            assert_eq!(String::from_utf8_lossy(&client), want);
+            assert_eq!(n, want.len());
+        });
     }
 }
