@@ -31,6 +31,9 @@ struct Group {
     slow: AtomicBool,
     /// Proposals wait in `queue` until the test commits them.
     deferred: AtomicBool,
+    /// Proposals are answered "not leader" (the leader stepped down after
+    /// it appended them), and not applied.
+    deposed: AtomicBool,
     queue: Mutex<Vec<(OwnedRecord, Cause, Resolver)>>,
     /// Several groups: how many (0: one), and a mask of those this node
     /// does *not* lead.
@@ -71,6 +74,10 @@ impl Replicator for Group {
         }
         if self.deferred.load(Ordering::Relaxed) {
             self.queue.lock().unwrap().push((effect.to_owned(), cause, done));
+            return Ok(());
+        }
+        if self.deposed.load(Ordering::Relaxed) {
+            done.resolve(Err(Refusal::NotLeader(NOT_LEADER)));
             return Ok(());
         }
         done.resolve(Ok(self.commit(effect, cause)));
@@ -321,6 +328,20 @@ fn a_follower_hands_requests_over_to_forward_whole() {
     assert_eq!((p.used, p.action), (26, crate::Action::Continue));
     assert_eq!(String::from_utf8_lossy(&out.flatten()), format!("OK\r\n{NOT_LEADER}\r\n"));
     assert!(effects(&g).is_empty());
+}
+
+#[test]
+fn a_write_whose_leader_stepped_down_after_it_was_proposed_is_not_forwarded() {
+    // "not leader" means nothing was proposed (a forwarding node sends such
+    // a request on); a write proposed and then refused so may still be
+    // committed by a later leader: its outcome is unknown.
+    let (e, g) = replicated();
+    g.deposed.store(true, Ordering::Relaxed);
+    let lost = "SERVER_ERROR cluster leader changed; the write may or may not have been applied\r\n";
+    // `send` checks the whole batch ran here: no `Action::Forward`.
+    assert_eq!(send(&e, b"set k 0 0 1\r\na\r\nadd j 0 0 1\r\nb\r\n"), format!("{lost}{lost}"));
+    assert_eq!(send(&e, b"touch k 10\r\n"), "NOT_FOUND\r\n", "a miss proposes nothing");
+    assert_eq!(g.proposed_to.lock().unwrap().len(), 2);
 }
 
 #[test]
