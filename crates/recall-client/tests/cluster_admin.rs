@@ -144,10 +144,14 @@ fn a_replica_moves_and_the_leadership_is_handed_over_under_load() {
         writers.into_iter().flat_map(|w| w.join().expect("writer")).collect()
     });
     let failed = load.failed.into_inner().unwrap();
-    // The bound of docs/design/replication.md: a request in flight through
-    // a follower when the leadership changes may fail, at most one per
-    // connection per change (here two changes, four connections).
-    assert!(failed.len() <= 8, "{} failed requests: {failed:?}", failed.len());
+    // The bound of docs/design/replication.md: a request the old leader
+    // refuses is sent once more to the new one, so no not-leader refusal
+    // reaches a client; a write whose leader stepped down after it was
+    // proposed may fail, at most one per connection per leadership change
+    // (here one change, the transfer: the move keeps the leader; four
+    // connections).
+    assert!(!failed.iter().any(|f| f.contains("not leader")), "a refusal reached a client: {failed:?}");
+    assert!(failed.len() <= 4, "{} failed requests: {failed:?}", failed.len());
     eprintln!("{} writes acknowledged, {} failed: {failed:?}", acked.len(), failed.len());
 
     let check = |at: SocketAddr| {
