@@ -208,10 +208,11 @@ impl Forwarder {
         match named.or_else(now_leads).filter(|next| next != leader) {
             Some(next) => {
                 tracing::debug!(from = leader, to = %next, "forwarded request refused: not leader; once more");
-                // The second hop's reply, refusal or not, is the reply.
-                let mut again = Pass { holding: false, ..pass };
-                self.hop_within(&next, binary, req, &mut again).await?;
-                Ok(again.written)
+                // The second hop's reply, refusal or not, is the reply
+                // (held the same way: `refusal` emptied `pass`).
+                self.hop_within(&next, binary, req, &mut pass).await?;
+                pass.release().await.map_err(|_| Failed::Close)?;
+                Ok(pass.written)
             }
             None => {
                 pass.client.write_all(&refusal).await.map_err(|_| Failed::Close)?;
