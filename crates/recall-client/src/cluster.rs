@@ -53,6 +53,10 @@ mod tests {
         assert!(!not_applied(&e(
             "cluster forward to 127.0.0.1:2 failed (x); the request may or may not have been applied"
         )));
+        // A write whose leader stepped down after it was proposed: its
+        // prefix is the unreachable leader's, its outcome unknown.
+        let changed = e("cluster leader changed; the write may or may not have been applied");
+        assert!(!not_applied(&changed) && stale(&changed));
         assert!(stale(&e("cluster timed out; the write may or may not have been applied")));
         assert!(!stale(&e("out of memory storing object")));
     }
