@@ -95,6 +95,10 @@ pub struct LeaderInfo {
     pub addr: String,
     /// The group's members (voters and learners) as the node knows them.
     pub members: Vec<NodeId>,
+    /// The log id of the membership `members` comes from: only a view at
+    /// least as new as the asker's own can tell it it was removed (a peer
+    /// that lags may not have seen it join; `membership::removed_by`).
+    pub membership: Option<openraft::LogId<NodeId>>,
 }
 
 /// Read one frame's body. `Ok(None)` is a clean end of stream before a
@@ -681,7 +685,12 @@ mod tests {
         round_trip(call(7, Rpc::Elect));
         round_trip(call(3, Rpc::Flush));
         round_trip(call(3, Rpc::Leader));
-        round_trip(Some(LeaderInfo { id: 4, addr: "127.0.0.4:1/h:2".into(), members: vec![2, 4] }));
+        round_trip(Some(LeaderInfo {
+            id: 4,
+            addr: "127.0.0.4:1/h:2".into(),
+            members: vec![2, 4],
+            membership: Some(LogId::new(CommittedLeaderId::new(3, 4), 17)),
+        }));
         round_trip(None::<LeaderInfo>);
         round_trip(call(0, Rpc::Hello(Hello { from: 4, incarnation: u64::MAX, to: 2, to_known: Some(9) })));
         round_trip(call(0, Rpc::Hello(Hello { from: 1, incarnation: 0, to: 2, to_known: None })));
