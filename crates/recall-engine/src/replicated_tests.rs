@@ -393,28 +393,42 @@ fn a_touch_is_committed_as_the_item_with_its_new_expiry() {
 #[test]
 fn the_scratch_stores_are_empty_between_decisions() {
     let (e, g) = replicated();
-    let n = 2 << 20;
+    // Above the size a value is held in chunks (a `BigValue`), below the
+    // largest item, twice (the append makes one item of both).
+    let n = 256 << 10;
+    assert!(n > recall_store::BIG_THRESHOLD && 2 * n < 1 << 20);
     let big = format!("set k 0 0 {n}\r\n{}\r\n", "x".repeat(n));
-    let requests = [
+    let big_append = format!("append k 0 0 {n}\r\n{}\r\n", "y".repeat(n));
+    // A value that streams in framed (a chunk chain, `Data::Big`).
+    let mut streamed = b"sset s 0 0\r\n".to_vec();
+    recall_proto::stream::write_frames(&mut streamed, &vec![b'w'; n]);
+    streamed.extend_from_slice(b"\x00\x00\r\n");
+    let text = [
         "set k 1 0 1\r\na\r\n",
         "add k 0 0 1\r\nb\r\n",
         "append k 0 0 1\r\nc\r\n",
+        "append missing 0 0 1\r\nc\r\n",
+        "prepend missing 0 0 1\r\nc\r\n",
         "set gone 0 -1 1\r\nd\r\n",
         "incr k 1\r\n",
         "incr nope 1\r\n",
         "touch k 100\r\n",
+        "mg k T30 v\r\n",
         "cas k 0 0 1 1\r\ne\r\n",
+        "ms a2V5 1 b\r\nv\r\n",
         "set n 0 0 2\r\n10\r\n",
         "decr n 3\r\n",
         "delete n\r\n",
         "delete n\r\n",
         &big,
-        "flush_all\r\n",
-        "set k 0 0 1\r\nf\r\n",
+        &big_append,
     ];
+    let requests = text.iter().map(|r| r.as_bytes()).chain([&streamed[..], b"flush_all\r\n", b"set k 0 0 1\r\nf\r\n"]);
     for r in requests {
-        send(&e, r.as_bytes());
-        assert_eq!(e.replication.get().unwrap().scratch_bytes(), 0, "after {:?}", &r[..r.len().min(20)]);
+        let reply = send(&e, r);
+        let shown = String::from_utf8_lossy(&r[..r.len().min(20)]).into_owned();
+        assert!(!reply.starts_with("SERVER_ERROR"), "{shown:?}: {reply}");
+        assert_eq!(e.replication.get().unwrap().scratch_bytes(), 0, "after {shown:?}");
     }
     assert_eq!(send(&e, b"get k\r\n"), "VALUE k 0 1\r\nf\r\nEND\r\n");
     assert!(!effects(&g).is_empty());
