@@ -289,6 +289,34 @@ fn with_several_groups_each_key_goes_to_its_own_group() {
     assert_eq!(send(&e, b"flush_all 10\r\n"), "SERVER_ERROR not supported in cluster mode yet\r\n");
 }
 
+/// A node that leads several groups proposes their flushes together,
+/// holding its stripes once: each group's flush waiting for the stripes
+/// while another's waits for its commit would make the client wait a
+/// commit per group (a timeout per group when they stall). Here the
+/// groups' commits come only once both flushes are proposed.
+#[test]
+fn a_flush_proposes_in_every_group_led_here_at_once() {
+    let g =
+        Group { groups: 4, followed: AtomicU64::new(0b1010), deferred: AtomicBool::new(true), ..Default::default() };
+    let (e, g) = replicated_in(g);
+    let flush = {
+        let e = e.clone();
+        std::thread::spawn(move || send(&e, b"flush_all\r\n"))
+    };
+    // Probe (bounded) until both of this node's groups have a flush in
+    // the log, then commit them.
+    let start = std::time::Instant::now();
+    while g.queue.lock().unwrap().len() < 2 {
+        assert!(start.elapsed() < std::time::Duration::from_secs(60), "both flushes proposed");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(g.commit_queued(), 2);
+    assert_eq!(flush.join().unwrap(), "OK\r\n");
+    let mut there = g.flushed_at_leader.lock().unwrap().clone();
+    there.sort();
+    assert_eq!(there, [1, 3]);
+}
+
 #[test]
 fn a_committed_flush_of_one_group_empties_its_slots_only() {
     use recall_proto::cluster::{group_of_slot, slot_of};
