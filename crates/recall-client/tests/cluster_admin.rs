@@ -5,28 +5,17 @@
 //! acknowledged write reads back afterwards, and the failed requests stay
 //! within the bound docs/design/replication.md gives ("Membership").
 
+mod common;
+
 use std::io::{BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use common::{ok, recall_cluster as recall};
 use recall_testkit::cluster::{read_reply, stats, Cluster, DEADLINE};
-
-fn recall(node: SocketAddr, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_recall"))
-        .args(["--server", &node.to_string(), "cluster"])
-        .args(args)
-        .output()
-        .expect("run recall")
-}
-
-fn ok(o: &Output) -> String {
-    let out = String::from_utf8_lossy(&o.stdout).to_string();
-    assert!(o.status.success(), "recall failed: {}{out}", String::from_utf8_lossy(&o.stderr));
-    out
-}
 
 /// A connection kept open across requests.
 struct Conn {

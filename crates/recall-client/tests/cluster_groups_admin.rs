@@ -7,10 +7,12 @@
 //! (forwarded to its leader). Every acknowledged write reads back at the
 //! end.
 
+mod common;
+
 use std::net::SocketAddr;
-use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use common::{ok, recall_cluster as recall};
 use recall_proto::cluster::{group_of_slot, slot_of, ClusterMap};
 use recall_testkit::cluster::{ask, map_lines, Cluster, DEADLINE};
 
@@ -19,20 +21,6 @@ const GROUPS: usize = 4;
 /// Every node's flags: four groups, and a request timeout long enough for
 /// a transfer among four voters (it waits out their 3 s leases).
 const FLAGS: [&str; 4] = ["--cluster-groups", "4", "--cluster-timeout-ms", "8000"];
-
-fn recall(node: SocketAddr, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_recall"))
-        .args(["--server", &node.to_string(), "cluster"])
-        .args(args)
-        .output()
-        .expect("run recall")
-}
-
-fn ok(o: &Output) -> String {
-    let out = String::from_utf8_lossy(&o.stdout).to_string();
-    assert!(o.status.success(), "recall failed: {}{out}", String::from_utf8_lossy(&o.stderr));
-    out
-}
 
 fn map(addr: SocketAddr) -> Option<ClusterMap> {
     ClusterMap::parse(map_lines(addr)?.iter().map(|l| l.as_bytes())).ok()
