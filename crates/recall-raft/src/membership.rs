@@ -13,6 +13,9 @@
 //!   the members from its log.
 //! * **Removing** a node is one `change_membership`. The leader does not
 //!   remove itself: the caller transfers the leadership first.
+//! * **One change at a time**: both first wait until the last membership
+//!   change is committed and uniform ([`settle`]), as openraft refuses a
+//!   change while another is unfinished.
 //! * **Handing the leadership over.** openraft 0.9 has no leader transfer
 //!   (0.10 has `transfer_leader`); this is built from what 0.9 offers,
 //!   without changing the protocol. A voter rejects a candidate while its
@@ -41,7 +44,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use openraft::error::{ClientWriteError, RaftError};
+use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers, RaftMetrics, ServerState};
 use recall_engine::op::Refusal;
 use recall_proto::cluster_admin::{Admin, Member, MemberStatus, Status};
@@ -262,8 +265,85 @@ fn write_error(e: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>) -> Str
     }
 }
 
+/// openraft 0.9 accepts a membership change only while the last one is
+/// committed ("the cluster is already undergoing a configuration change"
+/// otherwise), and its `change_membership` is two steps driven by the
+/// caller's future (a joint configuration, then the uniform one). So every
+/// change here first waits, within the command's time, until the leader's
+/// last membership entry is committed, and finishes a joint configuration
+/// left behind (by a leader deposed between the two steps); a node that
+/// is a voter only in a joint configuration is not yet reported as one.
+/// Waiting here rather than failing matters after a leader change: a new
+/// leader counts the membership in its log as committed only once an
+/// entry of its own term is.
+async fn settle(raft: &Raft, deadline: Instant) -> Result<Metrics, String> {
+    let settled = |m: &Metrics| {
+        m.state != ServerState::Leader
+            || m.membership_config.log_id().as_ref().map(|l| l.index) <= m.last_applied.map(|l| l.index)
+    };
+    let timed_out =
+        || "SERVER_ERROR cluster timed out waiting for the previous membership change to finish".to_string();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let m = match raft.wait(Some(left)).metrics(settled, "the last membership change is committed").await {
+            Ok(m) => m,
+            Err(openraft::metrics::WaitError::Timeout(..)) => return Err(timed_out()),
+            Err(openraft::metrics::WaitError::ShuttingDown) => {
+                return Err("SERVER_ERROR cluster node is shutting down".into())
+            }
+        };
+        if m.state != ServerState::Leader {
+            return Err("SERVER_ERROR cluster lost the leadership before the change; see cluster status".into());
+        }
+        if !joint(&m) {
+            return Ok(m);
+        }
+        // A committed joint configuration: finish it (a change toward a
+        // joint's last configuration is that configuration, uniform),
+        // unless the change that made it takes its second step first.
+        match propose(raft, ChangeMembers::AddVoterIds(BTreeSet::new()), deadline).await {
+            Proposed::Done | Proposed::InProgress if Instant::now() < deadline => {}
+            Proposed::Done | Proposed::InProgress | Proposed::TimedOut => return Err(timed_out()),
+            Proposed::Failed(e) => return Err(e),
+        }
+    }
+}
+
+/// Whether the membership is a joint configuration (a change half done).
+fn joint(m: &Metrics) -> bool {
+    m.membership_config.membership().get_joint_config().len() > 1
+}
+
+/// How a membership change ended.
+enum Proposed {
+    Done,
+    /// Refused: another change is not committed yet.
+    InProgress,
+    /// The command's time ran out (the change goes on).
+    TimedOut,
+    Failed(String),
+}
+
+/// Propose a membership change and wait for it until `deadline`. The
+/// change runs in a task of its own, so both of its steps are taken even
+/// when the command's time runs out between them: a future dropped after
+/// the first would leave the group in the joint configuration.
+async fn propose(raft: &Raft, change: ChangeMembers<NodeId, BasicNode>, deadline: Instant) -> Proposed {
+    let raft = raft.clone();
+    let task = tokio::spawn(async move { raft.change_membership(change, false).await });
+    match tokio::time::timeout_at(deadline, task).await {
+        Ok(Ok(Ok(_))) => Proposed::Done,
+        Ok(Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(
+            ChangeMembershipError::InProgress(_),
+        ))))) => Proposed::InProgress,
+        Ok(Ok(Err(e))) => Proposed::Failed(write_error(e)),
+        Ok(Err(e)) => Proposed::Failed(format!("SERVER_ERROR cluster membership change failed: {e}")),
+        Err(_) => Proposed::TimedOut,
+    }
+}
+
 async fn add_node(raft: Raft, id: NodeId, addr: String, deadline: Instant) -> Line {
-    let m = raft.metrics().borrow().clone();
+    let m = settle(&raft, deadline).await?;
     let ms = m.membership_config.membership();
     match ms.get_node(&id) {
         Some(n) if n.addr != addr => {
@@ -296,18 +376,18 @@ async fn add_node(raft: Raft, id: NodeId, addr: String, deadline: Instant) -> Li
             openraft::metrics::WaitError::ShuttingDown => Err("SERVER_ERROR cluster node is shutting down".into()),
         };
     }
-    let promote = raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false);
-    match tokio::time::timeout_at(deadline, promote).await {
-        Ok(Ok(_)) => Ok("OK".into()),
-        Ok(Err(e)) => Err(write_error(e)),
-        Err(_) => Err(format!(
+    match propose(&raft, ChangeMembers::AddVoterIds(BTreeSet::from([id])), deadline).await {
+        Proposed::Done => Ok("OK".into()),
+        Proposed::InProgress => Err("SERVER_ERROR cluster another membership change began meanwhile; try again".into()),
+        Proposed::Failed(e) => Err(e),
+        Proposed::TimedOut => Err(format!(
             "SERVER_ERROR cluster timed out promoting node {id}; it may or may not be a voter (see cluster status)"
         )),
     }
 }
 
 async fn remove_node(raft: Raft, id: NodeId, deadline: Instant) -> Line {
-    let m = raft.metrics().borrow().clone();
+    let m = settle(&raft, deadline).await?;
     let ms = m.membership_config.membership();
     if ms.get_node(&id).is_none() {
         return Err(format!("SERVER_ERROR cluster node {id} is not a member"));
@@ -321,10 +401,11 @@ async fn remove_node(raft: Raft, id: NodeId, deadline: Instant) -> Line {
     } else {
         ChangeMembers::RemoveNodes(BTreeSet::from([id]))
     };
-    match tokio::time::timeout_at(deadline, raft.change_membership(change, false)).await {
-        Ok(Ok(_)) => Ok("OK".into()),
-        Ok(Err(e)) => Err(write_error(e)),
-        Err(_) => Err(format!(
+    match propose(&raft, change, deadline).await {
+        Proposed::Done => Ok("OK".into()),
+        Proposed::InProgress => Err("SERVER_ERROR cluster another membership change began meanwhile; try again".into()),
+        Proposed::Failed(e) => Err(e),
+        Proposed::TimedOut => Err(format!(
             "SERVER_ERROR cluster timed out removing node {id}; it may or may not be removed (see cluster status)"
         )),
     }
@@ -749,5 +830,81 @@ mod tests {
         assert!(waiter.join().expect("waiter"), "drained");
         drop(closed);
         assert_eq!(gate.0.in_flight.load(Ordering::SeqCst), 0);
+    }
+
+    fn engine() -> Arc<recall_engine::Engine> {
+        use recall_store::{ManualClock, Store, StoreConfig};
+        let store = Store::new(StoreConfig { shards: 4, ..Default::default() });
+        let clock = Arc::new(ManualClock::new(1_700_000_000));
+        Arc::new(recall_engine::Engine::new(store, clock, recall_engine::EngineConfig::default()))
+    }
+
+    /// A loopback address with a port free a moment ago (a node binds its
+    /// Raft port itself, and its peers must know it beforehand).
+    fn free_addr() -> SocketAddr {
+        std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port")
+    }
+
+    fn node(id: NodeId, raft: SocketAddr, bootstrap: bool) -> Arc<crate::Node> {
+        let peer = crate::Peer { raft, client: format!("127.0.0.1:{}", 20_000 + id) };
+        let cfg = crate::ClusterConfig {
+            node_id: id,
+            peers: [(id, peer)].into(),
+            bootstrap,
+            timeout: Duration::from_secs(30),
+            log_dir: None,
+            reads: crate::ReadMode::default(),
+            snapshot_entries: crate::SNAPSHOT_ENTRIES,
+            groups: 1,
+        };
+        crate::Node::start(engine(), cfg).expect("node starts")
+    }
+
+    fn admin(g: &Group, cmd: Admin<'_>) -> String {
+        let mut out = Vec::new();
+        g.run_admin(&cmd, &mut out).expect("run on the leader");
+        String::from_utf8(out).expect("text")
+    }
+
+    /// A membership change that has not committed yet (here a joint
+    /// configuration whose new voter is not running) made `remove-node`
+    /// fail at once with openraft's "the cluster is already undergoing a
+    /// configuration change"; it now waits (within its time) until the
+    /// change is committed and uniform. (`add-node` waits the same way
+    /// before it answers that a node is already a voter.)
+    #[test]
+    fn a_change_waits_for_the_unfinished_one() {
+        let (a1, a2) = (free_addr(), free_addr());
+        let one = node(1, a1, true);
+        let g = one.group(0);
+        let wait = |what: &'static str, f: fn(&Metrics) -> bool| {
+            g.rt.block_on(g.raft.wait(Some(Duration::from_secs(30))).metrics(f, what)).expect(what)
+        };
+        wait("node 1 leads", |m| m.current_leader == Some(1));
+        let member = format!("{a2}/127.0.0.1:20002");
+        g.rt.block_on(g.raft.add_learner(2, BasicNode { addr: member.clone() }, false)).expect("learner 2");
+        // Node 2 is not running: the joint configuration cannot commit.
+        let raft = g.raft.clone();
+        let promote =
+            g.rt.spawn(async move { raft.change_membership(ChangeMembers::AddVoterIds([2].into()), false).await });
+        wait("a joint configuration", joint);
+
+        let remover = std::thread::scope(|s| {
+            let remover = s.spawn(|| admin(g, Admin::RemoveNode { id: 2 }));
+            // Node 2 comes up: the joint configuration commits, then the
+            // uniform one, and the removal goes on.
+            let two = node(2, a2, false);
+            let out = remover.join().expect("remove-node");
+            drop(two);
+            out
+        });
+        assert_eq!(remover, "OK\r\n");
+        // Its second step may find the joint configuration already
+        // finished by the removal (refused as in progress): the same
+        // configuration either way.
+        let _ = g.rt.block_on(promote).expect("task");
+        let m = wait("node 2 removed", |m| !joint(m));
+        let voters: Vec<NodeId> = m.membership_config.membership().voter_ids().collect();
+        assert_eq!(voters, [1]);
     }
 }
