@@ -64,7 +64,47 @@ pub type NodeId = u64;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Effect {
     pub cause: u8,
+    #[serde(with = "bytes")]
     pub record: Vec<u8>,
+}
+
+/// A record as one byte string rather than a sequence of `u8`s: the
+/// same bincode bytes (a length, then the bytes), written and read as one
+/// copy instead of a call per byte. Per byte, a 1.5 MB value took 0.8 s to
+/// encode and 0.6 s to decode in a debug build on a loaded machine, over
+/// openraft's AppendEntries timeout (the heartbeat interval), so such a
+/// write was resent until the client gave up.
+mod bytes {
+    use serde::{de, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(v)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        struct Bytes;
+        impl<'de> de::Visitor<'de> for Bytes {
+            type Value = Vec<u8>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a byte string")
+            }
+            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
+                Ok(v.to_vec())
+            }
+            fn visit_byte_buf<E: de::Error>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
+                Ok(v)
+            }
+            // A sequence of bytes: formats without a byte string (JSON).
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<u8>, A::Error> {
+                let mut v = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 16));
+                while let Some(b) = seq.next_element()? {
+                    v.push(b);
+                }
+                Ok(v)
+            }
+        }
+        d.deserialize_byte_buf(Bytes)
+    }
 }
 
 /// One log entry's payload: the effects of the writes proposed together

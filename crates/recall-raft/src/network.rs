@@ -726,3 +726,28 @@ mod tests {
         let _ = ForwardToLeader::<NodeId, BasicNode>::empty();
     }
 }
+
+#[cfg(test)]
+mod effect_bytes {
+    use crate::{Batch, Effect};
+
+    /// A record is written as one byte string, in the very bytes a
+    /// sequence of `u8`s had (logs on disk and peers of the earlier form
+    /// read it), and reads back.
+    #[test]
+    fn a_record_keeps_its_encoding() {
+        #[derive(serde::Serialize)]
+        struct Before {
+            cause: u8,
+            record: Vec<u8>,
+        }
+        for len in [0, 1, 250, 251, 70_000] {
+            let record: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let now = super::encode(&Batch(vec![Effect { cause: 7, record: record.clone() }])).expect("encode");
+            let before = super::encode(&vec![Before { cause: 7, record: record.clone() }]).expect("encode");
+            assert_eq!(now, before, "{len} bytes");
+            let back: Batch = super::decode(&now).expect("decode");
+            assert_eq!((back.0[0].cause, &back.0[0].record), (7, &record));
+        }
+    }
+}
