@@ -32,7 +32,7 @@ pub mod policy;
 mod shard;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
@@ -336,9 +336,17 @@ pub enum DeleteOutcome {
     Exists,
 }
 
+/// A shard, allocated when a key first lands in it. An empty shard is
+/// 784 bytes, and 1024 of them built up front were most of an idle server's
+/// heap (the start-up footprint, docs/design/connection-memory.md); a
+/// shard no key has reached holds nothing, so loops over the shards skip it.
+pub(crate) type LazyShard = OnceLock<Box<Mutex<Shard>>>;
+
 /// The cache.
 pub struct Store {
-    shards: Box<[Mutex<Shard>]>,
+    shards: Box<[LazyShard]>,
+    /// What a shard is built from ([`Store::shard`]).
+    shard_cfg: StoreConfig,
     /// `shards.len() - 1`; the shard index comes from bits 32.. of the hash.
     shard_mask: usize,
     hasher: ahash::RandomState,
@@ -370,10 +378,14 @@ impl Store {
     pub fn new(cfg: StoreConfig) -> Store {
         let n = cfg.shards.max(1).next_power_of_two().min(1 << 16);
         let shared = policy::PolicyShared::new(&cfg.policy, cfg.mem_limit, n);
-        let shards: Vec<_> = (0..n).map(|i| Mutex::new(Shard::new(&cfg, i, &shared))).collect();
-        let policy_overhead = shards[0].lock().policy_overhead();
+        let shards: Box<[LazyShard]> = (0..n).map(|_| OnceLock::new()).collect();
+        // Shard 0 is built at once: the policy's kind, its overhead per item
+        // and its settings in `stats` are read from it.
+        let first = Shard::new(&cfg, 0, &shared);
+        let policy_overhead = first.policy_overhead();
+        let _ = shards[0].set(Box::new(Mutex::new(first)));
         Store {
-            shards: shards.into_boxed_slice(),
+            shards,
             shard_mask: n - 1,
             // Fixed keys: placement must be stable across restarts so that a
             // snapshot reloads into the same shard layout it was taken from.
@@ -389,7 +401,19 @@ impl Store {
             tails: shard::evict::Tails::new(n, shared.lanes()),
             policy_shared: shared,
             on_evict: std::sync::OnceLock::new(),
+            shard_cfg: cfg,
         }
+    }
+
+    /// Shard `i`, built at its first use.
+    #[inline]
+    fn shard(&self, i: usize) -> &Mutex<Shard> {
+        self.shards[i].get_or_init(|| Box::new(Mutex::new(Shard::new(&self.shard_cfg, i, &self.policy_shared))))
+    }
+
+    /// The shards built so far (the others are empty).
+    fn built(&self) -> impl Iterator<Item = &Mutex<Shard>> {
+        self.shards.iter().filter_map(|s| s.get().map(|b| &**b))
     }
 
     #[inline]
@@ -399,7 +423,7 @@ impl Store {
 
     #[inline]
     fn shard_of(&self, hash: u64) -> &Mutex<Shard> {
-        &self.shards[self.shard_index(hash)]
+        self.shard(self.shard_index(hash))
     }
 
     #[inline]
@@ -566,7 +590,7 @@ impl Store {
                 });
             }
             self.oldest_live.store(0, Ordering::Relaxed);
-            for s in self.shards.iter() {
+            for s in self.built() {
                 s.lock().clear(&self.mem.used);
             }
             ts
@@ -587,7 +611,7 @@ impl Store {
     pub fn reclaim_expired(&self, now: UnixSecs, budget: usize) -> u64 {
         let ctx = self.ctx(now, None);
         let mut freed = 0;
-        for s in self.shards.iter() {
+        for s in self.built() {
             freed += s.lock().crawl(&ctx, budget);
         }
         freed
@@ -643,7 +667,7 @@ impl Store {
 
     /// The eviction policy the store was built with.
     pub fn policy_kind(&self) -> PolicyKind {
-        self.shards[0].lock().policy_kind()
+        self.shard(0).lock().policy_kind()
     }
 
     pub fn shard_count(&self) -> usize {
@@ -653,7 +677,7 @@ impl Store {
     /// Sum of all shards' counters.
     pub fn stats(&self) -> ShardStats {
         let mut total = ShardStats::default();
-        for s in self.shards.iter() {
+        for s in self.built() {
             total += s.lock().stats();
         }
         // memcached's `bytes` counts stored items only.
@@ -663,7 +687,7 @@ impl Store {
 
     /// Reset counters that `stats reset` clears.
     pub fn reset_stats(&self) {
-        for s in self.shards.iter() {
+        for s in self.built() {
             s.lock().reset_stats();
         }
     }
@@ -672,7 +696,7 @@ impl Store {
     /// `f` runs with that shard's lock held; keep it short.
     pub fn for_each(&self, now: UnixSecs, mut f: impl FnMut(&ItemView<'_>)) {
         let ctx = self.ctx(now, None);
-        for s in self.shards.iter() {
+        for s in self.built() {
             s.lock().for_each(&ctx, &mut f);
         }
     }

@@ -32,8 +32,9 @@ pub(crate) struct Ctx<'a> {
     pub cas_enabled: bool,
     pub sink: Option<&'a dyn crate::MutationSink>,
     /// Every shard, for eviction across shards (only ever `try_lock`ed
-    /// while a shard lock is held).
-    pub shards: &'a [parking_lot::Mutex<Shard>],
+    /// while a shard lock is held). Eviction never builds one: a shard
+    /// that was never built has no items and publishes no rank.
+    pub shards: &'a [crate::LazyShard],
     /// Each shard's published next-victim rank (see `evict.rs`).
     pub tails: &'a evict::Tails,
     /// The policy's store-wide state (which lane an eviction takes).

@@ -971,3 +971,35 @@ fn sieve_over_many_shards_hits_as_one_sieve() {
     // A tenth of a point of slack (the two agree exactly today).
     assert!(many + 60 >= one, "1024 shards hit {many} times, one shard {one} (of {})", trace.len());
 }
+
+/// Shards are built when a key first lands in them; reads of other keys,
+/// stats, flushes, the crawler and snapshots' walks build none, and
+/// eviction across shards works with most of them never built.
+#[test]
+fn shards_are_built_when_a_key_first_lands_in_them() {
+    let s = Store::new(StoreConfig { mem_limit: 64 << 10, shards: 1024, ..Default::default() });
+    assert_eq!(s.built().count(), 1, "shard 0 only, for the policy's settings");
+    let mut touched = std::collections::HashSet::from([0]);
+    for i in 0..8 {
+        let k = format!("key-{i}");
+        set(&s, k.as_bytes(), b"v", 0, 1);
+        touched.insert(s.shard_index(s.hash(k.as_bytes())));
+    }
+    assert_eq!(s.built().count(), touched.len());
+    s.stats();
+    s.reset_stats();
+    s.reclaim_expired(1, 16);
+    s.for_each(1, |_| {});
+    s.flush_all(0, 1);
+    assert_eq!(s.built().count(), touched.len(), "only a key's own shard is built");
+    // 64 KiB of 1 KiB values: the later writes evict the earlier ones,
+    // from whichever built shard holds the oldest.
+    let v = [7u8; 1000];
+    for i in 0..200 {
+        let k = format!("big-{i}");
+        assert!(matches!(set(&s, k.as_bytes(), &v, 0, 2), WriteOutcome::Stored { .. }), "write {i}");
+    }
+    assert!(s.stats().evictions > 0);
+    assert!(s.mem_used() <= 64 << 10);
+    assert!(get(&s, b"big-199", 2).is_some());
+}

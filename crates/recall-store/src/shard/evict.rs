@@ -287,7 +287,7 @@ pub(crate) fn evict_elsewhere(ctx: &Ctx<'_>, need: usize, skip: Option<usize>, m
         if ctx.tails.next_round(r, ctx.next_cas.load(Ordering::Relaxed)) {
             continue;
         }
-        if ctx.shards[j].lock().evict_if(ctx, lane, r) {
+        if ctx.shards[j].get().is_some_and(|s| s.lock().evict_if(ctx, lane, r)) {
             idle = 0;
         } else {
             idle += 1;
@@ -429,7 +429,7 @@ impl Shard {
             }
             if let Some((j, r)) = best {
                 if r < own_rank && stale < MAX_STALE {
-                    if let Some(mut other) = ctx.shards[j].try_lock() {
+                    if let Some(mut other) = ctx.shards[j].get().and_then(|s| s.try_lock()) {
                         if !other.evict_if(ctx, lane, r) {
                             stale += 1;
                         }
