@@ -19,13 +19,13 @@ import sys
 import pytest
 from mcserver import ServerProcess, server_command_from_env
 
-# Measured on the release build (docs/design/connection-memory.md): 1.9 MiB
-# anonymous and 7.7 MiB in all after one request; the build before the
-# start-up cuts had 2.2 and 8.6, and fails both.  The slack (about 100 KiB
-# anonymous, 450 KiB in all) is for another kernel or libc; the executable's
+# Measured on the release build (docs/design/connection-memory.md): 1.2 MiB
+# anonymous and 6.9 MiB in all after one request; the build before the
+# start-up cuts had 2.2 and 8.6, and fails both.  The slack (0.3 MiB
+# anonymous, 0.6 MiB in all) is for another kernel or libc; the executable's
 # file pages can only be fewer when the page cache is cold.
-RSS_ANON_KIB = 2048
-VM_RSS_KIB = 8192
+RSS_ANON_KIB = 1536
+VM_RSS_KIB = 7680
 
 pytestmark = [
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc"),

@@ -11,7 +11,8 @@
 //! arena and policy. A request locks exactly one shard for the duration of one
 //! operation, so threads contend only when they hit the same shard at the same
 //! moment, and there is no global lock. The CAS counter and the memory counter
-//! are the only shared atomics.
+//! are the only shared atomics. A shard is allocated when a key first lands
+//! in it (`Store::shard`): an idle server does not hold 1024 empty ones.
 //!
 //! ## Memory
 //! `-m` bounds the sum of item [`footprint`]s (slot + policy links + table
@@ -345,7 +346,7 @@ pub(crate) type LazyShard = OnceLock<Box<Mutex<Shard>>>;
 /// The cache.
 pub struct Store {
     shards: Box<[LazyShard]>,
-    /// What a shard is built from ([`Store::shard`]).
+    /// What a shard is built from (`Store::shard`).
     shard_cfg: StoreConfig,
     /// `shards.len() - 1`; the shard index comes from bits 32.. of the hash.
     shard_mask: usize,
