@@ -714,7 +714,9 @@ impl Store {
     /// shard walked there, recall-raft's `snapshot_cut.rs`).
     pub fn for_each_in_shard(&self, shard: usize, now: UnixSecs, mut f: impl FnMut(Option<&ItemView<'_>>)) {
         let ctx = self.ctx(now, None);
-        let s = self.shards[shard].lock();
+        // Built if it was not: the caller marks the shard walked with its
+        // lock held, and an unbuilt shard has no lock to hold.
+        let s = self.shard(shard).lock();
         s.for_each(&ctx, &mut |it| f(Some(it)));
         f(None);
     }
