@@ -86,6 +86,22 @@ impl Load {
     }
 }
 
+/// Every acknowledged `(key, value)` reads back through `at`.
+fn assert_none_lost(at: SocketAddr, acked: &[(String, String)]) {
+    let mut conn = Conn::new(at);
+    let lost: Vec<_> = acked
+        .iter()
+        .filter(|(k, v)| conn.ask(&format!("get {k}\r\n")) != format!("VALUE {k} 0 {}\r\n{v}\r\nEND\r\n", v.len()))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {} acknowledged writes lost: {:?}",
+        lost.len(),
+        acked.len(),
+        &lost[..lost.len().min(5)]
+    );
+}
+
 fn status(node: SocketAddr) -> String {
     ok(&recall(node, &["status"]))
 }
@@ -143,20 +159,7 @@ fn a_replica_moves_and_the_leadership_is_handed_over_under_load() {
     assert!(failed.len() <= 4, "{} failed requests: {failed:?}", failed.len());
     eprintln!("{} writes acknowledged, {} failed: {failed:?}", acked.len(), failed.len());
 
-    let check = |at: SocketAddr| {
-        let mut conn = Conn::new(at);
-        let lost: Vec<_> = acked
-            .iter()
-            .filter(|(k, v)| conn.ask(&format!("get {k}\r\n")) != format!("VALUE {k} 0 {}\r\n{v}\r\nEND\r\n", v.len()))
-            .collect();
-        assert!(
-            lost.is_empty(),
-            "{} of {} acknowledged writes lost: {:?}",
-            lost.len(),
-            acked.len(),
-            &lost[..lost.len().min(5)]
-        );
-    };
+    let check = |at: SocketAddr| assert_none_lost(at, &acked);
     check(c.clients[3]);
 
     // A restarted node knows the members from its log: node 4 was started
@@ -360,17 +363,5 @@ fn a_transfer_whose_target_dies_answers_and_the_group_serves_again() {
     });
     let failed = load.failed.into_inner().unwrap();
     eprintln!("{} writes acknowledged, {} failed: {failed:?}", acked.len(), failed.len());
-    let survivor = c.leader();
-    let mut conn = Conn::new(c.clients[survivor]);
-    let lost: Vec<_> = acked
-        .iter()
-        .filter(|(k, v)| conn.ask(&format!("get {k}\r\n")) != format!("VALUE {k} 0 {}\r\n{v}\r\nEND\r\n", v.len()))
-        .collect();
-    assert!(
-        lost.is_empty(),
-        "{} of {} acknowledged writes lost: {:?}",
-        lost.len(),
-        acked.len(),
-        &lost[..lost.len().min(5)]
-    );
+    assert_none_lost(c.clients[c.leader()], &acked);
 }
