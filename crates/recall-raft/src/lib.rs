@@ -16,17 +16,21 @@
 //! * `incarnation.rs`: a node's incarnation, and the peers' check that an
 //!   in-memory node never rejoins under its old id;
 //! * `membership.rs`: `cluster status`, adding and removing nodes (per
-//!   group), handing the leadership over, and a node removed from one of
+//!   group) and handing the leadership over, behind `gate.rs` (writes wait
+//!   while the leadership moves); `removed.rs`: a node removed from one of
 //!   several groups finding that group's leader;
 //! * `propose.rs`: group commit, the effects of many writes in one entry;
 //! * `read.rs`: read barriers (a leader lease, or one shared ReadIndex
 //!   round);
+//! * `group.rs`: one group on this node, and how it answers the engine;
 //! * this file: the type configuration, starting a node and its groups,
 //!   and the bridge from the engine's threads to a key's group.
 //!
 //! Layout, guarantees and what is not done yet:
 //! docs/design/replication.md.
 
+mod gate;
+mod group;
 pub mod incarnation;
 pub mod log_disk;
 mod log_store;
@@ -34,6 +38,7 @@ mod membership;
 pub mod network;
 mod propose;
 mod read;
+mod removed;
 mod snapshot_cut;
 pub mod snapshot_data;
 pub mod snapshot_file;
@@ -54,6 +59,8 @@ use openraft::{BasicNode, ServerState};
 use recall_engine::op::Refusal;
 use recall_engine::{Cause, ClusterMap, Engine, Replicator, Resolver};
 use serde::{Deserialize, Serialize};
+
+pub(crate) use group::Group;
 
 pub type NodeId = u64;
 
@@ -236,35 +243,6 @@ pub struct Node {
     ident: Arc<incarnation::Ident>,
     /// Kept for the groups' tasks (dropped last).
     _rt: tokio::runtime::Runtime,
-}
-
-/// One Raft group on this node: its Raft, its log, and the reply lines
-/// that name each possible leader.
-pub(crate) struct Group {
-    id: GroupId,
-    raft: Raft,
-    log: log_store::LogStore,
-    rt: tokio::runtime::Handle,
-    timeout: Duration,
-    /// The peers' client addresses from the configuration, for members
-    /// whose address in the log has none (logs of the first slice).
-    peers: Arc<BTreeMap<NodeId, String>>,
-    /// The lines that name a leader, made once per client address: a
-    /// refusal carries a static line.
-    not_leader_lines: Mutex<BTreeMap<String, &'static str>>,
-    /// Closed while the leadership is handed over (`membership.rs`).
-    gate: membership::Gate,
-    /// The leader (id and client address) a peer named while this node
-    /// knew none, and when (`membership::find_leader`).
-    learned: Mutex<Option<(NodeId, String, std::time::Instant)>>,
-    /// Whether `learned` is set: every read looks here first (one relaxed
-    /// load), never at the lock.
-    removed: std::sync::atomic::AtomicBool,
-    reads: ReadMode,
-    /// Group commit (`propose.rs`).
-    proposer: Arc<propose::Proposer>,
-    /// Linearizable reads: a lease, or one shared ReadIndex round.
-    read_barrier: Arc<read::Reads>,
 }
 
 const NO_LEADER: &str = "SERVER_ERROR not leader; no leader elected yet";
@@ -458,7 +436,7 @@ impl Node {
         }
         if groups.len() > 1 {
             for group in &groups {
-                rt.spawn(membership::find_leader(Arc::downgrade(group), raft_peers.clone()));
+                rt.spawn(removed::find_leader(Arc::downgrade(group), raft_peers.clone()));
             }
         }
         Ok(Arc::new(Node { groups, machines, ident, _rt: rt }))
@@ -510,224 +488,6 @@ fn check_layout(dir: &std::path::Path, groups: usize) -> io::Result<()> {
         return Err(bad(format!("holds the logs of more than {groups} groups")));
     }
     Ok(())
-}
-
-impl Group {
-    /// The line that tells a client who leads (or that nobody does yet).
-    fn not_leader(&self, leader: Option<NodeId>) -> Refusal {
-        let addr = match leader {
-            Some(l) => self.client_addr(l),
-            None => self.learned().map(|(_, client)| client),
-        };
-        let Some(addr) = addr else {
-            return Refusal::NotLeader(NO_LEADER);
-        };
-        // One leaked line per address ever named: bounded by the members
-        // the cluster ever had.
-        let mut lines = self.not_leader_lines.lock().unwrap_or_else(|e| e.into_inner());
-        let line = lines.entry(addr).or_insert_with_key(|addr| recall_proto::forward::not_leader_line(addr).leak());
-        Refusal::NotLeader(line)
-    }
-
-    /// The leader a peer named, while this node knows none (a node removed
-    /// from the group: `membership::find_leader`).
-    fn learned(&self) -> Option<(NodeId, String)> {
-        if !self.removed.load(std::sync::atomic::Ordering::Relaxed)
-            || self.raft.metrics().borrow().current_leader.is_some()
-        {
-            return None;
-        }
-        let learned = self.learned.lock().unwrap_or_else(|e| e.into_inner());
-        learned
-            .as_ref()
-            .filter(|l| l.2.elapsed() < membership::LEARNED_FOR)
-            .map(|(id, client, _)| (*id, client.clone()))
-    }
-
-    pub(crate) fn set_learned(&self, leader: Option<(NodeId, String)>) {
-        let mut learned = self.learned.lock().unwrap_or_else(|e| e.into_inner());
-        self.removed.store(leader.is_some(), std::sync::atomic::Ordering::Relaxed);
-        *learned = leader.map(|(id, client)| (id, client, std::time::Instant::now()));
-    }
-
-    /// A member's client address: from the membership in the log, else
-    /// from the configuration.
-    fn client_addr(&self, id: NodeId) -> Option<String> {
-        let m = self.raft.metrics();
-        let m = m.borrow();
-        let in_log = m.membership_config.membership().get_node(&id).and_then(|n| membership::client_of(&n.addr));
-        in_log.map(str::to_string).or_else(|| self.peers.get(&id).cloned())
-    }
-
-    /// Run `fut` on the Raft runtime and wait for it on this thread, for
-    /// at most the request timeout. The engine's threads are not the Raft
-    /// runtime's, so this cannot deadlock it.
-    fn wait<T: Send + 'static>(&self, fut: impl Future<Output = T> + Send + 'static) -> Result<T, Refusal> {
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        self.rt.spawn(async move {
-            let _ = tx.send(fut.await);
-        });
-        rx.recv_timeout(self.timeout).map_err(|e| match e {
-            std::sync::mpsc::RecvTimeoutError::Timeout => Refusal::Replication(TIMED_OUT),
-            std::sync::mpsc::RecvTimeoutError::Disconnected => Refusal::Replication(SHUT_DOWN),
-        })
-    }
-
-    /// The current leader, as this node knows it.
-    pub fn leader(&self) -> Option<NodeId> {
-        self.raft.metrics().borrow().current_leader
-    }
-
-    /// A ReadIndex, or the leader's lease (`read.rs`): return once a read
-    /// of this node's store is linearizable.
-    fn read_index(&self) -> Result<(), Refusal> {
-        // A hand-over asks a follower to stand while this leader's lease
-        // may still run, breaking the lease's premise (no other leader
-        // before it ends), and a round's messages would renew the other
-        // voters' leases a hand-over waits out (`membership.rs`): reads
-        // wait at the gate like writes, and one still closed after the
-        // timeout takes a round.
-        self.gate.wait_open(self.timeout);
-        self.read_barrier.barrier(!self.gate.is_closed())
-    }
-
-    /// Stop the Raft core (the process is ending).
-    pub fn shutdown(&self) {
-        let raft = self.raft.clone();
-        let _ = self.wait(async move { raft.shutdown().await });
-    }
-}
-
-impl Group {
-    fn read_barrier(&self) -> Result<(), Refusal> {
-        // A node that knows no leader but was told one by a peer (it was
-        // removed from the group): the read goes there.
-        if self.learned().is_some() {
-            return Err(self.not_leader(None));
-        }
-        match self.reads {
-            ReadMode::Linearizable => self.read_index(),
-            // Opted in: the local store as it is, on any node.
-            ReadMode::Stale => Ok(()),
-        }
-    }
-
-    fn write_barrier(&self) -> Result<(), Refusal> {
-        // A leader handing its leadership over lets no write start until it
-        // is done (the target's log must match its own).
-        self.gate.wait_open(self.timeout);
-        // A leader that applied an entry of its own term applied its term's
-        // first entry, and so everything committed before it: its store
-        // holds every committed effect. Only until then does it need a
-        // read barrier (once per term, in practice).
-        let (leader, settled, known) = {
-            let m = self.raft.metrics();
-            let m = m.borrow();
-            (m.state == ServerState::Leader, self.read_barrier.settled(&m), m.current_leader)
-        };
-        match (leader, settled) {
-            (true, true) => Ok(()),
-            // Never skipped, whatever the read mode: deciding a write
-            // needs the committed state.
-            (true, false) => self.read_index(),
-            (false, _) => Err(self.not_leader(known)),
-        }
-    }
-
-    fn propose(&self, effect: &recall_record::Record<'_>, cause: Cause, done: Resolver) {
-        // Counted until answered: a leader handing over waits for it
-        // (`membership.rs`).
-        let in_flight = self.gate.enter(self.timeout);
-        let mut bytes = Vec::with_capacity(effect.encoded_len());
-        effect.encode(&mut bytes);
-        self.proposer.propose(Effect { cause: cause.code(), record: bytes }, done, in_flight);
-    }
-
-    /// This group's part of a `flush_all`, asked of its leader
-    /// (`network::Rpc::Flush`), waited for at most the request timeout.
-    fn flush_at_leader(&self) -> Result<(), Refusal> {
-        let (leader, addr) = {
-            let m = self.raft.metrics();
-            let m = m.borrow();
-            let leader = m.current_leader.filter(|l| *l != m.id);
-            (leader, leader.and_then(|l| membership::raft_addr_of(&m, l)))
-        };
-        let (Some(leader), Some(addr)) = (leader, addr) else {
-            return Err(Refusal::Replication(FLUSH_NO_LEADER));
-        };
-        let (group, ttl) = (self.id.id, self.timeout);
-        match self.wait(async move { network::request_flush(addr, group, ttl).await })? {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(line)) => {
-                tracing::warn!("cluster group {group}: flush_all at leader {leader}: {line}");
-                Err(Refusal::Replication(FAILED))
-            }
-            Err(e) => {
-                tracing::warn!("cluster group {group}: flush_all at leader {leader}: {e}");
-                Err(Refusal::Replication(FAILED))
-            }
-        }
-    }
-
-    /// The members with their client addresses, and the group's map line.
-    fn map(&self, groups: usize) -> (Vec<(NodeId, String)>, recall_proto::cluster::GroupMap, NodeId) {
-        let learned = self.learned();
-        let m = self.raft.metrics();
-        let m = m.borrow();
-        let mut nodes: Vec<(NodeId, String)> = m
-            .membership_config
-            .membership()
-            .nodes()
-            .map(|(id, n)| {
-                let client = membership::client_of(&n.addr).map(str::to_string);
-                (*id, client.or_else(|| self.peers.get(id).cloned()).unwrap_or_default())
-            })
-            .filter(|(_, client)| !client.is_empty())
-            .collect();
-        // A leader learned from a peer (this node was removed from the
-        // group): requests of the group are forwarded there.
-        let learned_id = learned.map(|(id, client)| {
-            if !nodes.iter().any(|(n, _)| *n == id) {
-                nodes.push((id, client));
-            }
-            id
-        });
-        let group = recall_proto::cluster::GroupMap {
-            slots: recall_proto::cluster::slot_range(usize::from(self.id.id), groups),
-            leader: m.current_leader.or(learned_id),
-            term: m.current_term,
-            members: m.membership_config.membership().nodes().map(|(id, _)| *id).collect(),
-        };
-        (nodes, group, m.id)
-    }
-
-    fn stats(&self) -> Vec<(&'static str, String)> {
-        let m = self.raft.metrics();
-        let m = m.borrow();
-        let role = match m.state {
-            ServerState::Leader => "leader",
-            ServerState::Follower => "follower",
-            ServerState::Candidate => "candidate",
-            ServerState::Learner => "learner",
-            ServerState::Shutdown => "shutdown",
-        };
-        vec![
-            ("cluster_node_id", m.id.to_string()),
-            ("cluster_role", role.to_string()),
-            ("cluster_leader", m.current_leader.unwrap_or(0).to_string()),
-            ("cluster_term", m.current_term.to_string()),
-            ("cluster_last_log_index", m.last_log_index.unwrap_or(0).to_string()),
-            ("cluster_last_applied", m.last_applied.map_or(0, |l| l.index).to_string()),
-            // The newest snapshot, and the log purged up to it.
-            ("cluster_snapshot_index", m.snapshot.map_or(0, |l| l.index).to_string()),
-            ("cluster_log_purged_index", m.purged.map_or(0, |l| l.index).to_string()),
-            ("cluster_read", if self.reads == ReadMode::Stale { "stale" } else { "linearizable" }.to_string()),
-        ]
-    }
-
-    fn leads(&self) -> bool {
-        self.raft.metrics().borrow().state == ServerState::Leader
-    }
 }
 
 impl Replicator for Node {

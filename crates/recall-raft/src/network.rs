@@ -97,7 +97,7 @@ pub struct LeaderInfo {
     pub members: Vec<NodeId>,
     /// The log id of the membership `members` comes from: only a view at
     /// least as new as the asker's own can tell it it was removed (a peer
-    /// that lags may not have seen it join; `membership::removed_by`).
+    /// that lags may not have seen it join; `removed::removed_by`).
     pub membership: Option<openraft::LogId<NodeId>>,
 }
 
@@ -267,7 +267,7 @@ async fn serve_conn(sock: TcpStream, serving: &Serving) -> io::Result<()> {
                 encode(&Err::<(), String>(format!("node {} is not admitted yet", serving.ident.me)))?
             }
             Rpc::Elect => encode(&crate::membership::elect_now(raft).await)?,
-            Rpc::Leader => encode(&crate::membership::leader_info(raft))?,
+            Rpc::Leader => encode(&crate::removed::leader_info(raft))?,
             Rpc::Flush => {
                 // It holds the engine's scratch stripes and waits for the
                 // commit: off the runtime, which commits it.

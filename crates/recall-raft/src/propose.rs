@@ -27,7 +27,7 @@ use openraft::error::ClientWriteError;
 use recall_engine::op::Refusal;
 use recall_engine::{Applied, Resolver};
 
-use crate::membership::InFlight;
+use crate::gate::InFlight;
 use crate::read::NotLeader;
 use crate::{state_machine, Batch, Effect, GroupId, Raft, BATCH_MAX, FAILED, SHUT_DOWN};
 
