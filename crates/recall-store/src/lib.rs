@@ -11,8 +11,9 @@
 //! arena and policy. A request locks exactly one shard for the duration of one
 //! operation, so threads contend only when they hit the same shard at the same
 //! moment, and there is no global lock. The CAS counter and the memory counter
-//! are the only shared atomics. A shard is allocated when a key first lands
-//! in it (`Store::shard`): an idle server does not hold 1024 empty ones.
+//! are the only shared atomics. A shard is allocated at its first request (a
+//! key stored, or a read whose miss it counts; `Store::shard`): an idle server
+//! does not hold 1024 empty ones.
 //!
 //! ## Memory
 //! `-m` bounds the sum of item [`footprint`]s (slot + policy links + table
@@ -337,7 +338,8 @@ pub enum DeleteOutcome {
     Exists,
 }
 
-/// A shard, allocated when a key first lands in it. An empty shard is
+/// A shard, allocated at its first request (a write, or a read whose miss
+/// it counts in its own stats). An empty shard is
 /// 784 bytes, and 1024 of them built up front were most of an idle server's
 /// heap (the start-up footprint, docs/design/connection-memory.md); a
 /// shard no key has reached holds nothing, so loops over the shards skip it.

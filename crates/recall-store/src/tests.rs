@@ -972,8 +972,9 @@ fn sieve_over_many_shards_hits_as_one_sieve() {
     assert!(many + 60 >= one, "1024 shards hit {many} times, one shard {one} (of {})", trace.len());
 }
 
-/// Shards are built when a key first lands in them; reads of other keys,
-/// stats, flushes, the crawler and snapshots' walks build none, and
+/// Shards are built when a key first lands in them; stats, flushes, the
+/// crawler and snapshots' walks build none (a read builds its key's shard,
+/// where its miss is counted), and
 /// eviction across shards works with most of them never built.
 #[test]
 fn shards_are_built_when_a_key_first_lands_in_them() {
