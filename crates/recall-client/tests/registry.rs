@@ -282,13 +282,13 @@ fn hello_then_replay_done_after_a_replay_then_goodbye_on_close() {
     });
 }
 
-/// Issue 16 (the crash harness's spill mode): a write that waited for a
-/// suspected restart to be replayed used to go ahead after the request
-/// timeout. On a restarted recalld it acted on the reloaded state before
-/// this client's replay (an `add` finding its key missing), was held until
-/// recovery ended, and the replay waited for it (it was inside the gate)
-/// until the grace period ended recovery without this client: its key's
-/// replay then came back `STALE`. It must fail unsent instead.
+/// A write that waited for a suspected restart to be replayed must fail
+/// unsent after the request timeout, not go ahead: on a restarted recalld
+/// it would act on the reloaded state before this client's replay (an
+/// `add` finding its key missing), be held until recovery ends, and the
+/// replay would wait for it (it is inside the gate) until the grace period
+/// ended recovery without this client: its key's replay would then come
+/// back `STALE` (the loss the crash harness's spill mode reproduces).
 #[test]
 fn a_write_never_goes_ahead_of_the_replay_it_waits_for() {
     let fake = Fake::start(true, true);
@@ -319,13 +319,12 @@ fn a_write_never_goes_ahead_of_the_replay_it_waits_for() {
     });
 }
 
-/// Issue 16, the spill mode's narrower window (docs/durability.md used to
-/// list it under "Not done yet"): a write admitted before this client has
-/// seen any failure takes a new pooled connection, which reaches the
-/// restarted server before this client's replay. recalld held it until
-/// recovery ended, the replay waited for it (it was inside the replay
-/// gate), and when the grace period ended recovery it ran first, on the
-/// reloaded state. Forced here with the pool's second connection, opened
+/// The spill mode's narrower window: a write admitted before this client
+/// has seen any failure takes a new pooled connection, which reaches the
+/// restarted server before this client's replay. recalld would hold it
+/// until recovery ends, the replay would wait for it (it is inside the
+/// replay gate), and when the grace period ended recovery it would run
+/// first, on the reloaded state. Forced here with the pool's second connection, opened
 /// only after the restart: the write must fail unsent, and go once a poll
 /// has replayed.
 #[test]

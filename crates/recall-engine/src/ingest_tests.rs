@@ -1,8 +1,8 @@
-//! Values still arriving count against `-m` (issue 16, item 4): a streamed
+//! Values still arriving count against `-m`: a streamed
 //! value's bytes are reserved from the store before they are accepted;
 //! when the store cannot make room the value is read to its end, dropped,
 //! and refused with memcached's `SERVER_ERROR out of memory storing object`.
-//! And a reply bigger than the reply budget is never copied whole (item 2).
+//! And a reply bigger than the reply budget is never copied whole.
 
 use std::sync::Arc;
 

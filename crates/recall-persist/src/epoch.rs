@@ -66,7 +66,7 @@ mod tests {
         std::fs::remove_dir_all(&dir).ok();
     }
 
-    /// Issue 16, item 9: every error on the epoch file names it.
+    /// Every error on the epoch file names it.
     #[test]
     fn errors_name_the_file() {
         let dir = std::env::temp_dir().join(format!("recall-epoch-err-{}", std::process::id()));

@@ -94,7 +94,7 @@ mod tests {
         fs::remove_dir_all(&dir).ok();
     }
 
-    /// Issue 16, item 9: a failed write must not leave its temp file behind
+    /// A failed write must not leave its temp file behind
     /// (a snapshot retried every interval on a full disk would otherwise
     /// keep the space it freed), and its error names the file.
     #[test]

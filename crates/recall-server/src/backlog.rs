@@ -1,14 +1,14 @@
 //! Replies the kernel still holds for a connection, and when the
-//! connection may run its next turn (issue 16; the bound is in
+//! connection may run its next turn (the bound is in
 //! docs/design/connection-memory.md).
 //!
 //! Every accepted TCP connection has `TCP_NOTSENT_LOWAT`
 //! (`listeners.rs`): the kernel takes writes while fewer than that many
-//! bytes wait unsent. A connection used to run a turn of requests (up to
-//! `reply_budget` of replies, copied) and then block in its write once the
-//! client stopped reading, holding the whole turn: 200 stalled binary
-//! pipelines held 34 MiB where memcached held 8-10. So a turn now runs only
-//! when its replies fit under the mark, with a budget cut to the room
+//! bytes wait unsent. A connection that ran a turn of requests (up to
+//! `reply_budget` of replies, copied) and then blocked in its write once
+//! the client stopped reading would hold the whole turn: 200 stalled
+//! binary pipelines would hold about 34 MiB where memcached holds 8-10. So
+//! a turn runs only when its replies fit under the mark, with a budget cut to the room
 //! left; when the kernel holds a full backlog the connection waits for the
 //! socket *before* it runs anything, holding no reply and a read buffer cut
 //! to the request bytes it has not run.

@@ -1,4 +1,4 @@
-//! Abusive clients against the real binary (issue 16): many connections
+//! Abusive clients against the real binary: many connections
 //! that stall halfway through a value, or send a big `get` and never read,
 //! keep recalld's resident memory within `-m` plus the per-connection bound
 //! of docs/design/connection-memory.md, and a well-behaved client on the

@@ -1,4 +1,4 @@
-//! The data directory on bad days, with the real binary (issue 16): a
+//! The data directory on bad days, with the real binary: a
 //! damaged log never starts silently, a full disk never makes the log
 //! acknowledge a write that replay cannot reach, and a missing snapshot is
 //! said out loud.
@@ -103,9 +103,9 @@ fn record_start(data: &[u8], at: usize) -> usize {
     }
 }
 
-/// Issue 16, item 1, end to end: a bit flip in the middle of the newest
-/// segment used to start the server silently, bringing a deleted item back
-/// and losing every later write.
+/// End to end: a bit flip in the middle of the newest segment must not
+/// start the server silently: replaying up to the flip would bring a
+/// deleted item back and lose every later write.
 #[test]
 fn a_bit_flip_mid_log_refuses_start_until_the_operator_repairs() {
     let dir = TempDir::new("flip");
@@ -176,7 +176,7 @@ impl Rng {
     }
 }
 
-/// Issue 16, item 2: on a full disk the write that hits ENOSPC is refused,
+/// On a full disk the write that hits ENOSPC is refused,
 /// writes are acknowledged again once space is freed (no restart), and
 /// after kill -9 every acknowledged write is there. The space left before
 /// the fault and the value sizes are seeded, so the fault lands at a
@@ -245,10 +245,10 @@ fn full_disk_rounds(fs: &Path, default_rounds: u64) {
     }
 }
 
-/// Issue 16, item 9: a data directory whose snapshot was deleted, while its
-/// epoch file says instances ran there before, used to start empty without
-/// a word. It starts (see docs/durability.md for why not a refusal), with a
-/// warning that names the file.
+/// A data directory whose snapshot was deleted, while its epoch file says
+/// instances ran there before, must not start empty without a word. It
+/// starts (see docs/durability.md for why not a refusal), with a warning
+/// that names the file.
 #[test]
 fn a_deleted_snapshot_is_warned_about() {
     let dir = TempDir::new("nosnap");

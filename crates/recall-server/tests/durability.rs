@@ -567,7 +567,7 @@ fn failpoint_replay_after_n_double_crash() {
     });
 }
 
-/// Issue 16: while the server recovers, a plain client's write to a key
+/// While the server recovers, a plain client's write to a key
 /// whose newer value a durable client still has to replay must not land
 /// first (an append on the snapshot's older value would make the replay
 /// stale and lose the acknowledged write). It waits until recovery ends;

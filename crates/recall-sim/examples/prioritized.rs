@@ -1,4 +1,4 @@
-//! The prioritized cache's experiments (issue 13, seed 003), replayed
+//! The prioritized cache's experiments (seed 003), replayed
 //! through the real store by `recall_sim::sim::run_with`:
 //!
 //! ```text

@@ -168,11 +168,10 @@ fn the_simulators_eviction_count_matches_the_stores() {
 
 #[test]
 fn sharded_hit_ratio_is_close_to_one_shard() {
-    // Issue 13 item 0: 1024 shards against 1, same trace and memory. A
-    // small trace (a debug build replays it 12 times) where 2% of the
-    // working set is ~400 items over 1024 shards, so the bound is 2 points;
-    // docs/benchmarks/hit-ratio.md measures the issue's 0.5 on larger ones.
-    // (Measured when written: 0.4 to 1.6 points.)
+    // 1024 shards against 1, same trace and memory. A small trace (a debug
+    // build replays it 12 times) where 2% of the working set is ~400 items
+    // over 1024 shards, so the bound is 2 points; docs/benchmarks/hit-ratio.md
+    // measures the 0.5-point target on larger ones.
     let t = etc(20_000, 150_000);
     let ws = sweep::working_set(&t);
     for policy in PolicyKind::ALL {

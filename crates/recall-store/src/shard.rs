@@ -169,8 +169,8 @@ pub(crate) struct Shard {
 /// Out of memory: a write needs this many more bytes than eviction from its
 /// shard (and the shards it could lock) freed. The store then evicts from
 /// the other shards, never this one: what is left here is the write's own
-/// item, which its own eviction must not take (issue 17: an append evicted
-/// its target and answered NOT_STORED).
+/// item, which its own eviction must not take (an append that evicted its
+/// target would answer NOT_STORED).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Short(pub usize);
 

@@ -610,10 +610,10 @@ fn shard_index_leaves_table_bits_free() {
     }
 }
 
-/// Issue 13: eviction follows the policy's order across the whole store,
-/// not shard by shard. With many shards and few items per shard, a shard
-/// that stops receiving writes used to keep its oldest items while recent
-/// ones elsewhere were evicted.
+/// Eviction follows the policy's order across the whole store, not shard
+/// by shard. With many shards and few items per shard, shard-by-shard
+/// eviction would let a shard that stops receiving writes keep its oldest
+/// items while recent ones elsewhere are evicted.
 #[test]
 fn newest_items_survive_a_burst_of_evictions_and_the_oldest_do_not() {
     for kind in PolicyKind::ALL {
@@ -639,8 +639,8 @@ fn newest_items_survive_with(kind: PolicyKind) {
     assert!(recent_lost.is_empty(), "{kind}: {} of the newest items were evicted: {recent_lost:?}", recent_lost.len());
 }
 
-/// Issue 17: under memory pressure an append evicted its own target and
-/// answered NOT_STORED. Eviction on behalf of a write must never take the
+/// Under memory pressure an append must not evict its own target and
+/// answer NOT_STORED. Eviction on behalf of a write must never take the
 /// write's own item: an append that fits after evicting others is stored,
 /// and one that cannot fit at all is refused with the target intact.
 #[test]
@@ -921,7 +921,7 @@ fn prioritized_touch_moves_an_item_between_classes() {
     assert_eq!(get(&s, b"k", 3).as_deref(), Some(&b"v"[..]));
 }
 
-/// Issue 13 item 0: SIEVE over 1024 shards evicts as one SIEVE over the
+/// SIEVE over 1024 shards evicts as one SIEVE over the
 /// whole store. With items of one size, every write evicts one item, and a
 /// store-wide SIEVE's victims are fully determined by the trace; so the
 /// sharded store, with about two items per shard here, must get the same

@@ -2,10 +2,11 @@
 //! restart, while the server recovers:
 //!
 //! * `--plain-writer`: a plain memcached client (no backup, no `hello`)
-//!   appends to keys the durable tasks own, as issue 16's reproduction did
-//!   (`append k b` on the snapshot's older value before the durable client
-//!   replayed `k`). recalld must hold those writes until recovery ends, so
-//!   they land on the replayed values. Its negative control
+//!   appends to keys the durable tasks own: an `append k b` that ran on
+//!   the snapshot's older value before the durable client replayed `k`
+//!   would turn that replay `STALE` and lose the durable write. recalld
+//!   must hold those writes until recovery ends, so they land on the
+//!   replayed values. Its negative control
 //!   (`--plain-unheld`) first sends `replay_done <unknown id>`, which makes
 //!   the connection a durable client's in the server's eyes and exempts it
 //!   from the hold: its appends then land before the replays, which turn
@@ -29,7 +30,7 @@
 //! a durable client's own data connections are held by the server too,
 //! and a write of theirs admitted before the client's replay stalls that
 //! replay (which waits for the client's writes in flight) until the grace
-//! period ends; see the report of this change. So in these modes the
+//! period ends. So in these modes the
 //! durable tasks do not write during recovery; the key locks still order
 //! every operation on a key for the ledger.
 
@@ -60,7 +61,7 @@ const E_REFUSED: &str = "CLIENT_ERROR the E flag cannot set a timestamp while du
 /// One burst of plain appends and/or `E` writes on `cfg.plain_keys` keys
 /// of the durable tasks, pipelined on one fresh connection. `cycle` makes
 /// the values unique; `future_epoch` is an instance the server has not
-/// reached (the damaging `E` of issue 16).
+/// reached (an `E` in a future epoch, which durability must refuse).
 ///
 /// `paused` holds the durable tasks out (the harness took it before the
 /// kill) until the burst's replies are in; `gate` (closed by the harness

@@ -228,8 +228,8 @@ impl Node {
     /// hold it until recovery ends, and the replay, which waits for the
     /// writes inside the gate, would wait for it: until the grace period
     /// ended recovery without this client, when the write ran first and
-    /// its key's replay came back `STALE` (the crash harness's spill-mode
-    /// loss, issue 16). A server that is down fails the write just the
+    /// its key's replay came back `STALE` (a loss the crash harness's spill
+    /// mode reproduces). A server that is down fails the write just the
     /// same, only later.
     async fn wait_ready(&self, cfg: &Cfg) -> Result<()> {
         if !self.suspect.load(Ordering::Acquire) {

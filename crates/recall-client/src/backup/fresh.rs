@@ -8,7 +8,7 @@
 //! until the grace period ended recovery without this client, and then the
 //! write ran on the state reloaded before the replay (an `append` on an
 //! older value, an `add` finding its key missing) and its key's replay
-//! came back `STALE` (docs/durability.md, issue 16).
+//! came back `STALE` (docs/durability.md).
 //!
 //! So a new connection of the write path (writes have a pool of their own,
 //! and deletes a connection of their own) is used only once this client

@@ -111,10 +111,10 @@
 //!   client's conditional writes (`add`, `replace`, `delete`) do not act
 //!   on the state the server reloaded before its replay. If no poll has
 //!   replayed within the request timeout the write fails unsent
-//!   ([`Error::NotReplayed`](crate::Error::NotReplayed)); it used to go
-//!   ahead, and on a recovering recalld that deadlocked with the replay
-//!   until the grace period, then lost the key's acknowledged write (the
-//!   crash harness's spill mode, issue 16).
+//!   ([`Error::NotReplayed`](crate::Error::NotReplayed)): sent anyway, on a
+//!   recovering recalld it would deadlock with the replay until the grace
+//!   period, then lose the key's acknowledged write (the crash harness's
+//!   spill mode checks this).
 //! * **A server without `--data-dir`** (`DURABLE 0 0 off`): nothing is
 //!   backed up.
 //!

@@ -229,15 +229,13 @@ mod tests {
         (task, end_tx)
     }
 
-    /// The second fix of issue 16's spill-mode loss, which had no test: a
-    /// replay that fails (the server died under it) must not let the
-    /// writes it held out go to the server before the next replay. Before,
-    /// the gate opened with no restart suspected yet (the poll marked it
-    /// only afterwards), and a write that had waited at the gate entered
-    /// without looking again; sent on a new connection to a new instance,
-    /// it ran there ahead of this client's replay. Now the failed replay
-    /// marks the restart before the gate opens, and the write checks again
-    /// after its wait: it enters only once a poll has replayed (here: the
+    /// A replay that fails (the server died under it) must not let the
+    /// writes it held out go to the server before the next replay: sent on
+    /// a new connection to a new instance, such a write would run there
+    /// ahead of this client's replay. So the failed replay marks the
+    /// restart before the gate opens (were the poll to mark it afterwards,
+    /// the gate would open with no restart suspected), and the write checks
+    /// again after its wait: it enters only once a poll has replayed (here: the
     /// poll's `clear_suspect`).
     #[tokio::test]
     async fn a_write_held_by_a_failed_replay_waits_for_the_next_replay() {

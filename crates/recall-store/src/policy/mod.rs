@@ -56,7 +56,7 @@ use crate::clock::UnixSecs;
 
 /// An item's class, from its expiry: items without one are permanent, the
 /// others temporary. Policies that treat the classes differently (the
-/// prioritized cache of issue 13) read it at admission.
+/// prioritized cache of seed 003) read it at admission.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Class {
     Permanent,
