@@ -1,8 +1,8 @@
-"""recalld's start-up footprint (issue 16): an idle server's resident memory.
+"""recalld's start-up footprint: an idle server's resident memory.
 
 The abusive-client bar is recalld's peak RSS against memcached's in the same
-test, and most of recalld's peak was where it started: the executable's
-pages that start-up touches, and the store's shard array.  This starts the
+test, and most of recalld's peak is where it starts: the executable's
+pages that start-up touches, and the heap at rest.  This starts the
 release binary as scripts/bench-abuse does (-t 1 -m 64 -c 4096), makes one
 request, and reads /proc/<pid>/status.  Bounds and the breakdown behind
 them: docs/design/connection-memory.md, "Start-up footprint".
@@ -20,8 +20,9 @@ import pytest
 from mcserver import ServerProcess, server_command_from_env
 
 # Measured on the release build (docs/design/connection-memory.md): 1.2 MiB
-# anonymous and 6.9 MiB in all after one request; the build before the
-# start-up cuts had 2.2 and 8.6, and fails both.  The slack (0.3 MiB
+# anonymous and 6.9 MiB in all after one request; a build that allocates
+# every shard at start and leaves its relocations unpacked has 2.2 and 8.6,
+# and fails both.  The slack (0.3 MiB
 # anonymous, 0.6 MiB in all) is for another kernel or libc; the executable's
 # file pages can only be fewer when the page cache is cold.
 RSS_ANON_KIB = 1536

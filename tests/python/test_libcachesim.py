@@ -1,4 +1,4 @@
-"""Issue 13 item 5: recall's hit ratios against libCacheSim's on the same trace.
+"""recall's hit ratios against libCacheSim's on the same trace.
 
 A small Zipf trace is written in libCacheSim's oracleGeneral format and
 replayed by both in object-count mode (every object one unit, every request

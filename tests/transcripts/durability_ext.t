@@ -136,7 +136,7 @@
 < DELETED
 > timestamps maybe
 < CLIENT_ERROR bad command line format
-# A refused replay line takes its value with it (issue 16): the 12 bytes
+# A refused replay line takes its value with it: the 12 bytes
 # "delete victim" must not run as a command.
 > set victim 0 0 1
 > v
