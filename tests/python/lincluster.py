@@ -637,9 +637,9 @@ def run(
     the fault and after its repair. With `stale` (every node serving reads from its own store),
     each round partitions a follower, writes through the leader and reads
     at the cut-off follower, the negative control. Without `cas`, the
-    clients' gets are not followed by a cas (the runs before the fix of
-    docs/benchmarks/cluster-linearizability.md, "A cas refused while the
-    write it read is in flight")."""
+    clients' gets are not followed by a cas (to tell a cas anomaly from
+    the rest: docs/benchmarks/cluster-linearizability.md, "Two histories
+    the checker flags")."""
     workdir.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     cluster = Cluster(workdir, read="stale" if stale else "linearizable")
