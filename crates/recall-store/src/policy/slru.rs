@@ -56,7 +56,7 @@ impl Counts {
 /// own WARM was large: with 16 shards that put hit ratios 0.3 to 0.7
 /// points below one shard (from 0.0 to 0.25). Both together keep each
 /// shard's WARM near its share and the store's at it
-/// (docs/benchmarks/hit-ratio.md has the figures).
+/// (recall-sim on the ETC trace of docs/benchmarks/hit-ratio.md).
 ///
 /// HOT's share stays the shard's: HOT only delays an item's move to COLD,
 /// and an item that leaves a small shard's HOT at once still ranks by its
@@ -322,8 +322,8 @@ impl Policy for SegmentedLru {
     /// head, behind every item already there, however long ago it was last
     /// used. Ranked by its last access alone it was the store's lowest
     /// rank the moment it arrived and was evicted at once (with 1024
-    /// shards and a small cache, about 0.7 points of hit ratio; see
-    /// docs/benchmarks/hit-ratio.md). The move's write sequence comes back
+    /// shards and a small cache, about 0.7 points of hit ratio on the ETC
+    /// trace of docs/benchmarks/hit-ratio.md). The move's write sequence comes back
     /// from 23 bits ([`moved_at`]) never later than the move, so a
     /// published rank stays a lower bound; its second is the last
     /// access's, which is also never later.

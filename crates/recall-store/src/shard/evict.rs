@@ -71,7 +71,8 @@ const MAX_GROUPS: usize = 64;
 /// given in the store's order (S3-FIFO publishes a hit tail as it is and
 /// moves it when chosen), so S3-FIFO with a few items per shard needs
 /// more than a few: with 8, 1024 shards at a 1% ETC cache stayed 0.57
-/// points below one shard, with 32 0.48 (docs/benchmarks/hit-ratio.md).
+/// points below one shard, with 32 0.48 (the ETC trace of
+/// docs/benchmarks/hit-ratio.md).
 const MAX_STALE: usize = 32;
 
 /// A published rank meaning "nothing to evict here".
