@@ -11,13 +11,17 @@
 //!
 //! **Time-based decay.** A sample at time `t` after the stage's previous one
 //! at `t0` moves the mean by `α = 1 − e^{−(t − t0)/τ}` (τ = 5 s by
-//! default), clamped to [1/65536, 1/4]: the mean forgets at the same pace
+//! default), clamped to [1/65536, 1/4] and at least 1/n for a stage's
+//! n-th sample (so the first samples are averaged plainly, and no early
+//! sample stands for the node alone): the mean forgets at the same pace
 //! under 10 or 10,000 writes a second (past about 13,000 samples a second
 //! the floor takes over, and the mean spans the last 65,536 samples). The
 //! floor lets samples taken at one instant (a batch) still count; the
 //! ceiling keeps one sample after a long idle time from replacing the mean. Under steady writes a step change is
 //! 98% taken after 4τ = 20 s, inside the 30 s within which leaders must
 //! leave a node that slowed down.
+//!
+//! A meter reports no speed before 16 samples of a stage (or a probe).
 //!
 //! **Start probe.** A node that has not written yet has no speed, and a
 //! cluster that starts idle would place nothing. So at start a node runs
@@ -76,7 +80,14 @@ struct Mean {
     /// Microseconds; `None` before the first sample.
     us: Option<f64>,
     at: Duration,
+    /// Samples taken (a probe counts as `READY` of them).
+    n: u64,
 }
+
+/// Samples (of any stage) before a meter reports a speed: as many as a
+/// start probe takes. Their plain average has a tenth of one sample's
+/// spread, so one node's first reading is not another's tier.
+const READY: u64 = 16;
 
 /// One node's meter.
 #[derive(Debug, Clone, PartialEq)]
@@ -103,12 +114,15 @@ impl SpeedMeter {
     pub fn record(&mut self, now: Duration, stage: Stage, took: Duration) {
         let m = &mut self.stages[index(stage)];
         let x = took.as_secs_f64() * 1e6;
+        m.n += 1;
         m.us = Some(match m.us {
             None => x,
             Some(mean) => {
                 let dt = now.saturating_sub(m.at).as_secs_f64();
                 let alpha = (1.0 - (-dt / self.tau.as_secs_f64()).exp()).clamp(1.0 / 65536.0, 0.25);
-                mean + alpha * (x - mean)
+                // Warm-up: the first samples are averaged plainly (weight
+                // 1/n), so a mean is never one early sample's value.
+                mean + alpha.max(1.0 / m.n as f64) * (x - mean)
             }
         });
         m.at = now;
@@ -124,15 +138,15 @@ impl SpeedMeter {
         t.sort();
         let Some(&median) = t.get(t.len() / 2) else { return };
         for s in [Stage::Append, Stage::Fsync] {
-            self.stages[index(s)] = Mean { us: Some(median.as_secs_f64() * 1e6 / 2.0), at: now };
+            self.stages[index(s)] = Mean { us: Some(median.as_secs_f64() * 1e6 / 2.0), at: now, n: READY };
         }
     }
 
     /// The mean time an entry spends on this node's write path; `None`
-    /// before any sample or probe. A stage never seen counts zero (an
-    /// in-memory log has no fsync).
+    /// before a probe or `READY` (16) samples of one stage. A stage never
+    /// seen counts zero (an in-memory log has no fsync).
     pub fn service_time(&self) -> Option<Duration> {
-        if self.stages.iter().all(|m| m.us.is_none()) {
+        if self.stages.iter().all(|m| m.n < READY) {
             return None;
         }
         let us: f64 = self.stages.iter().filter_map(|m| m.us).sum();
@@ -162,12 +176,15 @@ mod tests {
     fn nothing_measured_is_no_speed_and_the_stages_add_up() {
         let mut m = SpeedMeter::default();
         assert_eq!((m.service_time(), m.speed()), (None, None));
-        m.record(Duration::ZERO, Stage::Append, 100 * US);
-        m.record(Duration::ZERO, Stage::Fsync, 700 * US);
-        m.record(Duration::ZERO, Stage::Apply, 200 * US);
+        for i in 0..16 {
+            assert_eq!(m.speed(), None, "after {i} samples");
+            m.record(Duration::ZERO, Stage::Append, 100 * US);
+            m.record(Duration::ZERO, Stage::Fsync, 700 * US);
+            m.record(Duration::ZERO, Stage::Apply, 200 * US);
+        }
         assert_eq!(m.service_time(), Some(MS));
         assert_eq!(m.speed(), Some(1000.0));
-        assert_eq!(m.samples(), 3);
+        assert_eq!(m.samples(), 48);
     }
 
     #[test]
@@ -209,6 +226,19 @@ mod tests {
         m.record(now, Stage::Fsync, 50 * MS);
         let t = m.service_time().unwrap().as_secs_f64();
         assert!((t - (before + 0.25 * (0.05 - before))).abs() < 1e-9, "{t}");
+    }
+
+    #[test]
+    fn the_first_samples_are_averaged_plainly() {
+        // A first sync of 50 ms (a cold disk) then fifteen of 1 ms, all in
+        // one instant: the mean is their average, not the first sample.
+        let mut m = SpeedMeter::default();
+        m.record(Duration::ZERO, Stage::Fsync, 50 * MS);
+        for _ in 0..15 {
+            m.record(Duration::ZERO, Stage::Fsync, MS);
+        }
+        let t = m.service_time().unwrap().as_secs_f64();
+        assert!((t - 0.065 / 16.0).abs() < 1e-9, "{t}");
     }
 
     #[test]

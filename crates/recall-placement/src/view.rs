@@ -259,42 +259,47 @@ impl ClusterView {
         s
     }
 
-    /// The view once `op` has finished: each step done in order (a leader
-    /// transfer makes the target leader, a learner is added caught up, a
-    /// removed replica's bytes leave its node's memory). For tests and
-    /// simulations; the live cluster reports what really happened.
+    /// The view once `op` has finished: each step done in order. For tests
+    /// and simulations; the live cluster reports what really happened.
     pub fn apply(&mut self, op: &Operator) {
-        let Some(g) = self.groups.get_mut(&op.group()) else { return };
-        let bytes = g.bytes;
         for step in op.steps() {
-            match *step {
-                Step::TransferLeader(to) => {
-                    if g.on(to) {
-                        g.leader = Some(to);
+            self.apply_step(op.group(), *step);
+        }
+    }
+
+    /// The view once `step` is done on `group`: a leader transfer makes a
+    /// replica the leader, a learner is added caught up (its bytes count
+    /// on its node's memory), a removed replica's bytes leave its node's.
+    pub fn apply_step(&mut self, group: GroupNo, step: Step) {
+        let Some(g) = self.groups.get_mut(&group) else { return };
+        let bytes = g.bytes;
+        match step {
+            Step::TransferLeader(to) => {
+                if g.on(to) {
+                    g.leader = Some(to);
+                }
+            }
+            Step::AddLearner(n) => {
+                if !g.on(n) {
+                    g.replicas.push(Replica { node: n, voter: false, caught_up: true });
+                    if let Some(node) = self.nodes.get_mut(&n) {
+                        node.mem_used += bytes;
                     }
                 }
-                Step::AddLearner(n) => {
-                    if !g.on(n) {
-                        g.replicas.push(Replica { node: n, voter: false, caught_up: true });
-                        if let Some(node) = self.nodes.get_mut(&n) {
-                            node.mem_used += bytes;
-                        }
-                    }
+            }
+            Step::Promote(n) => {
+                if let Some(r) = g.replicas.iter_mut().find(|r| r.node == n) {
+                    r.voter = true;
                 }
-                Step::Promote(n) => {
-                    if let Some(r) = g.replicas.iter_mut().find(|r| r.node == n) {
-                        r.voter = true;
+            }
+            Step::RemoveReplica(n) => {
+                if g.on(n) {
+                    g.replicas.retain(|r| r.node != n);
+                    if g.leader == Some(n) {
+                        g.leader = g.replicas.first().map(|r| r.node);
                     }
-                }
-                Step::RemoveReplica(n) => {
-                    if g.on(n) {
-                        g.replicas.retain(|r| r.node != n);
-                        if g.leader == Some(n) {
-                            g.leader = g.replicas.first().map(|r| r.node);
-                        }
-                        if let Some(node) = self.nodes.get_mut(&n) {
-                            node.mem_used = node.mem_used.saturating_sub(bytes);
-                        }
+                    if let Some(node) = self.nodes.get_mut(&n) {
+                        node.mem_used = node.mem_used.saturating_sub(bytes);
                     }
                 }
             }
