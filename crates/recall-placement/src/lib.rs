@@ -28,15 +28,18 @@
 //!                                Event::Done / Failed  ◀──── (membership code)
 //! ```
 //!
-//! * [`view`]: the planner's input.
+//! * [`view`]: the planner's input; [`layout`]: a new cluster's replicas.
 //! * [`weights`]: node weights from speeds, in tiers, with hysteresis.
 //! * [`plan`]: the planner.
 //! * [`operator`]: what the planner emits.
 //! * [`runtime`]: the operator runtime's core.
 //! * [`speed`]: the speed meter a node feeds from its write path.
+//! * [`report`]: the lines an operator reads (per node, per operator).
 
+pub mod layout;
 pub mod operator;
 pub mod plan;
+pub mod report;
 pub mod runtime;
 pub mod speed;
 pub mod view;
