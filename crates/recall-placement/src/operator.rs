@@ -38,6 +38,9 @@ pub enum OperatorKind {
     /// A replica moved from one node to another: the group's data is
     /// copied, so moves have a limit of their own.
     Move,
+    /// A learner nobody is adding any more removed (left by a runtime that
+    /// stopped mid-move, on a node that died).
+    Cleanup,
 }
 
 /// Why the planner emitted an operator (logged and shown by `recall cluster
@@ -55,6 +58,8 @@ pub enum Reason {
     /// The source is past its memory high-water mark; this is its coldest
     /// group that fits elsewhere.
     HighWater,
+    /// A learner with no operator in flight: a move that will not finish.
+    Leftover,
 }
 
 impl fmt::Display for Reason {
@@ -64,6 +69,7 @@ impl fmt::Display for Reason {
             Reason::LeaderBalance => f.write_str("leader balance"),
             Reason::Layout => f.write_str("data weight (Eq. 1)"),
             Reason::HighWater => f.write_str("memory high-water"),
+            Reason::Leftover => f.write_str("leftover learner"),
         }
     }
 }
@@ -92,6 +98,16 @@ impl Operator {
         steps.extend(new_leader.map(Step::TransferLeader));
         steps.push(Step::RemoveReplica(from));
         Operator { group, kind: OperatorKind::Move, reason, steps }
+    }
+
+    /// Remove `group`'s learner on `node`.
+    pub fn cleanup(group: GroupNo, node: NodeId) -> Operator {
+        Operator {
+            group,
+            kind: OperatorKind::Cleanup,
+            reason: Reason::Leftover,
+            steps: vec![Step::RemoveReplica(node)],
+        }
     }
 
     pub fn group(&self) -> GroupNo {

@@ -5,6 +5,9 @@
 //! most one change per group (groups with an operator in flight or a
 //! learner are left alone):
 //!
+//! 0. **Leftovers**: a learner in a group with no operator in flight is
+//!    what a runtime that stopped mid-move left behind (placement moved
+//!    to another node); it is removed, so the group can change again.
 //! 1. **Memory high-water** (`alor`): a node filled past `high_water` of its
 //!    memory weighs about zero (10^-6 of its weight, as in the paper), so
 //!    Eq. 1 holds toward any node with room; its coldest groups (fewest
@@ -134,6 +137,7 @@ impl Planner {
             ops: Vec::new(),
             moves_left: c.max_moves.saturating_sub(view.pending_moves()),
         };
+        round.leftovers();
         if c.mode == PlacementMode::Alor {
             round.moves(layout_w, true);
         }
@@ -191,6 +195,22 @@ impl Round {
     fn least_leading(&self, nodes: impl Iterator<Item = NodeId>) -> Option<NodeId> {
         let counts = self.projected.leader_counts();
         nodes.min_by_key(|n| (counts.get(n).copied().unwrap_or(0), *n))
+    }
+
+    /// Learners of groups with nothing in flight: removed.
+    fn leftovers(&mut self) {
+        let stranded: Vec<(GroupNo, NodeId)> = self
+            .projected
+            .groups()
+            .filter(|g| !self.touched.contains(&g.id()))
+            .filter_map(|g| g.replicas().iter().find(|r| !r.voter()).map(|r| (g.id(), r.node())))
+            .collect();
+        for (g, n) in stranded {
+            if !self.room() {
+                return;
+            }
+            self.emit(Operator::cleanup(g, n));
+        }
     }
 
     /// Leader migration, largest gap first.
