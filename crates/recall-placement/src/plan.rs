@@ -2,12 +2,15 @@
 //!
 //! One round, in this order, each change planned against the view as it
 //! will be once the changes before it are done (a projected copy), and at
-//! most one change per group (groups with an operator in flight or a
-//! learner are left alone):
+//! most one change per group (groups with an operator in flight are left
+//! alone, and so are groups with a learner but for rule 0):
 //!
-//! 0. **Leftovers**: a learner in a group with no operator in flight is
-//!    what a runtime that stopped mid-move left behind (placement moved
-//!    to another node); it is removed, so the group can change again.
+//! 0. **Leftovers**: a learner seen in `leftover_rounds` rounds in a row
+//!    with no operator in flight for its group is what a runtime that
+//!    stopped mid-move left behind (placement moved to another node); it is
+//!    removed, so the group can change again. The rounds leave a learner
+//!    that someone else is adding (`recall cluster add-node`, which
+//!    promotes it once caught up) the time to finish.
 //! 1. **Memory high-water** (`alor`): a node filled past `high_water` of its
 //!    memory weighs about zero (10^-6 of its weight, as in the paper), so
 //!    Eq. 1 holds toward any node with room; its coldest groups (fewest
@@ -35,8 +38,9 @@
 //! many layouts, so with fixed weights moves stop; weights change only when
 //! a held speed does (`weights.rs`) or a node crosses its high-water mark,
 //! which moves only lower a node past. Leader moves toward a higher weight
-//! raise the weight summed over leaders, and balance moves lower
-//! `Σ leaders²`; neither undoes the other. `tests/converge.rs` checks this
+//! raise the weight summed over leaders, and balance moves (within one
+//! weight) keep that sum and lower `Σ leaders²`: each round's transfers
+//! improve the pair (weight sum, −Σ leaders²), so none undoes another. `tests/converge.rs` checks this
 //! on random clusters, with noisy speeds.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -68,6 +72,10 @@ pub struct PlannerConfig {
     /// move copies a whole group, and one at a time keeps the copy's load
     /// off the request path.
     pub max_moves: usize,
+    /// A learner seen this many rounds in a row with nothing in flight for
+    /// its group is removed (rule 0). At a round a second, five minutes:
+    /// longer than any membership step's timeout.
+    pub leftover_rounds: u32,
 }
 
 impl Default for PlannerConfig {
@@ -79,6 +87,7 @@ impl Default for PlannerConfig {
             accept_below: 0.90,
             max_operators: 4,
             max_moves: 1,
+            leftover_rounds: 300,
         }
     }
 }
@@ -104,16 +113,35 @@ impl Plan {
     }
 }
 
-/// The planner; its only state is the held speeds behind the weights.
+/// The planner; its state is the held speeds behind the weights and how
+/// long each learner has been seen idle.
 #[derive(Debug, Clone)]
 pub struct Planner {
     config: PlannerConfig,
     weights: Weights,
+    /// (group, node) of learners with no operator in flight → rounds seen
+    /// in a row.
+    idle_learners: BTreeMap<(GroupNo, NodeId), u32>,
 }
 
 impl Planner {
     pub fn new(config: PlannerConfig) -> Planner {
-        Planner { config, weights: Weights::new() }
+        Planner { config, weights: Weights::new(), idle_learners: BTreeMap::new() }
+    }
+
+    /// Count this round's idle learners; those seen `leftover_rounds` in a
+    /// row are due for removal.
+    fn due_learners(&mut self, view: &ClusterView) -> Vec<(GroupNo, NodeId)> {
+        let seen: BTreeSet<(GroupNo, NodeId)> = view
+            .groups()
+            .filter(|g| view.pending(g.id()).is_none())
+            .flat_map(|g| g.replicas().iter().filter(|r| !r.voter()).map(move |r| (g.id(), r.node())))
+            .collect();
+        self.idle_learners.retain(|k, _| seen.contains(k));
+        for k in seen {
+            *self.idle_learners.entry(k).or_default() += 1;
+        }
+        self.idle_learners.iter().filter(|(_, &n)| n >= self.config.leftover_rounds).map(|(k, _)| *k).collect()
     }
 
     pub fn config(&self) -> &PlannerConfig {
@@ -123,6 +151,7 @@ impl Planner {
     /// One planning round over `view` (see the module note).
     pub fn plan(&mut self, view: &ClusterView) -> Plan {
         let c = self.config;
+        let due = self.due_learners(view);
         let speed = self.weights.observe(view, &c.hysteresis);
         let ones: BTreeMap<NodeId, f64> = view.nodes().map(|n| (n.id(), 1.0)).collect();
         let (leader_w, layout_w) = match c.mode {
@@ -137,7 +166,7 @@ impl Planner {
             ops: Vec::new(),
             moves_left: c.max_moves.saturating_sub(view.pending_moves()),
         };
-        round.leftovers();
+        round.leftovers(due);
         if c.mode == PlacementMode::Alor {
             round.moves(layout_w, true);
         }
@@ -197,19 +226,15 @@ impl Round {
         nodes.min_by_key(|n| (counts.get(n).copied().unwrap_or(0), *n))
     }
 
-    /// Learners of groups with nothing in flight: removed.
-    fn leftovers(&mut self) {
-        let stranded: Vec<(GroupNo, NodeId)> = self
-            .projected
-            .groups()
-            .filter(|g| !self.touched.contains(&g.id()))
-            .filter_map(|g| g.replicas().iter().find(|r| !r.voter()).map(|r| (g.id(), r.node())))
-            .collect();
-        for (g, n) in stranded {
+    /// Learners idle for `leftover_rounds`: removed, one per group.
+    fn leftovers(&mut self, due: Vec<(GroupNo, NodeId)>) {
+        for (g, n) in due {
             if !self.room() {
                 return;
             }
-            self.emit(Operator::cleanup(g, n));
+            if !self.touched.contains(&g) {
+                self.emit(Operator::cleanup(g, n));
+            }
         }
     }
 
