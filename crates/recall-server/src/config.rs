@@ -13,9 +13,11 @@ use recall_store::{PolicyKind, PrioConfig};
 use serde::{Deserialize, Serialize};
 
 mod listen;
+mod placement;
 mod transport;
 
 pub use listen::{parse_listen, ListenRules, ListenSpec, ListenTls};
+pub use placement::{ClusterPlacement, EMULATED_FSYNC_DELAY_MAX_US};
 
 /// The embedded default configuration, which is also the documented example.
 pub const DEFAULT_TOML: &str = include_str!("../recalld.toml");
@@ -113,6 +115,12 @@ pub struct ClusterSection {
     /// Raft groups the keyspace's slots are split into: the same on every
     /// node, for the cluster's life (1: one group of every key).
     pub groups: usize,
+    /// Where leaders and replicas go: even (ED), leaders (LMO) or alor
+    /// (config/placement.rs).
+    pub placement: recall_placement::PlacementMode,
+    /// Emulation only: microseconds added to each Raft log fsync on this
+    /// node (config/placement.rs); placement never reads it.
+    pub emulated_fsync_delay_us: u64,
 }
 
 impl Default for ClusterSection {
@@ -126,6 +134,8 @@ impl Default for ClusterSection {
             read: "linearizable".into(),
             snapshot_entries: recall_raft::SNAPSHOT_ENTRIES,
             groups: 1,
+            placement: recall_placement::PlacementMode::Even,
+            emulated_fsync_delay_us: 0,
         }
     }
 }
@@ -312,6 +322,14 @@ pub struct Cli {
     /// every node (default 1).
     #[arg(long = "cluster-groups", value_name = "G")]
     pub cluster_groups: Option<usize>,
+    /// Cluster mode: where leaders and replicas go: even (default), leaders
+    /// or alor (docs/design/placement.md).
+    #[arg(long = "cluster-placement", value_name = "MODE")]
+    pub cluster_placement: Option<recall_placement::PlacementMode>,
+    /// Cluster mode, emulation only: add N microseconds to each Raft log
+    /// fsync on this node (unequal nodes on one machine).
+    #[arg(long = "cluster-emulated-fsync-delay-us", value_name = "N")]
+    pub cluster_emulated_fsync_delay_us: Option<u64>,
     /// Verify a snapshot file, print a summary and exit.
     #[arg(long = "check-snapshot")]
     pub check_snapshot: Option<PathBuf>,
@@ -576,6 +594,12 @@ impl Config {
         if let Some(v) = cli.cluster_snapshot_entries {
             cfg.cluster.snapshot_entries = v;
         }
+        if let Some(v) = cli.cluster_placement {
+            cfg.cluster.placement = v;
+        }
+        if let Some(v) = cli.cluster_emulated_fsync_delay_us {
+            cfg.cluster.emulated_fsync_delay_us = v;
+        }
         for opts in &cli.extended {
             for kv in opts.split(',').filter(|s| !s.is_empty()) {
                 let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
@@ -713,6 +737,7 @@ impl Config {
             "wal" => {}
             other => return Err(ConfigError(format!("invalid durability: {other} (none | client-backup | wal)"))),
         }
+        self.cluster.placement()?;
         let cluster = self.cluster.to_raft()?.is_some();
         if cluster && !self.data_dir.is_empty() && self.durability != "none" {
             return Err(ConfigError(
