@@ -39,7 +39,7 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::Mutex;
 
 pub use big::{BigBuilder, BigValue, Value, BIG_THRESHOLD};
-pub use clock::{Clock, ManualClock, SystemClock, UnixSecs};
+pub use clock::{Clock, DebugClock, ManualClock, SystemClock, UnixSecs};
 pub use ingest::Reservation;
 pub use item::footprint;
 pub use policy::{
