@@ -3,7 +3,7 @@
 //! registry (`durable`, `snapshot`, `hello`, `replay_done`, `goodbye`).
 //! They mutate no item, so they do not pass the write path.
 
-use recall_proto::text::{keys, Command};
+use recall_proto::text::{keys, Command, DebugTime};
 use recall_proto::{msg, reply};
 
 use crate::{Action, Engine, MEMCACHED_COMPAT_VERSION};
@@ -17,6 +17,19 @@ impl Engine {
                 reply::line(out, MEMCACHED_COMPAT_VERSION.as_bytes());
             }
             Command::Verbosity | Command::AdminNoop => reply::line(out, b"OK"),
+            // Without the test option this is memcached's release build: an
+            // unknown command.
+            Command::DebugTime(arg) => match (self.debug_clock(), arg) {
+                (Some(c), Some(t)) => {
+                    match *t {
+                        DebugTime::Pause => c.pause(),
+                        DebugTime::Resume => c.resume(),
+                        DebugTime::Shift(secs) => c.shift(secs),
+                    }
+                    reply::line(out, b"OK")
+                }
+                _ => reply::line(out, b"ERROR"),
+            },
             Command::Shutdown { bad_mode, .. } => {
                 if !self.config.shutdown_enabled {
                     reply::line(out, msg::SHUTDOWN_DISABLED.as_bytes());

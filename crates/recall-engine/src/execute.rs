@@ -163,6 +163,7 @@ impl Engine {
                     invalidate: d.invalidate,
                     touch: d.touch.map(|t| self.resolve_exptime(t, now)),
                     clear_value: d.clear_value,
+                    flags: d.flags,
                     stamp: d.stamp,
                 };
                 let res = self.delete_key(del, now, sink);

@@ -30,7 +30,7 @@ pub mod write_path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use recall_store::{Clock, Store, UnixSecs};
+use recall_store::{Clock, DebugClock, Store, UnixSecs};
 
 pub use commit::{Commit, Resolver};
 pub use execute::Cx;
@@ -164,6 +164,9 @@ pub struct Engine {
     pub(crate) replication: replicated::Slot,
     started: UnixSecs,
     verbosity: AtomicU64,
+    /// The test option `-o debug_time` (memcached-debug's `debugtime`):
+    /// the engine's clock, which that command moves. `None` in production.
+    debug_clock: Option<Arc<DebugClock>>,
 }
 
 impl Engine {
@@ -186,7 +189,23 @@ impl Engine {
             replication: Default::default(),
             started,
             verbosity: AtomicU64::new(0),
+            debug_clock: None,
         }
+    }
+
+    /// An engine whose clock is `base` shifted by `debugtime` (the test
+    /// option `-o debug_time`): memcached has that command only in its
+    /// debug build, and its `t/` files that move the clock need it.
+    pub fn with_debug_time(store: Store, base: Arc<dyn Clock>, config: EngineConfig) -> Engine {
+        let clock = Arc::new(DebugClock::new(base));
+        let mut e = Engine::new(store, clock.clone(), config);
+        e.debug_clock = Some(clock);
+        e
+    }
+
+    /// `debugtime`: the test clock, when the engine has one.
+    pub(crate) fn debug_clock(&self) -> Option<&DebugClock> {
+        self.debug_clock.as_deref()
     }
 
     #[inline]

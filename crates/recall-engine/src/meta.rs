@@ -86,10 +86,23 @@ impl Engine {
         };
         let ttl = f.ttl.map_or(0, i64::from);
         let mut w = WriteOp::new(mode, key, Data::Bytes(data), f.client_flags.unwrap_or(0), ttl);
-        w.compare_cas = f.compare_cas.unwrap_or(0);
-        w.cas_command = f.compare_cas.is_some();
+        // memcached's `C` (proto_parser.c): with set or replace the write
+        // becomes a cas, where `C0` matches no item (as the text `cas`
+        // with 0 does), and only there may `I` store over a newer item as
+        // stale; append and prepend compare a non-zero CAS; add ignores it.
+        match (mode, f.compare_cas) {
+            (Mode::Set | Mode::Replace, Some(c)) => {
+                w.compare_cas = if c == 0 { u64::MAX } else { c };
+                w.cas_command = true;
+                w.invalidate = f.invalidate;
+            }
+            (Mode::Append | Mode::Prepend, Some(c)) => {
+                w.compare_cas = c;
+                w.cas_command = true;
+            }
+            _ => {}
+        }
         w.explicit_cas = f.new_cas.unwrap_or(0);
-        w.invalidate = f.invalidate;
         w.binary_key = f.base64;
         if matches!(mode, Mode::Append | Mode::Prepend) {
             w.vivify = f.vivify.map(i64::from);
@@ -182,8 +195,11 @@ impl Engine {
             compare_cas: f.compare_cas.unwrap_or(0),
             explicit_cas: f.new_cas.unwrap_or(0),
             invalidate: f.invalidate,
-            touch: if f.invalidate { f.ttl.map(i64::from) } else { None },
+            // memcached reads `T` only with `I` or `x` (for `x`, no `T`
+            // is an empty item that never expires).
+            touch: if f.invalidate || f.remove_value { f.ttl.map(i64::from) } else { None },
             clear_value: f.remove_value,
+            flags: f.client_flags.unwrap_or(0),
             watch_as: Some("md"),
             // recall extension: `c` on md returns the delete's timestamp,
             // which a client's write backup needs to order the delete.

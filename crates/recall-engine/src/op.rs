@@ -125,10 +125,12 @@ pub struct DeleteOp<'a> {
     pub explicit_cas: u64,
     /// md `I`: mark stale instead of removing.
     pub invalidate: bool,
-    /// md `T` with `I`: a new raw expiry.
+    /// md `T` with `I`: a new raw expiry; with `x`, the empty item's.
     pub touch: Option<i64>,
-    /// md `x`: drop the value, keep the item.
+    /// md `x`: replace the item with an empty one, keeping the key.
     pub clear_value: bool,
+    /// md `F` with `x`: the empty item's client flags.
+    pub flags: u32,
     /// Report the delete's timestamp (`timestamps on`, md `c`).
     pub stamp: bool,
     /// The command's name in `watch deletions` lines (`delete`, `md`);

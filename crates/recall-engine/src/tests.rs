@@ -110,6 +110,36 @@ fn exptime_rules() {
     assert_eq!(e.resolve_exptime(now as i64 + 5, now), now + 5);
 }
 
+/// `debugtime` (the test option `-o debug_time`) moves the engine's clock
+/// forward, so an item expires without waiting; without the option, and
+/// with no argument or a bad one, it is memcached's `ERROR`.
+#[test]
+fn debugtime_moves_the_clock_only_with_the_test_option() {
+    let clock = Arc::new(ManualClock::new(1_700_000_000));
+    let store = || Store::new(StoreConfig { mem_limit: 64 << 20, shards: 4, ..Default::default() });
+    let e = Engine::with_debug_time(store(), clock.clone(), EngineConfig::default());
+    let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+    let mut pending = Vec::new();
+    let mut say = |req: &[u8]| run(&mut s, &e, &mut pending, req, usize::MAX).0;
+    assert_eq!(say(b"set k 0 2 1\r\nv\r\n"), b"STORED\r\n");
+    assert_eq!(say(b"debugtime 3\r\n"), b"OK\r\n");
+    assert_eq!(say(b"get k\r\n"), b"END\r\n", "expired: the clock moved 3 s");
+    assert_eq!(e.now(), 1_700_000_003);
+    assert_eq!(say(b"debugtime p\r\n"), b"OK\r\n");
+    clock.advance(10);
+    assert_eq!(e.now(), 1_700_000_003, "paused");
+    assert_eq!(say(b"debugtime r\r\n"), b"OK\r\n");
+    assert_eq!(e.now(), 1_700_000_013);
+    for bad in [&b"debugtime\r\n"[..], b"debugtime soon\r\n"] {
+        assert_eq!(say(bad), b"ERROR\r\n");
+    }
+    let plain = Engine::new(store(), clock, EngineConfig::default());
+    let mut s = Session::new(&plain, plain.registry.register(), ProtocolChoice::Auto);
+    let (out, _) = run(&mut s, &plain, &mut Vec::new(), b"debugtime 3\r\n", usize::MAX);
+    assert_eq!(out, b"ERROR\r\n");
+    assert_eq!(plain.now(), 1_700_000_010, "a production engine's clock does not move");
+}
+
 /// With `-A`, `shutdown` takes no mode but `graceful`; without it, every
 /// form gets current memcached's refusal (the transcripts run without
 /// `-A`).

@@ -15,7 +15,7 @@ use std::borrow::Cow;
 use base64::Engine as _;
 
 use crate::meta::MetaFlags;
-use crate::num::{parse_exptime, parse_i32, parse_u32, parse_u64};
+use crate::num::{parse_exptime, parse_i32, parse_i64, parse_u32, parse_u64};
 use crate::{msg, ErrorKind, Limits, PendingReply, PendingValue, ProtoError, GET_LINE_MAX, KEY_MAX, LINE_MAX};
 
 /// Result of a decode attempt.
@@ -66,6 +66,14 @@ impl GetKind {
     pub fn framed(self) -> bool {
         matches!(self, GetKind::Sget | GetKind::Sgets)
     }
+}
+
+/// The argument of [`Command::DebugTime`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DebugTime {
+    Pause,
+    Resume,
+    Shift(i64),
 }
 
 /// How the value of a [`Command::StoreStream`] arrives.
@@ -141,6 +149,11 @@ pub enum Command<'a> {
     /// Admin commands recall accepts but that have nothing to tune here
     /// (`slabs`, `lru`); answered with `OK`.
     AdminNoop,
+    /// memcached-debug's `debugtime p | r | <seconds>`: pause, resume or
+    /// move the server's clock. `None`: no argument, or not one of those
+    /// (memcached answers `ERROR`). A server without the test option that
+    /// enables it answers `ERROR`, as memcached's release build does.
+    DebugTime(Option<DebugTime>),
     MetaNoop,
     MetaGet {
         key: Cow<'a, [u8]>,
@@ -493,6 +506,12 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, ProtoEr
         b"slabs" => decode_slabs(&t, ntok, consumed),
         b"lru" => decode_lru(&t, ntok, consumed),
         b"mn" => req(Command::MetaNoop),
+        b"debugtime" => req(Command::DebugTime(match (ntok >= 2).then(|| t.toks[1]) {
+            Some(b"p") => Some(DebugTime::Pause),
+            Some(b"r") => Some(DebugTime::Resume),
+            Some(n) => parse_i64(n).map(DebugTime::Shift),
+            None => None,
+        })),
         b"durable" if ntok == 1 => req(Command::Durable),
         b"snapshot" if ntok == 1 => req(Command::Snapshot),
         b"refresh_certs" if ntok == 1 => req(Command::RefreshCerts),

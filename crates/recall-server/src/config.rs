@@ -14,10 +14,12 @@ use serde::{Deserialize, Serialize};
 
 mod listen;
 mod placement;
+mod port;
 mod transport;
 
 pub use listen::{parse_listen, ListenRules, ListenSpec, ListenTls};
 pub use placement::{ClusterPlacement, EMULATED_FSYNC_DELAY_MAX_US};
+pub use port::Port;
 
 /// The embedded default configuration, which is also the documented example.
 pub const DEFAULT_TOML: &str = include_str!("../recalld.toml");
@@ -26,9 +28,9 @@ pub const DEFAULT_TOML: &str = include_str!("../recalld.toml");
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
-    pub port: u16,
+    pub port: Port,
     pub listen: String,
-    pub udp_port: u16,
+    pub udp_port: Port,
     pub threads: usize,
     pub memory_limit_mb: u64,
     pub disable_evictions: bool,
@@ -71,6 +73,12 @@ pub struct Config {
     pub no_lru_crawler: bool,
     #[serde(skip)]
     pub no_lru_maintainer: bool,
+    /// `-o debug_time`: a test option, never for production. It enables
+    /// memcached-debug's `debugtime` command, which moves or pauses the
+    /// server's clock for every client (memcached has it only in its debug
+    /// build; its `t/` files that move the clock need it).
+    #[serde(skip)]
+    pub debug_time: bool,
     // Transport (config/transport.rs): the unix socket and TLS.
     pub unix_socket: String,
     pub unix_mask: String,
@@ -221,12 +229,13 @@ pub struct Cli {
     /// Print help.
     #[arg(short = 'h', long = "help", action = ArgAction::Help)]
     help: Option<bool>,
-    /// TCP port to listen on (0 = any free port).
-    #[arg(short = 'p', long = "port")]
-    pub port: Option<u16>,
-    /// UDP port to listen on (0 = off).
-    #[arg(short = 'U', long = "udp-port")]
-    pub udp_port: Option<u16>,
+    /// TCP port to listen on (0 = off, -1 = any free port).
+    #[arg(short = 'p', long = "port", allow_negative_numbers = true)]
+    pub port: Option<i32>,
+    /// UDP port to listen on (0 = off, -1 = any free port); given without
+    /// -p, the TCP port too (as in memcached).
+    #[arg(short = 'U', long = "udp-port", allow_negative_numbers = true)]
+    pub udp_port: Option<i32>,
     /// Interfaces to listen on: memcached's list, entries separated by
     /// `,` or `;`, each `[notls:|btls:|mtls:][proto[ascii|binary|negotiating]:][tag[NAME]:]HOST[:PORT]`
     /// (`[v6]` brackets, `*` for every address). Repeated `-l` add to the list.
@@ -506,10 +515,15 @@ impl Config {
         };
         let mut warnings = Vec::new();
         if let Some(p) = cli.port {
-            cfg.port = p;
+            cfg.port = Port::try_from(p)?;
         }
         if let Some(p) = cli.udp_port {
-            cfg.udp_port = p;
+            cfg.udp_port = Port::try_from(p)?;
+            // memcached.c: a UDP port given without a TCP one is the TCP
+            // port too.
+            if cli.port.is_none() && !cfg.udp_port.is_off() {
+                cfg.port = cfg.udp_port;
+            }
         }
         if let Some(l) = listen_list(&cli.listen) {
             cfg.listen = l;
@@ -622,6 +636,10 @@ impl Config {
                             })?
                     }
                     "prio_threshold" => cfg.prio_threshold = num()?.min(u64::from(u32::MAX)) as u32,
+                    "debug_time" => {
+                        cfg.debug_time = true;
+                        warnings.push("-o debug_time: test option on; any client can move this server's clock".into());
+                    }
                     "lru_crawler" | "no_lru_crawler" => cfg.no_lru_crawler = k == "no_lru_crawler",
                     "lru_maintainer" | "no_lru_maintainer" => cfg.no_lru_maintainer = k == "no_lru_maintainer",
                     // Behaviours recalld always has, or has no equivalent of.
@@ -689,7 +707,7 @@ impl Config {
             } else if self.protocol != "binary" {
                 return Err(ConfigError("You cannot allow the ASCII protocol while using SASL.".into()));
             }
-            if self.udp_port != 0 {
+            if !self.udp_port.is_off() {
                 return Err(ConfigError("Cannot enable UDP while using binary SASL authentication.".into()));
             }
         }
@@ -701,7 +719,7 @@ impl Config {
                     "You cannot allow the BINARY protocol while using ascii authentication tokens.".into(),
                 ));
             }
-            if self.udp_port != 0 {
+            if !self.udp_port.is_off() {
                 return Err(ConfigError("Cannot use UDP with ascii authentication enabled (-U 0 to disable)".into()));
             }
         }
@@ -871,9 +889,29 @@ mod tests {
     fn embedded_defaults_parse_and_validate() {
         let c = Config::default();
         c.validate().unwrap();
-        assert_eq!(c.port, 11211);
+        assert_eq!(c.port, Port::Fixed(11211));
         assert_eq!(c.listen, "127.0.0.1");
-        assert_eq!(c.udp_port, 0);
+        assert_eq!(c.udp_port, Port::Off);
+    }
+
+    /// memcached's port rules (its t/issue_67.t): 0 is off, -1 any port,
+    /// and `-U` without `-p` moves the TCP port too.
+    #[test]
+    fn port_rules() {
+        let ports = |args: &[&str]| {
+            let (c, _) = Config::from_cli(&cli(args)).unwrap();
+            (c.port, c.udp_port)
+        };
+        assert_eq!(ports(&[]), (Port::Fixed(11211), Port::Off));
+        assert_eq!(ports(&["-p", "-1"]), (Port::Any, Port::Off));
+        assert_eq!(ports(&["-p", "0"]), (Port::Off, Port::Off));
+        assert_eq!(ports(&["-U", "11222"]), (Port::Fixed(11222), Port::Fixed(11222)));
+        assert_eq!(ports(&["-U", "-1"]), (Port::Any, Port::Any));
+        assert_eq!(ports(&["-U", "0"]), (Port::Fixed(11211), Port::Off));
+        assert_eq!(ports(&["-p", "-1", "-U", "11252"]), (Port::Any, Port::Fixed(11252)));
+        assert_eq!(ports(&["-p", "11262", "-U", "-1"]), (Port::Fixed(11262), Port::Any));
+        let err = Config::from_cli(&cli(&["-p", "70000"])).unwrap_err();
+        assert_eq!(err.0, "Invalid port number 70000.");
     }
 
     /// `-o no_lru_crawler,no_lru_maintainer` (memcached's t/stats.t runs
@@ -901,7 +939,10 @@ mod tests {
     fn memcached_command_line_maps() {
         let (c, w) =
             Config::from_cli(&cli(&["-p", "11311", "-m", "1024", "-t", "4", "-c", "4096", "-U", "0", "-vv"])).unwrap();
-        assert_eq!((c.port, c.memory_limit_mb, c.threads, c.max_connections, c.verbosity), (11311, 1024, 4, 4096, 2));
+        assert_eq!(
+            (c.port, c.memory_limit_mb, c.threads, c.max_connections, c.verbosity),
+            (Port::Fixed(11311), 1024, 4, 4096, 2)
+        );
         assert!(w.is_empty());
         let (c, _) = Config::from_cli(&cli(&[
             "-I",

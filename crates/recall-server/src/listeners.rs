@@ -153,14 +153,10 @@ pub fn unix_endpoints(s: &tokio::net::UnixStream) -> (Endpoint, Endpoint) {
     (Endpoint::Unix(name(s.peer_addr())), Endpoint::Unix(name(s.local_addr())))
 }
 
-/// Every address one `-l` entry names, as memcached's getaddrinfo loop
-/// binds them: `*` is the IPv4 and the IPv6 any-address, a host name each
-/// address it resolves to. An address that cannot be bound is skipped
-/// (with a warning) when another of the entry's addresses can, except an
-/// address in use, which stops the start as in memcached.
-fn bind_entry(spec: &ListenSpec, backlog: i32) -> io::Result<Vec<std::net::TcpListener>> {
+/// The addresses one `-l` entry names (see [`bind_entry`]).
+pub fn entry_addrs(spec: &ListenSpec) -> io::Result<Vec<SocketAddr>> {
     use std::net::{Ipv4Addr, Ipv6Addr, ToSocketAddrs};
-    let addrs: Vec<SocketAddr> = match &spec.host {
+    Ok(match &spec.host {
         None => vec![(Ipv4Addr::UNSPECIFIED, spec.port).into(), (Ipv6Addr::UNSPECIFIED, spec.port).into()],
         Some(h) => match h.parse::<std::net::IpAddr>() {
             Ok(ip) => vec![SocketAddr::new(ip, spec.port)],
@@ -169,7 +165,16 @@ fn bind_entry(spec: &ListenSpec, backlog: i32) -> io::Result<Vec<std::net::TcpLi
                 .map_err(|e| io::Error::new(e.kind(), format!("getaddrinfo({h}): {e}")))?
                 .collect(),
         },
-    };
+    })
+}
+
+/// Every address one `-l` entry names, as memcached's getaddrinfo loop
+/// binds them: `*` is the IPv4 and the IPv6 any-address, a host name each
+/// address it resolves to. An address that cannot be bound is skipped
+/// (with a warning) when another of the entry's addresses can, except an
+/// address in use, which stops the start as in memcached.
+fn bind_entry(spec: &ListenSpec, backlog: i32) -> io::Result<Vec<std::net::TcpListener>> {
+    let addrs = entry_addrs(spec)?;
     let mut bound = Vec::new();
     let mut first_err = None;
     for addr in addrs {

@@ -1,7 +1,7 @@
 //! memcached's ports file: with `MEMCACHED_PORT_FILENAME` set, the ports
 //! the server listens on are written there (`TCP INET: 11211`, `UDP INET:
 //! 11211`, `INET6` for IPv6 addresses), so a test harness that started it
-//! with `-p 0` can find them. As memcached does, the lines go to
+//! with `-p -1` can find them. As memcached does, the lines go to
 //! `<name>.lck` first, which is then renamed to `<name>`: a reader that
 //! sees the file sees all of it.
 

@@ -65,7 +65,10 @@ pub fn build_engine(cfg: &Config, clock: Arc<dyn Clock>) -> Engine {
         lru_crawler: !cfg.no_lru_crawler,
         lru_maintainer: !cfg.no_lru_maintainer,
     };
-    let e = Engine::new(store, clock, ecfg);
+    let e = match cfg.debug_time {
+        true => Engine::with_debug_time(store, clock, ecfg),
+        false => Engine::new(store, clock, ecfg),
+    };
     e.gauges.max_connections.store(cfg.max_connections as u64, Ordering::Relaxed);
     e.gauges.threads.store(cfg.effective_threads() as u64, Ordering::Relaxed);
     e.gauges.accepting.store(true, Ordering::Relaxed);
@@ -163,8 +166,10 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
     for l in &locals {
         engine.conns.listening(l.clone());
     }
-    // The first listener is the one the "listening on" line shows.
-    let local = locals.first().cloned().ok_or_else(|| std::io::Error::other("no listener"))?;
+    // The first listener is the one the "listening on" line shows; with
+    // `-p 0` there may be none (memcached then serves UDP alone, or
+    // nothing).
+    let local = locals.first().cloned();
     let shutdown = Arc::new(Notify::new());
 
     let choice = match cfg.protocol.as_str() {
@@ -206,16 +211,24 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
     // memcached serves a unix socket alone: no TCP, no UDP. With `-U`, UDP
     // listens on every address a TCP listener has (once per address), as
     // memcached binds it for every `-l` entry.
+    // Without TCP (`-p 0`), UDP listens on the addresses `-l` names.
     let mut udp_locals = Vec::new();
-    if cfg.udp_port != 0 {
+    if let (Some(udp_port), true) = (cfg.udp_port.bind(), cfg.unix_socket.is_empty()) {
         let mut ips: Vec<std::net::IpAddr> = Vec::new();
-        for a in &tcp {
+        let mut named = tcp.clone();
+        if tcp.is_empty() {
+            let (specs, _) = cfg.listen_entries().map_err(|e| std::io::Error::other(e.0))?;
+            for spec in &specs {
+                named.extend(crate::listeners::entry_addrs(spec)?);
+            }
+        }
+        for a in &named {
             if !ips.contains(&a.ip()) {
                 ips.push(a.ip());
             }
         }
         for ip in ips {
-            let sock = udp::bind(std::net::SocketAddr::new(ip, cfg.udp_port))?;
+            let sock = udp::bind(std::net::SocketAddr::new(ip, udp_port))?;
             let udp_addr = sock.local_addr()?;
             udp_locals.push(udp_addr);
             let (engine, wal) = (engine.clone(), wal.clone());
@@ -226,8 +239,9 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
         }
     }
 
-    // memcached writes the ports file only when it listens on TCP.
-    if let (Some(path), false) = (std::env::var_os(crate::portfile::ENV), tcp.is_empty()) {
+    // memcached writes the ports file unless it serves a unix socket (with
+    // no line at all when it listens on neither TCP nor UDP).
+    if let (Some(path), true) = (std::env::var_os(crate::portfile::ENV), cfg.unix_socket.is_empty()) {
         crate::portfile::write(path.as_ref(), &tcp, &udp_locals)?;
     }
 
@@ -235,15 +249,17 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
         std::fs::write(&cfg.pid_file, format!("{}\n", std::process::id()))?;
     }
 
-    // Tests and scripts read this line to learn the port when -p 0 is used
+    // Tests and scripts read this line to learn the port when -p -1 is used
     // ("listening on 127.0.0.1:PORT", or "listening on unix:PATH"); with
     // several `-l` entries it names the first (the ports file has all).
     match &local {
-        Endpoint::Tcp(a) => println!("listening on {a}"),
-        unix => println!("listening on {unix}"),
+        Some(Endpoint::Tcp(a)) => println!("listening on {a}"),
+        Some(unix) => println!("listening on {unix}"),
+        None => println!("listening on no TCP port (-p 0)"),
     }
     let _ = std::io::stdout().flush();
-    tracing::info!(addr = %local, tls = tls.is_some(), threads = cfg.effective_threads(), "recalld started");
+    let addr = local.as_ref().map_or_else(|| "none".to_string(), |l| l.to_string());
+    tracing::info!(addr = %addr, tls = tls.is_some(), threads = cfg.effective_threads(), "recalld started");
 
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let max_conns = cfg.max_connections as u64;

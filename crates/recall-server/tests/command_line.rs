@@ -58,7 +58,7 @@ fn dash_i_prints_the_licence() {
 #[test]
 fn a_warning_is_printed_once_without_colour_codes_into_a_pipe() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_recalld"))
-        .args(["-p", "0", "-l", "127.0.0.1", "-U", "0", "-t", "1", "-d"])
+        .args(["-p", "-1", "-l", "127.0.0.1", "-U", "0", "-t", "1", "-d"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -263,7 +263,7 @@ fn a_deleted_snapshot_is_warned_about() {
     std::fs::remove_file(&snap).expect("the final snapshot was written");
 
     let mut child = Command::new(env!("CARGO_BIN_EXE_recalld"))
-        .args(["-p", "0", "-l", "127.0.0.1", "--data-dir", d])
+        .args(["-p", "-1", "-l", "127.0.0.1", "--data-dir", d])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

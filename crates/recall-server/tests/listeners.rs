@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use recall_testkit::Recalld;
 
-/// recalld with `extra` after the testkit's `-p 0 -l 127.0.0.1` (repeated
+/// recalld with `extra` after the testkit's `-p -1 -l 127.0.0.1` (repeated
 /// `-l` add to the list), and the TCP ports its ports file lists, in order.
 fn start(name: &str, extra: &[&str]) -> (Recalld, Vec<u16>) {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("listeners-{name}-{}", std::process::id()));
@@ -126,13 +126,13 @@ fn bad_entries_stop_the_start_with_memcacheds_messages() {
         ("[::1:0", "Invalid IPV6 address: \"[::1:0\""),
         ("127.0.0.1:0,127.0.0.2:99999", "Invalid port number: \"99999\""),
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_recalld")).args(["-p", "0", "-l", list]).output().unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_recalld")).args(["-p", "-1", "-l", list]).output().unwrap();
         assert!(!out.status.success(), "{list}: started");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(msg), "{list}: {err}");
     }
     let out = Command::new(env!("CARGO_BIN_EXE_recalld"))
-        .args(["-p", "0", "-Y", "/nonexistent/auth", "-l", "proto[binary]:127.0.0.1"])
+        .args(["-p", "-1", "-Y", "/nonexistent/auth", "-l", "proto[binary]:127.0.0.1"])
         .output()
         .unwrap();
     assert!(!out.status.success());

@@ -1,7 +1,7 @@
 //! memcached's operational knobs with the real binary:
 //! `MEMCACHED_PORT_FILENAME` (recalld writes the port it listens on there,
 //! in memcached's format, as test harnesses that start memcached with
-//! `-p 0` expect) and `-R` (requests per event before yielding).
+//! `-p -1` expect) and `-R` (requests per event before yielding).
 
 mod common;
 
@@ -81,4 +81,72 @@ fn binary_protocol_over_udp() {
         return;
     }
     panic!("could not get a UDP port");
+}
+
+/// memcached's port rules (its t/issue_67.t): `-U <port>` without `-p`
+/// listens on that port for TCP too, and `-p 0` binds no TCP socket while
+/// UDP still serves; the ports file says which, as memcached's does.
+#[test]
+fn port_rules_of_issue_67() {
+    use std::net::UdpSocket;
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let dir = std::env::temp_dir().join(format!("recall-port-rules-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Start recalld with `args` and the ports file; the file's text once it
+    // appears, or `None` when the server exited first (a port race).
+    let start = |args: &[&str], name: &str| -> Option<(std::process::Child, String)> {
+        let path = dir.join(name);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_recalld"))
+            .args(["-l", "127.0.0.1", "-t", "1"])
+            .args(args)
+            .env("MEMCACHED_PORT_FILENAME", &path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(text) = std::fs::read_to_string(&path) {
+                return Some((child, text));
+            }
+            if child.try_wait().unwrap().is_some() {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("no ports file from recalld {args:?}");
+    };
+    let version_over_udp = |port: u16| -> Vec<u8> {
+        let u = UdpSocket::bind("127.0.0.1:0").unwrap();
+        u.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut d = vec![0, 1, 0, 0, 0, 1, 0, 0];
+        d.extend_from_slice(b"version\r\n");
+        u.send_to(&d, ("127.0.0.1", port)).unwrap();
+        let mut buf = [0u8; 200];
+        let n = u.recv(&mut buf).expect("a UDP reply");
+        buf[8..n].to_vec()
+    };
+    let mut checked = 0;
+    for attempt in 0..10 {
+        let port = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let p = port.to_string();
+        let Some((mut both, text)) = start(&["-U", &p], &format!("both{attempt}")) else { continue };
+        assert_eq!(text, format!("TCP INET: {port}\nUDP INET: {port}\n"));
+        assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+        both.kill().unwrap();
+        both.wait().unwrap();
+        let Some((mut udp_only, text)) = start(&["-p", "0", "-U", &p], &format!("udp{attempt}")) else { continue };
+        assert_eq!(text, format!("UDP INET: {port}\n"), "-p 0: no TCP line");
+        assert!(version_over_udp(port).starts_with(b"VERSION "));
+        assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err(), "-p 0: nothing listens on TCP");
+        udp_only.kill().unwrap();
+        udp_only.wait().unwrap();
+        checked += 1;
+        break;
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(checked, 1, "could not get a free port in ten tries");
 }

@@ -75,3 +75,85 @@ impl Clock for ManualClock {
         self.now.load(Ordering::Relaxed)
     }
 }
+
+/// memcached-debug's `debugtime`: another clock shifted by an offset a test
+/// moves forward (`debugtime <secs>`), and which can be frozen
+/// (`debugtime p`) and let run again (`debugtime r`). recalld uses it only
+/// when started with the test option `-o debug_time`, so that memcached's
+/// own `t/` files that move the clock (expirations.t) run against it; a
+/// production server never has a clock a client can move.
+pub struct DebugClock {
+    base: std::sync::Arc<dyn Clock>,
+    /// Seconds added to the base clock.
+    offset: std::sync::atomic::AtomicI64,
+    /// While paused: the time the clock stopped at (0: running).
+    frozen: AtomicU32,
+}
+
+impl DebugClock {
+    pub fn new(base: std::sync::Arc<dyn Clock>) -> Self {
+        DebugClock { base, offset: Default::default(), frozen: AtomicU32::new(0) }
+    }
+
+    fn shifted(&self) -> UnixSecs {
+        let t = i64::from(self.base.now()) + self.offset.load(Ordering::Relaxed);
+        t.clamp(1, i64::from(u32::MAX)) as UnixSecs
+    }
+
+    /// Move the clock by `secs` (memcached adds the delta whether or not
+    /// the clock is paused).
+    pub fn shift(&self, secs: i64) {
+        self.offset.fetch_add(secs, Ordering::Relaxed);
+        let f = self.frozen.load(Ordering::Relaxed);
+        if f != 0 {
+            let t = (i64::from(f) + secs).clamp(1, i64::from(u32::MAX));
+            self.frozen.store(t as UnixSecs, Ordering::Relaxed);
+        }
+    }
+
+    /// Stop the clock where it is (a no-op when already paused).
+    pub fn pause(&self) {
+        let _ = self.frozen.compare_exchange(0, self.shifted(), Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// Let the clock run again: it jumps back to the base clock plus the
+    /// offset, as memcached's next clock tick does.
+    pub fn resume(&self) {
+        self.frozen.store(0, Ordering::Relaxed);
+    }
+}
+
+impl Clock for DebugClock {
+    fn now(&self) -> UnixSecs {
+        match self.frozen.load(Ordering::Relaxed) {
+            0 => self.shifted(),
+            f => f,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn debug_clock_shifts_pauses_and_resumes() {
+        let base = Arc::new(ManualClock::new(1000));
+        let c = DebugClock::new(base.clone());
+        assert_eq!(c.now(), 1000);
+        c.shift(3);
+        assert_eq!(c.now(), 1003);
+        base.advance(1);
+        assert_eq!(c.now(), 1004, "the shift rides on the base clock");
+        c.pause();
+        base.advance(10);
+        assert_eq!(c.now(), 1004, "paused: the base clock moves, this one does not");
+        c.shift(2);
+        assert_eq!(c.now(), 1006, "a shift moves a paused clock too");
+        c.resume();
+        assert_eq!(c.now(), 1016, "resumed: base (1011) plus the offset (5)");
+        c.shift(-2000);
+        assert_eq!(c.now(), 1, "never before the epoch's first second");
+    }
+}

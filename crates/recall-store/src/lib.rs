@@ -39,7 +39,7 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::Mutex;
 
 pub use big::{BigBuilder, BigValue, Value, BIG_THRESHOLD};
-pub use clock::{Clock, ManualClock, SystemClock, UnixSecs};
+pub use clock::{Clock, DebugClock, ManualClock, SystemClock, UnixSecs};
 pub use ingest::Reservation;
 pub use item::footprint;
 pub use policy::{
@@ -300,10 +300,14 @@ pub struct Delete<'a> {
     pub explicit_cas: u64,
     /// Meta `I`: mark stale instead of removing.
     pub invalidate: bool,
-    /// With `invalidate`, a new absolute expiry (meta `T`).
+    /// With `invalidate`, a new absolute expiry (meta `T`); with
+    /// `clear_value`, the empty item's expiry (`None`: never expires).
     pub touch: Option<UnixSecs>,
-    /// Meta `x`: drop the value but keep the item.
+    /// Meta `x`: replace the item with an empty one (client flags `flags`),
+    /// keeping the key.
     pub clear_value: bool,
+    /// With `clear_value`, the empty item's client flags (meta `F`).
+    pub flags: u32,
     /// Draw a timestamp for the removal (recall's `md <key> c`), reported
     /// as [`DeleteOutcome::Stamped`].
     pub stamp: bool,

@@ -553,8 +553,14 @@ impl Shard {
             }
             _ => make_item(w.key, &[new_value], w.flags, w.exptime, cas, ctx.now),
         };
-        if stale {
-            slot.set_bits(bit::STALE);
+        if let (true, Some(i)) = (stale, existing) {
+            // memcached's stale set (ms `I` with an older CAS): the value is
+            // replaced but the item stays stale, keeps its expiry (a stale
+            // item lives only as long as the invalidation allowed), and keeps
+            // the mark that its win token went out, so no second client wins.
+            let o = &self.slots[i as usize];
+            slot.exptime = o.exptime;
+            slot.set_bits(bit::STALE | (o.bits() & bit::WIN_SENT));
         }
         if w.binary_key {
             slot.set_bits(bit::BINARY_KEY);
@@ -686,21 +692,29 @@ impl Shard {
         if d.compare_cas != 0 && d.compare_cas != s.cas {
             return DeleteOutcome::Exists;
         }
+        if d.clear_value {
+            // memcached's `x`: a new empty item replaces the old one, with
+            // the request's client flags and expiry (0 unless `T` was
+            // given, as in memcached) and none of the old item's marks but
+            // its binary key; `I` then applies to this new item.
+            // With `I` the CAS is drawn once, below.
+            let cas = if d.invalidate { s.cas } else { ctx.draw_cas(d.explicit_cas) };
+            let mut slot = new_slot(d.key, &[], &[], d.flags, d.touch.unwrap_or(0), cas, ctx.now);
+            slot.assign_bits(s.bits() & bit::BINARY_KEY);
+            self.replace_in(ctx, h, i, slot, None);
+            if !d.invalidate {
+                self.log_slot(ctx, i);
+                return DeleteOutcome::Deleted { len };
+            }
+        }
         if d.invalidate {
+            let s = &mut self.slots[i as usize];
             s.set_bits(bit::STALE);
             s.clear_bits(bit::WIN_SENT);
             s.cas = ctx.draw_cas(d.explicit_cas);
             if let Some(t) = d.touch {
                 self.set_expiry(i, t);
             }
-            self.log_slot(ctx, i);
-            return DeleteOutcome::Deleted { len };
-        }
-        if d.clear_value {
-            let cas = ctx.draw_cas(d.explicit_cas);
-            let mut slot = new_slot(d.key, &[], &[], s.flags, s.exptime, cas, ctx.now);
-            slot.assign_bits(s.bits());
-            self.replace_in(ctx, h, i, slot, None);
             self.log_slot(ctx, i);
             return DeleteOutcome::Deleted { len };
         }

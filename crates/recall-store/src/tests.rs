@@ -292,6 +292,57 @@ fn stale_while_revalidate_tokens() {
     assert!(z);
 }
 
+/// memcached's stale set (ms `I` with an older CAS): the value is
+/// replaced, but the item stays stale with its expiry and its sent win
+/// token, so a second reader does not win again; only a set with the
+/// current CAS makes it fresh.
+#[test]
+fn a_stale_set_keeps_expiry_and_token() {
+    let s = store(1 << 20);
+    set(&s, b"k", b"v", 0, 1);
+    let inv = Delete { key: b"k", invalidate: true, touch: Some(31), ..Default::default() };
+    assert!(matches!(s.delete(&inv, 1), DeleteOutcome::Deleted { .. }));
+    let view = |now| {
+        s.read(b"k", now, ReadOpts::default(), |r| match r {
+            Read::Hit(v) => (v.value.to_vec(), v.exptime, v.cas, v.tokens.stale, v.tokens.win, v.tokens.win_sent),
+            Read::Miss { .. } => panic!("miss"),
+        })
+    };
+    let (_, _, cas, _, won, _) = view(2);
+    assert!(won, "the first reader of a stale item wins");
+    let mut w = Write::new(Mode::Set, b"k", b"new", 0, 91);
+    w.compare_cas = cas - 1;
+    w.invalidate = true;
+    assert!(matches!(s.write(&w, 2), WriteOutcome::Stored { .. }));
+    let (value, exptime, cas, stale, won, sent) = view(2);
+    assert_eq!((value.as_slice(), exptime, stale, won, sent), (&b"new"[..], 31, true, false, true));
+    let mut w = Write::new(Mode::Set, b"k", b"fresh", 0, 91);
+    w.compare_cas = cas;
+    assert!(matches!(s.write(&w, 2), WriteOutcome::Stored { .. }));
+    let (value, exptime, _, stale, won, sent) = view(2);
+    assert_eq!((value.as_slice(), exptime, stale, won, sent), (&b"fresh"[..], 91, false, false, false));
+}
+
+/// md `x`: an empty item with the request's flags and expiry and none of
+/// the old marks; with `I` it is stale, and its next reader wins.
+#[test]
+fn clearing_a_value_builds_an_empty_item() {
+    let s = store(1 << 20);
+    s.write(&Write::new(Mode::Set, b"k", b"old", 7, 50), 1);
+    let x = Delete { key: b"k", clear_value: true, flags: 3, touch: Some(40), ..Default::default() };
+    assert!(matches!(s.delete(&x, 1), DeleteOutcome::Deleted { len: 3 }));
+    let view = || {
+        s.read(b"k", 1, ReadOpts::default(), |r| match r {
+            Read::Hit(v) => (v.value.to_vec(), v.flags, v.exptime, v.tokens.stale, v.tokens.win),
+            Read::Miss { .. } => panic!("miss"),
+        })
+    };
+    assert_eq!(view(), (Vec::new(), 3, 40, false, false));
+    let xi = Delete { key: b"k", clear_value: true, invalidate: true, ..Default::default() };
+    assert!(matches!(s.delete(&xi, 1), DeleteOutcome::Deleted { .. }));
+    assert_eq!(view(), (Vec::new(), 0, 0, true, true), "x without T never expires; I makes it stale");
+}
+
 #[test]
 fn apply_is_idempotent_and_order_free() {
     let writes: [(&[u8], u64, bool); 4] =

@@ -1,6 +1,6 @@
 //! Start recalld for tests, benchmarks and the crash harness.
 //!
-//! recalld is started with `-p 0 -l 127.0.0.1` (or a given port) and prints
+//! recalld is started with `-p -1 -l 127.0.0.1` (or a given port) and prints
 //! `listening on ADDR` once its socket is bound, so there is no port race
 //! and no waiting by the clock: [`Spawn::start`] reads the server's stdout
 //! until that line (or until the process exits, and then returns its
@@ -117,8 +117,10 @@ impl Spawn {
 
     fn launch(&self, port: u16, extra_env: &[(&str, &str)]) -> Result<(Child, Listen, Receiver<()>), String> {
         let bin = self.bin.clone().unwrap_or_else(recalld_bin);
+        // memcached's port rule: -1 asks for a free port (0 is no TCP).
+        let port = if port == 0 { "-1".to_string() } else { port.to_string() };
         let mut child = Command::new(&bin)
-            .args(["-p", &port.to_string(), "-l", "127.0.0.1"])
+            .args(["-p", &port, "-l", "127.0.0.1"])
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .envs(extra_env.iter().copied())

@@ -1,6 +1,6 @@
 //! Real servers on ephemeral ports for the integration tests.
 //!
-//! recalld is started by recall-testkit (`-p 0`, then it reads the
+//! recalld is started by recall-testkit (`-p -1`, then it reads the
 //! `listening on ADDR` line), so there is no port race. memcached can't do
 //! that: pick a free port, start it, and probe with `version` until it
 //! answers (retrying on a new port if it lost the race). Never fixed ports,

@@ -118,14 +118,23 @@ impl Config {
     }
 
     /// The TCP listeners `-l` and `-p` name (none with `-s`: memcached
-    /// then serves the unix socket alone), and memcached's warnings about
-    /// them. See listen.rs for the syntax.
+    /// then serves the unix socket alone; none with `-p 0`, where memcached
+    /// binds no TCP socket at all, whatever ports `-l` names), and
+    /// memcached's warnings about them. See listen.rs for the syntax.
     pub fn listeners(&self) -> Result<(Vec<ListenSpec>, Vec<String>), ConfigError> {
+        let (specs, warnings) = self.listen_entries()?;
+        Ok((if self.port.is_off() { Vec::new() } else { specs }, warnings))
+    }
+
+    /// Every `-l` entry, with `-p` as the port of those without one (0
+    /// when `-p` is off or any): where UDP listens when there is no TCP
+    /// listener to follow.
+    pub fn listen_entries(&self) -> Result<(Vec<ListenSpec>, Vec<String>), ConfigError> {
         if !self.unix_socket.is_empty() {
             return Ok((Vec::new(), Vec::new()));
         }
         let rules = ListenRules {
-            default_port: self.port,
+            default_port: self.port.bind().unwrap_or(0),
             ssl: self.ssl_enabled,
             auth_file: !self.auth_file.is_empty(),
             sasl: self.sasl,

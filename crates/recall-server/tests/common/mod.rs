@@ -1,6 +1,6 @@
 //! Start real servers on ephemeral ports for integration tests.
 //!
-//! recalld is started by recall-testkit (`-p 0`, then it reads the
+//! recalld is started by recall-testkit (`-p -1`, then it reads the
 //! `listening on ADDR` line), so there is no port race. memcached can't do
 //! that, so for it we pick a free port and probe until it answers (retrying
 //! on a new port if it lost the race).
