@@ -17,6 +17,15 @@ mod transport;
 
 pub use listen::{parse_listen, ListenRules, ListenSpec, ListenTls};
 
+/// How log lines are written (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// tracing's human-readable lines.
+    Text,
+    /// One JSON object per line (timestamp, level, target, fields).
+    Json,
+}
+
 /// The embedded default configuration, which is also the documented example.
 pub const DEFAULT_TOML: &str = include_str!("../recalld.toml");
 
@@ -258,9 +267,15 @@ pub struct Cli {
     /// Verbose (-v), very verbose (-vv).
     #[arg(short = 'v', action = ArgAction::Count)]
     pub verbose: u8,
-    /// Write the pid to this file.
+    /// Write the pid to this file (once listening; removed at a clean stop).
     #[arg(short = 'P', long = "pidfile")]
     pub pid_file: Option<String>,
+    /// Log lines as text or as one JSON object per line.
+    #[arg(long = "log-format", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Append the log to this file instead of writing it to stderr.
+    #[arg(long = "log-file")]
+    pub log_file: Option<PathBuf>,
     /// Extended options, comma separated key=value (memcached -o).
     #[arg(short = 'o', long = "extended", action = ArgAction::Append)]
     pub extended: Vec<String>,
@@ -336,10 +351,11 @@ pub struct Cli {
     #[arg(short = 'Z', long = "enable-ssl")]
     pub enable_ssl: bool,
 
-    // memcached flags that recalld accepts and ignores, with a warning.
-    /// (ignored) Run as a daemon; use your service manager instead.
+    /// Run in the background: returns once the server listens (or fails
+    /// with its exit status); -P records the server's pid.
     #[arg(short = 'd', long = "daemon")]
     pub daemon: bool,
+    // memcached flags that recalld accepts and ignores, with a warning.
     /// (ignored) Maximize core file limit.
     #[arg(short = 'r', long = "enable-coredumps")]
     pub coredumps: bool,
@@ -627,8 +643,7 @@ impl Config {
                 }
             }
         }
-        let ignored: [(bool, &str); 7] = [
-            (cli.daemon, "-d (use your service manager to daemonize)"),
+        let ignored: [(bool, &str); 6] = [
             (cli.coredumps, "-r"),
             (cli.user.is_some(), "-u"),
             (cli.lock_memory, "-k"),
@@ -974,7 +989,7 @@ mod tests {
     #[test]
     fn unused_memcached_flags_warn_not_fail() {
         let (_, w) =
-            Config::from_cli(&cli(&["-d", "-u", "memcache", "-f", "1.25", "-n", "48", "-o", "bogus=1"])).unwrap();
+            Config::from_cli(&cli(&["-k", "-u", "memcache", "-f", "1.25", "-n", "48", "-o", "bogus=1"])).unwrap();
         assert_eq!(w.len(), 5, "{w:?}");
     }
 
