@@ -384,7 +384,12 @@ pub struct Cli {
     /// Disable watch commands.
     #[arg(short = 'W', long = "disable-watch")]
     pub disable_watch: bool,
-    /// (ignored) Memory file for warm restarts.
+    /// Start even with memcached options recalld does not have that would
+    /// change what the cache keeps (`-o ext_path`, `-e`), which are
+    /// otherwise refused.
+    #[arg(long = "allow-unsupported")]
+    pub allow_unsupported: bool,
+    /// Memory file for warm restarts: refused (see --allow-unsupported).
     #[arg(short = 'e', long = "memory-file")]
     pub memory_file: Option<String>,
     /// SASL PLAIN authentication for the binary protocol, against the
@@ -503,6 +508,7 @@ impl Config {
             None => Config::default(),
         };
         let mut warnings = Vec::new();
+        let mut unsupported: Vec<String> = Vec::new();
         if let Some(p) = cli.port {
             cfg.port = p;
         }
@@ -639,22 +645,40 @@ impl Config {
                     | "no_drop_privileges"
                     | "read_buf_mem_limit"
                     | "resp_obj_mem_limit" => warnings.push(format!("-o {k}: accepted, no effect in recalld")),
+                    // extstore would keep items on flash past `-m`: without
+                    // it recalld keeps fewer, so it is not ignored quietly.
+                    "ext_path" => unsupported
+                        .push(format!("-o ext_path={v} (recalld has no extstore: items stay in RAM, within -m)")),
                     _ => warnings.push(format!("-o {k}: unknown option, ignored")),
                 }
             }
         }
-        let ignored: [(bool, &str); 6] = [
+        let ignored: [(bool, &str); 5] = [
             (cli.coredumps, "-r"),
             (cli.user.is_some(), "-u"),
             (cli.lock_memory, "-k"),
             (cli.factor.is_some(), "-f (recalld has no slab classes)"),
             (cli.min_size.is_some(), "-n (recalld has no slab classes)"),
-            (cli.memory_file.is_some(), "-e (warm restarts are not supported yet)"),
         ];
         for (set, what) in ignored {
             if set {
                 warnings.push(format!("{what}: accepted, no effect in recalld"));
             }
+        }
+        if let Some(f) = &cli.memory_file {
+            unsupported
+                .push(format!("-e {f} (recalld has no memory file: a restart starts empty unless --data-dir is set)"));
+        }
+        // Options that would change what the cache keeps are refused,
+        // never only warned about, unless the operator says to go on.
+        if !unsupported.is_empty() {
+            let list = unsupported.join("; ");
+            if !cli.allow_unsupported {
+                return Err(ConfigError(format!(
+                    "{list}. Remove the option, or pass --allow-unsupported to start without it"
+                )));
+            }
+            warnings.push(format!("{list}: started without it (--allow-unsupported)"));
         }
         cfg.sasl |= cli.sasl;
         if let Some(f) = &cli.auth_file {
@@ -991,6 +1015,22 @@ mod tests {
         let (_, w) =
             Config::from_cli(&cli(&["-k", "-u", "memcache", "-f", "1.25", "-n", "48", "-o", "bogus=1"])).unwrap();
         assert_eq!(w.len(), 5, "{w:?}");
+    }
+
+    /// `-o ext_path` and `-e` would change what the cache keeps: refused,
+    /// unless the operator passes --allow-unsupported (then a warning).
+    #[test]
+    fn options_that_change_what_is_kept_are_refused() {
+        for args in [&["-o", "ext_path=/ssd/x:64g"][..], &["-e", "/dev/shm/mc"]] {
+            let e = Config::from_cli(&cli(args)).unwrap_err();
+            assert!(e.0.contains("--allow-unsupported"), "{args:?}: {}", e.0);
+            let mut with = args.to_vec();
+            with.push("--allow-unsupported");
+            let (_, w) = Config::from_cli(&cli(&with)).unwrap();
+            assert_eq!(w.len(), 1, "{w:?}");
+        }
+        let e = Config::from_cli(&cli(&["-o", "ext_path=/ssd/x:64g,ext_wbuf_size=8"])).unwrap_err();
+        assert!(e.0.contains("no extstore"), "{}", e.0);
     }
 
     #[test]
