@@ -400,55 +400,17 @@ use recall_proto::reply::stat;
 
 use crate::{Engine, MEMCACHED_COMPAT_VERSION};
 
+mod slabs;
+
 impl Engine {
     /// `stats [group]`.
     pub(crate) fn stats(&self, args: &[u8], out: &mut Vec<u8>) {
         let group = recall_proto::text::keys(args).next().unwrap_or(b"");
         match group {
             b"" => self.stats_general(out),
-            b"settings" => {
-                for (k, v) in &self.config.settings {
-                    match k.as_str() {
-                        // cache_memlimit changes it at run time.
-                        "maxbytes" => stat(out, k, self.store.mem_limit()),
-                        "num_threads" => {
-                            stat(out, k, v);
-                            stat(out, "stat_key_prefix", self.prefix.delimiter() as char);
-                            stat(out, "detail_enabled", if self.prefix.enabled() { "yes" } else { "no" });
-                        }
-                        _ => stat(out, k, v),
-                    }
-                }
-            }
-            b"items" => {
-                let s = self.store.stats();
-                if s.curr_items > 0 {
-                    stat(out, "items:1:number", s.curr_items);
-                    stat(out, "items:1:evicted", s.evictions);
-                    stat(out, "items:1:evicted_unfetched", s.evicted_unfetched);
-                    stat(out, "items:1:expired_unfetched", s.expired_unfetched);
-                    stat(out, "items:1:reclaimed", s.reclaimed);
-                    stat(out, "items:1:crawler_reclaimed", s.crawler_reclaimed);
-                    // The running policy's own counters, in memcached's
-                    // naming style (the segmented LRU's are memcached's).
-                    for (name, v) in s.policy.named(self.store.policy_kind()) {
-                        stat(out, &format!("items:1:{name}"), v);
-                    }
-                    stat(out, "items:1:direct_reclaims", s.direct_reclaims);
-                }
-            }
-            b"slabs" => {
-                // recall has no slab classes: items are individually
-                // allocated. Report everything as one class so tools that
-                // sum over classes still see the right totals.
-                let s = self.store.stats();
-                if s.curr_items > 0 {
-                    stat(out, "1:used_chunks", s.curr_items);
-                    stat(out, "1:mem_requested", s.bytes);
-                }
-                stat(out, "active_slabs", u64::from(s.curr_items > 0));
-                stat(out, "total_malloced", s.bytes);
-            }
+            b"settings" => self.stats_settings(out),
+            b"items" => self.stats_items(out),
+            b"slabs" => self.stats_slabs(out),
             b"sizes" => stat(out, "sizes_status", "disabled"),
             // recall's own, kept out of the general `stats` so that it has
             // exactly memcached's keys (tools and tests count them).
@@ -498,6 +460,31 @@ impl Engine {
             }
         }
         out.extend_from_slice(b"END\r\n");
+    }
+
+    /// `stats settings`: the server's rendering of its settings
+    /// (`EngineConfig::settings`, memcached's keys in its order, then
+    /// recall's own), with the values that change at run time filled in.
+    fn stats_settings(&self, out: &mut Vec<u8>) {
+        for (k, v) in &self.config.settings {
+            match k.as_str() {
+                // cache_memlimit changes it at run time.
+                "maxbytes" => stat(out, k, self.store.mem_limit()),
+                // A delayed flush_all's time, in seconds since start as
+                // memcached keeps it (0: none pending).
+                "oldest" => {
+                    let at = self.store.oldest_live();
+                    let started = self.now().saturating_sub(self.uptime());
+                    stat(out, k, if at == 0 { 0 } else { at.saturating_sub(started) })
+                }
+                "num_threads_per_udp" => {
+                    stat(out, k, v);
+                    stat(out, "stat_key_prefix", self.prefix.delimiter() as char);
+                    stat(out, "detail_enabled", if self.prefix.enabled() { "yes" } else { "no" });
+                }
+                _ => stat(out, k, v),
+            }
+        }
     }
 
     /// `stats cachedump <class> <limit>`: `ITEM <key> [<bytes> b; <exptime> s]`

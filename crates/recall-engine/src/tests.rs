@@ -21,7 +21,13 @@ fn transcripts_dir() -> PathBuf {
 }
 
 /// Feed bytes one chunk at a time the way a socket would deliver them.
-fn run(session: &mut Session, e: &Engine, pending: &mut Vec<u8>, input: &[u8], chunk: usize) -> (Vec<u8>, Action) {
+pub(crate) fn run(
+    session: &mut Session,
+    e: &Engine,
+    pending: &mut Vec<u8>,
+    input: &[u8],
+    chunk: usize,
+) -> (Vec<u8>, Action) {
     let mut out = crate::Out::new();
     for piece in input.chunks(chunk.max(1)) {
         pending.extend_from_slice(piece);
@@ -165,7 +171,7 @@ fn shutdown_modes() {
 fn cache_memlimit_shows_in_stats_settings() {
     let clock = Arc::new(ManualClock::new(1_700_000_000));
     let store = Store::new(StoreConfig { mem_limit: 64 << 20, shards: 4, ..Default::default() });
-    let settings = vec![("maxbytes".into(), (64u64 << 20).to_string()), ("num_threads".into(), "4".into())];
+    let settings = vec![("maxbytes".into(), (64u64 << 20).to_string()), ("num_threads_per_udp".into(), "4".into())];
     let e = Engine::new(store, clock, EngineConfig { settings, ..Default::default() });
     let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
     let mut pending = Vec::new();
@@ -173,7 +179,7 @@ fn cache_memlimit_shows_in_stats_settings() {
     let out = String::from_utf8(out).unwrap();
     assert_eq!(
         out,
-        "OK\r\nSTAT maxbytes 104857600\r\nSTAT num_threads 4\r\nSTAT stat_key_prefix :\r\nSTAT detail_enabled no\r\nEND\r\n"
+        "OK\r\nSTAT maxbytes 104857600\r\nSTAT num_threads_per_udp 4\r\nSTAT stat_key_prefix :\r\nSTAT detail_enabled no\r\nEND\r\n"
     );
 }
 
@@ -213,7 +219,7 @@ fn stats_conns_lists_registered_connections() {
 }
 
 /// The names of the `STAT` lines a request answers.
-fn stat_names(e: &Engine, request: &[u8]) -> Vec<String> {
+pub(crate) fn stat_names(e: &Engine, request: &[u8]) -> Vec<String> {
     let mut s = Session::new(e, e.registry.register(), ProtocolChoice::Auto);
     let (out, _) = run(&mut s, e, &mut Vec::new(), request, usize::MAX);
     let out = String::from_utf8(out).unwrap();
@@ -222,7 +228,7 @@ fn stat_names(e: &Engine, request: &[u8]) -> Vec<String> {
 }
 
 /// A recorded key list of tests/differential (comments skipped).
-fn recorded_keys(file: &str) -> Vec<String> {
+pub(crate) fn recorded_keys(file: &str) -> Vec<String> {
     let text = std::fs::read_to_string(transcripts_dir().join("../differential").join(file)).unwrap();
     text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()).map(str::to_string).collect()
 }

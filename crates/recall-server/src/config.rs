@@ -21,6 +21,15 @@ pub use listen::{parse_listen, ListenRules, ListenSpec, ListenTls};
 pub use placement::{ClusterPlacement, EMULATED_FSYNC_DELAY_MAX_US};
 pub use port::Port;
 
+/// How log lines are written (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// tracing's human-readable lines.
+    Text,
+    /// One JSON object per line (timestamp, level, target, fields).
+    Json,
+}
+
 /// The embedded default configuration, which is also the documented example.
 pub const DEFAULT_TOML: &str = include_str!("../recalld.toml");
 
@@ -277,9 +286,15 @@ pub struct Cli {
     /// Verbose (-v), very verbose (-vv).
     #[arg(short = 'v', action = ArgAction::Count)]
     pub verbose: u8,
-    /// Write the pid to this file.
+    /// Write the pid to this file (once listening; removed at a clean stop).
     #[arg(short = 'P', long = "pidfile")]
     pub pid_file: Option<String>,
+    /// Log lines as text or as one JSON object per line.
+    #[arg(long = "log-format", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Append the log to this file instead of writing it to stderr.
+    #[arg(long = "log-file")]
+    pub log_file: Option<PathBuf>,
     /// Extended options, comma separated key=value (memcached -o).
     #[arg(short = 'o', long = "extended", action = ArgAction::Append)]
     pub extended: Vec<String>,
@@ -363,10 +378,11 @@ pub struct Cli {
     #[arg(short = 'Z', long = "enable-ssl")]
     pub enable_ssl: bool,
 
-    // memcached flags that recalld accepts and ignores, with a warning.
-    /// (ignored) Run as a daemon; use your service manager instead.
+    /// Run in the background: returns once the server listens (or fails
+    /// with its exit status); -P records the server's pid.
     #[arg(short = 'd', long = "daemon")]
     pub daemon: bool,
+    // memcached flags that recalld accepts and ignores, with a warning.
     /// (ignored) Maximize core file limit.
     #[arg(short = 'r', long = "enable-coredumps")]
     pub coredumps: bool,
@@ -395,7 +411,12 @@ pub struct Cli {
     /// Disable watch commands.
     #[arg(short = 'W', long = "disable-watch")]
     pub disable_watch: bool,
-    /// (ignored) Memory file for warm restarts.
+    /// Start even with memcached options recalld does not have that would
+    /// change what the cache keeps (`-o ext_path`, `-e`), which are
+    /// otherwise refused.
+    #[arg(long = "allow-unsupported")]
+    pub allow_unsupported: bool,
+    /// Memory file for warm restarts: refused (see --allow-unsupported).
     #[arg(short = 'e', long = "memory-file")]
     pub memory_file: Option<String>,
     /// SASL PLAIN authentication for the binary protocol, against the
@@ -514,6 +535,7 @@ impl Config {
             None => Config::default(),
         };
         let mut warnings = Vec::new();
+        let mut unsupported: Vec<String> = Vec::new();
         if let Some(p) = cli.port {
             cfg.port = Port::try_from(p)?;
         }
@@ -665,23 +687,40 @@ impl Config {
                     | "no_drop_privileges"
                     | "read_buf_mem_limit"
                     | "resp_obj_mem_limit" => warnings.push(format!("-o {k}: accepted, no effect in recalld")),
+                    // extstore would keep items on flash past `-m`: without
+                    // it recalld keeps fewer, so it is not ignored quietly.
+                    "ext_path" => unsupported
+                        .push(format!("-o ext_path={v} (recalld has no extstore: items stay in RAM, within -m)")),
                     _ => warnings.push(format!("-o {k}: unknown option, ignored")),
                 }
             }
         }
-        let ignored: [(bool, &str); 7] = [
-            (cli.daemon, "-d (use your service manager to daemonize)"),
+        let ignored: [(bool, &str); 5] = [
             (cli.coredumps, "-r"),
             (cli.user.is_some(), "-u"),
             (cli.lock_memory, "-k"),
             (cli.factor.is_some(), "-f (recalld has no slab classes)"),
             (cli.min_size.is_some(), "-n (recalld has no slab classes)"),
-            (cli.memory_file.is_some(), "-e (warm restarts are not supported yet)"),
         ];
         for (set, what) in ignored {
             if set {
                 warnings.push(format!("{what}: accepted, no effect in recalld"));
             }
+        }
+        if let Some(f) = &cli.memory_file {
+            unsupported
+                .push(format!("-e {f} (recalld has no memory file: a restart starts empty unless --data-dir is set)"));
+        }
+        // Options that would change what the cache keeps are refused,
+        // never only warned about, unless the operator says to go on.
+        if !unsupported.is_empty() {
+            let list = unsupported.join("; ");
+            if !cli.allow_unsupported {
+                return Err(ConfigError(format!(
+                    "{list}. Remove the option, or pass --allow-unsupported to start without it"
+                )));
+            }
+            warnings.push(format!("{list}: started without it (--allow-unsupported)"));
         }
         cfg.sasl |= cli.sasl;
         if let Some(f) = &cli.auth_file {
@@ -834,45 +873,106 @@ impl Config {
         }
     }
 
-    /// The settings as `stats settings` reports them (memcached's names).
+    /// The settings as `stats settings` reports them: every key memcached
+    /// 1.6 prints, in its order (tests/differential/stats_settings_1.6.18.txt),
+    /// then recall's own (`recall_*`). The engine fills in what changes at
+    /// run time (`maxbytes`, `oldest`, and `stat_key_prefix` and
+    /// `detail_enabled` after `num_threads_per_udp`). Settings of machinery
+    /// recall does not have show what recall does instead, or memcached's
+    /// value with that machinery off; docs/compat.md gives each.
     pub fn stats_settings(&self) -> Vec<(String, String)> {
         let b = |v: bool| if v { "yes" } else { "no" }.to_string();
-        let mut s: Vec<(String, String)> = vec![
-            ("maxbytes".into(), (self.memory_limit_mb << 20).to_string()),
-            ("maxconns".into(), self.max_connections.to_string()),
-            ("tcpport".into(), self.port.to_string()),
-            ("udpport".into(), self.udp_port.to_string()),
-            ("inter".into(), self.listen.clone()),
-            ("verbosity".into(), self.verbosity.to_string()),
-            ("evictions".into(), if self.disable_evictions { "off" } else { "on" }.into()),
-        ];
-        s.extend(self.unix_settings());
-        s.extend([
-            ("num_threads".into(), self.effective_threads().to_string()),
-            ("cas_enabled".into(), b(!self.disable_cas)),
-            ("tcp_backlog".into(), self.listen_backlog.to_string()),
-            ("binding_protocol".into(), self.protocol.clone()),
-            ("reqs_per_event".into(), self.reqs_per_event.to_string()),
-            ("item_size_max".into(), self.item_size_max_bytes().unwrap_or(0).to_string()),
-            ("flush_enabled".into(), b(!self.disable_flush_all)),
-            ("shutdown_command".into(), b(self.enable_shutdown)),
-            ("idle_timeout".into(), self.idle_timeout.to_string()),
-            ("lru_crawler".into(), b(!self.no_lru_crawler)),
-            ("lru_maintainer_thread".into(), b(!self.no_lru_maintainer)),
-        ]);
-        s.extend(self.ssl_settings());
-        s.extend([
-            ("recall_reply_budget".into(), self.reply_budget_bytes().unwrap_or(0).to_string()),
-            ("hot_lru_pct".into(), self.hot_lru_pct.to_string()),
-            ("warm_lru_pct".into(), self.warm_lru_pct.to_string()),
-            ("recall_prio_shares".into(), self.prio_shares.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("-")),
-            ("recall_prio_threshold".into(), self.prio_threshold.to_string()),
-            ("lru_segmented".into(), b(self.policy == "slru")),
-            ("recall_policy".into(), self.policy.clone()),
-            ("recall_shards".into(), self.shards.to_string()),
-            ("auth_enabled_sasl".into(), b(self.sasl)),
-            ("auth_enabled_ascii".into(), if self.auth_file.is_empty() { "no".into() } else { self.auth_file.clone() }),
-        ]);
+        let threads = self.effective_threads().to_string();
+        let mut s: Vec<(String, String)> = Vec::with_capacity(96);
+        let mut put = |k: &str, v: String| s.push((k.to_string(), v));
+        put("maxbytes", (self.memory_limit_mb << 20).to_string());
+        put("maxconns", self.max_connections.to_string());
+        put("tcpport", self.port.to_string());
+        put("udpport", self.udp_port.to_string());
+        put("inter", self.listen.clone());
+        put("verbosity", self.verbosity.to_string());
+        put("oldest", "0".into());
+        put("evictions", if self.disable_evictions { "off" } else { "on" }.into());
+        for (k, v) in self.unix_settings() {
+            put(&k, v);
+        }
+        put("shutdown_command", b(self.enable_shutdown));
+        // No slab classes: memcached's defaults for the sizes it would use.
+        put("growth_factor", "1.25".into());
+        put("chunk_size", "48".into());
+        put("num_threads", threads.clone());
+        // UDP requests are served by the same workers.
+        put("num_threads_per_udp", threads);
+        put("reqs_per_event", self.reqs_per_event.to_string());
+        put("cas_enabled", b(!self.disable_cas));
+        put("tcp_backlog", self.listen_backlog.to_string());
+        put("binding_protocol", self.protocol.clone());
+        put("auth_enabled_sasl", b(self.sasl));
+        put("auth_enabled_ascii", if self.auth_file.is_empty() { "no".into() } else { self.auth_file.clone() });
+        put("item_size_max", self.item_size_max_bytes().unwrap_or(0).to_string());
+        // A connection over `-c` is refused at once (rejected_connections).
+        put("maxconns_fast", "yes".into());
+        // Each shard's table grows on its own from empty.
+        put("hashpower_init", "0".into());
+        // Nothing to move between classes: `slabs reassign` changes nothing.
+        put("slab_reassign", "no".into());
+        put("slab_automove", "0".into());
+        put("slab_automove_ratio", "0.80".into());
+        put("slab_automove_window", "30".into());
+        // Values over 16 KiB are chains of chunks of this size (big.rs).
+        put("slab_chunk_max", recall_store::BIG_CHUNK.to_string());
+        put("lru_crawler", b(!self.no_lru_crawler));
+        // The maintenance thread's expiry passes neither sleep per item nor
+        // stop after a count (0: no limit).
+        put("lru_crawler_sleep", "0".into());
+        put("lru_crawler_tocrawl", "0".into());
+        put("tail_repair_time", "0".into());
+        put("flush_enabled", b(!self.disable_flush_all));
+        put("dump_enabled", b(!self.disable_dumping));
+        put("hash_algorithm", "ahash".into());
+        put("lru_maintainer_thread", b(!self.no_lru_maintainer));
+        put("lru_segmented", b(self.policy == "slru"));
+        put("hot_lru_pct", self.hot_lru_pct.to_string());
+        put("warm_lru_pct", self.warm_lru_pct.to_string());
+        // Segments are bounded by their shares only, never by age.
+        put("hot_max_factor", "0.00".into());
+        put("warm_max_factor", "0.00".into());
+        put("temp_lru", "no".into());
+        put("temporary_ttl", "61".into());
+        put("idle_timeout", self.idle_timeout.to_string());
+        put("watcher_logbuf_size", recall_engine::watch::BUF_CAP.to_string());
+        // Workers write watch lines straight into the watchers' buffers.
+        put("worker_logbuf_size", "0".into());
+        // Read buffers belong to their connection; there is no shared pool.
+        put("read_buf_mem_limit", "0".into());
+        put("track_sizes", "no".into());
+        put("inline_ascii_response", "no".into());
+        // No extstore: memcached's values with extstore off.
+        for (k, v) in [
+            ("ext_item_size", "512"),
+            ("ext_item_age", "4294967295"),
+            ("ext_low_ttl", "0"),
+            ("ext_recache_rate", "2000"),
+            ("ext_wbuf_size", "4194304"),
+            ("ext_compact_under", "0"),
+            ("ext_drop_under", "0"),
+            ("ext_max_sleep", "1000000"),
+            ("ext_max_frag", "0.80"),
+            ("slab_automove_freeratio", "0.010"),
+            ("ext_drop_unread", "no"),
+        ] {
+            put(k, v.into());
+        }
+        for (k, v) in self.ssl_settings() {
+            put(&k, v);
+        }
+        put("num_napi_ids", "0".into());
+        put("memory_file", "(null)".into());
+        put("recall_reply_budget", self.reply_budget_bytes().unwrap_or(0).to_string());
+        put("recall_prio_shares", self.prio_shares.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("-"));
+        put("recall_prio_threshold", self.prio_threshold.to_string());
+        put("recall_policy", self.policy.clone());
+        put("recall_shards", self.shards.to_string());
         s
     }
 }
@@ -979,8 +1079,24 @@ mod tests {
     #[test]
     fn unused_memcached_flags_warn_not_fail() {
         let (_, w) =
-            Config::from_cli(&cli(&["-d", "-u", "memcache", "-f", "1.25", "-n", "48", "-o", "bogus=1"])).unwrap();
+            Config::from_cli(&cli(&["-k", "-u", "memcache", "-f", "1.25", "-n", "48", "-o", "bogus=1"])).unwrap();
         assert_eq!(w.len(), 5, "{w:?}");
+    }
+
+    /// `-o ext_path` and `-e` would change what the cache keeps: refused,
+    /// unless the operator passes --allow-unsupported (then a warning).
+    #[test]
+    fn options_that_change_what_is_kept_are_refused() {
+        for args in [&["-o", "ext_path=/ssd/x:64g"][..], &["-e", "/dev/shm/mc"]] {
+            let e = Config::from_cli(&cli(args)).unwrap_err();
+            assert!(e.0.contains("--allow-unsupported"), "{args:?}: {}", e.0);
+            let mut with = args.to_vec();
+            with.push("--allow-unsupported");
+            let (_, w) = Config::from_cli(&cli(&with)).unwrap();
+            assert_eq!(w.len(), 1, "{w:?}");
+        }
+        let e = Config::from_cli(&cli(&["-o", "ext_path=/ssd/x:64g,ext_wbuf_size=8"])).unwrap_err();
+        assert!(e.0.contains("no extstore"), "{}", e.0);
     }
 
     #[test]
@@ -1074,6 +1190,28 @@ mod tests {
         assert_eq!((get(&s, "auth_enabled_sasl"), get(&s, "auth_enabled_ascii")), ("no".into(), "/a/file".into()));
         let s = settings(&["-S"]);
         assert_eq!((get(&s, "auth_enabled_sasl"), get(&s, "auth_enabled_ascii")), ("yes".into(), "no".into()));
+    }
+
+    /// `stats settings` lists every key memcached 1.6.18 prints, in its
+    /// order (recorded from it), less the two the engine adds at run time
+    /// (`stat_key_prefix`, `detail_enabled`), then recall's own.
+    #[test]
+    fn stats_settings_keys_are_memcached_s() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/differential/stats_settings_1.6.18.txt");
+        let recorded = std::fs::read_to_string(path).unwrap();
+        let want: Vec<&str> = recorded
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .filter(|k| !matches!(*k, "stat_key_prefix" | "detail_enabled"))
+            .collect();
+        assert_eq!(want.len(), 74);
+        for args in [&[][..], &["-Z", "-o", "ssl_chain_cert=/c.pem", "-s", "/tmp/x.sock", "-o", "no_lru_crawler"]] {
+            let (c, _) = Config::from_cli(&cli(args)).unwrap();
+            let s = c.stats_settings();
+            let names: Vec<&str> = s.iter().map(|(k, _)| k.as_str()).collect();
+            assert_eq!(names[..want.len()], want[..], "{args:?}");
+            assert!(names[want.len()..].iter().all(|k| k.starts_with("recall_")), "{names:?}");
+        }
     }
 
     #[test]

@@ -85,6 +85,9 @@ where
     let mut buf = BytesMut::new();
     let mut out = Out::new();
     let mut backlog = Backlog::new(crate::listeners::NOTSENT_LOWAT as usize, engine.config.reply_budget);
+    // -vv: the commands and replies in the log (verbose.rs).
+    let mut verbose =
+        crate::verbose::enabled().then(|| crate::verbose::Verbose::new(row.as_ref().map_or(0, |r| r.id())));
     loop {
         // Run a turn only when its replies fit in the socket's backlog;
         // until then, wait holding no replies (see `backlog.rs`). With
@@ -120,6 +123,10 @@ where
         }
         let done = session.process_within(engine, &buf, &mut out, budget);
         let (used, action) = (done.used, done.action);
+        if let Some(v) = &mut verbose {
+            v.requests(&buf[..used]);
+            v.replies(&out);
+        }
         if let (Some(c), true) = (&row, used > 0) {
             c.command(engine.now());
         }

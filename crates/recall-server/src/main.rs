@@ -3,7 +3,7 @@
 use std::io::{IsTerminal, Write};
 
 use clap::FromArgMatches;
-use recall_server::config::{Cli, Config};
+use recall_server::config::{Cli, Config, LogFormat};
 
 /// `recalld -i` prints it, as `memcached -i` prints memcached's.
 const LICENSE: &str = include_str!("../../../LICENSE");
@@ -78,19 +78,19 @@ fn main() {
         print!("{}", toml::to_string(&cfg).expect("config serializes"));
         return;
     }
-    let level = match cfg.verbosity {
-        0 => "warn",
-        1 => "info",
-        _ => "debug",
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()))
-        .with_writer(std::io::stderr)
-        // Colour only for a person at a terminal, not in journald or a log file.
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    if let Err(e) = init_logging(&cli, cfg.verbosity) {
+        eprintln!("recalld: {e}");
+        std::process::exit(64);
+    }
     for w in warnings {
         tracing::warn!("{w}");
+    }
+    // -d: fork now, while this is the only thread (daemon.rs).
+    if cli.daemon {
+        if let Err(e) = recall_server::daemon::daemonize(cfg.verbosity > 0 || cli.log_file.is_some()) {
+            eprintln!("recalld: -d: could not run in the background: {e}");
+            std::process::exit(71);
+        }
     }
     if let Err(e) = recall_server::server::run(cfg) {
         eprintln!("recalld: {e}");
@@ -99,4 +99,37 @@ fn main() {
         let usage = e.kind() == std::io::ErrorKind::InvalidInput;
         std::process::exit(if usage { 64 } else { 71 });
     }
+}
+
+/// The log: `RUST_LOG` if set (tracing's EnvFilter syntax, e.g.
+/// `RUST_LOG=recall_server=debug,openraft=warn`), else the level `-v`s
+/// give: warnings by default, `-v` info, `-vv` debug (each command and
+/// reply line, verbose.rs), `-vvv` trace. To stderr, or appended to
+/// `--log-file`; text or `--log-format json`.
+fn init_logging(cli: &Cli, verbosity: u8) -> Result<(), String> {
+    let level = match verbosity {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into());
+    let (writer, ansi) = match &cli.log_file {
+        Some(path) => {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| format!("--log-file {}: {e}", path.display()))?;
+            (tracing_subscriber::fmt::writer::BoxMakeWriter::new(std::sync::Mutex::new(file)), false)
+        }
+        // Colour only for a person at a terminal, not in journald or a pipe.
+        None => (tracing_subscriber::fmt::writer::BoxMakeWriter::new(std::io::stderr), std::io::stderr().is_terminal()),
+    };
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).with_ansi(ansi);
+    match cli.log_format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+    Ok(())
 }

@@ -96,6 +96,15 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
     let auth =
         crate::auth::load(&cfg, std::env::var_os(crate::auth::SASL_PWDB_ENV).as_deref().map(std::path::Path::new))
             .map_err(std::io::Error::other)?;
+    // Room for `-c` connections, or no start (limits.rs; exit 71).
+    let need = crate::limits::needed_fds(cfg.max_connections, cfg.effective_threads());
+    match crate::limits::ensure_fds(cfg.max_connections, need) {
+        Ok(Some((old, new))) => {
+            tracing::info!("raised the open files limit from {old} to {new} for -c {}", cfg.max_connections)
+        }
+        Ok(None) => {}
+        Err(e) => return Err(std::io::Error::other(e)),
+    }
     // First, while this is the only thread: binding a unix socket sets the
     // process's umask for a moment (see listeners.rs).
     let bound = Bound::bind_all(&cfg)?;
@@ -260,7 +269,14 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
     let _ = std::io::stdout().flush();
     let addr = local.as_ref().map_or_else(|| "none".to_string(), |l| l.to_string());
     tracing::info!(addr = %addr, tls = tls.is_some(), threads = cfg.effective_threads(), "recalld started");
+    // Listeners bound, workers running: a `Type=notify` unit is started
+    // now (connections made from here on are queued until the accept loop
+    // below takes them).
+    crate::notify::notify_or_log("READY=1");
+    // With -d: the waiting parent exits now (daemon.rs).
+    crate::daemon::ready();
 
+    let pid_file = cfg.pid_file.clone();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let max_conns = cfg.max_connections as u64;
     let acceptor_engine = engine.clone();
@@ -273,17 +289,27 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
             let listener = b.into_listener()?;
             let tx = accepted_tx.clone();
             tokio::spawn(async move {
+                // EMFILE and friends: pause, growing, and log once per
+                // window instead of spinning (limits.rs).
+                let mut backoff = crate::limits::AcceptBackoff::new();
                 loop {
                     match listener.accept().await {
                         Ok(s) => {
+                            backoff.success();
                             if tx.send((s, via)).await.is_err() {
                                 return;
                             }
                         }
                         Err(e) => {
-                            // EMFILE and friends: back off briefly instead of spinning.
-                            tracing::warn!(error = %e, "accept failed");
-                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            let after = backoff.error(std::time::Instant::now());
+                            if let Some(skipped) = after.log {
+                                tracing::warn!(
+                                    error = %e,
+                                    pause_ms = after.pause.as_millis() as u64,
+                                    "accept failed ({skipped} more failures since the last of these lines)"
+                                );
+                            }
+                            tokio::time::sleep(after.pause).await;
                         }
                     }
                 }
@@ -327,6 +353,10 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
         }
         Ok::<(), std::io::Error>(())
     })?;
+    crate::notify::notify_or_log("STOPPING=1");
+    if !pid_file.is_empty() {
+        let _ = std::fs::remove_file(&pid_file);
+    }
     // Stop accepting; in-flight replies are not waited for (memcached does
     // the same). With a data directory, a last snapshot makes a clean stop
     // lose nothing, even without client replay.

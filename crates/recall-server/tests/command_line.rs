@@ -58,7 +58,7 @@ fn dash_i_prints_the_licence() {
 #[test]
 fn a_warning_is_printed_once_without_colour_codes_into_a_pipe() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_recalld"))
-        .args(["-p", "-1", "-l", "127.0.0.1", "-U", "0", "-t", "1", "-d"])
+        .args(["-p", "-1", "-l", "127.0.0.1", "-U", "0", "-t", "1", "-k"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -71,6 +71,6 @@ fn a_warning_is_printed_once_without_colour_codes_into_a_pipe() {
     child.stderr.take().expect("stderr").read_to_string(&mut err).expect("read stderr");
     let _ = child.wait();
     assert!(listening, "{err}");
-    assert_eq!(err.matches("-d (use your service manager").count(), 1, "{err}");
+    assert_eq!(err.matches("-k: accepted, no effect").count(), 1, "{err}");
     assert!(!err.contains('\x1b'), "{err:?}");
 }

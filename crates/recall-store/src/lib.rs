@@ -38,7 +38,7 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
-pub use big::{BigBuilder, BigValue, Value, BIG_THRESHOLD};
+pub use big::{BigBuilder, BigValue, Value, BIG_CHUNK, BIG_THRESHOLD};
 pub use clock::{Clock, DebugClock, ManualClock, SystemClock, UnixSecs};
 pub use ingest::Reservation;
 pub use item::footprint;
@@ -665,6 +665,12 @@ impl Store {
 
     pub fn mem_limit(&self) -> usize {
         self.mem_limit.load(Ordering::Relaxed)
+    }
+
+    /// The time a delayed `flush_all` takes effect (memcached's
+    /// `oldest_live`), 0 when none is pending.
+    pub fn oldest_live(&self) -> UnixSecs {
+        self.oldest_live.load(Ordering::Relaxed)
     }
 
     /// Bytes used by items and by values still arriving.

@@ -93,6 +93,11 @@ pub struct ShardStats {
     pub direct_reclaims: u64,
     pub hash_bytes: u64,
     pub policy: PolicyCounters,
+    /// The last access of the least recently moved item in each LRU
+    /// segment (HOT, WARM, COLD), the oldest over shards; 0 when the
+    /// segment is empty or the policy has none. `stats items` reports the
+    /// ages (`age_hot`, `age_warm`, `age`) from these.
+    pub segment_tail_atime: [UnixSecs; 3],
 }
 
 impl std::ops::AddAssign for ShardStats {
@@ -112,6 +117,11 @@ impl std::ops::AddAssign for ShardStats {
         self.direct_reclaims += o.direct_reclaims;
         self.hash_bytes += o.hash_bytes;
         self.policy += o.policy;
+        for (a, b) in self.segment_tail_atime.iter_mut().zip(o.segment_tail_atime) {
+            if *a == 0 || (b != 0 && b < *a) {
+                *a = b;
+            }
+        }
     }
 }
 
@@ -802,6 +812,7 @@ impl Shard {
             direct_reclaims: c.direct_reclaims,
             hash_bytes: (self.table.capacity() * 5) as u64,
             policy: self.policy.counters(),
+            segment_tail_atime: self.policy.segment_tails().map(|t| t.map_or(0, |t| self.slots[t as usize].atime)),
         }
     }
 

@@ -225,6 +225,12 @@ pub trait Policy: Send + 'static {
     fn overhead_per_slot(&self) -> usize;
     /// Counters for `stats`.
     fn counters(&self) -> PolicyCounters;
+    /// The least recently moved item of each LRU segment (HOT, WARM,
+    /// COLD), for `stats items`' ages; only the segmented LRU has
+    /// segments.
+    fn segment_tails(&self) -> [Option<u32>; 3] {
+        [None; 3]
+    }
 }
 
 /// Which policy a store is built with.
@@ -345,6 +351,11 @@ pub struct PolicyCounters {
     pub moves_to_cold: u64,
     pub moves_to_warm: u64,
     pub moves_within_lru: u64,
+    /// Segmented LRU: items now in HOT, WARM and COLD, and hits on items
+    /// while they were in each (memcached's `number_hot` ..., `hits_to_hot`
+    /// ...).
+    pub slru_items: [u64; 3],
+    pub slru_hits: [u64; 3],
     /// SIEVE: visited items the hand passed (clearing their bit).
     pub sieve_hand_skips: u64,
     /// S3-FIFO: items hit while in small, moved to main.
@@ -434,6 +445,10 @@ impl std::ops::AddAssign for PolicyCounters {
         self.moves_to_cold += o.moves_to_cold;
         self.moves_to_warm += o.moves_to_warm;
         self.moves_within_lru += o.moves_within_lru;
+        for s in 0..3 {
+            self.slru_items[s] += o.slru_items[s];
+            self.slru_hits[s] += o.slru_hits[s];
+        }
         self.sieve_hand_skips += o.sieve_hand_skips;
         self.s3fifo_moves_to_main += o.s3fifo_moves_to_main;
         self.s3fifo_main_reinserts += o.s3fifo_main_reinserts;
@@ -568,5 +583,8 @@ impl Policy for AnyPolicy {
     }
     fn counters(&self) -> PolicyCounters {
         dispatch!(self, p => p.counters())
+    }
+    fn segment_tails(&self) -> [Option<u32>; 3] {
+        dispatch!(self, p => p.segment_tails())
     }
 }

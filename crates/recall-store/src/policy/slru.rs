@@ -282,8 +282,12 @@ impl Policy for SegmentedLru {
     #[inline]
     fn on_access(&mut self, slot: u32) {
         let n = self.lists.node(slot);
-        if n.list != NONE {
+        let seg = n.list;
+        if seg != NONE {
             n.bits |= ACTIVE;
+            // memcached's hits_to_hot / _warm / _cold: the segment the item
+            // was in when it was hit.
+            self.counters.slru_hits[usize::from(seg - HOT)] += 1;
         }
     }
 
@@ -347,7 +351,12 @@ impl Policy for SegmentedLru {
     }
 
     fn counters(&self) -> PolicyCounters {
-        self.counters
+        let own = self.own();
+        PolicyCounters { slru_items: [own.hot, own.warm, own.cold], ..self.counters }
+    }
+
+    fn segment_tails(&self) -> [Option<u32>; 3] {
+        [HOT, WARM, COLD].map(|seg| Some(self.lists.ends(seg).tail).filter(|&t| t != NIL))
     }
 }
 
@@ -406,6 +415,29 @@ mod tests {
         let v = p.victim(0).unwrap();
         assert_ne!(v, 0, "the active tail gets a second chance");
         assert_eq!(p.counters().moves_to_warm, 1);
+    }
+
+    /// `stats items`' number_hot/_warm/_cold are the segments' lengths,
+    /// and each hit counts in the segment the item was in at the time.
+    #[test]
+    fn counters_report_segments_and_hits_per_segment() {
+        let mut p = SegmentedLru::default();
+        for s in 0..10 {
+            p.on_insert(s, A);
+        }
+        let (h, w, c) = p.segment_lens();
+        assert_eq!(p.counters().slru_items, [h, w, c].map(u64::from));
+        assert!(c > 0 && h > 0, "{:?}", p.segment_lens());
+        // Slot 0 is COLD's oldest, slot 9 HOT's newest.
+        p.on_access(0);
+        p.on_access(9);
+        p.on_access(9);
+        assert_eq!(p.counters().slru_hits, [2, 0, 1]);
+        // The COLD hit moves to WARM at the tail; its next hit counts there.
+        p.victim(0).unwrap();
+        p.on_access(0);
+        assert_eq!(p.counters().slru_hits, [2, 1, 1]);
+        assert_eq!(p.counters().slru_items.iter().sum::<u64>(), 10);
     }
 
     #[test]
