@@ -22,8 +22,8 @@ fn system_time(secs: i64, nsec: i64) -> SystemTime {
     }
 }
 
-fn kind(meta: &Metadata) -> FileType {
-    let t = meta.file_type();
+/// FUSE's kind of a backing file (also readdir's d_type).
+pub(crate) fn kind(t: std::fs::FileType) -> FileType {
     if t.is_dir() {
         FileType::Directory
     } else if t.is_symlink() {
@@ -50,7 +50,7 @@ pub(crate) fn attr(ino: u64, meta: &Metadata) -> FileAttr {
         mtime: system_time(meta.mtime(), meta.mtime_nsec()),
         ctime: system_time(meta.ctime(), meta.ctime_nsec()),
         crtime: UNIX_EPOCH,
-        kind: kind(meta),
+        kind: kind(meta.file_type()),
         perm: (meta.mode() & 0o7777) as u16,
         nlink: meta.nlink() as u32,
         uid: meta.uid(),
