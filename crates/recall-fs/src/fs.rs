@@ -10,10 +10,10 @@
 
 use std::collections::HashMap;
 use std::ffi::{CString, OsStr};
-use std::fs::{self, Metadata, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, SystemTime};
@@ -24,7 +24,7 @@ use fuser::{
     TimeOrNow,
 };
 
-use crate::attr::{attr, set_times, synthetic, Target};
+use crate::attr::{attr, synthetic, Changes};
 use crate::cache::Change;
 use crate::cached::Served;
 pub use crate::cached::{cache_key, Remote, Remotes};
@@ -370,63 +370,8 @@ impl Filesystem for RecallFs {
         _flags: Option<u32>,
         reply: ReplyAttr,
     ) {
-        // A truncate must come after the writes the kernel acknowledged.
-        self.drain_ino(ino);
-        Delay::wait(self.cfg.delay.meta);
-        let rel = self.inodes.path(ino).cloned();
-        let full = rel.as_ref().map(|r| self.full(r));
-        // The caller's own handle (ftruncate) truncates through itself;
-        // any other open handle is only the way to a file no name reaches.
-        let own = match fh.and_then(|fh| self.handles.get(&fh)) {
-            Some(Handle::File { file, .. }) => Some(file),
-            _ => None,
-        };
-        let target = match (&full, own.or_else(|| self.open_file_of(ino))) {
-            (Some(p), _) => Target::Path(p),
-            (None, Some(f)) => Target::Open(f),
-            (None, None) => return reply.error(libc::ENOENT),
-        };
-        let result = (|| -> io::Result<Metadata> {
-            if let Some(m) = mode {
-                let perm = fs::Permissions::from_mode(m & 0o7777);
-                match &target {
-                    Target::Path(p) => fs::set_permissions(p, perm)?,
-                    Target::Open(f) => f.set_permissions(perm)?,
-                }
-            }
-            if uid.is_some() || gid.is_some() {
-                match &target {
-                    Target::Path(p) => std::os::unix::fs::lchown(p, uid, gid)?,
-                    Target::Open(f) => std::os::unix::fs::fchown(f, uid, gid)?,
-                }
-            }
-            if let Some(len) = size {
-                match (own, &target) {
-                    (Some(f), _) => f.set_len(len)?,
-                    (None, Target::Path(p)) => OpenOptions::new().write(true).open(p)?.set_len(len)?,
-                    // Another handle may be read-only: reopen its file for
-                    // writing through the descriptor's /proc link.
-                    (None, Target::Open(f)) => {
-                        let link = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(*f));
-                        OpenOptions::new().write(true).open(link)?.set_len(len)?
-                    }
-                }
-            }
-            if atime.is_some() || mtime.is_some() {
-                set_times(&target, atime, mtime)?;
-            }
-            match &target {
-                Target::Path(p) => fs::symlink_metadata(p),
-                Target::Open(f) => f.metadata(),
-            }
-        })();
-        if let Some(rel) = rel {
-            self.changed(Change::Modified(&rel));
-        }
-        match result {
-            Ok(m) => reply.attr(&self.cfg.attr_ttl, &attr(ino, &m)),
-            Err(e) => reply.error(errno(&e)),
-        }
+        let changes = Changes { mode, uid, gid, size, atime, mtime };
+        self.set_attr(ino, changes, fh, reply)
     }
 
     fn readlink(&mut self, _req: &Request<'_>, ino: u64, reply: ReplyData) {
