@@ -167,7 +167,7 @@ mod tests {
     use crate::value::encode;
 
     fn id(size: u64, mtime_ns: i64) -> Identity {
-        Identity { size, mtime_ns, ctime_ns: mtime_ns, ino: 7 }
+        Identity { size, mtime_ns, ctime_ns: mtime_ns, ino: 7, dev: 9, generation: 3, btime_ns: 11 }
     }
 
     #[test]
@@ -195,6 +195,13 @@ mod tests {
         // mtime restored (touch -d) but ctime moved.
         let touched = Identity { ctime_ns: 200, ..fresh };
         assert_eq!(decide(&touched, Answer::Found(&v)), Outcome::Stale);
+        // Deleted and recreated under a reused inode number: another
+        // generation or birth time; or the same number on another device.
+        for other in
+            [Identity { generation: 4, ..fresh }, Identity { btime_ns: 12, ..fresh }, Identity { dev: 10, ..fresh }]
+        {
+            assert_eq!(decide(&other, Answer::Found(&v)), Outcome::Stale, "{other:?}");
+        }
     }
 
     #[test]

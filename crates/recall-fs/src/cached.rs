@@ -132,6 +132,11 @@ impl RecallFs {
         if self.remote_down {
             self.remote_down = false;
             eprintln!("recall-fs: recall answers again; read cache back on");
+            // The deletes it missed go out now.
+            if let Some(inv) = &mut self.invalidator {
+                let answered = inv.retry_all();
+                self.count_answers(answered);
+            }
         }
     }
 
@@ -163,6 +168,10 @@ impl RecallFs {
     }
 
     fn count_answers(&mut self, answered: Vec<crate::invalidate::Answered>) {
+        if let Some(inv) = &self.invalidator {
+            self.stats.invalidation_retries = inv.retries();
+            self.stats.invalidations_unacked = inv.unacked() as u64;
+        }
         for (_, res) in answered {
             match res {
                 Ok(()) => {
@@ -189,8 +198,13 @@ impl RecallFs {
     /// is still to remove.
     fn ask(&mut self, key: &str) -> Result<Option<Vec<u8>>, ()> {
         if let Some(inv) = &mut self.invalidator {
-            let answered = inv.settle(key);
+            let (answered, clear) = inv.settle(key);
             self.count_answers(answered);
+            // A delete of this key recall has not acknowledged: its old
+            // copy may still be there.
+            if !clear {
+                return Err(());
+            }
         }
         let Some(remote) = &self.remote else { return Err(()) };
         match remote.get(key) {
@@ -237,7 +251,7 @@ impl RecallFs {
         Delay::wait(self.cfg.delay.data);
         // One byte more than the identity says, to notice growth.
         let bytes = read_range(file, 0, (fresh.size as usize).saturating_add(1))?;
-        let after = Identity::of(&file.metadata()?);
+        let after = Identity::of(&file.metadata()?, fresh.tag());
         if !cache::should_store(&fresh, &after, bytes.len()) {
             // Changed while being read: serve nothing loaded, the caller
             // reads the backing file directly.
@@ -264,12 +278,12 @@ impl RecallFs {
         if let Some(Handle::File { ino, .. }) = self.handles.get(&fh) {
             self.drain_ino(*ino);
         }
-        let (ino, backing, meta) = match self.handles.get(&fh) {
-            Some(Handle::File { file, ino, backing, .. }) => (*ino, *backing, file.metadata()?),
+        let (ino, backing, tag, meta) = match self.handles.get(&fh) {
+            Some(Handle::File { file, ino, backing, tag, .. }) => (*ino, *backing, *tag, file.metadata()?),
             Some(Handle::Stats(text)) => return Ok(Served::Bytes(slice_at(text, offset, size).to_vec())),
             None => return Err(io::Error::from_raw_os_error(libc::EBADF)),
         };
-        let fresh = Identity::of(&meta);
+        let fresh = Identity::of(&meta, tag);
         let gen = self.gens.get(&ino).copied().unwrap_or(0);
         let rel = self.inodes.path(ino).cloned();
         let plan =
@@ -278,14 +292,24 @@ impl RecallFs {
         // invalidated in recall (that happens at its release), so neither
         // recall's copy nor one stored now may be served.
         let plan = if self.changing(backing) { Plan::PassThrough } else { plan };
-        if let (Plan::Chunks, Some(rel)) = (&plan, &rel) {
+        // A version the file system's clock has not moved past may be
+        // followed by another with the same identity: not stored, not
+        // served (crate::clock).
+        let plan = match (plan, &rel) {
+            (Plan::Ask | Plan::Chunks, Some(r)) if !self.settled(&fresh, r) => {
+                self.stats.recent += 1;
+                None
+            }
+            (p, _) => Some(p),
+        };
+        if let (Some(Plan::Chunks), Some(rel)) = (&plan, &rel) {
             match self.read_chunked(fh, rel, fresh, gen, offset.max(0) as u64, size) {
                 Ok(b) => return Ok(Served::Bytes(b)),
                 // Changed while read: the backing file answers.
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
-        } else if let (Plan::Ask, Some(rel)) = (plan, rel) {
+        } else if let (Some(Plan::Ask), Some(rel)) = (&plan, rel) {
             if let Some(Handle::File { loaded: Some(l), .. }) = self.handles.get(&fh) {
                 if l.id == fresh && l.gen == gen {
                     return Ok(Served::Held(range_at(l.bytes().len(), offset, size)));
@@ -302,7 +326,7 @@ impl RecallFs {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
-        } else {
+        } else if plan.is_some() {
             self.stats.passthrough += 1;
         }
         let Some(Handle::File { file, .. }) = self.handles.get(&fh) else {
@@ -310,6 +334,15 @@ impl RecallFs {
         };
         Delay::wait(self.cfg.delay.data);
         read_range(file, offset.max(0) as u64, size as usize).map(Served::Bytes)
+    }
+
+    /// May `fresh`, the version of `rel` just stat'ed, be stored and kept?
+    fn settled(&mut self, fresh: &Identity, rel: &Path) -> bool {
+        let full = self.full(rel);
+        let dir = full.parent().unwrap_or(&self.cfg.backing);
+        let ok = self.clocks.settled(fresh, dir);
+        self.stats.clock_probes = self.clocks.probes();
+        ok
     }
 
     /// Is a handle that changed the backing file `backing` open?
@@ -386,7 +419,7 @@ impl RecallFs {
         };
         Delay::wait(self.cfg.delay.data);
         let bytes = read_range(file, index * cs, len as usize)?;
-        let after = Identity::of(&file.metadata()?);
+        let after = Identity::of(&file.metadata()?, fresh.tag());
         if !cache::should_store_chunk(&fresh, &after, len, bytes.len()) {
             return Err(io::Error::from(io::ErrorKind::Interrupted));
         }

@@ -10,20 +10,21 @@
 
 use std::collections::HashMap;
 use std::ffi::{CString, OsStr};
-use std::fs::{self, Metadata, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, DirEntryExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    FileAttr, FileType, Filesystem, KernelConfig, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    FileAttr, FileType, Filesystem, KernelConfig, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+    TimeOrNow,
 };
 
-use crate::attr::{attr, set_times, synthetic, Target};
+use crate::attr::{attr, synthetic, Changes};
 use crate::cache::Change;
 use crate::cached::Served;
 pub use crate::cached::{cache_key, Remote, Remotes};
@@ -34,12 +35,11 @@ use crate::stats::Stats;
 
 /// The control directory at the mount's root; not listed by readdir.
 pub const CTL_DIR: &str = ".recall-fs";
-const CTL_INO: u64 = 2;
-const STATS_INO: u64 = 3;
+pub(crate) const CTL_INO: u64 = crate::inodes::FOREIGN_BASE + 2;
+pub(crate) const STATS_INO: u64 = crate::inodes::FOREIGN_BASE + 3;
 
-/// Attributes and entries are not cached by the kernel: every stat reaches
-/// the backing directory, so changes made behind the mount's back show up
-/// in sizes and times at once.
+/// The control files' attributes are not cached by the kernel (the stats
+/// file's size changes with every count).
 const TTL: Duration = Duration::ZERO;
 
 /// FUSE_AUTO_INVAL_DATA (include/uapi/linux/fuse.h); fuser names it only
@@ -48,6 +48,10 @@ const TTL: Duration = Duration::ZERO;
 const FUSE_AUTO_INVAL_DATA: u32 = 1 << 12;
 /// FUSE_BIG_WRITES, likewise.
 const FUSE_BIG_WRITES: u32 = 1 << 5;
+/// FUSE_DO_READDIRPLUS and FUSE_READDIRPLUS_AUTO (fuser's consts module
+/// is private to its ABI features).
+const FUSE_DO_READDIRPLUS: u32 = 1 << 13;
+const FUSE_READDIRPLUS_AUTO: u32 = 1 << 14;
 
 /// Settings of one mount.
 #[derive(Debug, Clone)]
@@ -65,6 +69,11 @@ pub struct Config {
     pub chunk_size: u64,
     /// Injected latency, for benchmarks only (see [`Delay`]).
     pub delay: Delay,
+    /// How long the kernel may keep an entry or a file's attributes
+    /// without asking again (0: every stat reaches the backing directory).
+    /// Changes through the mount are seen at once whatever it is; a change
+    /// behind the mount's back shows in `stat` within this time.
+    pub attr_ttl: Duration,
 }
 
 /// Latency added to backing-directory operations, to emulate a backing
@@ -98,15 +107,23 @@ pub struct RecallFs {
     pub(crate) invalidator: Option<Invalidator>,
     pub(crate) inodes: Inodes,
     pub(crate) handles: HashMap<u64, Handle>,
+    /// Open directories' listings (crate::dir).
+    pub(crate) dirs: HashMap<u64, Vec<crate::dir::Listed>>,
     pub(crate) next_fh: u64,
     /// Writes through the mount per inode, so an open handle's loaded copy
     /// is dropped after a write even when the write left size and mtime
     /// unchanged (same size, same clock tick).
     pub(crate) gens: HashMap<u64, u64>,
     pub(crate) stats: Stats,
+    /// The backing file systems' clocks (crate::clock).
+    pub(crate) clocks: crate::clock::Clocks,
     /// recall's last known state, to log transitions rather than every
     /// failed call.
     pub(crate) remote_down: bool,
+    /// What each inode's last open found (crate::pages).
+    pub(crate) seen: HashMap<u64, crate::pages::Seen>,
+    /// Inodes whose kernel attributes are out of date (crate::pages).
+    pub(crate) notices: Option<Sender<u64>>,
     /// Told when the session ends (unmounted from outside).
     on_destroy: Option<Sender<()>>,
 }
@@ -130,16 +147,21 @@ impl RecallFs {
             Some(r) => (Some(r.cache), Some(Invalidator::start(r.invalidations))),
             None => (None, None),
         };
+        let root_dev = fs::metadata(&cfg.backing).map(|m| std::os::unix::fs::MetadataExt::dev(&m)).unwrap_or(0);
         RecallFs {
             cfg,
             remote,
             invalidator,
-            inodes: Inodes::new(),
+            inodes: Inodes::new(root_dev),
             handles: HashMap::new(),
+            dirs: HashMap::new(),
             next_fh: 1,
             gens: HashMap::new(),
             stats: Stats::default(),
+            clocks: Default::default(),
             remote_down: false,
+            seen: HashMap::new(),
+            notices: None,
             on_destroy,
         }
     }
@@ -153,13 +175,14 @@ impl RecallFs {
     }
 
     /// The kernel dropped `n` references to `ino`. An inode that leaves
-    /// the table takes its write generation along: no handle holds it
-    /// (the kernel keeps an open file's inode), its number is never given
-    /// out again, and keeping it would grow `gens` by every file ever
-    /// written through the mount.
-    fn forgotten(&mut self, ino: u64, n: u64) {
+    /// the table takes its write generation and what its last open saw
+    /// along: no handle holds it (the kernel keeps an open file's inode),
+    /// the kernel holds no page of it, and keeping them would grow both
+    /// maps by every file ever opened through the mount.
+    pub(crate) fn forgotten(&mut self, ino: u64, n: u64) {
         if self.inodes.forget(ino, n) {
             self.gens.remove(&ino);
+            self.seen.remove(&ino);
         }
     }
 
@@ -190,8 +213,9 @@ impl RecallFs {
                 if trunc {
                     self.bump_gen(ino);
                 }
+                let open_flags = self.open_flags(ino, &file, trunc || acc != libc::O_RDONLY);
                 let fh = self.add_handle(self.file_handle(file, ino, flags, trunc));
-                reply.opened(fh, 0);
+                reply.opened(fh, open_flags);
             }
             Err(e) => reply.error(errno(&e)),
         }
@@ -203,13 +227,13 @@ impl RecallFs {
         self.drain_rel(rel);
         Delay::wait(self.cfg.delay.meta);
         let meta = fs::symlink_metadata(self.full(rel))?;
-        let ino = self.inodes.entry(rel);
+        let ino = self.inodes.entry(rel, &meta);
         Ok(attr(ino, &meta))
     }
 
     fn reply_entry(&mut self, rel: &Path, reply: ReplyEntry) {
         match self.entry_of(rel) {
-            Ok(a) => reply.entry(&TTL, &a, 0),
+            Ok(a) => reply.entry(&self.cfg.attr_ttl, &a, 0),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -217,17 +241,30 @@ impl RecallFs {
 
 impl Filesystem for RecallFs {
     fn init(&mut self, _req: &Request<'_>, config: &mut KernelConfig) -> Result<(), libc::c_int> {
+        // The backing directory's clock, probed once now (other devices
+        // under it at their first cached read).
+        if let Ok(m) = fs::metadata(&self.cfg.backing) {
+            let dev = std::os::unix::fs::MetadataExt::dev(&m);
+            let backing = self.cfg.backing.clone();
+            if self.clocks.add(dev, &backing).is_ok() {
+                let g = self.clocks.granularity(dev).unwrap_or(0);
+                self.stats.timestamp_granularity_ns = g as u64;
+                self.stats.clock_probes = self.clocks.probes();
+            }
+        }
         // The kernel drops a file's cached pages whenever a getattr shows
-        // another size or mtime (every read asks, attributes having TTL 0).
-        // Without it, pages cached under one of this mount's inode numbers
-        // outlive a write through another number of the same backing file
-        // (a hard link, or a name renamed over while the file is open).
+        // another size or mtime. Without it, pages kept for an open file
+        // outlive a change the kernel learns of only from the attributes.
         if config.add_capabilities(FUSE_AUTO_INVAL_DATA).is_err() {
             eprintln!("recall-fs: the kernel lacks FUSE_AUTO_INVAL_DATA; an open file may keep stale pages");
         }
         // Writes of up to 128 KiB per request instead of one page each
         // (fuser asks for it only under its abi-7-9 feature).
         let _ = config.add_capabilities(FUSE_BIG_WRITES);
+        // readdirplus: a listing carries each entry's attributes, so
+        // `ls -l` or `find -type` need no lookup per name; adaptive, so a
+        // listing nobody stats afterwards stays a plain readdir.
+        let _ = config.add_capabilities(FUSE_DO_READDIRPLUS | FUSE_READDIRPLUS_AUTO);
         Ok(())
     }
 
@@ -257,6 +294,12 @@ impl Filesystem for RecallFs {
         }
         // The deletes on their way reach recall before the process ends.
         self.settle_all();
+        if self.stats.invalidations_unacked > 0 {
+            eprintln!(
+                "recall-fs: {} deletes never acknowledged by recall; its copies of those files are of older versions, which the identity check refuses",
+                self.stats.invalidations_unacked
+            );
+        }
         if let Some(tx) = self.on_destroy.take() {
             let _ = tx.send(());
         }
@@ -303,7 +346,7 @@ impl Filesystem for RecallFs {
             },
         };
         match meta {
-            Ok(m) => reply.attr(&TTL, &attr(ino, &m)),
+            Ok(m) => reply.attr(&self.cfg.attr_ttl, &attr(ino, &m)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -327,63 +370,8 @@ impl Filesystem for RecallFs {
         _flags: Option<u32>,
         reply: ReplyAttr,
     ) {
-        // A truncate must come after the writes the kernel acknowledged.
-        self.drain_ino(ino);
-        Delay::wait(self.cfg.delay.meta);
-        let rel = self.inodes.path(ino).cloned();
-        let full = rel.as_ref().map(|r| self.full(r));
-        // The caller's own handle (ftruncate) truncates through itself;
-        // any other open handle is only the way to a file no name reaches.
-        let own = match fh.and_then(|fh| self.handles.get(&fh)) {
-            Some(Handle::File { file, .. }) => Some(file),
-            _ => None,
-        };
-        let target = match (&full, own.or_else(|| self.open_file_of(ino))) {
-            (Some(p), _) => Target::Path(p),
-            (None, Some(f)) => Target::Open(f),
-            (None, None) => return reply.error(libc::ENOENT),
-        };
-        let result = (|| -> io::Result<Metadata> {
-            if let Some(m) = mode {
-                let perm = fs::Permissions::from_mode(m & 0o7777);
-                match &target {
-                    Target::Path(p) => fs::set_permissions(p, perm)?,
-                    Target::Open(f) => f.set_permissions(perm)?,
-                }
-            }
-            if uid.is_some() || gid.is_some() {
-                match &target {
-                    Target::Path(p) => std::os::unix::fs::lchown(p, uid, gid)?,
-                    Target::Open(f) => std::os::unix::fs::fchown(f, uid, gid)?,
-                }
-            }
-            if let Some(len) = size {
-                match (own, &target) {
-                    (Some(f), _) => f.set_len(len)?,
-                    (None, Target::Path(p)) => OpenOptions::new().write(true).open(p)?.set_len(len)?,
-                    // Another handle may be read-only: reopen its file for
-                    // writing through the descriptor's /proc link.
-                    (None, Target::Open(f)) => {
-                        let link = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(*f));
-                        OpenOptions::new().write(true).open(link)?.set_len(len)?
-                    }
-                }
-            }
-            if atime.is_some() || mtime.is_some() {
-                set_times(&target, atime, mtime)?;
-            }
-            match &target {
-                Target::Path(p) => fs::symlink_metadata(p),
-                Target::Open(f) => f.metadata(),
-            }
-        })();
-        if let Some(rel) = rel {
-            self.changed(Change::Modified(&rel));
-        }
-        match result {
-            Ok(m) => reply.attr(&TTL, &attr(ino, &m)),
-            Err(e) => reply.error(errno(&e)),
-        }
+        let changes = Changes { mode, uid, gid, size, atime, mtime };
+        self.set_attr(ino, changes, fh, reply)
     }
 
     fn readlink(&mut self, _req: &Request<'_>, ino: u64, reply: ReplyData) {
@@ -680,42 +668,36 @@ impl Filesystem for RecallFs {
         }
     }
 
-    fn readdir(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, offset: i64, mut reply: ReplyDirectory) {
-        let mut entries: Vec<(u64, FileType, std::ffi::OsString)> =
-            vec![(ino, FileType::Directory, ".".into()), (ROOT_INO, FileType::Directory, "..".into())];
-        if ino == CTL_INO {
-            entries.push((STATS_INO, FileType::RegularFile, "stats".into()));
+    fn opendir(&mut self, _req: &Request<'_>, _ino: u64, _flags: i32, reply: ReplyOpen) {
+        self.open_dir(reply)
+    }
+
+    fn releasedir(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, _flags: i32, reply: ReplyEmpty) {
+        self.release_dir(fh, reply)
+    }
+
+    fn readdir(&mut self, _req: &Request<'_>, ino: u64, fh: u64, offset: i64, reply: ReplyDirectory) {
+        self.read_dir(ino, fh, offset, reply)
+    }
+
+    fn readdirplus(&mut self, _req: &Request<'_>, ino: u64, fh: u64, offset: i64, reply: ReplyDirectoryPlus) {
+        self.read_dir_plus(ino, fh, offset, reply)
+    }
+
+    /// SEEK_DATA and SEEK_HOLE (the kernel answers the other whences
+    /// itself): the backing file's answer, after its buffered writes.
+    fn lseek(&mut self, _req: &Request<'_>, ino: u64, fh: u64, offset: i64, whence: i32, reply: ReplyLseek) {
+        self.drain_ino(ino);
+        self.drain(fh);
+        let Some(Handle::File { file, .. }) = self.handles.get(&fh) else { return reply.error(libc::EBADF) };
+        // SAFETY: lseek(2) on an open descriptor; reads and writes use
+        // pread/pwrite, so moving its offset changes nothing else.
+        let at = unsafe { libc::lseek(std::os::fd::AsRawFd::as_raw_fd(file), offset, whence) };
+        if at < 0 {
+            reply.error(errno(&io::Error::last_os_error()))
         } else {
-            let Some(rel) = self.inodes.path(ino).cloned() else { return reply.error(libc::ENOENT) };
-            let rd = match fs::read_dir(self.full(&rel)) {
-                Ok(rd) => rd,
-                Err(e) => return reply.error(errno(&e)),
-            };
-            for ent in rd {
-                let ent = match ent {
-                    Ok(e) => e,
-                    Err(e) => return reply.error(errno(&e)),
-                };
-                let k = match ent.file_type() {
-                    Ok(t) if t.is_dir() => FileType::Directory,
-                    Ok(t) if t.is_symlink() => FileType::Symlink,
-                    _ => FileType::RegularFile,
-                };
-                // The mount's number when the kernel holds the entry, else
-                // the backing file's: readdir hands nothing to the kernel
-                // that a forget would give back, so it must not grow the
-                // inode table (d_ino is informational; stat is exact).
-                let child = rel.join(ent.file_name());
-                let i = self.inodes.known(&child).unwrap_or_else(|| ent.ino());
-                entries.push((i, k, ent.file_name()));
-            }
+            reply.offset(at)
         }
-        for (i, (child_ino, k, name)) in entries.into_iter().enumerate().skip(offset.max(0) as usize) {
-            if reply.add(child_ino, (i + 1) as i64, k, name) {
-                break;
-            }
-        }
-        reply.ok()
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -744,14 +726,14 @@ impl Filesystem for RecallFs {
             Ok(file) => {
                 give_to_caller(&full, req);
                 let a = match file.metadata() {
-                    Ok(m) => attr(self.inodes.entry(&rel), &m),
+                    Ok(m) => attr(self.inodes.entry(&rel, &m), &m),
                     Err(e) => return reply.error(errno(&e)),
                 };
                 // It may have existed (O_CREAT without O_EXCL, with
                 // O_TRUNC): a changing handle, invalidated at its release.
                 self.bump_gen(a.ino);
                 let fh = self.add_handle(self.file_handle(file, a.ino, flags, true));
-                reply.created(&TTL, &a, 0, fh, 0)
+                reply.created(&self.cfg.attr_ttl, &a, 0, fh, 0)
             }
             Err(e) => reply.error(errno(&e)),
         }
@@ -770,6 +752,7 @@ mod tests {
             write_buffer: 0,
             chunk_size: 0,
             delay: Delay::default(),
+            attr_ttl: Duration::ZERO,
         };
         RecallFs::new(cfg, None, None)
     }
@@ -781,7 +764,7 @@ mod tests {
         let mut fs = mount_state();
         for n in 0..100 {
             let rel = PathBuf::from(format!("f{n}"));
-            let ino = fs.inodes.entry(&rel);
+            let ino = fs.inodes.entry_of(&rel, 0, 100 + n);
             fs.changed(Change::Modified(&rel));
             assert_eq!(fs.gens.get(&ino), Some(&1));
             fs.forgotten(ino, 1);
@@ -789,8 +772,8 @@ mod tests {
         assert!(fs.gens.is_empty(), "{} generations of forgotten inodes kept", fs.gens.len());
         // One still held by the kernel keeps its generation.
         let rel = PathBuf::from("kept");
-        let ino = fs.inodes.entry(&rel);
-        fs.inodes.entry(&rel);
+        let ino = fs.inodes.entry_of(&rel, 0, 99);
+        fs.inodes.entry_of(&rel, 0, 99);
         fs.changed(Change::Modified(&rel));
         fs.forgotten(ino, 1);
         assert_eq!(fs.gens.get(&ino), Some(&1));

@@ -13,6 +13,7 @@ use std::path::Path;
 
 use crate::cached::Loaded;
 use crate::fs::{errno, Delay, RecallFs};
+use crate::value::InodeTag;
 use crate::wbuf::{Extent, WriteBuf};
 
 // One per open file, nearly all of them `File`s: boxing that variant would
@@ -27,6 +28,8 @@ pub(crate) enum Handle {
         chunk: Option<(u64, Loaded)>,
         /// The backing file's (device, inode), which hard links share.
         backing: (u64, u64),
+        /// Its generation and birth time, read once at open.
+        tag: InodeTag,
         /// Opened with O_APPEND: its writes land at the backing file's end
         /// whatever offset the kernel gave, so they are not buffered, and
         /// every other handle's buffer of the file is drained before each
@@ -58,7 +61,9 @@ impl RecallFs {
     pub(crate) fn file_handle(&self, file: File, ino: u64, flags: i32, changed: bool) -> Handle {
         let backing = file.metadata().map(|m| (m.dev(), m.ino())).unwrap_or_default();
         let append = flags & libc::O_APPEND != 0;
+        let tag = InodeTag::of(&file);
         Handle::File {
+            tag,
             file,
             ino,
             loaded: None,

@@ -8,8 +8,18 @@
 //! invalidation on its way, although the two travel on different
 //! connections. [`Pending`] is the bookkeeping, pure; [`Invalidator`] runs
 //! it against the worker.
+//!
+//! A delete recall did not acknowledge (recall away, the link cut) is not
+//! forgotten: the key stays unacknowledged, the session does not ask
+//! recall for it (its reads fall back to the backing file), and the delete
+//! is sent again before any ask of that key and whenever recall answers
+//! again, until recall acknowledges it. So a lost delete cannot bring an
+//! old copy back even where the identity check alone could not tell (see
+//! `crate::clock`, which makes that case not arise for stored values).
+//! The unacknowledged keys are held in memory, 32 bytes each, for as long
+//! as recall stays away.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::thread::JoinHandle;
 
@@ -24,6 +34,8 @@ const QUEUE: usize = 256;
 #[derive(Debug, Default)]
 pub struct Pending {
     keys: HashMap<String, u32>,
+    /// Keys whose last answered delete failed, and no later one succeeded.
+    unacked: HashSet<String>,
 }
 
 impl Pending {
@@ -31,22 +43,44 @@ impl Pending {
         *self.keys.entry(key.to_owned()).or_default() += 1;
     }
 
-    pub fn answered(&mut self, key: &str) {
+    /// A delete of `key` was answered: `ok` if recall acknowledged it.
+    pub fn answered(&mut self, key: &str, ok: bool) {
         if let Some(n) = self.keys.get_mut(key) {
             *n -= 1;
             if *n == 0 {
                 self.keys.remove(key);
             }
         }
+        if ok {
+            self.unacked.remove(key);
+        } else {
+            self.unacked.insert(key.to_owned());
+        }
     }
 
-    /// May the session ask recall for `key` (no delete of it on its way)?
-    pub fn clear(&self, key: &str) -> bool {
+    /// No delete of `key` is on its way.
+    pub fn settled(&self, key: &str) -> bool {
         !self.keys.contains_key(key)
     }
 
+    /// May the session ask recall for `key`: no delete of it on its way,
+    /// and every one sent acknowledged (or overtaken by an acknowledged one)?
+    pub fn clear(&self, key: &str) -> bool {
+        self.settled(key) && !self.unacked.contains(key)
+    }
+
+    /// Nothing on its way (unacknowledged keys may remain).
     pub fn is_empty(&self) -> bool {
         self.keys.is_empty()
+    }
+
+    /// The keys to send again, not already on their way.
+    pub fn to_retry(&self) -> Vec<String> {
+        self.unacked.iter().filter(|k| self.settled(k)).cloned().collect()
+    }
+
+    pub fn unacked(&self) -> usize {
+        self.unacked.len()
     }
 }
 
@@ -59,6 +93,7 @@ pub struct Invalidator {
     done: Receiver<Answered>,
     pending: Pending,
     worker: Option<JoinHandle<()>>,
+    retries: u64,
 }
 
 impl Invalidator {
@@ -78,7 +113,7 @@ impl Invalidator {
                 }
             })
             .expect("spawn the invalidation thread");
-        Invalidator { tx: Some(tx), done, pending: Pending::default(), worker: Some(worker) }
+        Invalidator { tx: Some(tx), done, pending: Pending::default(), worker: Some(worker), retries: 0 }
     }
 
     /// Queue a delete of `key`; waits only when the queue is full.
@@ -107,8 +142,29 @@ impl Invalidator {
     }
 
     fn note(&mut self, a: Answered) -> Answered {
-        self.pending.answered(&a.0);
+        self.pending.answered(&a.0, a.1.is_ok());
         a
+    }
+
+    /// Deletes sent again so far.
+    pub fn retries(&self) -> u64 {
+        self.retries
+    }
+
+    /// Keys whose delete recall has not acknowledged yet.
+    pub fn unacked(&self) -> usize {
+        self.pending.unacked()
+    }
+
+    /// Send again every delete recall did not acknowledge (when it
+    /// answers again); does not wait for the answers.
+    pub fn retry_all(&mut self) -> Vec<Answered> {
+        let mut out = Vec::new();
+        for key in self.pending.to_retry() {
+            self.retries += 1;
+            out.extend(self.send(key));
+        }
+        out
     }
 
     /// The answers that arrived so far, without waiting.
@@ -120,15 +176,26 @@ impl Invalidator {
         out
     }
 
-    /// Wait until no delete of `key` is on its way (every recall call is
-    /// bounded by the client's timeout, so this is too).
-    pub fn settle(&mut self, key: &str) -> Vec<Answered> {
-        self.settle_until(|p| p.clear(key))
+    /// Wait until no delete of `key` is on its way, sending it once more
+    /// if the last one was not acknowledged (every recall call is bounded
+    /// by the client's timeout, so this is too). The flag: may recall be
+    /// asked for `key` now?
+    pub fn settle(&mut self, key: &str) -> (Vec<Answered>, bool) {
+        let mut out = self.settle_until(|p| p.settled(key));
+        if !self.pending.clear(key) {
+            self.retries += 1;
+            out.extend(self.send(key.to_owned()));
+            out.extend(self.settle_until(|p| p.settled(key)));
+        }
+        (out, self.pending.clear(key))
     }
 
-    /// Wait until every delete sent has been answered.
+    /// Wait until every delete sent has been answered, sending the
+    /// unacknowledged ones once more first.
     pub fn settle_all(&mut self) -> Vec<Answered> {
-        self.settle_until(Pending::is_empty)
+        let mut out = self.retry_all();
+        out.extend(self.settle_until(Pending::is_empty));
+        out
     }
 
     fn settle_until(&mut self, done: impl Fn(&Pending) -> bool) -> Vec<Answered> {
@@ -136,9 +203,11 @@ impl Invalidator {
         while !done(&self.pending) {
             match self.done.recv() {
                 Ok(a) => out.push(self.note(a)),
-                // The worker is gone (it panicked): nothing is on its way.
+                // The worker is gone (it panicked): nothing is on its way,
+                // and nothing sent later will be acknowledged.
                 Err(_) => {
-                    self.pending = Pending::default();
+                    let unacked = std::mem::take(&mut self.pending.keys).into_keys();
+                    self.pending.unacked.extend(unacked);
                     break;
                 }
             }
@@ -170,16 +239,34 @@ mod tests {
         p.sent("a");
         p.sent("b");
         assert!(!p.clear("a"));
-        p.answered("a");
+        p.answered("a", true);
         assert!(!p.clear("a"), "one of two still on its way");
-        p.answered("a");
+        p.answered("a", true);
         assert!(p.clear("a"));
         assert!(!p.is_empty());
-        p.answered("b");
+        p.answered("b", true);
         assert!(p.is_empty());
         // An answer for a key not sent (cannot happen) changes nothing.
-        p.answered("c");
+        p.answered("c", true);
         assert!(p.is_empty());
+    }
+
+    #[test]
+    fn a_failed_delete_keeps_its_key_unclear_until_one_is_acknowledged() {
+        let mut p = Pending::default();
+        p.sent("a");
+        p.answered("a", false);
+        assert!(p.is_empty() && p.settled("a"));
+        assert!(!p.clear("a"), "lost: recall may still hold the old copy");
+        assert_eq!(p.to_retry(), vec!["a".to_owned()]);
+        p.sent("a");
+        assert!(p.to_retry().is_empty(), "already on its way again");
+        p.answered("a", false);
+        assert!(!p.clear("a"));
+        p.sent("a");
+        p.answered("a", true);
+        assert!(p.clear("a"));
+        assert_eq!(p.unacked(), 0);
     }
 
     /// A remote that records the deletes and fails those of keys starting
@@ -212,14 +299,21 @@ mod tests {
             answered.extend(inv.send(format!("k{i}")));
         }
         answered.extend(inv.send("xfail".into()));
-        answered.extend(inv.settle("xfail"));
-        assert!(inv.pending.clear("xfail"));
+        let (a, clear) = inv.settle("xfail");
+        answered.extend(a);
+        assert!(!clear, "recall never acknowledged it");
+        assert!(inv.pending.settled("xfail"));
+        assert_eq!(inv.retries(), 1, "sent once more before giving up");
         assert!(seen.lock().unwrap().contains(&"xfail".to_owned()), "sent before settle returned");
+        let (a, clear) = inv.settle("k0");
+        answered.extend(a);
+        assert!(clear);
         answered.extend(inv.settle_all());
         assert!(inv.pending.is_empty());
-        assert_eq!(answered.len(), QUEUE * 2 + 1, "every delete answered once");
-        assert_eq!(answered.iter().filter(|a| a.1.is_err()).count(), 1);
+        assert_eq!(inv.unacked(), 1);
+        assert_eq!(answered.len(), QUEUE * 2 + 3, "every delete answered once, xfail three times");
+        assert_eq!(answered.iter().filter(|a| a.1.is_err()).count(), 3);
         drop(inv);
-        assert_eq!(seen.lock().unwrap().len(), QUEUE * 2 + 1);
+        assert_eq!(seen.lock().unwrap().len(), QUEUE * 2 + 3);
     }
 }

@@ -65,6 +65,14 @@ struct Args {
     /// lookup, getattr, setattr, open and create.
     #[arg(long, default_value_t = 0, hide = true)]
     backing_meta_delay_us: u64,
+    /// How long the kernel may cache an entry or a file's attributes, in
+    /// milliseconds. Changes made through the mount are seen at once; one
+    /// made behind its back shows in `stat` (and in the size a read stops
+    /// at) within this time. File contents are checked at every read
+    /// whatever it is. 0: every stat reaches the backing directory, and no
+    /// open keeps the kernel's pages.
+    #[arg(long, default_value_t = 1000)]
+    attr_timeout_ms: u64,
     /// Let other users than the mounting one use the mount.
     #[arg(long)]
     allow_other: bool,
@@ -140,8 +148,11 @@ fn run(args: Args) -> Result<(), String> {
             data: Duration::from_micros(args.backing_delay_us),
             meta: Duration::from_micros(args.backing_meta_delay_us),
         },
+        attr_ttl: Duration::from_millis(args.attr_timeout_ms),
     };
-    let fs = RecallFs::new(cfg, remote, Some(tx));
+    let mut fs = RecallFs::new(cfg, remote, Some(tx));
+    let (notices, notice_rx) = mpsc::channel::<u64>();
+    fs.set_notices(notices);
     let mut opts = vec![
         MountOption::FSName(format!("recall-fs:{}", backing.display())),
         MountOption::Subtype("recall-fs".into()),
@@ -152,6 +163,14 @@ fn run(args: Args) -> Result<(), String> {
     }
     let session =
         fuser::spawn_mount2(fs, &args.mount, &opts).map_err(|e| format!("mount at {}: {e}", args.mount.display()))?;
+    // Attribute invalidations, off the session thread (see recall_fs::pages).
+    let notifier = session.notifier();
+    std::thread::spawn(move || {
+        for ino in notice_rx {
+            // ENOENT: the kernel no longer holds the inode; nothing to drop.
+            let _ = notifier.inval_inode(ino, -1, 0);
+        }
+    });
     println!("mounted at {}", args.mount.display());
     let _ = std::io::stdout().flush();
     // A signal, or the session ending (unmounted from outside).

@@ -31,12 +31,27 @@ pub struct Stats {
     /// Writes to backing files: fewer than `writes` when the write buffer
     /// collected several into one.
     pub backing_writes: u64,
+    /// Reads of files changed within the backing file system's current
+    /// timestamp tick: served by the backing file, nothing stored (see
+    /// `crate::clock`).
+    pub recent: u64,
+    /// Times the backing file system's clock was probed.
+    pub clock_probes: u64,
+    /// The backing directory's timestamp tick, probed at mount (0: none).
+    pub timestamp_granularity_ns: u64,
+    /// Deletes sent again after recall failed to acknowledge them.
+    pub invalidation_retries: u64,
+    /// Opens that kept the kernel's pages of an unchanged file.
+    pub kept_pages: u64,
+    /// Keys whose delete recall has not acknowledged yet (sent again
+    /// until it does; recall is not asked for them meanwhile).
+    pub invalidations_unacked: u64,
 }
 
 impl Stats {
     pub fn render(&self) -> String {
         format!(
-            "hits {}\nmisses {}\nstale {}\nbytes_from_cache {}\ninvalidations {}\nfallbacks {}\npassthrough {}\nstore_refused {}\nchunk_hits {}\nchunk_misses {}\nwrites {}\nbacking_writes {}\n",
+            "hits {}\nmisses {}\nstale {}\nbytes_from_cache {}\ninvalidations {}\nfallbacks {}\npassthrough {}\nstore_refused {}\nchunk_hits {}\nchunk_misses {}\nwrites {}\nbacking_writes {}\nrecent {}\nclock_probes {}\ntimestamp_granularity_ns {}\ninvalidation_retries {}\nkept_pages {}\ninvalidations_unacked {}\n",
             self.hits,
             self.misses,
             self.stale,
@@ -48,7 +63,13 @@ impl Stats {
             self.chunk_hits,
             self.chunk_misses,
             self.writes,
-            self.backing_writes
+            self.backing_writes,
+            self.recent,
+            self.clock_probes,
+            self.timestamp_granularity_ns,
+            self.invalidation_retries,
+            self.kept_pages,
+            self.invalidations_unacked
         )
     }
 

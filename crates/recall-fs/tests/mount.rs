@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use recall_testkit::Recalld;
 
 mod common;
-use common::{fuse_available, Mount, TempDir};
+use common::{fuse_available, settle, Mount, TempDir};
 
 fn set_mtime(path: &Path, t: SystemTime) {
     File::options()
@@ -32,6 +32,7 @@ fn second_read_hits_and_no_stale_copy_is_served() {
     let backing = TempDir::new("backing");
     let b = backing.0.join("small.txt");
     fs::write(&b, b"version one\n").unwrap();
+    settle(&b);
     let m = Mount::start(&backing.0, &srv.addr().to_string());
     let f = m.path("small.txt");
 
@@ -44,6 +45,7 @@ fn second_read_hits_and_no_stale_copy_is_served() {
     // Through the mount: invalidated, the next read has the new content.
     fs::write(&f, b"version two, through the mount\n").unwrap();
     assert!(m.stat("invalidations") >= 1);
+    settle(&b);
     assert_eq!(fs::read(&f).unwrap(), b"version two, through the mount\n");
     assert_eq!(fs::read(&f).unwrap(), b"version two, through the mount\n");
     let hits = m.stat("hits");
@@ -51,6 +53,7 @@ fn second_read_hits_and_no_stale_copy_is_served() {
 
     // Behind the mount's back, other size: the cached copy is not served.
     fs::write(&b, b"three\n").unwrap();
+    settle(&b);
     assert_eq!(fs::read(&f).unwrap(), b"three\n");
     assert_eq!(m.stat("stale"), 1);
     assert_eq!(fs::read(&f).unwrap(), b"three\n");
@@ -61,6 +64,7 @@ fn second_read_hits_and_no_stale_copy_is_served() {
     let old_mtime = fs::metadata(&b).unwrap().modified().unwrap();
     fs::write(&b, b"THREE\n").unwrap();
     set_mtime(&b, old_mtime + Duration::from_secs(1));
+    settle(&b);
     assert_eq!(fs::read(&f).unwrap(), b"THREE\n");
     assert_eq!(m.stat("stale"), 2);
 
@@ -69,6 +73,7 @@ fn second_read_hits_and_no_stale_copy_is_served() {
     // backing file every time, never an error.
     let mib: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 253) as u8).collect();
     fs::write(backing.0.join("mib"), &mib).unwrap();
+    settle(&backing.0.join("mib"));
     let hits = m.stat("hits");
     assert_eq!(fs::read(m.path("mib")).unwrap(), mib);
     assert_eq!(fs::read(m.path("mib")).unwrap(), mib);
@@ -85,6 +90,7 @@ fn reads_and_writes_survive_recalld_going_away() {
     let mut srv = Recalld::start(Vec::<String>::new()).expect("recalld");
     let backing = TempDir::new("backing");
     fs::write(backing.0.join("f"), b"cached\n").unwrap();
+    settle(&backing.0.join("f"));
     let m = Mount::start(&backing.0, &srv.addr().to_string());
     let f = m.path("f");
     assert_eq!(fs::read(&f).unwrap(), b"cached\n");
@@ -117,6 +123,7 @@ fn common_file_operations_pass_through() {
     // A file of exactly the size limit is cached.
     let mib: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 253) as u8).collect();
     fs::write(m.path("mib"), &mib).unwrap();
+    settle(&backing.0.join("mib"));
     assert_eq!(fs::read(m.path("mib")).unwrap(), mib);
     assert_eq!(fs::read(m.path("mib")).unwrap(), mib);
     assert_eq!((m.stat("hits"), m.stat("bytes_from_cache"), m.stat("store_refused")), (1, 1 << 20, 0));
@@ -492,6 +499,7 @@ fn big_files_are_cached_in_chunks_and_partial_reads_hit() {
     let backing = TempDir::new("backing");
     let big: Vec<u8> = (0..300_000u32).map(|i| (i % 249) as u8).collect();
     fs::write(backing.0.join("big"), &big).unwrap();
+    settle(&backing.0.join("big"));
     let args = ["--max-file-size", "16384", "--chunk-size", "65536"];
     let m = Mount::start_with(&backing.0, &srv.addr().to_string(), &args);
     let f = m.path("big");
@@ -518,6 +526,7 @@ fn big_files_are_cached_in_chunks_and_partial_reads_hit() {
     // Behind the mount's back, another size: the identity catches it.
     changed.truncate(250_000);
     fs::write(backing.0.join("big"), &changed).unwrap();
+    settle(&backing.0.join("big"));
     assert_eq!(fs::read(&f).unwrap(), changed);
 
     srv.kill9();
@@ -582,6 +591,7 @@ fn xattrs_and_statfs_pass_through_to_the_backing_directory() {
     let backing = TempDir::new("backing");
     let b = backing.0.join("tagged");
     fs::write(&b, b"tagged content\n").unwrap();
+    settle(&b);
     let m = Mount::start(&backing.0, &srv.addr().to_string());
     let f = m.path("tagged");
     assert_eq!(fs::read(&f).unwrap(), b"tagged content\n");
@@ -603,6 +613,7 @@ fn xattrs_and_statfs_pass_through_to_the_backing_directory() {
 
     // An xattr is not content: nothing invalidated; the moved ctime makes
     // the next read reload the copy once (never serve another version).
+    settle(&b);
     assert_eq!(fs::read(&f).unwrap(), b"tagged content\n");
     assert_eq!(m.stat("invalidations"), invalidations, "{}", m.stats());
     assert_eq!(m.stat("stale"), 1, "{}", m.stats());
@@ -638,6 +649,7 @@ fn a_changing_handle_bypasses_recall_and_invalidates_once_at_release() {
     let srv = Recalld::start(Vec::<String>::new()).expect("recalld");
     let backing = TempDir::new("backing");
     fs::write(backing.0.join("f"), b"old content\n").unwrap();
+    settle(&backing.0.join("f"));
     let m = Mount::start(&backing.0, &srv.addr().to_string());
     let f = m.path("f");
     assert_eq!(fs::read(&f).unwrap(), b"old content\n");
@@ -655,6 +667,7 @@ fn a_changing_handle_bypasses_recall_and_invalidates_once_at_release() {
     assert!(m.stat("passthrough") >= passthrough + 3, "{}", m.stats());
     assert_eq!(m.stat("invalidations"), invalidations, "nothing deleted before the release");
     drop(w);
+    settle(&backing.0.join("f"));
     assert_eq!(fs::read(&f).unwrap(), b"NEW content\n");
     assert_eq!(m.stat("invalidations"), invalidations + 1, "{}", m.stats());
     assert_eq!(fs::read(&f).unwrap(), b"NEW content\n");

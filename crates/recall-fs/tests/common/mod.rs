@@ -45,6 +45,35 @@ impl Drop for TempDir {
     }
 }
 
+/// Wait until the clock of the file system `path` is on has moved past
+/// the file's mtime and ctime (its next timestamp tick), so recall-fs may
+/// cache the version there now (see recall_fs::clock). Probes with an
+/// unnamed file in the same directory; bounded.
+pub fn settle(path: &Path) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let m = fs::symlink_metadata(path).expect("stat the file to settle");
+    let newest = (m.mtime() * 1_000_000_000 + m.mtime_nsec()).max(m.ctime() * 1_000_000_000 + m.ctime_nsec());
+    let dir = path.parent().expect("a file in a directory");
+    let probe = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_TMPFILE)
+        .open(dir)
+        .expect("an unnamed probe file");
+    let t0 = std::time::Instant::now();
+    loop {
+        // SAFETY: an open descriptor; a null times pointer means now.
+        assert_eq!(unsafe { libc::futimens(probe.as_raw_fd(), std::ptr::null()) }, 0);
+        let p = probe.metadata().unwrap();
+        if p.ctime() * 1_000_000_000 + p.ctime_nsec() > newest {
+            return;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "the file system's clock did not move past {newest} ns");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// A running `recall-fs`; SIGTERM (and, if it does not exit in time,
 /// SIGKILL plus a lazy `fusermount3 -u`) on drop.
 pub struct Mount {
@@ -69,6 +98,10 @@ impl Mount {
             .arg("--mount")
             .arg(&mnt)
             .args(["--servers", servers, "--timeout-ms", "500"])
+            // The tests that count recall's hits need every read to reach
+            // recall-fs: no attribute caching and no kept pages unless a
+            // test asks for them.
+            .args(if extra.contains(&"--attr-timeout-ms") { &[][..] } else { &["--attr-timeout-ms", "0"][..] })
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
