@@ -23,6 +23,7 @@ pub mod failpoint;
 pub mod fsutil;
 pub mod snapshot;
 pub mod wal;
+pub mod wal_format;
 pub mod wal_read;
 
 /// One item (or tombstone) as persisted: recall's one mutation record,

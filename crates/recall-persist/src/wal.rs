@@ -9,16 +9,19 @@
 //!
 //! Record framing: `len u32 | crc32c u32 | payload`, payload = `tag u8 |
 //! klen u8 | flags u32 | exptime u32 | ts u64 | vlen u32 | key | value`
-//! (`recall_record`'s mutation record).
+//! (`recall_record`'s mutation record). Each batch ends with an end marker,
+//! and each segment carries a header and a trailer that seals its length
+//! ahead of the data: [`crate::wal_format`] draws the layout and says why
+//! a cut file is then told from a torn write.
 //! A tombstone with an empty key (tag 2, klen 0) is an immediate
 //! `flush_all` at its `ts`: replay drops everything before it. Reading the
 //! log back (and what happens to a torn or damaged record) is
 //! [`crate::wal_read`].
 //!
 //! **Disk errors.** A batch whose write or fsync fails is cut off again:
-//! the segment is truncated back to the end of the last batch that was
-//! durable (and that truncation fsynced), so the next batch starts right
-//! after the last good record and replay reaches it. The failed batch's
+//! the bytes it wrote are overwritten with zeros back to the end of the
+//! last batch that was durable (and that fsynced), so the next batch starts
+//! right after the last good record and replay reaches it. The failed batch's
 //! LSNs are answered with the error, forever (a later success does not
 //! make them durable); later batches are tried as they come, so writes
 //! resume by themselves once space is back. If even the truncation fails,
@@ -34,15 +37,17 @@
 use std::collections::VecDeque;
 use std::fs::{self, File, OpenOptions};
 use std::future::Future;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
+use std::os::unix::fs::FileExt;
+
 use crate::wal_read::named;
-use crate::Record;
+use crate::{wal_format, Record};
 
 struct Pending {
     buf: Vec<u8>,
@@ -143,50 +148,131 @@ pub use crate::wal_read::{check, repair, replay, ReplayError, Replayed};
 struct Active {
     file: File,
     path: PathBuf,
-    /// Length of the durable prefix: every byte before it was fsynced as
-    /// part of a batch that succeeded.
+    /// End of the durable prefix: every byte before it was fsynced as
+    /// part of a batch that succeeded (or is the header).
     good: u64,
-    /// A failed batch may have left bytes after `good` that could not be
-    /// cut off yet.
-    dirty: bool,
+    /// The file's sealed length: its trailer occupies the last 16 bytes,
+    /// and batches are written only before it.
+    sealed: u64,
+    /// Batches durable in this segment (the next marker's number is one
+    /// more).
+    batches: u64,
+    /// A failed batch may have left bytes in `good..dirty_end` that could
+    /// not be zeroed yet.
+    dirty_end: Option<u64>,
 }
 
 impl Active {
-    /// Write and fsync one batch; on failure, cut the segment back to its
-    /// durable prefix so that nothing is ever appended after a partial
-    /// record.
-    fn write_batch(&mut self, out: &[u8]) -> io::Result<()> {
-        if self.dirty {
+    /// Create segment `path`: header and a sealed room, written to a temp
+    /// file, fsynced and renamed into place (so a segment never exists
+    /// without its header and trailer), then the directory fsynced.
+    fn create(dir: &Path, path: PathBuf) -> io::Result<Active> {
+        let tmp = path.with_extension("log.tmp");
+        let sealed = wal_format::GROW;
+        let made = (|| {
+            let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&tmp)?;
+            file.write_all_at(&wal_format::header(), 0)?;
+            file.write_all_at(&wal_format::trailer(sealed), sealed - wal_format::TRAILER as u64)?;
+            file.sync_all()?;
+            fs::rename(&tmp, &path)?;
+            crate::fsutil::sync_dir(dir)?;
+            Ok(file)
+        })();
+        let file = made.map_err(|e| named(&path, e))?;
+        Ok(Active { file, path, good: wal_format::HEADER as u64, sealed, batches: 0, dirty_end: None })
+    }
+
+    /// Write and fsync one batch of `records` records, with its end marker;
+    /// on failure, zero what it wrote so that nothing is ever appended after
+    /// a partial batch.
+    fn write_batch(&mut self, out: &[u8], records: u32) -> io::Result<()> {
+        if self.dirty_end.is_some() {
             self.cut_back().map_err(|e| {
                 io::Error::new(e.kind(), format!("cannot cut off an earlier failed write, so refusing more: {e}"))
             })?;
         }
-        let res = self.file.write_all(out).and_then(|()| {
-            crate::failpoint::hit(crate::failpoint::Crash::WalBeforeFsync);
-            self.file.sync_data()
-        });
+        let mark = wal_format::marker(self.batches + 1, records, self.good);
+        let len = (out.len() + mark.len()) as u64;
+        self.make_room(len)?;
+        let res = self
+            .file
+            .write_all_at(out, self.good)
+            .and_then(|()| self.file.write_all_at(&mark, self.good + out.len() as u64))
+            .and_then(|()| {
+                crate::failpoint::hit(crate::failpoint::Crash::WalBeforeFsync);
+                self.file.sync_data()
+            });
         match res {
             Ok(()) => {
-                self.good += out.len() as u64;
+                self.good += len;
+                self.batches += 1;
                 Ok(())
             }
             Err(e) => {
                 let e = named(&self.path, e);
                 // After a failed fsync the kernel may already have dropped
-                // the dirty pages; cutting the batch off (and fsyncing the
-                // cut) is what makes the file's end trustworthy again.
-                // (If the cut fails too, `dirty` stays set and the next
-                // batch retries it before writing anything.)
-                self.dirty = true;
+                // the dirty pages; zeroing the batch (and fsyncing that) is
+                // what makes the file's end trustworthy again. (If that
+                // fails too, `dirty_end` stays set and the next batch
+                // retries it before writing anything.)
+                self.dirty_end = Some(self.good + len);
                 let _ = self.cut_back();
                 Err(e)
             }
         }
     }
 
+    /// Seal a longer file before a batch that would reach the trailer: the
+    /// new trailer is written and fsynced first, so the length on disk
+    /// always covers every byte written. Nothing of the batch is written
+    /// if this fails.
+    fn make_room(&mut self, len: u64) -> io::Result<()> {
+        let need = self.good + len + wal_format::TRAILER as u64;
+        if need <= self.sealed {
+            return Ok(());
+        }
+        let sealed = need.div_ceil(wal_format::GROW) * wal_format::GROW;
+        self.file
+            .write_all_at(&wal_format::trailer(sealed), sealed - wal_format::TRAILER as u64)
+            .and_then(|()| self.file.sync_all())
+            .map_err(|e| named(&self.path, e))?;
+        // The old trailer is now room like any other: zeros (made durable
+        // with the batch; a crash before that leaves it in the newest
+        // segment's room, which replay zeroes as a torn tail).
+        let old = self.sealed - wal_format::TRAILER as u64;
+        self.sealed = sealed;
+        // (The batch, written after, overwrites whatever part it covers.
+        // If this fails, the old trailer is left to zero like a failed
+        // batch's bytes.)
+        self.file.write_all_at(&[0u8; wal_format::TRAILER], old).map_err(|e| {
+            self.dirty_end = Some(old + wal_format::TRAILER as u64);
+            named(&self.path, e)
+        })
+    }
+
+    /// Zero `good..dirty_end`, page by page and only the pages holding
+    /// something: on a full disk the pages the failed batch never got are
+    /// holes, and writing zeros into a hole would need the space that is
+    /// missing.
     fn cut_back(&mut self) -> io::Result<()> {
-        self.file.set_len(self.good).and_then(|()| self.file.sync_data()).map_err(|e| named(&self.path, e))?;
-        self.dirty = false;
+        let Some(end) = self.dirty_end else { return Ok(()) };
+        const PAGE: u64 = 4096;
+        let mut page = vec![0u8; PAGE as usize];
+        let zeros = vec![0u8; PAGE as usize];
+        let mut at = self.good;
+        let res = (|| {
+            while at < end {
+                let n = (PAGE - at % PAGE).min(end - at) as usize;
+                self.file.read_exact_at(&mut page[..n], at)?;
+                if page[..n].iter().any(|b| *b != 0) {
+                    self.file.write_all_at(&zeros[..n], at)?;
+                }
+                at += n as u64;
+            }
+            self.file.sync_data()
+        })();
+        res.map_err(|e| named(&self.path, e))?;
+        self.dirty_end = None;
         Ok(())
     }
 }
@@ -197,6 +283,14 @@ impl Wal {
     pub fn open(dir: &Path) -> io::Result<Arc<Wal>> {
         fs::create_dir_all(dir).map_err(|e| named(dir, e))?;
         let next = segments(dir).map_err(|e| named(dir, e))?.last().map_or(1, |(n, _)| n + 1);
+        // A segment whose creation a crash interrupted never held a record.
+        for e in fs::read_dir(dir).map_err(|e| named(dir, e))?.flatten() {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with("wal-") && name.ends_with(".log.tmp") {
+                let _ = fs::remove_file(e.path());
+            }
+        }
         let wal = Arc::new(Wal {
             dir: dir.to_path_buf(),
             pending: Mutex::new(Pending {
@@ -222,11 +316,7 @@ impl Wal {
     }
 
     fn open_segment(&self, n: u64) -> io::Result<Active> {
-        let path = segment_path(&self.dir, n);
-        let file = OpenOptions::new().create(true).append(true).open(&path).map_err(|e| named(&path, e))?;
-        let good = file.metadata().map_err(|e| named(&path, e))?.len();
-        crate::fsutil::sync_dir(&self.dir).map_err(|e| named(&self.dir, e))?;
-        Ok(Active { file, path, good, dirty: false })
+        Active::create(&self.dir, segment_path(&self.dir, n))
     }
 
     /// Buffer a record given by parts (no intermediate copy of the value);
@@ -351,7 +441,9 @@ impl Wal {
                 (p.last_lsn, p.rotate_to, p.shutdown)
             };
             if !out.is_empty() {
-                if let Err(e) = active.write_batch(&out) {
+                // One LSN per record.
+                let records = (lsn - settled) as u32;
+                if let Err(e) = active.write_batch(&out, records) {
                     // Never acknowledge what isn't durable: this batch's
                     // LSNs fail; the next batch tries again.
                     self.record_failure(settled + 1, lsn, &e);
@@ -363,7 +455,7 @@ impl Wal {
             }
             if let Some(n) = rotate {
                 let r = match self.open_segment(n) {
-                    Ok(a) if active.dirty => {
+                    Ok(a) if active.dirty_end.is_some() => {
                         // Leave no partial batch behind in the old segment:
                         // it would be damage before the log's end.
                         match active.cut_back() {

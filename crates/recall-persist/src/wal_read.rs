@@ -16,22 +16,38 @@
 //!   byte offset; [`check`] reports it; [`repair`] truncates the log there
 //!   only when an operator asks (Redis' `aof-load-truncated`, for damage).
 //!
-//! A bit flip inside the very last record of the newest segment looks
-//! exactly like a torn write of that record and is repaired as one (that
-//! record is lost), and a segment other than the newest that something
-//! else cut exactly between two records shows no damage: a checksum per
-//! record cannot see either.
+//! Segments in the current layout ([`crate::wal_format`]) are judged by
+//! batch: a batch counts once its end marker is read, in sequence and with
+//! its record count, and the file must end with the trailer that sealed its
+//! length before the data was written. So beyond a bad record:
+//!
+//! * a **torn tail** is one unfinished batch (records without their marker,
+//!   or a partial record) in the newest segment, before its trailer, with
+//!   nothing valid after the first bad byte; [`replay`] zeroes it.
+//! * a cut file (no trailer naming its length: half of it gone, or cut
+//!   exactly between two batches), a marker out of sequence (a batch
+//!   missing) or one whose count disagrees (records missing) is
+//!   **damage**, wherever it is.
+//!
+//! A bit flip inside the newest segment's unfinished batch looks exactly
+//! like its torn write (nothing of it was acknowledged either way).
+//!
+//! Segments in the previous layout (no header) keep that layout's rules: a
+//! bit flip inside the very last record of the newest segment is repaired
+//! as a torn write, and a cut exactly between two records, or of the newest
+//! segment anywhere, shows no damage: a checksum per record cannot see it.
 
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
+use std::os::unix::fs::FileExt;
+
 use crate::wal::segments;
+use crate::wal_format::{self, FRAME};
 use crate::Record;
 
-/// `len u32 | crc32c u32` before each payload.
-const FRAME: usize = 8;
 /// The fixed part of a payload: `tag | klen | flags | exptime | ts | vlen`.
 const FIXED: usize = recall_record::HEADER;
 
@@ -39,6 +55,9 @@ const FIXED: usize = recall_record::HEADER;
 enum Next {
     /// A valid record ending at the offset given.
     Record(Record, usize),
+    /// A valid batch end marker (`seq`, `records`, `start`), ending at the
+    /// offset given.
+    Marker(u64, u32, u64, usize),
     /// The end of the data, exactly.
     End,
     /// Not a valid record: why.
@@ -55,6 +74,15 @@ fn decode_at(data: &[u8], i: usize) -> Next {
     let Some(head) = data.get(i..i + FRAME) else { return Next::Bad("record header cut short") };
     let len = u32::from_le_bytes(head[..4].try_into().expect("4")) as usize;
     let crc = u32::from_le_bytes(head[4..].try_into().expect("4"));
+    if len == wal_format::MARK_LEN {
+        if let Some(body) = data.get(i + FRAME..i + FRAME + len) {
+            if crc32c::crc32c(body) == crc {
+                if let Some((seq, records, start)) = wal_format::parse_marker(body) {
+                    return Next::Marker(seq, records, start, i + FRAME + len);
+                }
+            }
+        }
+    }
     if len < FIXED {
         return Next::Bad("impossible record length");
     }
@@ -69,10 +97,10 @@ fn decode_at(data: &[u8], i: usize) -> Next {
     }
 }
 
-/// Valid records that can still be recognised at or after `from` (by
-/// searching every offset after a bad one). Zero means nothing valid
-/// follows `from`.
-fn records_after(data: &[u8], mut from: usize) -> u64 {
+/// Valid records (and, with `markers`, batch end markers) that can still
+/// be recognised at or after `from` (by searching every offset after a bad
+/// one). Zero means nothing valid follows `from`.
+fn records_after(data: &[u8], mut from: usize, markers: bool) -> u64 {
     let mut n = 0;
     while from < data.len() {
         match decode_at(data, from) {
@@ -80,8 +108,12 @@ fn records_after(data: &[u8], mut from: usize) -> u64 {
                 n += 1;
                 from = end;
             }
+            Next::Marker(.., end) if markers => {
+                n += 1;
+                from = end;
+            }
             Next::End => break,
-            Next::Bad(_) => from += 1,
+            Next::Marker(..) | Next::Bad(_) => from += 1,
         }
     }
     n
@@ -159,7 +191,16 @@ pub(crate) fn named(path: &Path, e: io::Error) -> io::Error {
 
 /// Verify one segment's bytes; calls `f` with each valid record before the
 /// first problem.
-fn verify(data: &[u8], newest: bool, mut f: impl FnMut(Record)) -> (u64, Option<Problem>) {
+fn verify(data: &[u8], newest: bool, f: impl FnMut(Record)) -> (u64, Option<Problem>) {
+    if data.starts_with(wal_format::MAGIC) {
+        verify_sealed(data, newest, f)
+    } else {
+        verify_unsealed(data, newest, f)
+    }
+}
+
+/// The previous layout: records only.
+fn verify_unsealed(data: &[u8], newest: bool, mut f: impl FnMut(Record)) -> (u64, Option<Problem>) {
     let mut i = 0;
     let mut n = 0;
     loop {
@@ -170,14 +211,76 @@ fn verify(data: &[u8], newest: bool, mut f: impl FnMut(Record)) -> (u64, Option<
                 i = end;
             }
             Next::End => return (n, None),
-            Next::Bad(what) => {
-                let records_after = records_after(data, i + 1);
-                let kind = if newest && records_after == 0 { ProblemKind::TornTail } else { ProblemKind::Damage };
-                let p = Problem { kind, offset: i as u64, what, bytes_after: (data.len() - i) as u64, records_after };
-                return (n, Some(p));
-            }
+            // That layout has no markers: one there is not a record.
+            Next::Marker(..) => return (n, Some(bad(data, i, newest, "impossible record length", false))),
+            Next::Bad(what) => return (n, Some(bad(data, i, newest, what, false))),
         }
     }
+}
+
+/// A bad record at `i`: a torn tail if the segment is the newest and
+/// nothing valid follows it, damage otherwise.
+fn bad(data: &[u8], i: usize, newest: bool, what: &'static str, markers: bool) -> Problem {
+    let records_after = records_after(data, i + 1, markers);
+    let kind = if newest && records_after == 0 { ProblemKind::TornTail } else { ProblemKind::Damage };
+    Problem { kind, offset: i as u64, what, bytes_after: (data.len() - i) as u64, records_after }
+}
+
+/// The current layout (see [`crate::wal_format`]): records are passed to
+/// `f` a batch at a time, once the batch's end marker has checked them.
+fn verify_sealed(data: &[u8], newest: bool, mut f: impl FnMut(Record)) -> (u64, Option<Problem>) {
+    let damage = |at: usize, what: &'static str| Problem {
+        kind: ProblemKind::Damage,
+        offset: at as u64,
+        what,
+        bytes_after: (data.len() - at) as u64,
+        records_after: records_after(data, at + 1, true),
+    };
+    let version = data.get(8..12).map(|v| u32::from_le_bytes(v.try_into().expect("4")));
+    if version != Some(wal_format::VERSION) {
+        return (0, Some(damage(8.min(data.len()), "unsupported log format version (a newer recalld wrote it?)")));
+    }
+    let (mut i, mut n, mut seq) = (wal_format::HEADER, 0, 0);
+    let mut batch = Vec::new();
+    let mut batch_start = i;
+    let stop = loop {
+        match decode_at(data, i) {
+            Next::Record(r, end) => {
+                batch.push(r);
+                i = end;
+            }
+            Next::Marker(s, records, start, end) => {
+                if s != seq + 1 {
+                    return (n, Some(damage(batch_start, "batch out of sequence: whole batches are missing here")));
+                }
+                if start != batch_start as u64 || records as usize != batch.len() {
+                    return (n, Some(damage(batch_start, "batch short of records: some are missing")));
+                }
+                n += batch.len() as u64;
+                batch.drain(..).for_each(&mut f);
+                seq = s;
+                i = end;
+                batch_start = end;
+            }
+            Next::End => break "record header cut short",
+            Next::Bad(what) => break what,
+        }
+    };
+    let Some(sealed) = wal_format::sealed_end(data, batch_start) else {
+        return (n, Some(damage(batch_start, "segment cut short: its sealed length is gone, so records are missing")));
+    };
+    // Between the last whole batch and the trailer: zeros, or one
+    // unfinished batch.
+    if data[batch_start..sealed].iter().all(|b| *b == 0) {
+        return (n, None);
+    }
+    let torn = i.clamp(batch_start, sealed);
+    let mut p = bad(&data[..sealed], torn, newest, stop, true);
+    p.offset = batch_start as u64;
+    // The unfinished write's bytes, not the zeroed room after them.
+    let written = data[batch_start..sealed].iter().rposition(|b| *b != 0).map_or(0, |l| l + 1);
+    p.bytes_after = written as u64;
+    (n, Some(p))
 }
 
 /// Verify every segment of the log in `dir`, oldest first (the offline
@@ -246,6 +349,32 @@ fn truncate(path: &Path, len: u64) -> io::Result<()> {
     f.set_len(len).and_then(|()| f.sync_all()).map_err(|e| named(path, e))
 }
 
+/// Cut a torn tail off at `at`, durably, in a way a crash during the cut
+/// cannot turn into damage: a segment in the previous layout is truncated;
+/// a sealed one has its unfinished batch zeroed up to its trailer (the
+/// trailer stays).
+fn cut_torn(path: &Path, data: &[u8], at: u64) -> io::Result<()> {
+    if !data.starts_with(wal_format::MAGIC) {
+        return truncate(path, at);
+    }
+    let sealed = wal_format::sealed_end(data, at as usize).unwrap_or(data.len());
+    let f = OpenOptions::new().write(true).open(path).map_err(|e| named(path, e))?;
+    let zeros = vec![0u8; sealed.saturating_sub(at as usize)];
+    f.write_all_at(&zeros, at).and_then(|()| f.sync_data()).map_err(|e| named(path, e))
+}
+
+/// Cut a segment at `at` for good (an operator's repair): truncated, and a
+/// sealed one given a new trailer right there.
+fn cut_off(path: &Path, data: &[u8], at: u64) -> io::Result<()> {
+    truncate(path, at)?;
+    if data.starts_with(wal_format::MAGIC) {
+        let f = OpenOptions::new().write(true).open(path).map_err(|e| named(path, e))?;
+        let t = wal_format::trailer(at + wal_format::TRAILER as u64);
+        f.write_all_at(&t, at).and_then(|()| f.sync_all()).map_err(|e| named(path, e))?;
+    }
+    Ok(())
+}
+
 /// Replay the log in `dir`: verify every segment first, refuse on damage
 /// before the log's end, cut off a torn tail (durably, before returning),
 /// then call `f` with every record in order.
@@ -256,7 +385,7 @@ pub fn replay(dir: &Path, mut f: impl FnMut(Record)) -> Result<Replayed, ReplayE
         match &s.problem {
             Some(p) if p.kind == ProblemKind::Damage => return Err(ReplayError::Damaged(s.clone())),
             Some(p) => {
-                truncate(&s.path, p.offset)?;
+                cut_torn(&s.path, &read(&s.path)?, p.offset)?;
                 done.torn_tail = Some(s.clone());
             }
             None => {}
@@ -334,7 +463,24 @@ pub fn repair(dir: &Path) -> io::Result<Option<Repaired>> {
         moved.push((s.clone(), to));
     }
     moved.reverse();
-    truncate(&cut.path, p.offset)?;
+    cut_off(&cut.path, &data, p.offset)?;
     crate::fsutil::sync_dir(dir).map_err(|e| named(dir, e))?;
     Ok(Some(Repaired { cut, saved_tail, moved }))
+}
+
+/// The frames of a sealed segment from its header on, as `(start, end,
+/// is_marker)`, up to the first that does not decode (for tests that cut
+/// a log at its batches).
+#[cfg(test)]
+pub(crate) fn frames(data: &[u8]) -> Vec<(usize, usize, bool)> {
+    let mut i = wal_format::HEADER;
+    let mut v = Vec::new();
+    loop {
+        match decode_at(data, i) {
+            Next::Record(_, end) => v.push((i, end, false)),
+            Next::Marker(.., end) => v.push((i, end, true)),
+            _ => return v,
+        }
+        i = v.last().expect("pushed").1;
+    }
 }

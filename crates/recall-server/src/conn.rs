@@ -45,6 +45,10 @@ pub struct ConnCtx {
     pub wal: Option<Arc<Wal>>,
     /// Cluster mode: this worker's connections to the leader.
     pub forward: Option<Arc<crate::forward::Forwarder>>,
+    /// Set once, by a graceful stop (SIGUSR1): each connection closes the
+    /// next time it would wait for its client, so the replies of every
+    /// request it has read go out first.
+    pub stop: tokio::sync::watch::Receiver<bool>,
 }
 
 /// Serve one connection until it closes. `row` is its line in
@@ -88,6 +92,7 @@ where
     // -vv: the commands and replies in the log (verbose.rs).
     let mut verbose =
         crate::verbose::enabled().then(|| crate::verbose::Verbose::new(row.as_ref().map_or(0, |r| r.id())));
+    let mut stop = cx.stop.clone();
     loop {
         // Run a turn only when its replies fit in the socket's backlog;
         // until then, wait holding no replies (see `backlog.rs`). With
@@ -102,7 +107,15 @@ where
                     if buf.capacity() > buf.len() {
                         buf = BytesMut::from(&buf[..]);
                     }
-                    if stream.drained().await.is_err() {
+                    // Waiting for the client to read holds no replies
+                    // (they went out) and no request that has run: a
+                    // graceful stop may close here too.
+                    let drained = tokio::select! {
+                        biased;
+                        _ = stopped(&mut stop) => return (Action::Close, CloseReason::Shutdown),
+                        d = stream.drained() => d,
+                    };
+                    if drained.is_err() {
                         return (Action::Close, CloseReason::Error);
                     }
                     // Writable again: run at least one request, whatever
@@ -235,21 +248,39 @@ where
         };
         let most = if backlog.pressed() { most.min(PRESSED_READ) } else { most };
         let read = read_some(&mut stream, &mut buf, &mut out, room, most);
-        let n = match cx.idle {
-            Some(d) => match tokio::time::timeout(d, read).await {
-                Ok(r) => r,
-                Err(_) => {
+        let read = async {
+            match cx.idle {
+                Some(d) => tokio::time::timeout(d, read).await.ok(),
+                None => Some(read.await),
+            }
+        };
+        // A graceful stop closes a connection only here, waiting for its
+        // client: every request it read has had its reply written (an
+        // unfinished one has none to give).
+        let n = tokio::select! {
+            biased;
+            _ = stopped(&mut stop) => return (Action::Close, CloseReason::Shutdown),
+            n = read => match n {
+                Some(n) => n,
+                None => {
                     counters.idle_kicks.incr();
                     return (Action::Close, CloseReason::IdleTimeout);
                 }
             },
-            None => read.await,
         };
         match n {
             Ok(0) => return (Action::Close, CloseReason::Normal),
             Err(_) => return (Action::Close, CloseReason::Error),
             Ok(n) => counters.bytes_read.add(n as u64),
         }
+    }
+}
+
+/// Resolves once a graceful stop has been asked for. (A stop that can no
+/// longer come, its sender gone, never resolves.)
+async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
+    if stop.wait_for(|s| *s).await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 

@@ -12,6 +12,32 @@ const LICENSE: &str = include_str!("../../../LICENSE");
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// jemalloc's options built into recalld (an operator's `_RJEM_MALLOC_CONF`
+/// is read after them, so it can override any):
+///
+/// * `background_thread:true`: without it, jemalloc returns freed pages to
+///   the system only from inside later allocations, so a server that goes
+///   quiet after a burst (400 clients that each sent most of a 1 MB get
+///   line and hung up) keeps the burst's pages resident for good: 155–169
+///   MB of them, measured, 40 s after the clients had gone.
+/// * `dirty_decay_ms:1000` (jemalloc's default is 10 s): the background
+///   thread gives those pages back within about a second. The cost is more
+///   `madvise` under a steady load that frees large buffers and takes them
+///   again; small buffers come from the thread caches and are untouched.
+///   memcached (glibc's malloc, large buffers `mmap`ed) gives them back at
+///   once.
+/// * `muzzy_decay_ms:0` (the default, stated): purged pages are released
+///   straight away rather than parked as lazily-freed memory, which still
+///   counts in RSS until the kernel needs it.
+#[cfg(not(any(target_env = "msvc", feature = "system-allocator")))]
+#[allow(non_upper_case_globals)]
+#[export_name = "_rjem_malloc_conf"]
+pub static malloc_conf: Option<&'static libc::c_char> = Some(
+    // SAFETY: the pointer is to the first byte of a C string literal,
+    // which lives for the whole program.
+    unsafe { &*c"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0".as_ptr() },
+);
+
 /// jemalloc reads this environment variable once, at its first allocation.
 const JEMALLOC_CONF_ENV: &str = "_RJEM_MALLOC_CONF";
 

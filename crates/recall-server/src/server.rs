@@ -75,7 +75,7 @@ pub fn build_engine(cfg: &Config, clock: Arc<dyn Clock>) -> Engine {
     e
 }
 
-/// Run the server until SIGINT/SIGTERM or an enabled `shutdown` command.
+/// Run the server until SIGINT/SIGTERM/SIGUSR1 or an enabled `shutdown` command.
 /// `RECALL_FAILPOINT=<name>`, read once at start: test-only crash points
 /// for the crash harness (see `recall_persist::failpoint`).
 fn failpoint_from_env() -> std::io::Result<Option<recall_persist::failpoint::Crash>> {
@@ -180,6 +180,9 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
     // nothing).
     let local = locals.first().cloned();
     let shutdown = Arc::new(Notify::new());
+    // A graceful stop (SIGUSR1) tells every connection to close once its
+    // replies are out (see conn.rs).
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
 
     let choice = match cfg.protocol.as_str() {
         "ascii" => ProtocolChoice::Ascii,
@@ -194,7 +197,15 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
     for i in 0..cfg.effective_threads() {
         let (tx, rx) = mpsc::unbounded_channel::<(Accepted, Via)>();
         senders.push(tx);
-        let w = Worker { engine: engine.clone(), choice, idle, wal: wal.clone(), tls: tls.clone(), forward_timeout };
+        let w = Worker {
+            engine: engine.clone(),
+            choice,
+            idle,
+            wal: wal.clone(),
+            tls: tls.clone(),
+            forward_timeout,
+            stop: stop_rx.clone(),
+        };
         let shutdown = shutdown.clone();
         std::thread::Builder::new().name(format!("recall-worker-{i}")).spawn(move || w.run(rx, shutdown))?;
     }
@@ -280,8 +291,13 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let max_conns = cfg.max_connections as u64;
     let acceptor_engine = engine.clone();
-    rt.block_on(async move {
+    // Borrowed, not moved into the loop: a worker's runtime (and every
+    // connection on it) ends when its channel closes, and a graceful stop
+    // must keep them running until their replies are out.
+    let to_workers = &senders;
+    let graceful = rt.block_on(async move {
         let engine = acceptor_engine;
+        let mut graceful = false;
         // One task per listener, all feeding this loop: the connection
         // limit and the round-robin stay in one place.
         let (accepted_tx, mut accepted) = mpsc::channel::<(Accepted, Via)>(64);
@@ -319,6 +335,8 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
         let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         // SIGHUP reloads the auth file and the TLS certificates, as in memcached.
         let mut sighup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+        // SIGUSR1 is memcached's graceful stop.
+        let mut sigusr1 = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())?;
         let mut next = 0usize;
         loop {
             tokio::select! {
@@ -331,11 +349,16 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
                     }
                     g.curr_connections.fetch_add(1, Ordering::Relaxed);
                     g.total_connections.fetch_add(1, Ordering::Relaxed);
-                    let _ = senders[next % senders.len()].send((stream, via));
+                    let _ = to_workers[next % to_workers.len()].send((stream, via));
                     next = next.wrapping_add(1);
                 }
                 _ = tokio::signal::ctrl_c() => { tracing::info!("SIGINT: shutting down"); break; }
                 _ = sigterm.recv() => { tracing::info!("SIGTERM: shutting down"); break; }
+                _ = sigusr1.recv() => {
+                    tracing::info!("SIGUSR1: graceful stop");
+                    graceful = true;
+                    break;
+                }
                 _ = sighup.recv() => {
                     match crate::auth::reload_auth_file(&cfg, &engine.config.auth) {
                         Some(Ok(())) => tracing::info!("SIGHUP: auth file {} reloaded", cfg.auth_file),
@@ -351,16 +374,25 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
                 _ = shutdown.notified() => { tracing::info!("shutdown command: shutting down"); break; }
             }
         }
-        Ok::<(), std::io::Error>(())
+        Ok::<bool, std::io::Error>(graceful)
     })?;
     crate::notify::notify_or_log("STOPPING=1");
     if !pid_file.is_empty() {
         let _ = std::fs::remove_file(&pid_file);
     }
-    // Stop accepting; in-flight replies are not waited for (memcached does
-    // the same). With a data directory, a last snapshot makes a clean stop
-    // lose nothing, even without client replay.
+    // Stop accepting: the listeners (tasks of this runtime) close with it,
+    // and so do connections accepted but not yet handed to a worker.
     engine.gauges.accepting.store(false, Ordering::Relaxed);
+    drop(rt);
+    // SIGINT, SIGTERM and `shutdown` do not wait for replies in flight
+    // (memcached does the same); a graceful stop does, for a bounded time.
+    if graceful {
+        let _ = stop_tx.send(true);
+        drain(&engine, DRAIN_LIMIT, Duration::from_millis(5));
+    }
+    drop(senders);
+    // With a data directory, a last snapshot makes a clean stop lose
+    // nothing, even without client replay.
     if let Some(p) = persist {
         match p.snapshot_now(recall_persist::fsutil::FailAt::None) {
             Ok(w) => tracing::info!(watermark = w, "final snapshot written"),
@@ -373,6 +405,30 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
     Ok(())
 }
 
+/// How long a graceful stop waits for connections to finish their
+/// replies: a client that stopped reading must not hold the process (and
+/// its final snapshot) forever.
+const DRAIN_LIMIT: Duration = Duration::from_secs(10);
+
+/// Wait until every connection has closed (each closes once its replies
+/// are out, when told to stop), polling every `every`, at most `limit`.
+/// Returns whether they all did.
+fn drain(engine: &Engine, limit: Duration, every: Duration) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let open = engine.gauges.curr_connections.load(Ordering::Relaxed);
+        if open == 0 {
+            tracing::info!("graceful stop: every connection finished");
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            tracing::warn!(open, "graceful stop: connections still busy after {limit:?}; stopping without them");
+            return false;
+        }
+        std::thread::sleep(every);
+    }
+}
+
 /// One worker thread: its runtime and what its connections share.
 struct Worker {
     engine: Arc<Engine>,
@@ -382,6 +438,7 @@ struct Worker {
     tls: Option<Tls>,
     /// Cluster mode: how long a forwarded request may take.
     forward_timeout: Option<Duration>,
+    stop: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Worker {
@@ -407,6 +464,7 @@ impl Worker {
             idle: self.idle,
             wal: self.wal,
             forward: self.forward_timeout.map(|t| Arc::new(crate::forward::Forwarder::new(t))),
+            stop: self.stop,
         };
         let tls = self.tls;
         rt.block_on(async move {
@@ -488,6 +546,7 @@ mod tests {
             idle: None,
             wal: None,
             forward: None,
+            stop: tokio::sync::watch::channel(false).1,
         };
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();

@@ -90,17 +90,26 @@ fn newest_segment(dir: &Path) -> PathBuf {
     segs.pop().expect("a segment")
 }
 
-/// The start offset of the record holding byte `at`, walking the length
-/// fields (`len u32 | crc u32 | payload`).
-fn record_start(data: &[u8], at: usize) -> usize {
-    let mut i = 0;
-    loop {
+/// A segment's frames (`len u32 | crc u32 | payload`, after its 16-byte
+/// header), as `(start, end, is_batch_end_marker)`, up to the zeros of its
+/// room (crates/recall-persist/src/wal_format.rs).
+fn frames(data: &[u8]) -> Vec<(usize, usize, bool)> {
+    let mut i = 16;
+    let mut v = Vec::new();
+    while i + 8 <= data.len() {
         let len = u32::from_le_bytes(data[i..i + 4].try_into().unwrap()) as usize;
-        if at < i + 8 + len {
-            return i;
+        if len == 0 || i + 8 + len > data.len() {
+            break;
         }
+        v.push((i, i + 8 + len, len == 21 && data[i + 8] == 0xBE));
         i += 8 + len;
     }
+    v
+}
+
+/// Where the batch holding byte `at` starts: replay stops there.
+fn batch_start(data: &[u8], at: usize) -> usize {
+    frames(data).into_iter().rev().find(|f| f.2 && f.1 <= at).map_or(16, |f| f.1)
 }
 
 /// End to end: a bit flip in the middle of the newest segment must not
@@ -139,10 +148,10 @@ fn a_bit_flip_mid_log_refuses_start_until_the_operator_repairs() {
 
     let seg = newest_segment(&dir.0);
     let mut data = std::fs::read(&seg).unwrap();
-    let mid = data.len() / 2;
+    let mid = frames(&data).last().unwrap().1 / 2;
     data[mid] ^= 0x04;
     std::fs::write(&seg, &data).unwrap();
-    let at = record_start(&data, mid);
+    let at = batch_start(&data, mid);
     let where_ = format!("{}: write-ahead log damaged at byte {at} ", seg.display());
 
     let err = start_wal(&dir.0).err().expect("a damaged log must stop the start");
@@ -164,6 +173,54 @@ fn a_bit_flip_mid_log_refuses_start_until_the_operator_repairs() {
     let s = start_wal(&dir.0).expect("starts after the repair");
     let mut c = s.connect();
     assert_eq!(get(&mut c, "a0").as_deref(), Some(&b"value-0"[..]));
+}
+
+/// Cutting the newest segment in half is far more than a crash can tear
+/// (a crash leaves at most one unfinished batch, and never a shorter
+/// file): the start refuses, naming the file and the end of the last whole
+/// batch, and so does `--check-wal`. A torn write of one record after the
+/// last batch still starts, with every acknowledged write.
+#[test]
+fn a_log_cut_in_half_refuses_start_and_a_torn_tail_does_not() {
+    let dir = TempDir::new("half");
+    let mut s = start_wal(&dir.0).unwrap();
+    let mut c = s.connect();
+    for i in 0..400 {
+        assert_eq!(set(&mut c, &format!("k{i}"), format!("value-{i}").as_bytes()), Some(true));
+    }
+    kill9(&mut s);
+    let seg = newest_segment(&dir.0);
+    let data = std::fs::read(&seg).unwrap();
+    let end = frames(&data).last().unwrap().1;
+
+    // Torn: the start of one more record after the last batch.
+    let mut torn = data.clone();
+    torn[end..end + 11].copy_from_slice(&[40, 0, 0, 0, 1, 2, 3, 4, 1, 3, b'x']);
+    std::fs::write(&seg, &torn).unwrap();
+    let (ok, report) = recalld_tool(&["--check-wal", dir.0.to_str().unwrap()]);
+    assert!(ok && report.contains(&format!("torn tail at byte {end} ")), "{report}");
+    let mut s = start_wal(&dir.0).expect("a torn tail starts");
+    let mut c = s.connect();
+    for i in [0, 199, 399] {
+        assert_eq!(get(&mut c, &format!("k{i}")), Some(format!("value-{i}").into_bytes()), "k{i}");
+    }
+    // More writes, into the segment this start opened.
+    for i in 400..800 {
+        assert_eq!(set(&mut c, &format!("k{i}"), format!("value-{i}").as_bytes()), Some(true));
+    }
+    kill9(&mut s);
+
+    // Cut in half.
+    let seg = newest_segment(&dir.0);
+    let data = std::fs::read(&seg).unwrap();
+    let half = frames(&data).last().unwrap().1 / 2;
+    std::fs::write(&seg, &data[..half]).unwrap();
+    let at = batch_start(&data, half);
+    let where_ = format!("{}: write-ahead log damaged at byte {at} ", seg.display());
+    let err = start_wal(&dir.0).err().expect("a log cut in half must stop the start");
+    assert!(err.contains(&where_) && err.contains("cut short"), "names the file and offset: {err}");
+    let (ok, report) = recalld_tool(&["--check-wal", dir.0.to_str().unwrap()]);
+    assert!(!ok && report.contains(&format!("DAMAGED at byte {at} ")), "{report}");
 }
 
 /// A seeded generator (Knuth's MMIX LCG, high bits): enough to vary the

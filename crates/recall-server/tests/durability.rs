@@ -180,6 +180,53 @@ fn sigterm_takes_a_final_snapshot() {
     assert_eq!(get(&mut c, "a").map(|x| x.0).as_deref(), Some("1"));
 }
 
+/// SIGUSR1 is memcached's graceful stop: the listeners close, every
+/// request a connection has sent gets its reply before the connection
+/// closes, an idle connection does not hold the stop up, the final
+/// snapshot is written, and the exit status is 0. Every key acknowledged
+/// before or during the stop is there after the restart.
+#[test]
+fn sigusr1_is_a_graceful_stop_that_keeps_every_key() {
+    use std::io::Write;
+    let dir = TempDir::new("usr1");
+    let mut s = start(&dir);
+    let mut c = s.connect();
+    set(&mut c, "before", "1");
+    let mut idle = s.connect();
+    // A pipeline in flight when the signal comes: the replies the server
+    // sends are whole, and each one it sent is kept.
+    let mut busy = s.connect();
+    let n = 20_000;
+    let mut pipeline = Vec::new();
+    for i in 0..n {
+        pipeline.extend_from_slice(format!("ms p{i} 2 T0\r\nv{}\r\n", i % 10).as_bytes());
+    }
+    busy.write_all(&pipeline).unwrap();
+    // The stop comes once the server is working through the pipeline.
+    let (first, _) = common::read_until(&mut busy, Duration::from_secs(10), |b| b.ends_with(b"\r\n"));
+    assert!(first.starts_with(b"HD\r\n"), "{first:?}");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(s.pid() as i32, libc::SIGUSR1) };
+    let st = s.child().wait().unwrap();
+    assert_eq!(st.code(), Some(0), "SIGUSR1 must stop recalld cleanly: {st}");
+    let (rest, closed) = common::read_until(&mut busy, Duration::from_secs(10), |_| false);
+    let replies = [first, rest].concat();
+    assert!(closed, "the busy connection was closed");
+    assert!(replies.is_empty() || replies.ends_with(b"\r\n"), "a reply was cut off");
+    let acked = replies.split(|b| *b == b'\n').filter(|l| l.starts_with(b"HD")).count();
+    assert_eq!(acked * 4, replies.len(), "only HD replies: {:?}", String::from_utf8_lossy(&replies));
+    assert!(common::read_until(&mut idle, Duration::from_secs(10), |_| false).1, "the idle connection was closed");
+
+    let s = start(&dir);
+    let mut c = s.connect();
+    assert_eq!(get(&mut c, "before").map(|x| x.0).as_deref(), Some("1"));
+    // Replies go out in order, so the first `acked` sets are the ones
+    // acknowledged.
+    for i in 0..acked {
+        assert_eq!(get(&mut c, &format!("p{i}")).map(|x| x.0), Some(format!("v{}", i % 10)), "p{i} of {acked}");
+    }
+}
+
 #[test]
 fn corrupt_snapshot_refuses_to_start_and_a_busy_dir_is_refused() {
     let dir = TempDir::new("corrupt");

@@ -47,17 +47,23 @@ fn append_sync_replay_and_torn_tail() {
     assert_eq!((r.records, r.segments), (101, 2));
     assert_eq!(seen.last().map(|r| r.ts), Some(1000));
     assert!(r.torn_tail.is_none());
-    // Tear the last segment mid-record: replay keeps everything before it,
-    // says so, and cuts the torn bytes off for good.
+    // Tear the last segment: a partial record after its last batch, where
+    // a crash in the middle of a write leaves one. Replay keeps everything
+    // before it, says so, and zeroes the torn bytes for good.
     let last_seg = segments(&dir).unwrap().pop().unwrap().1;
-    let len = fs::metadata(&last_seg).unwrap().len();
-    OpenOptions::new().write(true).open(&last_seg).unwrap().set_len(len - 3).unwrap();
+    let data = fs::read(&last_seg).unwrap();
+    let end = crate::wal_read::frames(&data).last().unwrap().1;
+    let mut partial = Vec::new();
+    encode_into(&mut partial, b"torn", std::iter::once(&b"value"[..]), 0, 0, 2000, false);
+    let mut torn = data.clone();
+    torn[end..end + partial.len() - 3].copy_from_slice(&partial[..partial.len() - 3]);
+    fs::write(&last_seg, &torn).unwrap();
     let (_, r) = all(&dir).unwrap();
-    assert_eq!(r.records, 100);
+    assert_eq!(r.records, 101);
     let torn = r.torn_tail.expect("the torn tail is reported");
     assert_eq!(torn.path, last_seg);
-    assert_eq!(torn.problem.as_ref().unwrap().offset, 0);
-    assert_eq!(fs::metadata(&last_seg).unwrap().len(), 0, "truncated at the record boundary");
+    assert_eq!(torn.problem.as_ref().unwrap().offset, end as u64);
+    assert_eq!(fs::read(&last_seg).unwrap(), data, "zeroed back to the last batch, the seal kept");
     let (_, r) = all(&dir).unwrap();
     assert!(r.torn_tail.is_none(), "repaired once");
     fs::remove_dir_all(&dir).ok();
@@ -71,21 +77,123 @@ fn a_bit_flip_mid_segment_is_an_error_not_a_shorter_log() {
     log_of(&dir, 100).shutdown();
     let seg = segments(&dir).unwrap().pop().unwrap().1;
     let mut data = fs::read(&seg).unwrap();
-    let mid = data.len() / 2 + 3;
-    let mut start = 0;
-    for i in 0..100 {
-        let end = start + 8 + 22 + format!("k{i}").len() + 1;
-        if mid < end {
-            break;
-        }
-        start = end;
-    }
-    data[mid] ^= 0x10;
+    let frames = crate::wal_read::frames(&data);
+    let (start, _, _) = frames.iter().copied().filter(|f| !f.2).nth(50).unwrap();
+    // The batch holding that record is where replay stops.
+    let batch = frames.iter().rev().find(|f| f.2 && f.1 <= start).map_or(crate::wal_format::HEADER, |f| f.1);
+    data[start + 12] ^= 0x10;
     fs::write(&seg, &data).unwrap();
     let err = all(&dir).expect_err("replay must refuse a damaged record before the end");
     let msg = err.to_string();
-    assert!(msg.contains(seg.to_str().unwrap()) && msg.contains(&format!("byte {start} ")), "{msg}");
+    assert!(msg.contains(seg.to_str().unwrap()) && msg.contains(&format!("byte {batch} ")), "{msg}");
     assert_eq!(fs::read(&seg).unwrap(), data, "a refused replay changes nothing");
+    fs::remove_dir_all(&dir).ok();
+}
+
+/// A log of `batches` batches of `per` records each (`k<batch>-<i>`),
+/// every batch durable before the next is appended; returns its newest
+/// segment.
+fn batched_log(dir: &Path, batches: usize, per: usize) -> PathBuf {
+    let wal = Wal::open(dir).unwrap();
+    for b in 0..batches {
+        let mut last = 0;
+        {
+            // Appended under one lock so that they share a batch.
+            let mut p = lock(&wal.pending);
+            for i in 0..per {
+                let r = rec(&format!("k{b}-{i}"), (b * per + i) as u64);
+                encode_into(&mut p.buf, &r.key, std::iter::once(&r.value[..]), r.flags, r.exptime, r.ts, false);
+                p.last_lsn += 1;
+                last = p.last_lsn;
+            }
+        }
+        wal.wake_flusher.notify_one();
+        wal.wait_blocking(last).unwrap();
+    }
+    wal.shutdown();
+    segments(dir).unwrap().pop().unwrap().1
+}
+
+/// Cuts no crash can make: the newest segment cut in half, or exactly at a
+/// batch boundary, is refused, naming the file and the end of the last
+/// whole batch; `check` reports the same.
+#[test]
+fn a_cut_segment_is_missing_records_not_a_torn_tail() {
+    let dir = temp("cut");
+    let seg = batched_log(&dir, 40, 5);
+    let data = fs::read(&seg).unwrap();
+    let frames = crate::wal_read::frames(&data);
+    assert_eq!(frames.iter().filter(|f| f.2).count(), 40, "one marker per batch");
+    let data_end = frames.last().unwrap().1;
+    let half = data_end / 2;
+    let boundary = frames.iter().rev().find(|f| f.2 && f.1 <= half).unwrap().1;
+    for (cut, at) in [(half, boundary), (boundary, boundary), (data_end, data_end)] {
+        fs::write(&seg, &data[..cut]).unwrap();
+        let err = all(&dir).expect_err("a cut log must not start");
+        let msg = err.to_string();
+        assert!(msg.contains(seg.to_str().unwrap()) && msg.contains(&format!("byte {at} ")), "{msg}");
+        assert!(msg.contains("cut short"), "{msg}");
+        let report = check(&dir).unwrap().pop().unwrap();
+        let p = report.problem.expect("check reports it");
+        assert_eq!((p.kind, p.offset), (ProblemKind::Damage, at as u64));
+    }
+    fs::write(&seg, &data).unwrap();
+    assert_eq!(all(&dir).unwrap().0.len(), 200, "the whole log replays");
+    fs::remove_dir_all(&dir).ok();
+}
+
+/// A batch, or a record inside one, gone from the middle of a segment that
+/// is otherwise whole (its trailer re-sealed to match): refused at the
+/// marker out of sequence, or at the batch short of a record.
+#[test]
+fn a_missing_batch_or_record_is_damage() {
+    let dir = temp("gap");
+    let seg = batched_log(&dir, 10, 3);
+    let data = fs::read(&seg).unwrap();
+    let frames = crate::wal_read::frames(&data);
+    let markers: Vec<_> = frames.iter().filter(|f| f.2).copied().collect();
+    let reseal = |mut v: Vec<u8>| {
+        let n = v.len() as u64;
+        v.extend_from_slice(&crate::wal_format::trailer(n + 16));
+        v
+    };
+    let data_end = frames.last().unwrap().1;
+    // Batch 5 (after marker 4, through marker 5) removed.
+    let (from, to) = (markers[3].1, markers[4].1);
+    let gap = reseal([&data[..from], &data[to..data_end]].concat());
+    fs::write(&seg, &gap).unwrap();
+    let msg = all(&dir).expect_err("a missing batch must not start").to_string();
+    assert!(msg.contains(&format!("byte {from} ")) && msg.contains("out of sequence"), "{msg}");
+    // The first record of batch 5 removed.
+    let rec_end = frames.iter().find(|f| f.0 == from).unwrap().1;
+    let short = reseal([&data[..from], &data[rec_end..data_end]].concat());
+    fs::write(&seg, &short).unwrap();
+    let msg = all(&dir).expect_err("a missing record must not start").to_string();
+    assert!(msg.contains(&format!("byte {from} ")) && msg.contains("short of records"), "{msg}");
+    // Re-sealed and whole, it replays: the test's own sealing is right.
+    fs::write(&seg, reseal(data[..data_end].to_vec())).unwrap();
+    assert_eq!(all(&dir).unwrap().0.len(), 30);
+    fs::remove_dir_all(&dir).ok();
+}
+
+/// The room grows past its first megabyte: the new trailer is sealed
+/// before the batch, the old one zeroed, and the log replays whole; a
+/// crash that left the old trailer with zeros after it (the extension's
+/// length on disk, its trailer not) still starts.
+#[test]
+fn the_sealed_room_grows_and_an_interrupted_growth_still_starts() {
+    let dir = temp("grow");
+    let seg = batched_log(&dir, 30, 1000);
+    let data = fs::read(&seg).unwrap();
+    assert!(data.len() as u64 > crate::wal_format::GROW, "grew: {}", data.len());
+    assert_eq!(all(&dir).unwrap().0.len(), 30_000);
+    let data_end = crate::wal_read::frames(&data).last().unwrap().1;
+    let mut grown = data[..data_end].to_vec();
+    grown.extend_from_slice(&crate::wal_format::trailer(data_end as u64 + 16));
+    grown.resize(data.len() + 4096, 0);
+    fs::write(&seg, &grown).unwrap();
+    let (seen, r) = all(&dir).unwrap();
+    assert_eq!((seen.len(), r.torn_tail.is_none()), (30_000, true));
     fs::remove_dir_all(&dir).ok();
 }
 
