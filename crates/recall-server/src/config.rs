@@ -113,6 +113,12 @@ pub struct ClusterSection {
     /// Raft groups the keyspace's slots are split into: the same on every
     /// node, for the cluster's life (1: one group of every key).
     pub groups: usize,
+    /// Mutual TLS on the Raft port: this node's certificate chain (naming
+    /// its Raft IP address), its key, and the cluster CA every peer's
+    /// certificate must chain to. All three, or none (plain TCP).
+    pub tls_cert: String,
+    pub tls_key: String,
+    pub tls_ca: String,
 }
 
 impl Default for ClusterSection {
@@ -126,6 +132,9 @@ impl Default for ClusterSection {
             read: "linearizable".into(),
             snapshot_entries: recall_raft::SNAPSHOT_ENTRIES,
             groups: 1,
+            tls_cert: String::new(),
+            tls_key: String::new(),
+            tls_ca: String::new(),
         }
     }
 }
@@ -180,6 +189,19 @@ impl ClusterSection {
                 )))
             }
         };
+        let tls = match (self.tls_cert.as_str(), self.tls_key.as_str(), self.tls_ca.as_str()) {
+            ("", "", "") => None,
+            (cert, key, ca) if !cert.is_empty() && !key.is_empty() && !ca.is_empty() => {
+                Some(recall_raft::transport::TlsFiles { cert: cert.into(), key: key.into(), ca: ca.into() })
+            }
+            _ => {
+                return Err(ConfigError(
+                    "cluster: TLS needs all of tls_cert, tls_key and tls_ca \
+                     (--cluster-tls-cert, --cluster-tls-key, --cluster-tls-ca), or none"
+                        .into(),
+                ))
+            }
+        };
         Ok(Some(recall_raft::ClusterConfig {
             node_id: self.node_id,
             peers,
@@ -189,6 +211,7 @@ impl ClusterSection {
             reads,
             snapshot_entries: self.snapshot_entries,
             groups: self.groups,
+            tls,
         }))
     }
 }
@@ -312,6 +335,17 @@ pub struct Cli {
     /// every node (default 1).
     #[arg(long = "cluster-groups", value_name = "G")]
     pub cluster_groups: Option<usize>,
+    /// Cluster mode: this node's certificate chain for mutual TLS on the
+    /// Raft port (PEM; names the node's Raft IP address).
+    #[arg(long = "cluster-tls-cert", value_name = "FILE")]
+    pub cluster_tls_cert: Option<String>,
+    /// Cluster mode: the private key of --cluster-tls-cert (PEM).
+    #[arg(long = "cluster-tls-key", value_name = "FILE")]
+    pub cluster_tls_key: Option<String>,
+    /// Cluster mode: the cluster CA's certificate (PEM); every peer's
+    /// certificate must chain to it.
+    #[arg(long = "cluster-tls-ca", value_name = "FILE")]
+    pub cluster_tls_ca: Option<String>,
     /// Verify a snapshot file, print a summary and exit.
     #[arg(long = "check-snapshot")]
     pub check_snapshot: Option<PathBuf>,
@@ -575,6 +609,15 @@ impl Config {
         }
         if let Some(v) = cli.cluster_snapshot_entries {
             cfg.cluster.snapshot_entries = v;
+        }
+        for (flag, setting) in [
+            (&cli.cluster_tls_cert, &mut cfg.cluster.tls_cert),
+            (&cli.cluster_tls_key, &mut cfg.cluster.tls_key),
+            (&cli.cluster_tls_ca, &mut cfg.cluster.tls_ca),
+        ] {
+            if let Some(v) = flag {
+                setting.clone_from(v);
+            }
         }
         for opts in &cli.extended {
             for kv in opts.split(',').filter(|s| !s.is_empty()) {
