@@ -195,3 +195,138 @@ impl AsyncWrite for Stream {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa, KeyPair};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// Certificates and keys written under a directory of the test's own.
+    struct Pki {
+        dir: PathBuf,
+        n: usize,
+    }
+
+    impl Pki {
+        fn new(name: &str) -> Pki {
+            let dir = std::env::temp_dir().join(format!("recall-raft-tls-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            Pki { dir, n: 0 }
+        }
+
+        fn write(&mut self, pem: &str) -> PathBuf {
+            self.n += 1;
+            let path = self.dir.join(format!("{}.pem", self.n));
+            std::fs::write(&path, pem).unwrap();
+            path
+        }
+
+        fn ca(&mut self) -> (CertifiedIssuer<'static, KeyPair>, PathBuf) {
+            let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+            p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            p.distinguished_name.push(rcgen::DnType::CommonName, "recall cluster CA");
+            let ca = CertifiedIssuer::self_signed(p, KeyPair::generate().unwrap()).unwrap();
+            let path = self.write(&ca.pem());
+            (ca, path)
+        }
+
+        /// A node's certificate for `ip`, signed by `ca` (self-signed
+        /// without one), trusting `trust`.
+        fn node(&mut self, ca: Option<&CertifiedIssuer<'static, KeyPair>>, ip: &str, trust: &Path) -> TlsFiles {
+            let key = KeyPair::generate().unwrap();
+            let mut p = CertificateParams::new(vec![ip.to_string()]).unwrap();
+            p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+            let cert = match ca {
+                Some(ca) => p.signed_by(&key, ca).unwrap(),
+                None => p.self_signed(&key).unwrap(),
+            };
+            TlsFiles { cert: self.write(&cert.pem()), key: self.write(&key.serialize_pem()), ca: trust.to_path_buf() }
+        }
+    }
+
+    impl Drop for Pki {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    /// One connection from `client` to `server`: whether the accepting
+    /// side let it in and a frame's bytes crossed.
+    async fn connect(server: &Transport, listener: &TcpListener, client: &Transport) -> (bool, bool) {
+        let addr = listener.local_addr().unwrap();
+        let dial = async {
+            let mut s = client.connect(addr).await.ok()?;
+            s.write_all(b"ping").await.ok()?;
+            s.flush().await.ok()?;
+            Some(s)
+        };
+        let accept = async {
+            let (sock, peer) = listener.accept().await.unwrap();
+            let mut s = server.accept(sock, peer).await.ok()?;
+            let mut got = [0u8; 4];
+            s.read_exact(&mut got).await.ok()?;
+            Some(got)
+        };
+        let (dialled, accepted) = tokio::join!(dial, accept);
+        (accepted.is_some(), dialled.is_some() && accepted == Some(*b"ping"))
+    }
+
+    #[tokio::test]
+    async fn only_peers_of_the_cluster_ca_get_in_and_each_refusal_is_counted() {
+        let mut pki = Pki::new("peers");
+        let (ca, ca_path) = pki.ca();
+        let (other, other_path) = pki.ca();
+        let server = Transport::tls(&pki.node(Some(&ca), "127.0.0.1", &ca_path)).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+
+        // A node of the cluster: in, both ways authenticated.
+        let node = Transport::tls(&pki.node(Some(&ca), "127.0.0.1", &ca_path)).unwrap();
+        assert_eq!(connect(&server, &listener, &node).await, (true, true));
+        assert_eq!((server.refused(), node.refused()), (0, 0));
+
+        // A certificate of another CA, a self-signed one, plain TCP: each
+        // refused by the node that accepts, and counted there.
+        let strangers = [
+            Transport::tls(&pki.node(Some(&other), "127.0.0.1", &ca_path)).unwrap(),
+            Transport::tls(&pki.node(None, "127.0.0.1", &ca_path)).unwrap(),
+            Transport::plain(),
+        ];
+        for (i, stranger) in strangers.iter().enumerate() {
+            assert_eq!(connect(&server, &listener, stranger).await, (false, false), "stranger {i}");
+            assert_eq!(server.refused(), i as u64 + 1, "stranger {i} counted");
+        }
+
+        // The dialling side checks too: a server of another CA, or one
+        // whose certificate names another address than the one dialled.
+        for (name, files) in [
+            ("another CA", pki.node(Some(&other), "127.0.0.1", &other_path)),
+            ("another address", pki.node(Some(&ca), "127.0.0.2", &ca_path)),
+        ] {
+            let impostor = Transport::tls(&files).unwrap();
+            let before = node.refused();
+            assert!(!connect(&impostor, &listener, &node).await.1, "{name}");
+            assert_eq!(node.refused(), before + 1, "{name}: counted by the node that dialled");
+        }
+    }
+
+    #[test]
+    fn bad_files_are_named() {
+        let mut pki = Pki::new("files");
+        let (ca, ca_path) = pki.ca();
+        let good = pki.node(Some(&ca), "127.0.0.1", &ca_path);
+        let missing = TlsFiles { ca: pki.dir.join("nope.pem"), ..good.clone() };
+        let err = Transport::tls(&missing).err().expect("refused");
+        assert!(err.contains("nope.pem") && err.contains("CA"), "{err}");
+        let other = pki.node(Some(&ca), "127.0.0.1", &ca_path);
+        let unfit = TlsFiles { key: other.key.clone(), ..good.clone() };
+        let err = Transport::tls(&unfit).err().expect("refused");
+        assert!(err.contains("does not fit"), "{err}");
+        let empty = TlsFiles { cert: pki.write(""), ..good };
+        let err = Transport::tls(&empty).err().expect("refused");
+        assert!(err.contains("no PEM certificate"), "{err}");
+    }
+}
