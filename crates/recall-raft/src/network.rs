@@ -563,30 +563,43 @@ impl Client {
         }
     }
 
+    /// One call on this client's connection (dialled first if there is
+    /// none). The connection is held by this future while the call runs
+    /// and given back only once its reply is read whole: a call cut off
+    /// half-way (openraft drops an AppendEntries future at its own
+    /// timeout, the heartbeat) drops the connection with it, so the next
+    /// call can never read the reply of the one before it. Kept, that late
+    /// reply would answer the next request: a follower's "success" for
+    /// entries it had not yet appended.
     async fn call_inner(&mut self, body: &[u8]) -> Result<Vec<u8>, CallError> {
-        if self.conn.is_none() {
-            let addr: SocketAddr = self.addr.parse().map_err(|e| {
-                CallError::Unreachable(io::Error::new(io::ErrorKind::InvalidInput, format!("{}: {e}", self.addr)))
-            })?;
-            // A peer whose certificate does not check is unreachable too.
-            let mut s = BufReader::new(self.transport.connect(addr).await.map_err(CallError::Unreachable)?);
-            // A peer that refuses this node (or that this node finds
-            // restarted under its id) gets no call: openraft sees it as
-            // unreachable, so its votes and acks never count.
-            match hello(&mut s, &self.ident, self.target).await {
-                Ok(Ok(())) => {}
-                Ok(Err(why)) => {
-                    tracing::warn!("cluster: node {} refused: {why}", self.target);
-                    return Err(CallError::Unreachable(io::Error::new(io::ErrorKind::PermissionDenied, why)));
+        let mut s = match self.conn.take() {
+            Some(s) => s,
+            None => {
+                let addr: SocketAddr = self.addr.parse().map_err(|e| {
+                    CallError::Unreachable(io::Error::new(io::ErrorKind::InvalidInput, format!("{}: {e}", self.addr)))
+                })?;
+                // A peer whose certificate does not check is unreachable too.
+                let mut s = BufReader::new(self.transport.connect(addr).await.map_err(CallError::Unreachable)?);
+                // A peer that refuses this node (or that this node finds
+                // restarted under its id) gets no call: openraft sees it as
+                // unreachable, so its votes and acks never count.
+                match hello(&mut s, &self.ident, self.target).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(why)) => {
+                        tracing::warn!("cluster: node {} refused: {why}", self.target);
+                        return Err(CallError::Unreachable(io::Error::new(io::ErrorKind::PermissionDenied, why)));
+                    }
+                    Err(e) => return Err(CallError::Network(e)),
                 }
-                Err(e) => return Err(CallError::Network(e)),
+                s
             }
-            self.conn = Some(s);
-        }
-        let s = self.conn.as_mut().expect("connected above");
-        write_frame(s, body).await.map_err(CallError::Network)?;
-        match read_frame(s).await {
-            Ok(Some(reply)) => Ok(reply),
+        };
+        write_frame(&mut s, body).await.map_err(CallError::Network)?;
+        match read_frame(&mut s).await {
+            Ok(Some(reply)) => {
+                self.conn = Some(s);
+                Ok(reply)
+            }
             Ok(None) => Err(CallError::Network(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed"))),
             Err(e) => Err(CallError::Network(e)),
         }
@@ -729,6 +742,61 @@ mod tests {
         }
         // Two fit: sent (and unreachable here).
         assert!(matches!(rt.block_on(client.append_entries(req(2), opt())), Err(RPCError::Unreachable(_))));
+    }
+
+    /// A call cut off after its request went out (openraft drops the
+    /// future at its timeout) takes its connection with it: the next call
+    /// gets its own reply, never the late one of the call before.
+    #[test]
+    fn a_call_cut_off_half_way_never_leaves_its_reply_to_the_next() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            // A peer that greets, then answers each call with its number,
+            // the first one late.
+            let peer = tokio::spawn(async move {
+                let mut calls = 0u32;
+                loop {
+                    let (sock, _) = listener.accept().await.unwrap();
+                    let mut s = BufReader::new(sock);
+                    let _hello = read_frame(&mut s).await.unwrap().unwrap();
+                    write_frame(&mut s, &encode(&Ok::<u64, crate::incarnation::Refused>(5)).unwrap()).await.unwrap();
+                    while let Ok(Some(_)) = read_frame(&mut s).await {
+                        calls += 1;
+                        if calls == 1 {
+                            tokio::time::sleep(Duration::from_millis(300)).await;
+                        }
+                        if write_frame(&mut s, &encode(&format!("reply {calls}")).unwrap()).await.is_err() {
+                            break;
+                        }
+                        if calls >= 2 {
+                            return;
+                        }
+                    }
+                    if calls >= 2 {
+                        return;
+                    }
+                }
+            });
+            let mut client = Client {
+                target: 2,
+                group: 0,
+                addr: addr.to_string(),
+                conn: None,
+                ident: Arc::new(Ident::new(1, 1)),
+                transport: Transport::plain(),
+                times: Default::default(),
+            };
+            let ttl = Duration::from_secs(5);
+            let cut = tokio::time::timeout(Duration::from_millis(50), client.call::<String>(b"first", ttl)).await;
+            assert!(cut.is_err(), "the first call is cut off before its late reply");
+            match client.call::<String>(b"second", ttl).await {
+                Ok(reply) => assert_eq!(reply, "reply 2"),
+                Err(_) => panic!("the second call failed"),
+            }
+            peer.await.unwrap();
+        });
     }
 
     /// The hello's bytes, as fuzz/gen_seeds.py writes its seeds: a change
