@@ -57,16 +57,16 @@ from mcserver import HOST, REPO_ROOT, free_port, server_command_from_env  # noqa
 CLUSTER_TIMEOUT_MS = 1500
 SOCKET_TIMEOUT_S = 4.0
 # How long the cluster may take to serve again after a fault or a heal
-# (an election is 1.5-3 s; nodes share a busy machine).
+# (an election takes about a second; nodes share a busy machine).
 RECOVERY_BUDGET_S = 30.0
 STARTUP_BUDGET_S = 30.0
 # The slow-node fault: each message to and from the node held back this
-# long. A round trip then takes 2x this, a third of the 300 ms heartbeat
-# that is also openraft's AppendEntries timeout, so the node is slow, not
-# cut off. (At 100 ms, with a debug build on a loaded machine, round trips
-# crossed 300 ms so often that the cluster served under 5 requests a
-# second: docs/benchmarks/cluster-linearizability.md.)
-SLOW_S = 0.05
+# long. A round trip then takes 2x this, a third of the 100 ms heartbeat
+# that is also openraft's AppendEntries timeout (recall-raft/src/timing.rs),
+# so the node is slow, not cut off. (With round trips near the timeout, on a
+# loaded machine, they crossed it so often that the cluster served under 5
+# requests a second: docs/benchmarks/cluster-linearizability.md.)
+SLOW_S = 0.015
 
 
 # -- the fault proxy ------------------------------------------------------------

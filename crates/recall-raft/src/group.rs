@@ -32,6 +32,9 @@ pub(crate) struct Group {
     pub(crate) proposer: Arc<propose::Proposer>,
     /// Linearizable reads: a lease, or one shared ReadIndex round.
     pub(crate) read_barrier: Arc<read::Reads>,
+    /// The Raft port's connections (plain or mutual TLS), for this
+    /// group's own calls (`Flush`, `Elect`, `Leader`).
+    pub(crate) transport: Arc<crate::transport::Transport>,
 }
 
 impl Group {
@@ -174,8 +177,8 @@ impl Group {
         let (Some(leader), Some(addr)) = (leader, addr) else {
             return Err(Refusal::Replication(FLUSH_NO_LEADER));
         };
-        let (group, ttl) = (self.id.id, self.timeout);
-        match self.wait(async move { network::request_flush(addr, group, ttl).await })? {
+        let (group, ttl, transport) = (self.id.id, self.timeout, self.transport.clone());
+        match self.wait(async move { network::request_flush(&transport, addr, group, ttl).await })? {
             Ok(Ok(())) => Ok(()),
             Ok(Err(line)) => {
                 tracing::warn!("cluster group {group}: flush_all at leader {leader}: {line}");

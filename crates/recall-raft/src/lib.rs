@@ -12,7 +12,9 @@
 //! * `log_store.rs`: the Raft log, in memory, and `log_disk.rs`: the same
 //!   log on disk with group-committed fsync (`--cluster-log-dir`);
 //! * `state_machine.rs`: committed effects → `Store::apply`, snapshots;
-//! * `network.rs`: the RPC between nodes (length-prefixed frames on TCP);
+//! * `network.rs`: the RPC between nodes (length-prefixed frames on TCP),
+//!   over `transport.rs`: plain TCP or mutual TLS with a cluster CA;
+//! * `timing.rs`: heartbeat, election timeout and read lease, and why;
 //! * `incarnation.rs`: a node's incarnation, and the peers' check that an
 //!   in-memory node never rejoins under its old id;
 //! * `membership.rs`: `cluster status`, adding and removing nodes (per
@@ -45,6 +47,8 @@ pub mod snapshot_file;
 #[cfg(test)]
 mod snapshot_stall;
 mod state_machine;
+pub mod timing;
+pub mod transport;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -214,6 +218,8 @@ pub struct ClusterConfig {
     /// same on every node, for the cluster's life. With more than one,
     /// each group's log is in `log_dir/group-<g>`.
     pub groups: usize,
+    /// Mutual TLS on the Raft port (`transport.rs`); `None`: plain TCP.
+    pub tls: Option<transport::TlsFiles>,
 }
 
 /// openraft's own default interval between snapshots.
@@ -241,6 +247,9 @@ pub struct Node {
     machines: Vec<Arc<state_machine::StateMachine>>,
     /// This node's incarnation and its peers' (`incarnation.rs`).
     ident: Arc<incarnation::Ident>,
+    /// The Raft port's connections (peers refused are counted there).
+    transport: Arc<transport::Transport>,
+    times: Arc<network::RpcTimes>,
     /// Kept for the groups' tasks (dropped last).
     _rt: tokio::runtime::Runtime,
 }
@@ -277,35 +286,37 @@ impl Node {
         // engine's threads or in `spawn_blocking` (building, checking and
         // loading a snapshot too), and the disk log's fsyncs on its own
         // thread (docs/design/replication.md, "Threads").
+        let transport = match &cfg.tls {
+            Some(files) => {
+                transport::Transport::tls(files).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?
+            }
+            None => transport::Transport::plain(),
+        };
+        let times = Arc::new(network::RpcTimes::default());
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("recall-raft")
             .enable_all()
             .build()?;
+        let mut raft_cfg = openraft::Config {
+            cluster_name: "recall".into(),
+            // One AppendEntries carries at most this many entries (each a
+            // batch of at most 1 MiB of records, `propose.rs`), so a
+            // follower catching up gets messages that fit in openraft's
+            // AppendEntries timeout, the heartbeat (`timing.rs`).
+            max_payload_entries: 8,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(cfg.snapshot_entries.max(1)),
+            // Entries kept behind a snapshot, for followers a little
+            // behind (they would need the whole snapshot otherwise).
+            max_in_snapshot_log_to_keep: cfg.snapshot_entries.clamp(1, 1000),
+            ..Default::default()
+        };
+        // Heartbeat, election timeout and why (`timing.rs`).
+        timing::apply(&mut raft_cfg);
         let raft_cfg = Arc::new(
-            openraft::Config {
-                cluster_name: "recall".into(),
-                // Generous for loopback: the nodes share a busy machine in tests
-                // and CI, where a heartbeat late by a few hundred milliseconds
-                // must not depose a healthy leader. openraft also uses the
-                // heartbeat interval as every AppendEntries' timeout, so it must
-                // cover sending a full-size (`-I`) value to a follower on a
-                // loaded machine: at 150 ms a 1 MB write timed out and was
-                // resent until the client gave up. A failover takes 1.5–3 s.
-                heartbeat_interval: 300,
-                election_timeout_min: 1500,
-                election_timeout_max: 3000,
-                // One AppendEntries carries at most this many entries, so a
-                // follower catching up on big values gets bounded messages.
-                max_payload_entries: 32,
-                snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(cfg.snapshot_entries.max(1)),
-                // Entries kept behind a snapshot, for followers a little
-                // behind (they would need the whole snapshot otherwise).
-                max_in_snapshot_log_to_keep: cfg.snapshot_entries.clamp(1, 1000),
-                ..Default::default()
-            }
-            .validate()
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("raft config: {e}")))?,
+            raft_cfg
+                .validate()
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("raft config: {e}")))?,
         );
         let listen = me.raft;
         // A member's address in the log is `RAFT_ADDR/CLIENT_ADDR`, so
@@ -342,7 +353,13 @@ impl Node {
             let raft = rt.block_on(Raft::new(
                 cfg.node_id,
                 raft_cfg.clone(),
-                network::Network { peers: raft_peers.clone(), group: id.id, ident: ident.clone() },
+                network::Network {
+                    peers: raft_peers.clone(),
+                    group: id.id,
+                    ident: ident.clone(),
+                    transport: transport.clone(),
+                    times: times.clone(),
+                },
                 log.clone(),
                 sm,
             ));
@@ -356,9 +373,10 @@ impl Node {
             let serving = Arc::new(network::Serving {
                 groups: rafts.clone(),
                 engine: engine.clone(),
-                votes_from: std::time::Instant::now() + read::LEASE,
+                votes_from: std::time::Instant::now() + timing::LEASE,
                 ident: ident.clone(),
                 configured: cfg.peers.keys().copied().filter(|id| *id != cfg.node_id).collect(),
+                transport: transport.clone(),
             });
             tokio::spawn(network::serve(listener, serving.clone()));
             if incarnation != incarnation::DURABLE {
@@ -371,7 +389,8 @@ impl Node {
                 let mut hellos = tokio::task::JoinSet::new();
                 for (id, addr) in raft_peers.iter().filter(|(id, _)| **id != cfg.node_id) {
                     let (ident, id, addr, ttl) = (ident.clone(), *id, addr.clone(), cfg.timeout);
-                    hellos.spawn(async move { network::greet(&ident, id, &addr, ttl).await });
+                    let transport = transport.clone();
+                    hellos.spawn(async move { network::greet(&transport, &ident, id, &addr, ttl).await });
                 }
                 while hellos.join_next().await.is_some() {}
                 if let Some(why) = ident.refused() {
@@ -421,6 +440,7 @@ impl Node {
                         learned: Default::default(),
                         removed: Default::default(),
                         reads: cfg.reads,
+                        transport: transport.clone(),
                     }
                 })
             })
@@ -439,7 +459,7 @@ impl Node {
                 rt.spawn(removed::find_leader(Arc::downgrade(group), raft_peers.clone()));
             }
         }
-        Ok(Arc::new(Node { groups, machines, ident, _rt: rt }))
+        Ok(Arc::new(Node { groups, machines, ident, transport, times, _rt: rt }))
     }
 
     /// The group of `group`'s index (the engine passes indexes below
@@ -574,6 +594,12 @@ impl Replicator for Node {
         // and the log is kept until one is (summed over the groups).
         let failed: u64 = self.machines.iter().map(|m| m.snapshot_failures()).sum();
         lines.push(("cluster_snapshot_failures", failed.to_string()));
+        // The Raft port: peers refused at the TLS handshake (both ways),
+        // and the AppendEntries round trips the heartbeat is chosen
+        // against (`timing.rs`).
+        lines.push(("cluster_tls", u8::from(self.transport.is_tls()).to_string()));
+        lines.push(("cluster_peer_refused", self.transport.refused().to_string()));
+        lines.extend(self.times.stats());
         // The logs on disk: fsyncs against entries written show group
         // commit at work (summed over the groups).
         let counts = self.groups.iter().filter_map(|g| g.log.disk_counts());

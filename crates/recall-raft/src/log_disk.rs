@@ -35,6 +35,14 @@
 //! disks of a majority. After one failed sync no later append is reported
 //! flushed (see `Flusher::run_with`).
 //!
+//! **Preallocated.** The file's blocks are allocated [`PREALLOCATE`] ahead
+//! of its end (`fallocate` with `FALLOC_FL_KEEP_SIZE`, so its length and
+//! the reader are unchanged): an append lands in blocks the file system
+//! already reserved instead of allocating as it goes, and the log stays
+//! in few extents. Where the file system cannot (`EOPNOTSUPP`), appends
+//! allocate as before. The size still grows with each append, so an
+//! `fdatasync` still records the new length.
+//!
 //! **Reading back.** Frames are read in order. The first one that does not
 //! decode is a *torn tail* when no valid frame follows it anywhere (a crash
 //! in the middle of an unsynced write: none of it was reported flushed);
@@ -93,10 +101,58 @@ pub(crate) struct Recovered {
 /// The open log file and its flusher.
 pub(crate) struct Disk {
     dir: PathBuf,
-    file: Mutex<File>,
+    file: Mutex<LogFile>,
     flush: Arc<Flusher>,
     /// Rewrites of the file (purges) since start.
     rewrites: AtomicU64,
+}
+
+/// Blocks allocated ahead of the log file's end (see the module note).
+pub const PREALLOCATE: u64 = 64 << 20;
+
+/// The file appends go to, its length, and how far its blocks are
+/// allocated.
+struct LogFile {
+    file: File,
+    len: u64,
+    /// `u64::MAX` once the file system refused to preallocate.
+    allocated: u64,
+}
+
+impl LogFile {
+    fn new(file: File) -> io::Result<LogFile> {
+        let len = file.metadata()?.len();
+        let mut f = LogFile { file, len, allocated: len };
+        f.allocate_ahead();
+        Ok(f)
+    }
+
+    /// Allocate the next [`PREALLOCATE`] bytes once the end comes within
+    /// half of it of the allocated part.
+    fn allocate_ahead(&mut self) {
+        use std::os::fd::AsRawFd as _;
+        if self.allocated == u64::MAX || self.len + PREALLOCATE / 2 < self.allocated {
+            return;
+        }
+        let from = self.allocated.max(self.len);
+        let (Ok(off), Ok(n)) = (libc::off_t::try_from(from), libc::off_t::try_from(PREALLOCATE)) else { return };
+        // SAFETY: fallocate on a file descriptor this struct owns, with
+        // no pointers; an error only leaves the file as it was.
+        let r = unsafe { libc::fallocate(self.file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, off, n) };
+        if r == 0 {
+            self.allocated = from + PREALLOCATE;
+        } else {
+            tracing::debug!("raft log: no preallocation: {}", io::Error::last_os_error());
+            self.allocated = u64::MAX;
+        }
+    }
+
+    fn append(&mut self, frame: &[u8]) -> io::Result<()> {
+        self.file.write_all(frame)?;
+        self.len += frame.len() as u64;
+        self.allocate_ahead();
+        Ok(())
+    }
 }
 
 /// Callbacks waiting for the next sync, and the sync's file handle.
@@ -225,6 +281,7 @@ impl Disk {
         });
         let f = flush.clone();
         std::thread::Builder::new().name("recall-raft-log".into()).spawn(move || f.run())?;
+        let file = LogFile::new(file).map_err(|e| named(&flush.path, e))?;
         let disk = Disk { dir: dir.to_path_buf(), file: Mutex::new(file), flush, rewrites: AtomicU64::new(0) };
         Ok((Arc::new(disk), Recovered { log, vote, last_purged }))
     }
@@ -250,7 +307,7 @@ impl Disk {
         })?;
         let new = OpenOptions::new().append(true).open(path).map_err(|e| named(path, e))?;
         *self.flush.file.lock().expect("flusher file lock") = Arc::new(new.try_clone().map_err(|e| named(path, e))?);
-        *file = new;
+        *file = LogFile::new(new).map_err(|e| named(path, e))?;
         self.rewrites.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -260,7 +317,7 @@ impl Disk {
         let frame = frame(op).map_err(|e| named(&self.flush.path, e))?;
         // The frame is written before its callback is queued, so the sync
         // that reports the callback covers it.
-        self.file.lock().expect("log file lock").write_all(&frame).map_err(|e| named(&self.flush.path, e))?;
+        self.file.lock().expect("log file lock").append(&frame).map_err(|e| named(&self.flush.path, e))?;
         if let LogWrite::Append(es) = op {
             self.flush.entries.fetch_add(es.len() as u64, Ordering::Relaxed);
             let effects: usize = es
@@ -287,6 +344,13 @@ impl Disk {
             w.write_all(&crc32c::crc32c(&body).to_le_bytes())?;
             w.write_all(&body)
         })
+    }
+
+    /// Whether the file's blocks are allocated ahead of its end.
+    #[cfg(test)]
+    pub fn preallocated(&self) -> bool {
+        let f = self.file.lock().expect("log file lock");
+        f.allocated != u64::MAX && f.allocated > f.len
     }
 
     /// (syncs, entries written, writes' effects in them, rewrites) since
@@ -634,6 +698,34 @@ mod tests {
         }
         let err = Disk::open(&dir, 2, Some(at(90))).err().unwrap().to_string();
         assert!(err.contains("gap"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The file's blocks are allocated ahead of its end, its length is
+    /// that of what was written, and it reads back; a rewrite allocates
+    /// ahead again.
+    #[test]
+    fn the_log_file_is_preallocated_and_reads_back() {
+        use std::os::unix::fs::MetadataExt as _;
+        let dir = std::env::temp_dir().join(format!("recall-raft-log-prealloc-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("raft.log");
+        {
+            let (disk, _) = Disk::open(&dir, 2, None).unwrap();
+            assert!(disk.preallocated(), "fallocate works on this file system");
+            disk.write(&LogWrite::Append(&[entry(1, 1), entry(1, 2)]), None).unwrap();
+            let m = std::fs::metadata(&path).unwrap();
+            assert!(m.len() < 1000, "the length is what was written: {}", m.len());
+            assert!(m.blocks() * 512 >= PREALLOCATE, "{} bytes allocated", m.blocks() * 512);
+            let rest: Entries = [(2, entry(1, 2))].into();
+            disk.rewrite(LogId::new(CommittedLeaderId::new(1, 1), 1), &rest).unwrap();
+            assert!(disk.preallocated());
+            assert!(std::fs::metadata(&path).unwrap().blocks() * 512 >= PREALLOCATE);
+            disk.write(&LogWrite::Append(&[entry(1, 3)]), None).unwrap();
+        }
+        let (_disk, rec) = Disk::open(&dir, 2, Some(LogId::new(CommittedLeaderId::new(1, 1), 1))).unwrap();
+        assert_eq!(indexes(&rec.log), [(1, 2), (1, 3)]);
+        drop(_disk);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -51,6 +51,7 @@ use recall_proto::reply;
 use tokio::time::Instant;
 
 use crate::gate::Gate;
+use crate::transport::Transport;
 use crate::{Group, NodeId, Raft};
 
 /// A learner whose log is within this many entries of the leader's is
@@ -326,9 +327,16 @@ fn transfer_target(m: &Metrics, id: Option<NodeId>) -> Result<NodeId, String> {
 }
 
 /// Hand the leadership to `target` (see the module's documentation).
+/// The group a transfer runs in, and how it reaches the target's Raft
+/// port (plain or mutual TLS, `transport.rs`).
+pub(crate) struct Via {
+    pub(crate) group: u16,
+    pub(crate) transport: Arc<Transport>,
+}
+
 async fn transfer(
     raft: Raft,
-    group: u16,
+    via: Via,
     gate: Gate,
     target: NodeId,
     target_addr: SocketAddr,
@@ -368,7 +376,7 @@ async fn transfer(
     // ends at once instead of holding writes at the closed gate until its
     // deadline waiting for a log that can no longer catch up. A target
     // that cannot be reached now is not waited for at all.
-    let watch = match tokio::time::timeout(left(), tokio::net::TcpStream::connect(target_addr)).await {
+    let watch = match tokio::time::timeout(left(), via.transport.connect(target_addr)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             return Err(format!(
@@ -394,14 +402,14 @@ async fn transfer(
         Err(format!("SERVER_ERROR cluster transfer to {target} {what}; {now}"))
     };
     tokio::select! {
-        done = hand_over(&raft, &gate, target, target_addr, group, quiet_for, deadline) => done.or_else(|what| fallback(&what)),
+        done = hand_over(&raft, &gate, target, target_addr, &via, quiet_for, deadline) => done.or_else(|what| fallback(&what)),
         () = gone(watch) => fallback("stopped: the target went away"),
     }
 }
 
 /// Resolves once the peer closes `s` (it sends nothing on a connection
 /// it did not open): the process at the other end is gone.
-async fn gone(mut s: tokio::net::TcpStream) {
+async fn gone(mut s: crate::transport::Stream) {
     use tokio::io::AsyncReadExt as _;
     let mut buf = [0u8; 64];
     while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
@@ -414,7 +422,7 @@ async fn hand_over(
     gate: &Gate,
     target: NodeId,
     target_addr: SocketAddr,
-    group: u16,
+    via: &Via,
     quiet_for: Option<Duration>,
     deadline: Instant,
 ) -> Result<String, String> {
@@ -453,7 +461,7 @@ async fn hand_over(
         }
         tokio::time::sleep_until(*until).await;
     }
-    match crate::network::request_elect(target_addr, group, left()).await {
+    match crate::network::request_elect(&via.transport, target_addr, via.group, left()).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => return Err(format!("refused ({e})")),
         Err(e) => return Err(format!("failed ({e})")),
@@ -493,7 +501,8 @@ pub(crate) async fn lead_at_start(group: Arc<Group>, target: NodeId) {
         }
         let Some(addr) = raft_addr_of(&m, target) else { return };
         let deadline = (Instant::now() + Duration::from_secs(10)).min(give_up);
-        match transfer(raft.clone(), group.id.id, group.gate.clone(), target, addr, deadline).await {
+        let via = Via { group: group.id.id, transport: group.transport.clone() };
+        match transfer(raft.clone(), via, group.gate.clone(), target, addr, deadline).await {
             Ok(_) => {
                 tracing::info!("cluster group {}: leadership handed to node {target}", group.id.id);
                 return;
@@ -538,10 +547,9 @@ impl Group {
                 Ok(target) => match raft_addr_of(&m, target) {
                     None => Err(format!("SERVER_ERROR cluster node {target} has no Raft address")),
                     Some(to) => {
-                        let (gate, group) = (self.gate.clone(), self.id.id);
-                        self.wait(
-                            async move { transfer(raft, group, gate, target, to, Instant::now() + budget).await },
-                        )?
+                        let gate = self.gate.clone();
+                        let via = Via { group: self.id.id, transport: self.transport.clone() };
+                        self.wait(async move { transfer(raft, via, gate, target, to, Instant::now() + budget).await })?
                     }
                 },
             },
@@ -580,6 +588,7 @@ mod tests {
             reads: crate::ReadMode::default(),
             snapshot_entries: crate::SNAPSHOT_ENTRIES,
             groups: 1,
+            tls: None,
         };
         crate::Node::start(engine(), cfg).expect("node starts")
     }

@@ -19,6 +19,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,9 +35,10 @@ use openraft::BasicNode;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 use crate::incarnation::{Greeting, Hello, Ident};
+use crate::transport::{Stream, Transport};
 use crate::{NodeId, Raft, TypeConfig};
 
 /// The largest frame either side accepts. openraft sends snapshots in
@@ -131,7 +133,8 @@ pub fn frame_len(header: [u8; 4]) -> io::Result<usize> {
 
 /// Write one frame with a single write: its header and body in one
 /// segment (the sockets have `TCP_NODELAY`, so two writes would be two
-/// segments, and often two wakeups of the reader).
+/// segments, and often two wakeups of the reader), flushed (TLS may hold
+/// the end of a record otherwise).
 async fn write_frame<S: AsyncWrite + Unpin>(s: &mut S, body: &[u8]) -> io::Result<()> {
     let len = u32::try_from(body.len()).ok().filter(|&l| l as usize <= FRAME_MAX).ok_or_else(|| {
         io::Error::new(io::ErrorKind::InvalidInput, format!("raft frame of {} bytes is too large", body.len()))
@@ -139,7 +142,8 @@ async fn write_frame<S: AsyncWrite + Unpin>(s: &mut S, body: &[u8]) -> io::Resul
     let mut frame = Vec::with_capacity(4 + body.len());
     frame.extend_from_slice(&len.to_be_bytes());
     frame.extend_from_slice(body);
-    s.write_all(&frame).await
+    s.write_all(&frame).await?;
+    s.flush().await
 }
 
 /// The one bincode configuration of a frame body, both ways: varint
@@ -183,6 +187,8 @@ pub struct Serving {
     pub ident: Arc<Ident>,
     /// The other nodes of this node's `--cluster-peer` list.
     pub configured: BTreeSet<NodeId>,
+    /// Plain TCP or mutual TLS, both ways (`transport.rs`).
+    pub transport: Arc<Transport>,
 }
 
 impl Serving {
@@ -224,9 +230,10 @@ pub async fn serve(listener: TcpListener, serving: Arc<Serving>) {
                 continue;
             }
         };
-        let _ = sock.set_nodelay(true);
         let serving = serving.clone();
         tokio::spawn(async move {
+            // A peer refused at the handshake is counted and logged there.
+            let Ok(sock) = serving.transport.accept(sock, peer).await else { return };
             if let Err(e) = serve_conn(sock, &serving).await {
                 tracing::info!("raft connection from {peer} closed: {e}");
             }
@@ -234,7 +241,7 @@ pub async fn serve(listener: TcpListener, serving: Arc<Serving>) {
     }
 }
 
-async fn serve_conn(sock: TcpStream, serving: &Serving) -> io::Result<()> {
+async fn serve_conn(sock: Stream, serving: &Serving) -> io::Result<()> {
     let (groups, engine) = (&serving.groups, &serving.engine);
     let mut sock = BufReader::new(sock);
     let refused = |why: String| io::Error::new(io::ErrorKind::PermissionDenied, why);
@@ -301,13 +308,11 @@ async fn serve_conn(sock: TcpStream, serving: &Serving) -> io::Result<()> {
 /// Say hello to `to` at `addr` on a connection of its own, within `ttl`:
 /// `Ok` once it recorded this node, the refusal's words otherwise (and
 /// `ident` knows if this node was the one refused).
-pub async fn greet(ident: &Ident, to: NodeId, addr: &str, ttl: Duration) -> Result<(), String> {
+pub async fn greet(transport: &Transport, ident: &Ident, to: NodeId, addr: &str, ttl: Duration) -> Result<(), String> {
     let call = async {
         let addr: SocketAddr =
             addr.parse().map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{addr}: {e}")))?;
-        let s = TcpStream::connect(addr).await?;
-        let _ = s.set_nodelay(true);
-        let mut s = BufReader::new(s);
+        let mut s = BufReader::new(transport.connect(addr).await?);
         hello(&mut s, ident, to).await
     };
     match tokio::time::timeout(ttl, call).await {
@@ -319,7 +324,7 @@ pub async fn greet(ident: &Ident, to: NodeId, addr: &str, ttl: Duration) -> Resu
 
 /// Send this node's hello on a new connection and take the answer. The
 /// outer error is the connection's, the inner one the refusal.
-async fn hello(s: &mut BufReader<TcpStream>, ident: &Ident, to: NodeId) -> io::Result<Result<(), String>> {
+async fn hello(s: &mut BufReader<Stream>, ident: &Ident, to: NodeId) -> io::Result<Result<(), String>> {
     write_frame(s, &encode(&Call { group: 0, rpc: Rpc::Hello(ident.hello(to)) })?).await?;
     match read_frame(s).await? {
         Some(reply) => Ok(ident.on_greeting(to, decode::<Greeting>(&reply)?)),
@@ -348,8 +353,8 @@ pub async fn admit(serving: Arc<Serving>, addrs: Arc<BTreeMap<NodeId, String>>) 
         let mut calls = tokio::task::JoinSet::new();
         for id in todo {
             let Some(addr) = raft_addr(&addrs, &serving.groups, id) else { continue };
-            let ident = ident.clone();
-            calls.spawn(async move { (id, greet(&ident, id, &addr, Duration::from_secs(1)).await) });
+            let (ident, transport) = (ident.clone(), serving.transport.clone());
+            calls.spawn(async move { (id, greet(&transport, &ident, id, &addr, Duration::from_secs(1)).await) });
         }
         while let Some(done) = calls.join_next().await {
             if let Ok((id, Err(e))) = done {
@@ -381,29 +386,47 @@ fn raft_addr(addrs: &BTreeMap<NodeId, String>, groups: &[Raft], id: NodeId) -> O
 /// Ask the node whose Raft RPC listens at `addr` to start an election in
 /// `group` ([`Rpc::Elect`]), on a connection of its own, within `ttl`. The
 /// outer error is the call's, the inner one the node's refusal.
-pub async fn request_elect(addr: SocketAddr, group: u16, ttl: Duration) -> io::Result<Result<(), String>> {
-    request(addr, Call { group, rpc: Rpc::Elect }, ttl).await
+pub async fn request_elect(
+    transport: &Transport,
+    addr: SocketAddr,
+    group: u16,
+    ttl: Duration,
+) -> io::Result<Result<(), String>> {
+    request(transport, addr, Call { group, rpc: Rpc::Elect }, ttl).await
 }
 
 /// Ask the leader of `group`, whose Raft RPC listens at `addr`, to flush
 /// the group ([`Rpc::Flush`]), within `ttl`; errors as
 /// [`request_elect`]'s.
-pub async fn request_flush(addr: SocketAddr, group: u16, ttl: Duration) -> io::Result<Result<(), String>> {
-    request(addr, Call { group, rpc: Rpc::Flush }, ttl).await
+pub async fn request_flush(
+    transport: &Transport,
+    addr: SocketAddr,
+    group: u16,
+    ttl: Duration,
+) -> io::Result<Result<(), String>> {
+    request(transport, addr, Call { group, rpc: Rpc::Flush }, ttl).await
 }
 
 /// Ask the node whose Raft RPC listens at `addr` who leads `group`
 /// ([`Rpc::Leader`]), within `ttl`.
-pub async fn request_leader(addr: SocketAddr, group: u16, ttl: Duration) -> io::Result<Option<LeaderInfo>> {
-    request(addr, Call { group, rpc: Rpc::Leader }, ttl).await
+pub async fn request_leader(
+    transport: &Transport,
+    addr: SocketAddr,
+    group: u16,
+    ttl: Duration,
+) -> io::Result<Option<LeaderInfo>> {
+    request(transport, addr, Call { group, rpc: Rpc::Leader }, ttl).await
 }
 
 /// One call and its answer, on a connection of its own, within `ttl`.
-async fn request<T: DeserializeOwned>(addr: SocketAddr, call: Call, ttl: Duration) -> io::Result<T> {
+async fn request<T: DeserializeOwned>(
+    transport: &Transport,
+    addr: SocketAddr,
+    call: Call,
+    ttl: Duration,
+) -> io::Result<T> {
     let call = async {
-        let s = TcpStream::connect(addr).await?;
-        let _ = s.set_nodelay(true);
-        let mut s = BufReader::new(s);
+        let mut s = BufReader::new(transport.connect(addr).await?);
         write_frame(&mut s, &encode(&call)?).await?;
         match read_frame(&mut s).await? {
             Some(reply) => decode(&reply),
@@ -413,6 +436,52 @@ async fn request<T: DeserializeOwned>(addr: SocketAddr, call: Call, ttl: Duratio
     tokio::time::timeout(ttl, call)
         .await
         .unwrap_or_else(|_| Err(io::Error::new(io::ErrorKind::TimedOut, format!("no answer within {ttl:?}"))))
+}
+
+/// Round trips of successful AppendEntries calls, heartbeats (no entries)
+/// apart from those carrying entries: the measured cost the heartbeat
+/// interval is chosen against (`timing.rs`), shown by `stats`.
+#[derive(Default)]
+pub struct RpcTimes {
+    heartbeats: RoundTrips,
+    appends: RoundTrips,
+}
+
+#[derive(Default)]
+struct RoundTrips {
+    calls: AtomicU64,
+    total_us: AtomicU64,
+    max_us: AtomicU64,
+}
+
+impl RoundTrips {
+    fn record(&self, took: Duration) {
+        let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.total_us.fetch_add(us, Ordering::Relaxed);
+        self.max_us.fetch_max(us, Ordering::Relaxed);
+    }
+
+    /// (mean, max) in microseconds.
+    fn mean_max(&self) -> (u64, u64) {
+        let n = self.calls.load(Ordering::Relaxed).max(1);
+        (self.total_us.load(Ordering::Relaxed) / n, self.max_us.load(Ordering::Relaxed))
+    }
+}
+
+impl RpcTimes {
+    /// The `stats` lines: mean and max round trip of heartbeats and of
+    /// AppendEntries with entries, in microseconds.
+    pub fn stats(&self) -> [(&'static str, String); 4] {
+        let (hb, hb_max) = self.heartbeats.mean_max();
+        let (ap, ap_max) = self.appends.mean_max();
+        [
+            ("cluster_heartbeat_us_mean", hb.to_string()),
+            ("cluster_heartbeat_us_max", hb_max.to_string()),
+            ("cluster_append_us_mean", ap.to_string()),
+            ("cluster_append_us_max", ap_max.to_string()),
+        ]
+    }
 }
 
 /// Makes a client per target node.
@@ -429,6 +498,9 @@ pub struct Network {
     pub group: u16,
     /// Who this node is: every connection begins with its hello.
     pub ident: Arc<Ident>,
+    pub transport: Arc<Transport>,
+    /// AppendEntries round trips, for `stats` (`timing.rs`).
+    pub times: Arc<RpcTimes>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -439,7 +511,15 @@ impl RaftNetworkFactory<TypeConfig> for Network {
         // first slice stored the Raft address alone).
         let raft = node.addr.split_once('/').map_or(node.addr.as_str(), |(raft, _)| raft);
         let addr = self.peers.get(&target).map_or(raft, String::as_str).to_string();
-        Client { target, group: self.group, addr, conn: None, ident: self.ident.clone() }
+        Client {
+            target,
+            group: self.group,
+            addr,
+            conn: None,
+            ident: self.ident.clone(),
+            transport: self.transport.clone(),
+            times: self.times.clone(),
+        }
     }
 }
 
@@ -451,8 +531,10 @@ pub struct Client {
     addr: String,
     /// Buffered for reading (a reply's header and body in one read);
     /// writes go straight through.
-    conn: Option<BufReader<TcpStream>>,
+    conn: Option<BufReader<Stream>>,
     ident: Arc<Ident>,
+    transport: Arc<Transport>,
+    times: Arc<RpcTimes>,
 }
 
 /// Why a call failed, before it is sorted into openraft's error kinds.
@@ -481,31 +563,43 @@ impl Client {
         }
     }
 
+    /// One call on this client's connection (dialled first if there is
+    /// none). The connection is held by this future while the call runs
+    /// and given back only once its reply is read whole: a call cut off
+    /// half-way (openraft drops an AppendEntries future at its own
+    /// timeout, the heartbeat) drops the connection with it, so the next
+    /// call can never read the reply of the one before it. Kept, that late
+    /// reply would answer the next request: a follower's "success" for
+    /// entries it had not yet appended.
     async fn call_inner(&mut self, body: &[u8]) -> Result<Vec<u8>, CallError> {
-        if self.conn.is_none() {
-            let addr: SocketAddr = self.addr.parse().map_err(|e| {
-                CallError::Unreachable(io::Error::new(io::ErrorKind::InvalidInput, format!("{}: {e}", self.addr)))
-            })?;
-            let s = TcpStream::connect(addr).await.map_err(CallError::Unreachable)?;
-            let _ = s.set_nodelay(true);
-            let mut s = BufReader::new(s);
-            // A peer that refuses this node (or that this node finds
-            // restarted under its id) gets no call: openraft sees it as
-            // unreachable, so its votes and acks never count.
-            match hello(&mut s, &self.ident, self.target).await {
-                Ok(Ok(())) => {}
-                Ok(Err(why)) => {
-                    tracing::warn!("cluster: node {} refused: {why}", self.target);
-                    return Err(CallError::Unreachable(io::Error::new(io::ErrorKind::PermissionDenied, why)));
+        let mut s = match self.conn.take() {
+            Some(s) => s,
+            None => {
+                let addr: SocketAddr = self.addr.parse().map_err(|e| {
+                    CallError::Unreachable(io::Error::new(io::ErrorKind::InvalidInput, format!("{}: {e}", self.addr)))
+                })?;
+                // A peer whose certificate does not check is unreachable too.
+                let mut s = BufReader::new(self.transport.connect(addr).await.map_err(CallError::Unreachable)?);
+                // A peer that refuses this node (or that this node finds
+                // restarted under its id) gets no call: openraft sees it as
+                // unreachable, so its votes and acks never count.
+                match hello(&mut s, &self.ident, self.target).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(why)) => {
+                        tracing::warn!("cluster: node {} refused: {why}", self.target);
+                        return Err(CallError::Unreachable(io::Error::new(io::ErrorKind::PermissionDenied, why)));
+                    }
+                    Err(e) => return Err(CallError::Network(e)),
                 }
-                Err(e) => return Err(CallError::Network(e)),
+                s
             }
-            self.conn = Some(s);
-        }
-        let s = self.conn.as_mut().expect("connected above");
-        write_frame(s, body).await.map_err(CallError::Network)?;
-        match read_frame(s).await {
-            Ok(Some(reply)) => Ok(reply),
+        };
+        write_frame(&mut s, body).await.map_err(CallError::Network)?;
+        match read_frame(&mut s).await {
+            Ok(Some(reply)) => {
+                self.conn = Some(s);
+                Ok(reply)
+            }
             Ok(None) => Err(CallError::Network(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed"))),
             Err(e) => Err(CallError::Network(e)),
         }
@@ -551,7 +645,15 @@ impl RaftNetwork<TypeConfig> for Client {
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
         let entries = req.entries.len() as u64;
         match encode(&Call { group: self.group, rpc: Rpc::Append(req) }) {
-            Ok(body) => self.send(&body, option).await,
+            Ok(body) => {
+                let start = Instant::now();
+                let r = self.send(&body, option).await;
+                if r.is_ok() {
+                    let times = &self.times;
+                    if entries == 0 { &times.heartbeats } else { &times.appends }.record(start.elapsed());
+                }
+                r
+            }
             // Entries of large values: openraft retries at once with the
             // hinted number (a single entry it cannot split counts as
             // unreachable).
@@ -624,7 +726,15 @@ mod tests {
         // Nothing listens there: a call that reached the network would be
         // Unreachable.
         let ident = Arc::new(Ident::new(1, 1));
-        let mut client = Client { target: 2, group: 0, addr: "127.0.0.1:1".into(), conn: None, ident };
+        let mut client = Client {
+            target: 2,
+            group: 0,
+            addr: "127.0.0.1:1".into(),
+            conn: None,
+            ident,
+            transport: Transport::plain(),
+            times: Default::default(),
+        };
         let opt = || RPCOption::new(Duration::from_secs(5));
         match rt.block_on(client.append_entries(req(3), opt())) {
             Err(RPCError::PayloadTooLarge(p)) => assert_eq!(p.entries_hint(), 1, "{p}"),
@@ -632,6 +742,61 @@ mod tests {
         }
         // Two fit: sent (and unreachable here).
         assert!(matches!(rt.block_on(client.append_entries(req(2), opt())), Err(RPCError::Unreachable(_))));
+    }
+
+    /// A call cut off after its request went out (openraft drops the
+    /// future at its timeout) takes its connection with it: the next call
+    /// gets its own reply, never the late one of the call before.
+    #[test]
+    fn a_call_cut_off_half_way_never_leaves_its_reply_to_the_next() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            // A peer that greets, then answers each call with its number,
+            // the first one late.
+            let peer = tokio::spawn(async move {
+                let mut calls = 0u32;
+                loop {
+                    let (sock, _) = listener.accept().await.unwrap();
+                    let mut s = BufReader::new(sock);
+                    let _hello = read_frame(&mut s).await.unwrap().unwrap();
+                    write_frame(&mut s, &encode(&Ok::<u64, crate::incarnation::Refused>(5)).unwrap()).await.unwrap();
+                    while let Ok(Some(_)) = read_frame(&mut s).await {
+                        calls += 1;
+                        if calls == 1 {
+                            tokio::time::sleep(Duration::from_millis(300)).await;
+                        }
+                        if write_frame(&mut s, &encode(&format!("reply {calls}")).unwrap()).await.is_err() {
+                            break;
+                        }
+                        if calls >= 2 {
+                            return;
+                        }
+                    }
+                    if calls >= 2 {
+                        return;
+                    }
+                }
+            });
+            let mut client = Client {
+                target: 2,
+                group: 0,
+                addr: addr.to_string(),
+                conn: None,
+                ident: Arc::new(Ident::new(1, 1)),
+                transport: Transport::plain(),
+                times: Default::default(),
+            };
+            let ttl = Duration::from_secs(5);
+            let cut = tokio::time::timeout(Duration::from_millis(50), client.call::<String>(b"first", ttl)).await;
+            assert!(cut.is_err(), "the first call is cut off before its late reply");
+            match client.call::<String>(b"second", ttl).await {
+                Ok(reply) => assert_eq!(reply, "reply 2"),
+                Err(_) => panic!("the second call failed"),
+            }
+            peer.await.unwrap();
+        });
     }
 
     /// The hello's bytes, as fuzz/gen_seeds.py writes its seeds: a change
@@ -652,7 +817,13 @@ mod tests {
     fn a_peer_is_dialled_where_this_nodes_list_says() {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let ident = Arc::new(Ident::new(1, 1));
-        let mut net = Network { peers: Arc::new([(2, "127.0.0.9:7".to_string())].into()), group: 3, ident };
+        let mut net = Network {
+            peers: Arc::new([(2, "127.0.0.9:7".to_string())].into()),
+            group: 3,
+            ident,
+            transport: Transport::plain(),
+            times: Default::default(),
+        };
         let membership = |addr: &str| BasicNode { addr: addr.into() };
         // Listed here: this node's address wins over the membership's.
         assert_eq!(rt.block_on(net.new_client(2, &membership("127.0.0.2:1"))).addr, "127.0.0.9:7");

@@ -5,9 +5,9 @@
 //!   `t + LEASE`, as long as it still leads in the same term and has
 //!   applied an entry of that term. Every follower that acknowledged the
 //!   round heard from the leader after `t`, and openraft's followers refuse
-//!   to vote for anyone for `election_timeout_max` (3 s) after they last
+//!   to vote for anyone for `election_timeout_max` (500 ms, `timing.rs`) after they last
 //!   heard from their leader (its `leader_lease`), so no other leader can
-//!   be elected, nor commit a write, before `t + 3 s`; `LEASE` is half of
+//!   be elected, nor commit a write, before `t + 500 ms`; `LEASE` is half of
 //!   that, for the clocks' rates to differ. A node that restarts forgot
 //!   when it last heard from a leader, so it refuses every vote for
 //!   `LEASE` after it starts (`network.rs`), and the lease holds across
@@ -39,8 +39,9 @@ use recall_engine::op::Refusal;
 
 use crate::{NodeId, Raft, NO_QUORUM, SHUT_DOWN, TIMED_OUT};
 
-/// How long a confirmed leadership is trusted (see the module note).
-pub const LEASE: Duration = Duration::from_millis(1500);
+/// How long a confirmed leadership is trusted (see the module note and
+/// `timing.rs`).
+pub use crate::timing::LEASE;
 
 type Answer = Result<(), Refusal>;
 /// A refusal that names a leader, made by the node (it has the lines).

@@ -88,7 +88,9 @@ pub(crate) async fn find_leader(group: std::sync::Weak<Group>, peers: Arc<std::c
         let own = *m.membership_config.log_id();
         let mut found = None;
         for addr in ask {
-            if let Ok(Some(info)) = crate::network::request_leader(addr, group.id.id, ASK_EVERY / 2).await {
+            if let Ok(Some(info)) =
+                crate::network::request_leader(&group.transport, addr, group.id.id, ASK_EVERY / 2).await
+            {
                 if removed_by(m.id, own, &info) {
                     found = Some(info);
                     break;

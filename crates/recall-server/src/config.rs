@@ -138,6 +138,12 @@ pub struct ClusterSection {
     /// Emulation only: microseconds added to each Raft log fsync on this
     /// node (config/placement.rs); placement never reads it.
     pub emulated_fsync_delay_us: u64,
+    /// Mutual TLS on the Raft port: this node's certificate chain (naming
+    /// its Raft IP address), its key, and the cluster CA every peer's
+    /// certificate must chain to. All three, or none (plain TCP).
+    pub tls_cert: String,
+    pub tls_key: String,
+    pub tls_ca: String,
 }
 
 impl Default for ClusterSection {
@@ -153,6 +159,9 @@ impl Default for ClusterSection {
             groups: 1,
             placement: recall_placement::PlacementMode::Even,
             emulated_fsync_delay_us: 0,
+            tls_cert: String::new(),
+            tls_key: String::new(),
+            tls_ca: String::new(),
         }
     }
 }
@@ -207,6 +216,19 @@ impl ClusterSection {
                 )))
             }
         };
+        let tls = match (self.tls_cert.as_str(), self.tls_key.as_str(), self.tls_ca.as_str()) {
+            ("", "", "") => None,
+            (cert, key, ca) if !cert.is_empty() && !key.is_empty() && !ca.is_empty() => {
+                Some(recall_raft::transport::TlsFiles { cert: cert.into(), key: key.into(), ca: ca.into() })
+            }
+            _ => {
+                return Err(ConfigError(
+                    "cluster: TLS needs all of tls_cert, tls_key and tls_ca \
+                     (--cluster-tls-cert, --cluster-tls-key, --cluster-tls-ca), or none"
+                        .into(),
+                ))
+            }
+        };
         Ok(Some(recall_raft::ClusterConfig {
             node_id: self.node_id,
             peers,
@@ -216,6 +238,7 @@ impl ClusterSection {
             reads,
             snapshot_entries: self.snapshot_entries,
             groups: self.groups,
+            tls,
         }))
     }
 }
@@ -354,6 +377,17 @@ pub struct Cli {
     /// fsync on this node (unequal nodes on one machine).
     #[arg(long = "cluster-emulated-fsync-delay-us", value_name = "N")]
     pub cluster_emulated_fsync_delay_us: Option<u64>,
+    /// Cluster mode: this node's certificate chain for mutual TLS on the
+    /// Raft port (PEM; names the node's Raft IP address).
+    #[arg(long = "cluster-tls-cert", value_name = "FILE")]
+    pub cluster_tls_cert: Option<String>,
+    /// Cluster mode: the private key of --cluster-tls-cert (PEM).
+    #[arg(long = "cluster-tls-key", value_name = "FILE")]
+    pub cluster_tls_key: Option<String>,
+    /// Cluster mode: the cluster CA's certificate (PEM); every peer's
+    /// certificate must chain to it.
+    #[arg(long = "cluster-tls-ca", value_name = "FILE")]
+    pub cluster_tls_ca: Option<String>,
     /// Verify a snapshot file, print a summary and exit.
     #[arg(long = "check-snapshot")]
     pub check_snapshot: Option<PathBuf>,
@@ -635,6 +669,15 @@ impl Config {
         }
         if let Some(v) = cli.cluster_emulated_fsync_delay_us {
             cfg.cluster.emulated_fsync_delay_us = v;
+        }
+        for (flag, setting) in [
+            (&cli.cluster_tls_cert, &mut cfg.cluster.tls_cert),
+            (&cli.cluster_tls_key, &mut cfg.cluster.tls_key),
+            (&cli.cluster_tls_ca, &mut cfg.cluster.tls_ca),
+        ] {
+            if let Some(v) = flag {
+                setting.clone_from(v);
+            }
         }
         for opts in &cli.extended {
             for kv in opts.split(',').filter(|s| !s.is_empty()) {

@@ -180,7 +180,13 @@ where
                 // client's socket as a local reply's turn does, so a client
                 // that does not read stops forwarding before a hop, not in
                 // the middle of one.
-                Ok(wrote) => backlog.wrote(wrote),
+                Ok(Some(wrote)) => backlog.wrote(wrote),
+                // No leader elsewhere (none known during an election, or
+                // this node leads now): the request stays in the input and
+                // runs here, answering its refusal or its outcome. Dropping
+                // its bytes here left the client waiting for a reply that
+                // never came (found by scripts/bench-failover).
+                Ok(None) => continue,
                 // Only a failed hop or a failed write ends the connection here.
                 Err(a) => return (a, CloseReason::Error),
             }
@@ -295,7 +301,7 @@ async fn forward<S>(
     req: &[u8],
     binary: bool,
     group: usize,
-) -> Result<usize, Action>
+) -> Result<Option<usize>, Action>
 where
     S: AsyncWrite + Unpin,
 {
@@ -312,11 +318,11 @@ where
         (Some(fwd), None, Some(leader)) => fwd.forward(&leader, binary, req, stream, now_leads).await,
         _ => {
             session.run_next_locally();
-            return Ok(0);
+            return Ok(None);
         }
     };
     match hop {
-        Ok(wrote) => Ok(wrote),
+        Ok(wrote) => Ok(Some(wrote)),
         Err(crate::forward::Failed::Close) => Err(Action::Close),
         Err(crate::forward::Failed::Reply(line)) => {
             let mut out = Vec::new();
@@ -338,7 +344,7 @@ where
                 recall_proto::reply::line(&mut out, line.as_bytes());
             }
             stream.write_all(&out).await.map_err(|_| Action::Close)?;
-            Ok(out.len())
+            Ok(Some(out.len()))
         }
     }
 }
