@@ -119,16 +119,36 @@ impl Engine {
         cx: &mut crate::Cx<'_>,
         out: &mut Vec<u8>,
     ) {
+        use crate::{AdminReply, Parked, Wait};
         let Some(rep) = self.replicator() else {
             return reply::line(out, b"SERVER_ERROR not in cluster mode");
         };
-        if let Err(r) = rep.admin(cmd, out) {
-            // A membership command runs on the leader of the group it
-            // names, group 0 without one (`Replicator::admin`).
-            if matches!(r, crate::op::Refusal::NotLeader(_)) {
-                cx.not_leader = Some(cmd.group.map_or(0, usize::from));
+        let idle = if matches!(cx.wait, Wait::Block) { Wait::Block } else { Wait::Await };
+        // Parked before: its reply came (a change runs once).
+        if let Wait::Resolved(Parked::Admin { reply: Some(r), .. }) = std::mem::replace(&mut cx.wait, idle) {
+            return out.extend_from_slice(&r);
+        }
+        match rep.admin(cmd, out) {
+            Ok(AdminReply::Done) => {}
+            // The change waits for the group: the request parks on it.
+            Ok(AdminReply::Later(ticket)) if matches!(cx.wait, Wait::Await) => {
+                cx.wait = Wait::Parked(Parked::Admin { ticket, reply: None });
             }
-            reply::line(out, r.line());
+            Ok(AdminReply::Later(ticket)) => {
+                if let Parked::Admin { reply: Some(r), .. } =
+                    (Parked::Admin { ticket, reply: None }).block(rep.timeout())
+                {
+                    out.extend_from_slice(&r);
+                }
+            }
+            Err(r) => {
+                // A membership command runs on the leader of the group it
+                // names, group 0 without one (`Replicator::admin`).
+                if matches!(r, crate::op::Refusal::NotLeader(_)) {
+                    cx.not_leader = Some(cmd.group.map_or(0, usize::from));
+                }
+                reply::line(out, r.line());
+            }
         }
     }
 

@@ -90,6 +90,13 @@ impl Credentials {
         self.users.is_empty()
     }
 
+    /// The file's first user and password: what a cluster node logs in
+    /// with when it forwards a client's request to another node (every
+    /// node of a `-Y` cluster reads the same file).
+    pub fn first(&self) -> Option<(&[u8], &[u8])> {
+        self.users.first().map(|(u, p)| (u.as_slice(), p.as_slice()))
+    }
+
     /// Whether `user` with `password` is on file. Every entry is compared,
     /// each in constant time for its length, so the time taken does not
     /// say which part of which entry differed.

@@ -21,12 +21,11 @@ use crate::{Counters, Engine};
 pub struct Cx<'c> {
     pub counters: &'c Counters,
     pub barrier: &'c mut Barrier,
-    /// Cluster mode: a read barrier passed during this batch. Every read
-    /// of the batch arrived before it, so a read index taken then is
-    /// fresh enough for all of them: one barrier per batch and group, not
-    /// per key. Bit `g`: group `g`'s barrier passed (groups from 64 on
-    /// are never remembered).
-    pub read_fresh: u64,
+    /// Cluster mode: the groups whose read barrier passed during this
+    /// batch. Every read of the batch arrived before it, so a read index
+    /// taken then is fresh enough for all of them: one barrier per batch
+    /// and group, not per key.
+    pub read_fresh: FreshGroups,
     /// Set when cluster mode refused an operation because another node
     /// leads its group (`Some(group)`): the session may forward the
     /// request to that group's leader.
@@ -43,7 +42,31 @@ impl<'c> Cx<'c> {
     /// A context outside any connection: no cluster state yet, no
     /// connection id, a replicated write blocks its thread until commit.
     pub fn new(counters: &'c Counters, barrier: &'c mut Barrier) -> Self {
-        Cx { counters, barrier, read_fresh: 0, not_leader: None, conn: 0, wait: crate::Wait::Block }
+        Cx {
+            counters,
+            barrier,
+            read_fresh: FreshGroups::default(),
+            not_leader: None,
+            conn: 0,
+            wait: crate::Wait::Block,
+        }
+    }
+}
+
+/// A set of group indexes below `recall_proto::cluster::GROUPS_MAX`
+/// (anything above is never in it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FreshGroups([u64; recall_proto::cluster::GROUPS_MAX / 64]);
+
+impl FreshGroups {
+    pub fn has(&self, group: usize) -> bool {
+        self.0.get(group / 64).is_some_and(|w| w & (1 << (group % 64)) != 0)
+    }
+
+    pub fn set(&mut self, group: usize) {
+        if let Some(w) = self.0.get_mut(group / 64) {
+            *w |= 1 << (group % 64);
+        }
     }
 }
 

@@ -23,6 +23,7 @@ pub mod replicated;
 mod session;
 pub mod stats;
 mod text;
+pub mod ticket;
 pub mod transcript;
 pub mod watch;
 pub mod write_path;
@@ -36,9 +37,10 @@ pub use commit::{Commit, Resolver};
 pub use execute::Cx;
 pub use op::{Op, Outcome};
 pub use out::{Out, Segment};
-pub use replicated::{Applied, Cause, ClusterMap, Pending, Replicator, Wait};
+pub use replicated::{AdminReply, Applied, Cause, ClusterMap, Parked, Pending, Ready, Replicator, Wait};
 pub use session::{Processed, ProtocolChoice, Session};
 pub use stats::{Counters, Registry};
+pub use ticket::{Answer, Ticket};
 pub use write_path::{Barrier, Observer, Observers};
 
 /// The version string `version` reports. recall speaks the protocol of

@@ -41,11 +41,24 @@
 //! item's whole record with the new expiry (so its CAS becomes the entry's
 //! index, where memcached's touch keeps the CAS).
 //!
+//! **Nothing waits on a worker thread.** The engine returns what must
+//! happen and the cluster runtime (recall-raft) does it on its own
+//! threads: a proposal is handed over with a [`Resolver`]; a barrier that
+//! cannot pass at once (a ReadIndex round, a leader hand-over's gate, a
+//! new leader applying its log) answers [`Ready::Later`] with a
+//! [`Ticket`]; a `flush_all` is proposed under every stripe and marks its
+//! groups as flushed until it applies (`Replication::flushed`), so the
+//! stripes are not held across its commit; a flush part on another
+//! node's group and a membership command come back as tickets too. The
+//! request parks on it ([`Parked`]), the connection awaits it, and the
+//! request runs again with the answer. Only callers that cannot await
+//! ([`Wait::Block`]: UDP's own thread, a streamed value, tests) wait on
+//! their thread.
+//!
 //! **What this slice does not do** (refused with a clear error in cluster
 //! mode): a client-chosen timestamp (meta `E`), meta's invalidate (`I`),
 //! reads that create or win a token (mg `N`/`R`), a delayed `flush_all`,
-//! and seed 000's replay. A touch and a `flush_all` still block their
-//! thread until they commit (rare; see `Wait`).
+//! and seed 000's replay.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher as _;
@@ -58,6 +71,7 @@ use recall_record::OwnedRecord;
 use recall_store::{ApplyOutcome, ArithOutcome, DeleteOutcome, Mutation, Store, StoreConfig, WriteOutcome};
 
 use crate::commit::{Commit, Probe, Resolver};
+use crate::ticket::Ticket;
 
 mod cause;
 mod flush;
@@ -66,7 +80,7 @@ use crate::op::{Data, Op, Outcome, Refusal};
 use crate::write_path::{Barrier, Observer};
 use crate::{watch, Counters, Cx, Engine};
 pub use cause::Cause;
-pub use pending::{Pending, Wait};
+pub use pending::{Parked, Pending, Wait};
 
 /// A committed and applied effect, as the replica that proposed it saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,12 +90,36 @@ pub struct Applied {
     pub outcome: ApplyOutcome,
 }
 
+/// A barrier's answer ([`Replicator::read_barrier`],
+/// [`Replicator::write_barrier`]): go on, refused, or later. A barrier
+/// never blocks its caller: what must wait (a ReadIndex round, a leader
+/// hand-over's gate, a new leader applying its log) is a [`Ticket`] the
+/// cluster runtime answers on its own threads, and the request is parked
+/// on it (`Parked::Barrier`, `replicated/pending.rs`) and runs again.
+#[derive(Debug)]
+pub enum Ready {
+    Now,
+    Refused(Refusal),
+    Later(Ticket<Result<(), Refusal>>),
+}
+
+/// A membership command's answer ([`Replicator::admin`]): its reply is
+/// in `out` already, or it comes later (a change that waits for the
+/// group), as the reply's bytes.
+#[derive(Debug)]
+pub enum AdminReply {
+    Done,
+    Later(Ticket<Vec<u8>>),
+}
+
 /// A consensus group, as the engine needs it. recall-raft implements it
 /// over openraft; the engine sees no consensus library's types.
 ///
-/// The barriers may block the calling thread until the group answers (or
-/// its own timeout passes); `propose` never blocks. A refusal carries the
-/// reply line the client gets.
+/// Nothing here blocks its caller (a worker thread serving many
+/// connections): what must wait for the group comes back as a [`Ticket`]
+/// or a [`Resolver`] the cluster runtime answers, and the request waits
+/// for it parked in its session. A refusal carries the reply line the
+/// client gets.
 pub trait Replicator: Send + Sync {
     /// How many groups the keyspace is split into (fixed for the
     /// cluster's life). A key's group is the group of its slot
@@ -90,16 +128,17 @@ pub trait Replicator: Send + Sync {
     fn groups(&self) -> usize {
         1
     }
-    /// Return once a read of the local store is linearizable for keys of
-    /// `group`: this node leads the group and has applied every entry
-    /// committed before the read (a read index). A node its operator opted
-    /// into stale reads returns at once, leader or not (recall-raft's
+    /// Whether a read of the local store is linearizable for keys of
+    /// `group` now: this node leads the group and has applied every entry
+    /// committed before the read (a read index, or the leader's lease).
+    /// [`Ready::Later`] while a ReadIndex round runs. A node its operator
+    /// opted into stale reads answers `Now`, leader or not (recall-raft's
     /// `ReadMode::Stale`).
-    fn read_barrier(&self, group: usize) -> Result<(), Refusal>;
-    /// Return once this node may decide a write of a key of `group`: it
+    fn read_barrier(&self, group: usize) -> Ready;
+    /// Whether this node may decide a write of a key of `group` now: it
     /// leads the group and has applied every entry of earlier terms, so its
     /// store holds every committed effect of the group.
-    fn write_barrier(&self, group: usize) -> Result<(), Refusal>;
+    fn write_barrier(&self, group: usize) -> Ready;
     /// Submit `effect` (its `ts` is ignored: the log assigns it) with its
     /// `cause` to `group`'s log, without waiting, and resolve `done` once
     /// it is committed and applied here (every replica applies it with
@@ -129,20 +168,20 @@ pub trait Replicator: Send + Sync {
     fn map(&self) -> ClusterMap {
         ClusterMap::default()
     }
-    /// Run group `group`'s part of a `flush_all` on that group's leader,
-    /// another node ([`Engine::flush_group`] there), and wait for its
-    /// answer, for at most [`Replicator::timeout`].
-    fn flush_at_leader(&self, group: usize) -> Result<(), Refusal> {
+    /// Ask group `group`'s leader, another node, to run the group's part
+    /// of a `flush_all` ([`Engine::flush_group`] there); the ticket is
+    /// answered with its outcome, within [`Replicator::timeout`].
+    fn flush_at_leader(&self, group: usize) -> Ticket<Result<(), Refusal>> {
         let _ = group;
-        Err(Refusal::ClusterUnsupported)
+        Ticket::ready(Err(Refusal::ClusterUnsupported))
     }
-    /// Run a membership command (`cluster add-node`, ...) and write its
-    /// reply to `out`. It is about the group it names (`group=<g>`), or
-    /// group 0, and that group's leader runs it. A node that must not run
-    /// it (it does not lead that group) refuses with
-    /// [`Refusal::NotLeader`], and the request is forwarded to the
-    /// group's leader.
-    fn admin(&self, cmd: &recall_proto::cluster_admin::AdminCmd<'_>, out: &mut Vec<u8>) -> Result<(), Refusal> {
+    /// Run a membership command (`cluster add-node`, ...): its reply is
+    /// written to `out` now ([`AdminReply::Done`]) or comes later. It is
+    /// about the group it names (`group=<g>`), or group 0, and that
+    /// group's leader runs it. A node that must not run it (it does not
+    /// lead that group) refuses with [`Refusal::NotLeader`], and the
+    /// request is forwarded to the group's leader.
+    fn admin(&self, cmd: &recall_proto::cluster_admin::AdminCmd<'_>, out: &mut Vec<u8>) -> Result<AdminReply, Refusal> {
         let _ = (cmd, out);
         Err(Refusal::Replication("SERVER_ERROR cluster admin commands are not supported by this node"))
     }
@@ -164,6 +203,13 @@ pub struct Replication {
     /// Commits whose waiter let go before they resolved (see `commit.rs`):
     /// while any is unresolved no write is decided.
     unresolved: Arc<AtomicUsize>,
+    /// Per group, the commit of a `flush_all` proposed and not yet known
+    /// to be applied: a write decided meanwhile is decided on the flushed
+    /// state (the store still holds the items). Set while every stripe is
+    /// held, read under one; `flush_marks` counts the set ones, so a write
+    /// looks at the lock only while a flush is in flight.
+    flushing: Mutex<Vec<Option<Probe>>>,
+    flush_marks: AtomicUsize,
 }
 
 const TIMED_OUT: &str = "SERVER_ERROR cluster timed out; the write may or may not have been applied";
@@ -329,7 +375,45 @@ impl Replication {
             })
             .collect();
         let groups = replicator.groups().max(1);
-        Replication { replicator, groups, stripes, hasher: Default::default(), unresolved: Default::default() }
+        Replication {
+            replicator,
+            groups,
+            stripes,
+            hasher: Default::default(),
+            unresolved: Default::default(),
+            flushing: Mutex::new(vec![None; groups]),
+            flush_marks: AtomicUsize::new(0),
+        }
+    }
+
+    /// A flush of `group` proposed, with this commit (every stripe held).
+    fn mark_flush(&self, group: usize, probe: Probe) {
+        let mut f = self.flushing.lock();
+        if let Some(slot) = f.get_mut(group) {
+            if slot.replace(probe).is_none() {
+                self.flush_marks.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The commit of `group`'s flush in flight, if one is (a stripe held:
+    /// the marks change only while every stripe is, or when one is found
+    /// resolved, which anyone may clear).
+    fn flushed(&self, group: usize) -> Option<Probe> {
+        if self.flush_marks.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let mut f = self.flushing.lock();
+        let slot = f.get_mut(group)?;
+        match slot {
+            Some(p) if !p.resolved() => Some(p.clone()),
+            Some(_) => {
+                *slot = None;
+                self.flush_marks.fetch_sub(1, Ordering::Relaxed);
+                None
+            }
+            None => None,
+        }
     }
 
     /// The group of `key` (0 for a flush, which has no key: with more
@@ -398,9 +482,10 @@ impl Engine {
 
     /// Replicated mode's part of `execute`: `Err(render)` hands a plain
     /// read back, to go on to the local store (its barrier passed); `Ok`
-    /// is the rendered reply (with [`Wait::Await`], a write proposed and
-    /// not yet committed renders a placeholder the caller drops: see
-    /// [`Wait`]).
+    /// is the rendered reply. With [`Wait::Await`], a request that must
+    /// wait (a write proposed and not yet committed, a barrier that
+    /// answers later) parks: it sets [`Wait::Parked`] and renders a
+    /// placeholder the caller drops (see [`Wait`]).
     pub(crate) fn execute_replicated<R, F: FnOnce(Outcome<'_>) -> R>(
         &self,
         rep: &Replication,
@@ -408,49 +493,87 @@ impl Engine {
         cx: &mut Cx<'_>,
         render: F,
     ) -> Result<R, F> {
+        let placeholder = || Outcome::Refused(Refusal::ClusterInternal);
+        // Another part of this request parked (a get's earlier key): the
+        // whole request runs again once that is answered.
+        if matches!(cx.wait, Wait::Parked(_)) {
+            return Ok(render(placeholder()));
+        }
+        let idle = if matches!(cx.wait, Wait::Block) { Wait::Block } else { Wait::Await };
+        let awaits = matches!(idle, Wait::Await);
+        let mut wait = std::mem::replace(&mut cx.wait, idle);
         let group = rep.group_of(key_of(op));
-        // Bit `group` of `cx.read_fresh` (none past 63).
-        let fresh_bit = 1u64.checked_shl(group as u32).unwrap_or(0);
-        match route(op) {
+        let route = route(op);
+        // A read barrier this request parked on, answered.
+        if let Wait::Resolved(Parked::Read { group: g, outcome: Some(o), .. }) = &wait {
+            match o {
+                Ok(()) => cx.read_fresh.set(*g),
+                Err(r) => return Ok(render(refused(*r, *g, cx))),
+            }
+        }
+        match route {
             Route::Refuse(r) => Ok(render(Outcome::Refused(r))),
-            Route::Read if cx.read_fresh & fresh_bit != 0 => Err(render),
-            Route::Read => match rep.replicator.read_barrier(group) {
-                Ok(()) => {
-                    cx.read_fresh |= fresh_bit;
-                    Err(render)
+            Route::Read if cx.read_fresh.has(group) => Err(render),
+            Route::Read => {
+                let outcome = match rep.replicator.read_barrier(group) {
+                    Ready::Now => Ok(()),
+                    Ready::Refused(r) => Err(r),
+                    Ready::Later(ticket) if awaits => {
+                        cx.wait = Wait::Parked(Parked::Read { group, ticket, outcome: None });
+                        return Ok(render(placeholder()));
+                    }
+                    Ready::Later(ticket) => {
+                        match (Parked::Read { group, ticket, outcome: None }).block(rep.replicator.timeout()) {
+                            Parked::Read { outcome: Some(o), .. } => o,
+                            _ => Err(Refusal::ClusterInternal),
+                        }
+                    }
+                };
+                match outcome {
+                    Ok(()) => {
+                        cx.read_fresh.set(group);
+                        Err(render)
+                    }
+                    Err(r) => Ok(render(refused(r, group, cx))),
                 }
-                Err(r) => Ok(render(refused(r, group, cx))),
-            },
-            Route::Write => {
-                let mut wait = std::mem::take(&mut cx.wait);
-                let mut cas_may_wait = true;
+            }
+            Route::Write | Route::Touch => {
+                let touch = matches!(route, Route::Touch);
+                // A touch is never a `cas`.
+                let mut cas_may_wait = !touch;
                 loop {
                     let pending = match wait {
-                        // This request ran before and was proposed: its
-                        // outcome, or a `cas` to decide again (below).
-                        Wait::Resolved(p) => {
+                        // This request ran before and parked: its outcome,
+                        // or a request to decide again (below).
+                        Wait::Resolved(Parked::Commit(p)) => {
                             wait = Wait::Await;
                             p
                         }
-                        w => {
+                        _ => {
                             let pending = match self.propose_write(rep, op, cx.counters, cas_may_wait) {
                                 Ok(p) => p,
                                 Err(Decided::Other(r)) => return Ok(render(refused(r, group, cx))),
                                 Err(d) => return Ok(render(d.outcome())),
                             };
-                            if let Wait::Await = w {
-                                cx.wait = Wait::Proposed(pending);
-                                return Ok(render(Outcome::Refused(Refusal::ClusterInternal)));
+                            if awaits {
+                                cx.wait = Wait::Parked(Parked::Commit(pending));
+                                return Ok(render(placeholder()));
                             }
                             wait = Wait::Block;
                             pending.block(rep.replicator.timeout())
                         }
                     };
                     if pending.decide_again() {
-                        // Decided again once, on the state the write it
-                        // waited for left (see `decide_and_propose`).
-                        cas_may_wait = false;
+                        // Decided again: after a barrier that passed, or
+                        // once, on the state the write it waited for left
+                        // (see `decide_and_propose`).
+                        if !pending.at_a_barrier() {
+                            cas_may_wait = false;
+                        }
                         continue;
+                    }
+                    if touch {
+                        return Ok(self.touched(rep, op, pending, group, cx, render));
                     }
                     return match pending.finish(rep).0 {
                         Decided::Other(r) => Ok(render(refused(r, group, cx))),
@@ -458,54 +581,50 @@ impl Engine {
                     };
                 }
             }
-            Route::Touch => {
-                let Op::Read(r) = op else { return Ok(render(Outcome::Refused(Refusal::ClusterInternal))) };
-                // The scratch engine counted the touch (and the get). The
-                // touch blocks its thread until it commits, holding its
-                // stripe (rare enough): the item is read here, uncounted,
-                // before any write of the key decided after the touch.
-                let stripe = match key_of(op) {
-                    [] => return Ok(render(Outcome::Refused(Refusal::ClusterInternal))),
-                    key => rep.stripe(key),
-                };
-                let mut scratch = stripe.lock();
-                let (d, effect) = match self.decide_and_propose(rep, op, &mut scratch, cx.counters, false) {
-                    Ok(p) => {
-                        let (d, effect) = p.block(rep.replicator.timeout()).answer();
-                        // Applied (or failed) after every effect of its key
-                        // proposed before it: the store holds the key's state.
-                        scratch.inflight.remove(r.key);
-                        (d, effect)
+        }
+    }
+
+    /// A touch (touch, gat, mg `T`) that committed: the item as the touch
+    /// left it. The store's item is read if it is still the touch's (no
+    /// write of the key applied since, by its timestamp); else the touch's
+    /// own record is the answer, so the reply is the state at the touch's
+    /// place in the log, whatever was applied after it.
+    fn touched<R, F: FnOnce(Outcome<'_>) -> R>(
+        &self,
+        rep: &Replication,
+        op: &Op<'_>,
+        pending: Pending,
+        group: usize,
+        cx: &mut Cx<'_>,
+        render: F,
+    ) -> R {
+        let Op::Read(r) = op else { return render(Outcome::Refused(Refusal::ClusterInternal)) };
+        match pending.finish(rep) {
+            (Decided::Touched, Some(e)) => {
+                let now = self.now();
+                let opts = recall_store::ReadOpts { no_bump: r.no_bump, ..Default::default() };
+                match self.store.read(r.key, now, opts, |rd| match rd {
+                    recall_store::Read::Hit(v) if v.cas == e.ts => {
+                        Ok(render(Outcome::Read(recall_store::Read::Hit(v))))
                     }
-                    Err(d) => (d, None),
-                };
-                drop(scratch);
-                Ok(match (d, effect) {
-                    (Decided::Touched, Some(e)) => {
-                        let now = self.now();
-                        let opts = recall_store::ReadOpts { no_bump: r.no_bump, ..Default::default() };
-                        match self.store.read(r.key, now, opts, |rd| match rd {
-                            recall_store::Read::Hit(v) => Ok(render(Outcome::Read(recall_store::Read::Hit(v)))),
-                            recall_store::Read::Miss { .. } => Err(render),
-                        }) {
-                            Ok(done) => done,
-                            Err(render) => render(Outcome::Read(recall_store::Read::Hit(recall_store::ItemView {
-                                key: &e.key,
-                                value: recall_store::Value::Inline(&e.value),
-                                flags: e.flags,
-                                cas: e.ts,
-                                exptime: e.exptime,
-                                atime: now,
-                                fetched: true,
-                                tokens: Default::default(),
-                                binary_key: false,
-                            }))),
-                        }
-                    }
-                    (Decided::Other(r), _) => render(refused(r, group, cx)),
-                    (d, _) => render(d.outcome()),
-                })
+                    _ => Err(render),
+                }) {
+                    Ok(done) => done,
+                    Err(render) => render(Outcome::Read(recall_store::Read::Hit(recall_store::ItemView {
+                        key: &e.key,
+                        value: recall_store::Value::Inline(&e.value),
+                        flags: e.flags,
+                        cas: e.ts,
+                        exptime: e.exptime,
+                        atime: now,
+                        fetched: true,
+                        tokens: Default::default(),
+                        binary_key: false,
+                    }))),
+                }
             }
+            (Decided::Other(r), _) => render(refused(r, group, cx)),
+            (d, _) => render(d.outcome()),
         }
     }
 
@@ -525,8 +644,8 @@ impl Engine {
     }
 
     /// Decide `op` and propose its effects, under its key's stripe (a
-    /// flush: under every stripe, waiting for its commit there). `Err` is
-    /// the answer when nothing was proposed.
+    /// flush: under every stripe). `Err` is the answer when nothing was
+    /// proposed. Nothing here waits: the caller parks on the [`Pending`].
     fn propose_write(
         &self,
         rep: &Replication,
@@ -536,17 +655,20 @@ impl Engine {
     ) -> Result<Pending, Decided> {
         match key_of(op) {
             // No key, no group: an entry in every group (`flush.rs`).
-            [] if rep.groups > 1 => Err(self.flush_groups(rep, counters)),
+            [] if rep.groups > 1 => self.flush_groups(rep, counters),
             [] => {
-                // A flush holds every stripe (in order; a write holds one,
-                // so nobody waits in a cycle) until it is applied: a write
-                // decided before it commits before it, and one decided
-                // after it is decided on the flushed store.
+                // A flush is proposed under every stripe (in order; a
+                // write holds one, so nobody waits in a cycle): a write
+                // decided before it is proposed before it, and one decided
+                // after it is decided on the flushed state (the flush's
+                // mark, until it is applied: `Replication::flushed`).
                 let mut all: Vec<_> = rep.stripes.iter().map(|s| s.lock()).collect();
                 let pending = self.decide_and_propose(rep, op, &mut all[0], counters, false)?;
-                let pending = pending.block(rep.replicator.timeout());
-                for s in &mut all {
-                    s.inflight.clear();
+                if let Some(probe) = pending.commits.last().map(Commit::probe) {
+                    rep.mark_flush(0, probe);
+                    for s in &mut all {
+                        s.inflight.clear();
+                    }
                 }
                 Ok(pending)
             }
@@ -579,7 +701,12 @@ impl Engine {
         }
         let key = key_of(op);
         let group = rep.group_of(key);
-        rep.replicator.write_barrier(group).map_err(Decided::Other)?;
+        match rep.replicator.write_barrier(group) {
+            Ready::Now => {}
+            Ready::Refused(r) => return Err(Decided::Other(r)),
+            // Decided once the barrier passes (the request parks on it).
+            Ready::Later(t) => return Ok(Pending::at_barrier(t, key.to_vec(), rep.stripe_index(key))),
+        }
         let cause = Cause::of(op).ok_or(Decided::Other(Refusal::ClusterInternal))?;
         let now = self.now();
         let s = &scratch.engine;
@@ -601,7 +728,18 @@ impl Engine {
                 }
                 _ => None,
             };
-            let current = inflight.unwrap_or_else(|| item_record(&self.store, key, now));
+            // A flush of the key's group in flight: the key holds nothing
+            // once it applies, and a refusal decided on that waits for it.
+            let current = match inflight {
+                Some(item) => item,
+                None => match rep.flushed(group) {
+                    Some(flush) => {
+                        after = Some(flush);
+                        None
+                    }
+                    None => item_record(&self.store, key, now),
+                },
+            };
             if let Some(cur) = current {
                 if s.store.apply(&cur.as_record(), now) != ApplyOutcome::Applied {
                     scratch.clear(key, now);
@@ -625,16 +763,10 @@ impl Engine {
             // holds only once that write is applied (a read after it must
             // see that write), so it waits for that commit like a write.
             return match after {
-                Some(after) => Ok(Pending {
-                    decided,
-                    commits: Vec::new(),
-                    after: Some(after),
-                    last: None,
-                    key: key.to_vec(),
-                    stripe: rep.stripe_index(key),
-                    outcome: None,
-                    again: false,
-                }),
+                Some(after) => {
+                    let p = Pending::new(decided, Vec::new(), key.to_vec(), rep.stripe_index(key));
+                    Ok(Pending { after: Some(after), ..p })
+                }
                 None => Err(decided),
             };
         };
@@ -659,16 +791,7 @@ impl Engine {
             let probe = commits.last().map(Commit::probe).expect("one commit at least");
             scratch.inflight.insert(key.to_vec(), (holds, probe));
         }
-        Ok(Pending {
-            decided,
-            commits,
-            after: None,
-            last: Some(last),
-            key: key.to_vec(),
-            stripe: rep.stripe_index(key),
-            outcome: None,
-            again: false,
-        })
+        Ok(Pending { last: Some(last), ..Pending::new(decided, commits, key.to_vec(), rep.stripe_index(key)) })
     }
 }
 

@@ -9,9 +9,13 @@ use recall_record::{OwnedRecord, Record};
 use recall_store::ManualClock;
 
 use crate::op::Refusal;
-use crate::replicated::{Applied, Cause, Replicator};
+use crate::replicated::{Applied, Cause, Ready, Replicator};
 use crate::tests::engine;
+use crate::ticket::{ticket, Answer, Ticket};
 use crate::{Engine, Out, ProtocolChoice, Resolver, Session};
+
+/// Where the test finds the answer of a barrier that said later.
+type Later = Arc<Mutex<Option<Answer<Result<(), Refusal>>>>>;
 
 const NOT_LEADER: &str = "SERVER_ERROR not leader; leader is 10.0.0.2:11211";
 
@@ -46,6 +50,10 @@ struct Group {
     /// those leaders fail it.
     flushed_at_leader: Mutex<Vec<usize>>,
     leader_flush_fails: AtomicBool,
+    /// The next read (write) barrier answers later: its answer is put in
+    /// the slot, for the test to give.
+    read_later: Mutex<Option<Later>>,
+    write_later: Mutex<Option<Later>>,
 }
 
 impl Replicator for Group {
@@ -53,17 +61,27 @@ impl Replicator for Group {
         self.groups.max(1)
     }
 
-    fn read_barrier(&self, group: usize) -> Result<(), Refusal> {
+    fn read_barrier(&self, group: usize) -> Ready {
         self.reads.fetch_add(1, Ordering::Relaxed);
         self.read_groups.lock().unwrap().push(group);
+        if let Some(answer) = self.read_later.lock().unwrap().take() {
+            let (a, t) = ticket();
+            *answer.lock().unwrap() = Some(a);
+            return Ready::Later(t);
+        }
         self.write_barrier(group)
     }
 
-    fn write_barrier(&self, group: usize) -> Result<(), Refusal> {
+    fn write_barrier(&self, group: usize) -> Ready {
+        if let Some(answer) = self.write_later.lock().unwrap().take() {
+            let (a, t) = ticket();
+            *answer.lock().unwrap() = Some(a);
+            return Ready::Later(t);
+        }
         if self.follower.load(Ordering::Relaxed) || self.followed.load(Ordering::Relaxed) & (1 << group) != 0 {
-            Err(Refusal::NotLeader(NOT_LEADER))
+            Ready::Refused(Refusal::NotLeader(NOT_LEADER))
         } else {
-            Ok(())
+            Ready::Now
         }
     }
 
@@ -84,12 +102,12 @@ impl Replicator for Group {
         Ok(())
     }
 
-    fn flush_at_leader(&self, group: usize) -> Result<(), Refusal> {
+    fn flush_at_leader(&self, group: usize) -> Ticket<Result<(), Refusal>> {
         self.flushed_at_leader.lock().unwrap().push(group);
         if self.leader_flush_fails.load(Ordering::Relaxed) {
-            return Err(Refusal::Replication("SERVER_ERROR cluster timed out"));
+            return Ticket::ready(Err(Refusal::Replication("SERVER_ERROR cluster timed out")));
         }
-        Ok(())
+        Ticket::ready(Ok(()))
     }
 }
 
@@ -601,7 +619,7 @@ fn ready<F: std::future::Future>(f: F) -> F::Output {
 /// A session that hands its writes' commits back to await.
 fn awaiting(e: &Engine) -> Session {
     let mut s = Session::new(e, e.registry.register(), ProtocolChoice::Auto);
-    s.await_commits();
+    s.await_cluster();
     s
 }
 
@@ -617,7 +635,7 @@ fn awaiting_sessions_keep_many_writes_in_flight_and_answer_in_order() {
     // and stops there; none waits for another's commit.
     for (s, out) in &mut conns {
         let p = s.process(&e, input, out);
-        assert!(p.barrier.commit, "the write's commit is handed back");
+        assert!(p.barrier.parked, "the write's commit is handed back");
         assert_eq!(p.used, 7, "stopped before the write");
         assert_eq!(String::from_utf8(out.flatten()).unwrap(), "VALUE n 0 1\r\n0\r\nEND\r\n");
         out.clear();
@@ -628,9 +646,9 @@ fn awaiting_sessions_keep_many_writes_in_flight_and_answer_in_order() {
     let log: Vec<String> = effects(&g).into_iter().map(|e| e.2).collect();
     assert_eq!(log, ["1", "2", "3"]);
     for (i, (s, out)) in conns.iter_mut().enumerate() {
-        ready(s.wait_commit());
+        ready(s.settle_parked());
         let p = s.process(&e, &input[7..], out);
-        assert!(!p.barrier.commit);
+        assert!(!p.barrier.parked);
         assert_eq!(p.used, input.len() - 7);
         assert_eq!(String::from_utf8(out.flatten()).unwrap(), format!("{}\r\nVALUE n 0 1\r\n3\r\nEND\r\n", i + 1));
     }
@@ -645,8 +663,8 @@ fn a_commit_given_up_on_holds_every_write_until_it_resolves() {
     let mut s = awaiting(&e);
     let mut out = Out::new();
     let set = b"set k 0 0 1\r\na\r\n";
-    assert!(s.process(&e, set, &mut out).barrier.commit);
-    s.commit_timed_out();
+    assert!(s.process(&e, set, &mut out).barrier.parked);
+    s.parked_timed_out();
     assert_eq!(s.process(&e, set, &mut out).used, set.len());
     let timed_out = "SERVER_ERROR cluster timed out; the write may or may not have been applied\r\n";
     assert_eq!(String::from_utf8(out.flatten()).unwrap(), timed_out);
@@ -671,11 +689,11 @@ fn a_refusal_decided_on_a_write_in_flight_waits_for_its_commit() {
     g.deferred.store(true, Ordering::Relaxed);
     let (mut first, mut second) = (awaiting(&e), awaiting(&e));
     let (mut out1, mut out2) = (Out::new(), Out::new());
-    assert!(first.process(&e, b"delete k\r\n", &mut out1).barrier.commit, "the first delete is in flight");
+    assert!(first.process(&e, b"delete k\r\n", &mut out1).barrier.parked, "the first delete is in flight");
     // Decided on the first delete's state: nothing to delete, nothing to
     // propose, but the answer waits for the first delete's commit.
     let p = second.process(&e, b"delete k\r\n", &mut out2);
-    assert!(p.barrier.commit, "the refusal waits for the write it was decided on");
+    assert!(p.barrier.parked, "the refusal waits for the write it was decided on");
     assert_eq!(p.used, 0);
     assert_eq!(g.queue.lock().unwrap().len(), 1, "the refusal proposed nothing");
     assert_eq!(
@@ -687,7 +705,7 @@ fn a_refusal_decided_on_a_write_in_flight_waits_for_its_commit() {
     for (s, out, input) in
         [(&mut first, &mut out1, &b"delete k\r\n"[..]), (&mut second, &mut out2, &b"delete k\r\n"[..])]
     {
-        ready(s.wait_commit());
+        ready(s.settle_parked());
         out.clear();
         assert_eq!(s.process(&e, input, out).used, input.len());
     }
@@ -702,13 +720,13 @@ fn a_refusal_decided_on_a_write_that_failed_asks_for_a_retry() {
     g.deferred.store(true, Ordering::Relaxed);
     let (mut first, mut second) = (awaiting(&e), awaiting(&e));
     let (mut out1, mut out2) = (Out::new(), Out::new());
-    assert!(first.process(&e, b"set k 0 0 1\r\na\r\n", &mut out1).barrier.commit);
-    assert!(second.process(&e, b"add k 0 0 1\r\nb\r\n", &mut out2).barrier.commit, "refused on the set in flight");
+    assert!(first.process(&e, b"set k 0 0 1\r\na\r\n", &mut out1).barrier.parked);
+    assert!(second.process(&e, b"add k 0 0 1\r\nb\r\n", &mut out2).barrier.parked, "refused on the set in flight");
     // The set fails (its resolver dropped: the group lost it).
     let queued = std::mem::take(&mut *g.queue.lock().unwrap());
     assert_eq!(queued.len(), 1, "the refused add proposed nothing");
     drop(queued);
-    ready(second.wait_commit());
+    ready(second.settle_parked());
     out2.clear();
     assert_eq!(second.process(&e, b"add k 0 0 1\r\nb\r\n", &mut out2).used, 16);
     assert_eq!(
@@ -728,29 +746,29 @@ fn a_cas_on_a_write_in_flight_is_decided_once_that_write_resolves() {
     let (mut first, mut second) = (awaiting(&e), awaiting(&e));
     let (mut out1, mut out2) = (Out::new(), Out::new());
     let set = b"set k 0 0 1\r\na\r\n";
-    assert!(first.process(&e, set, &mut out1).barrier.commit);
+    assert!(first.process(&e, set, &mut out1).barrier.parked);
     let resolvers = g.apply_queued();
     let ts = resolvers[0].1.ts;
     assert_eq!(send(&e, b"gets k\r\n"), format!("VALUE k 0 1 {ts}\r\na\r\nEND\r\n"), "applied, not resolved");
     let cas = format!("cas k 0 0 1 {ts}\r\nb\r\n");
     let p = second.process(&e, cas.as_bytes(), &mut out2);
-    assert!(p.barrier.commit, "the cas waits for the set in flight");
+    assert!(p.barrier.parked, "the cas waits for the set in flight");
     assert_eq!(p.used, 0);
     assert!(g.queue.lock().unwrap().is_empty(), "and proposes nothing yet");
     for (done, applied) in resolvers {
         done.resolve(Ok(applied));
     }
-    ready(second.wait_commit());
+    ready(second.settle_parked());
     out2.clear();
     // Decided again on the store, where the set has its timestamp.
     let p = second.process(&e, cas.as_bytes(), &mut out2);
-    assert!(p.barrier.commit, "the cas is proposed");
+    assert!(p.barrier.parked, "the cas is proposed");
     assert_eq!(g.commit_queued(), 1);
-    ready(second.wait_commit());
+    ready(second.settle_parked());
     out2.clear();
     assert_eq!(second.process(&e, cas.as_bytes(), &mut out2).used, cas.len());
     assert_eq!(String::from_utf8(out2.flatten()).unwrap(), "STORED\r\n");
-    ready(first.wait_commit());
+    ready(first.settle_parked());
     out1.clear();
     assert_eq!(first.process(&e, set, &mut out1).used, set.len());
     assert_eq!(String::from_utf8(out1.flatten()).unwrap(), "STORED\r\n");
@@ -767,22 +785,144 @@ fn a_cas_decided_again_on_a_newer_write_in_flight_is_refused_after_it() {
     g.deferred.store(true, Ordering::Relaxed);
     let (mut w1, mut w2, mut c) = (awaiting(&e), awaiting(&e), awaiting(&e));
     let mut out = Out::new();
-    assert!(w1.process(&e, b"set k 0 0 1\r\nx\r\n", &mut out).barrier.commit);
+    assert!(w1.process(&e, b"set k 0 0 1\r\nx\r\n", &mut out).barrier.parked);
     let cas = format!("cas k 0 0 1 {ts}\r\nb\r\n");
-    assert!(c.process(&e, cas.as_bytes(), &mut out).barrier.commit, "waits for the first set");
+    assert!(c.process(&e, cas.as_bytes(), &mut out).barrier.parked, "waits for the first set");
     let first = std::mem::take(&mut *g.queue.lock().unwrap());
-    assert!(w2.process(&e, b"set k 0 0 1\r\ny\r\n", &mut out).barrier.commit);
+    assert!(w2.process(&e, b"set k 0 0 1\r\ny\r\n", &mut out).barrier.parked);
     for (effect, cause, done) in first {
         done.resolve(Ok(g.commit(&effect.as_record(), cause)));
     }
-    ready(c.wait_commit());
+    ready(c.settle_parked());
     let mut out2 = Out::new();
     let p = c.process(&e, cas.as_bytes(), &mut out2);
-    assert!(p.barrier.commit, "refused on the second set, waiting for it");
+    assert!(p.barrier.parked, "refused on the second set, waiting for it");
     assert_eq!(g.queue.lock().unwrap().len(), 1, "only the second set is queued");
     assert_eq!(g.commit_queued(), 1);
-    ready(c.wait_commit());
+    ready(c.settle_parked());
     out2.clear();
     assert_eq!(c.process(&e, cas.as_bytes(), &mut out2).used, cas.len());
     assert_eq!(String::from_utf8(out2.flatten()).unwrap(), "EXISTS\r\n");
+}
+
+/// Make the group's next read (or write) barrier answer later; the slot
+/// receives the answer for the test to give.
+fn later(slot: &Mutex<Option<Later>>) -> Later {
+    let answer = Arc::new(Mutex::new(None));
+    *slot.lock().unwrap() = Some(answer.clone());
+    answer
+}
+
+fn give(answer: &Mutex<Option<Answer<Result<(), Refusal>>>>, a: Result<(), Refusal>) {
+    answer.lock().unwrap().take().expect("the barrier was asked").answer(a);
+}
+
+/// A read whose barrier cannot pass at once (a ReadIndex round) parks its
+/// session instead of blocking the thread: the replies before it go out,
+/// another connection is served meanwhile, and the read runs again, with
+/// every read of its group that arrived with it, once the round answers.
+#[test]
+fn a_read_waiting_for_its_read_index_parks_and_others_are_served() {
+    let (e, g) = replicated();
+    assert_eq!(send(&e, b"set k 0 0 1\r\na\r\n"), "STORED\r\n");
+    let answer = later(&g.read_later);
+    let mut s = awaiting(&e);
+    let mut out = Out::new();
+    let input = b"version\r\nget k\r\nget k\r\n";
+    let p = s.process(&e, input, &mut out);
+    assert!(p.barrier.parked, "the read waits for its round");
+    assert_eq!(p.used, 9, "stopped before the read");
+    assert!(String::from_utf8(out.flatten()).unwrap().starts_with("VERSION "));
+    out.clear();
+    // Another connection on the same thread is answered meanwhile (its
+    // barrier passes at once: the lease).
+    assert_eq!(send(&e, b"get k\r\n"), "VALUE k 0 1\r\na\r\nEND\r\n");
+    let reads = g.reads.load(Ordering::Relaxed);
+    give(&answer, Ok(()));
+    ready(s.settle_parked());
+    let p = s.process(&e, &input[9..], &mut out);
+    assert!(!p.barrier.parked);
+    assert_eq!(p.used, input.len() - 9);
+    assert_eq!(String::from_utf8(out.flatten()).unwrap(), "VALUE k 0 1\r\na\r\nEND\r\n".repeat(2));
+    assert_eq!(g.reads.load(Ordering::Relaxed), reads, "one round served both reads");
+}
+
+/// A round that fails (no quorum, the node stepped down) is the read's
+/// answer; one naming the leader hands the request over to forward.
+#[test]
+fn a_read_index_that_fails_answers_its_read() {
+    let (e, g) = replicated();
+    let mut s = awaiting(&e);
+    let mut out = Out::new();
+    let answer = later(&g.read_later);
+    assert!(s.process(&e, b"get k\r\n", &mut out).barrier.parked);
+    give(&answer, Err(Refusal::Replication("SERVER_ERROR cluster has no quorum")));
+    ready(s.settle_parked());
+    let p = s.process(&e, b"get k\r\n", &mut out);
+    assert_eq!(String::from_utf8(out.flatten()).unwrap(), "SERVER_ERROR cluster has no quorum\r\n");
+    assert_eq!(p.used, 7);
+    out.clear();
+    let answer = later(&g.read_later);
+    assert!(s.process(&e, b"get k\r\n", &mut out).barrier.parked);
+    give(&answer, Err(Refusal::NotLeader(NOT_LEADER)));
+    ready(s.settle_parked());
+    let p = s.process(&e, b"get k\r\n", &mut out);
+    assert_eq!(p.action, crate::Action::Forward { len: 7, binary: false, group: 0 });
+    assert!(out.is_empty(), "nothing of it was answered here");
+}
+
+/// A write barrier that answers later (a hand-over's gate, a new leader
+/// applying its log) parks the write undecided; it is decided and
+/// proposed once the barrier passes, or answered with its refusal.
+#[test]
+fn a_write_at_a_closed_barrier_parks_undecided() {
+    let (e, g) = replicated();
+    let mut s = awaiting(&e);
+    let mut out = Out::new();
+    let answer = later(&g.write_later);
+    let set = b"set k 0 0 1\r\na\r\n";
+    assert!(s.process(&e, set, &mut out).barrier.parked);
+    assert!(effects(&g).is_empty(), "nothing proposed yet");
+    give(&answer, Ok(()));
+    ready(s.settle_parked());
+    assert!(s.process(&e, set, &mut out).barrier.parked, "decided and proposed now: its commit");
+    assert_eq!(effects(&g).len(), 1);
+    ready(s.settle_parked());
+    let p = s.process(&e, set, &mut out);
+    assert_eq!((p.used, p.barrier.parked), (set.len(), false));
+    assert_eq!(String::from_utf8(out.flatten()).unwrap(), "STORED\r\n");
+    out.clear();
+    let answer = later(&g.write_later);
+    assert!(s.process(&e, set, &mut out).barrier.parked);
+    s.parked_timed_out();
+    drop(answer);
+    let _ = s.process(&e, set, &mut out);
+    assert_eq!(String::from_utf8(out.flatten()).unwrap(), "SERVER_ERROR cluster timed out; nothing was applied\r\n");
+}
+
+/// A `flush_all` does not hold the stripes while it waits for its commit:
+/// a write on another connection is decided meanwhile, on the flushed
+/// state (an `add` of a key the store still holds is stored), and proposed
+/// after the flush, so the log applies them in that order.
+#[test]
+fn a_flush_in_flight_holds_no_stripe_and_later_writes_see_it_flushed() {
+    let (e, g) = replicated();
+    assert_eq!(send(&e, b"set k 0 0 1\r\na\r\n"), "STORED\r\n");
+    effects(&g);
+    g.deferred.store(true, Ordering::Relaxed);
+    let mut f = awaiting(&e);
+    let mut fout = Out::new();
+    assert!(f.process(&e, b"flush_all\r\n", &mut fout).barrier.parked);
+    let mut w = awaiting(&e);
+    let mut wout = Out::new();
+    assert!(w.process(&e, b"add k 0 0 1\r\nb\r\n", &mut wout).barrier.parked, "decided, not blocked");
+    assert_eq!(send(&e, b"get k\r\n"), "VALUE k 0 1\r\na\r\nEND\r\n", "nothing applied yet");
+    assert_eq!(g.commit_queued(), 2);
+    ready(f.settle_parked());
+    ready(w.settle_parked());
+    let _ = f.process(&e, b"flush_all\r\n", &mut fout);
+    let _ = w.process(&e, b"add k 0 0 1\r\nb\r\n", &mut wout);
+    assert_eq!(String::from_utf8(fout.flatten()).unwrap(), "OK\r\n");
+    assert_eq!(String::from_utf8(wout.flatten()).unwrap(), "STORED\r\n");
+    assert_eq!(send(&e, b"get k\r\n"), "VALUE k 0 1\r\nb\r\nEND\r\n");
 }

@@ -176,14 +176,18 @@ pub struct Session {
     /// The connection's id (`stats conns`, `watch`'s `cfd=`); 0 until the
     /// server sets it.
     conn: u64,
-    /// Cluster mode: stop before a write and hand its commit to the
-    /// connection to await, instead of blocking the thread on it
-    /// (`await_commits`).
-    await_commits: bool,
-    /// The write at the front of the input, proposed, whose commit the
-    /// connection awaits; the next `process` runs it again with its
-    /// outcome.
-    pending: Option<crate::Pending>,
+    /// Cluster mode: stop before a request that must wait for the group
+    /// and hand what it waits for to the connection to await, instead of
+    /// blocking the thread on it (`await_cluster`).
+    await_cluster: bool,
+    /// The request at the front of the input, parked (a write proposed, a
+    /// barrier, a membership command), which the connection awaits; the
+    /// next `process` runs it again with its answer.
+    pending: Option<crate::Parked>,
+    /// The groups whose read barrier passed in the call that parked: the
+    /// input is passed again unchanged, and nothing was read meanwhile,
+    /// so every read in it still arrived before those barriers.
+    fresh: crate::execute::FreshGroups,
 }
 
 impl Session {
@@ -214,8 +218,9 @@ impl Session {
             local_once: false,
             awaited: None,
             conn: 0,
-            await_commits: false,
+            await_cluster: false,
             pending: None,
+            fresh: Default::default(),
         }
     }
 
@@ -241,26 +246,27 @@ impl Session {
         self.local_once = true;
     }
 
-    /// Cluster mode: hand a write's commit to the caller to await
-    /// ([`Barrier::commit`]) instead of blocking the thread until it
-    /// commits, so a worker serves other connections meanwhile and many
-    /// connections' writes are in flight at once.
-    pub fn await_commits(&mut self) {
-        self.await_commits = true;
+    /// Cluster mode: hand what a request waits for (a commit, a read
+    /// index, a write barrier, a membership change) to the caller to
+    /// await ([`Barrier::parked`]) instead of blocking the thread on it,
+    /// so a worker serves other connections meanwhile and many
+    /// connections' requests are in flight at once.
+    pub fn await_cluster(&mut self) {
+        self.await_cluster = true;
     }
 
-    /// Wait for the commit of the write the last `process` stopped before
-    /// ([`Barrier::commit`]). Cancel-safe; on a timeout, call
-    /// [`Session::commit_timed_out`].
-    pub async fn wait_commit(&mut self) {
+    /// Wait for what the request the last `process` stopped before waits
+    /// for ([`Barrier::parked`]). Cancel-safe; on a timeout, call
+    /// [`Session::parked_timed_out`].
+    pub async fn settle_parked(&mut self) {
         if let Some(p) = &mut self.pending {
             p.wait().await;
         }
     }
 
-    /// The awaited commit did not come in time: the write's reply says
-    /// its outcome is unknown.
-    pub fn commit_timed_out(&mut self) {
+    /// The parked request's answer did not come in time: its reply says
+    /// so (a write's outcome is unknown; a barrier's request was not run).
+    pub fn parked_timed_out(&mut self) {
         if let Some(p) = &mut self.pending {
             p.timed_out();
         }
@@ -300,7 +306,7 @@ impl Session {
         let mut barrier = Barrier::default();
         let (used, action) = self.run(engine, input, out, &mut barrier, budget);
         barrier.recovery = std::mem::take(&mut self.held);
-        barrier.commit = self.pending.is_some();
+        barrier.parked = self.pending.is_some();
         let yielded = std::mem::take(&mut self.yielded);
         Processed { used, action, barrier, more: std::mem::take(&mut self.more), yielded }
     }
@@ -314,15 +320,16 @@ impl Session {
         budget: usize,
     ) -> (usize, Action) {
         let counters = self.counters.clone();
-        let await_commits = self.await_commits;
-        let idle = move || if await_commits { crate::Wait::Await } else { crate::Wait::Block };
-        // A write proposed by the last call is at the front of the input:
-        // it runs again, with its outcome.
+        let await_cluster = self.await_cluster;
+        let idle = move || if await_cluster { crate::Wait::Await } else { crate::Wait::Block };
+        // A request parked by the last call is at the front of the input:
+        // it runs again, with its answer.
         let wait = match self.pending.take() {
             Some(p) => crate::Wait::Resolved(p),
             None => idle(),
         };
-        let mut cx = Cx { counters: &counters, barrier, read_fresh: 0, not_leader: None, conn: self.conn, wait };
+        let read_fresh = std::mem::take(&mut self.fresh);
+        let mut cx = Cx { counters: &counters, barrier, read_fresh, not_leader: None, conn: self.conn, wait };
         let mut pos = 0;
         // Replies past this many bytes in `out` stop the call.
         let limit = out.wire_len().saturating_add(budget);
@@ -387,7 +394,7 @@ impl Session {
             // A request refused because another node leads is forwarded
             // whole, unless part of its reply has gone out (a get paused
             // at the reply budget before the leader changed).
-            let (mark, fresh) = (out.mark(), self.paused_get.is_none());
+            let (mark, fresh, paused) = (out.mark(), self.paused_get.is_none(), self.paused_get);
             cx.not_leader = None;
             let (used, action) = match proto {
                 // Authentication is checked here, once per request, before
@@ -399,15 +406,18 @@ impl Session {
                 Proto::Binary => self.step_binary(engine, buf, &mut cx, out),
             };
             match std::mem::replace(&mut cx.wait, idle()) {
-                crate::Wait::Proposed(p) => {
-                    // Stop before the write: its reply is rendered when it
-                    // runs again with its outcome.
+                crate::Wait::Parked(p) => {
+                    // Stop before the request: its reply is rendered when
+                    // it runs again with its answer (a get from the key it
+                    // had reached at the start of this step).
                     out.reset_to(mark);
+                    self.paused_get = paused;
+                    self.fresh = cx.read_fresh;
                     self.pending = Some(p);
                     return (pos, Action::Continue);
                 }
-                // Not consumed: this request was not the proposed write
-                // (it cannot be, as the input is passed again unchanged).
+                // Not consumed: this request did not park (it cannot be
+                // another's answer, as the input is passed again unchanged).
                 crate::Wait::Resolved(_) | crate::Wait::Await | crate::Wait::Block => {}
             }
             let local = std::mem::take(&mut self.local_once);

@@ -42,10 +42,12 @@ pub struct Barrier {
     /// recovery: send the replies so far, wait until the server is no
     /// longer recovering, then process the rest of the input.
     pub recovery: bool,
-    /// Cluster mode: the session stopped before a write it proposed: send
-    /// the replies so far, await its commit (`Session::wait_commit`), then
-    /// process the rest of the input (the write first, now answered).
-    pub commit: bool,
+    /// Cluster mode: the session stopped before a request that waits for
+    /// the group (a write's commit, a read index, a write barrier, a
+    /// membership change): send the replies so far, await its answer
+    /// (`Session::settle_parked`), then process the rest of the input (the
+    /// request first, now answered).
+    pub parked: bool,
 }
 
 impl Barrier {
@@ -57,7 +59,7 @@ impl Barrier {
         self.log = self.log.max(other.log);
         self.snapshot = self.snapshot.max(other.snapshot);
         self.recovery |= other.recovery;
-        self.commit |= other.commit;
+        self.parked |= other.parked;
     }
 }
 

@@ -100,17 +100,31 @@ impl Group {
         self.raft.metrics().borrow().current_leader
     }
 
-    /// A ReadIndex, or the leader's lease (`read.rs`): return once a read
-    /// of this node's store is linearizable.
-    pub(crate) fn read_index(&self) -> Result<(), Refusal> {
+    /// A ReadIndex, or the leader's lease (`read.rs`): whether a read of
+    /// this node's store is linearizable now, or a ticket that says when.
+    pub(crate) fn read_index(&self) -> Ready {
         // A hand-over asks a follower to stand while this leader's lease
         // may still run, breaking the lease's premise (no other leader
         // before it ends), and a round's messages would renew the other
         // voters' leases a hand-over waits out (`membership.rs`): reads
         // wait at the gate like writes, and one still closed after the
         // timeout takes a round.
-        self.gate.wait_open(self.timeout);
-        self.read_barrier.barrier(!self.gate.is_closed())
+        if !self.gate.is_closed() {
+            return self.read_barrier.barrier(true);
+        }
+        let (gate, reads, limit) = (self.gate.clone(), self.read_barrier.clone(), self.timeout);
+        self.later(async move {
+            gate.opened(limit).await;
+            reads.passed(!gate.is_closed()).await
+        })
+    }
+
+    /// A ticket the runtime answers with `fut`'s outcome (the request is
+    /// parked on it; the worker goes on).
+    fn later(&self, fut: impl Future<Output = Result<(), Refusal>> + Send + 'static) -> Ready {
+        let (answer, t) = recall_engine::ticket::ticket();
+        self.rt.spawn(async move { answer.answer(fut.await) });
+        Ready::Later(t)
     }
 
     /// Stop the Raft core (the process is ending).
@@ -121,23 +135,31 @@ impl Group {
 }
 
 impl Group {
-    pub(crate) fn read_barrier(&self) -> Result<(), Refusal> {
+    pub(crate) fn read_barrier(&self) -> Ready {
         // A node that knows no leader but was told one by a peer (it was
         // removed from the group): the read goes there.
         if self.learned().is_some() {
-            return Err(self.not_leader(None));
+            return Ready::Refused(self.not_leader(None));
         }
         match self.reads {
             ReadMode::Linearizable => self.read_index(),
             // Opted in: the local store as it is, on any node.
-            ReadMode::Stale => Ok(()),
+            ReadMode::Stale => Ready::Now,
         }
     }
 
-    pub(crate) fn write_barrier(&self) -> Result<(), Refusal> {
-        // A leader handing its leadership over lets no write start until it
-        // is done (the target's log must match its own).
-        self.gate.wait_open(self.timeout);
+    pub(crate) fn write_barrier(&self) -> Ready {
+        // A leader handing its leadership over lets no write be decided
+        // until it is done (the target's log must match its own): the
+        // write parks until the gate opens (or the timeout), and is then
+        // asked again.
+        if self.gate.is_closed() {
+            let (gate, limit) = (self.gate.clone(), self.timeout);
+            return self.later(async move {
+                gate.opened(limit).await;
+                Ok(())
+            });
+        }
         // A leader that applied an entry of its own term applied its term's
         // first entry, and so everything committed before it: its store
         // holds every committed effect. Only until then does it need a
@@ -148,26 +170,28 @@ impl Group {
             (m.state == ServerState::Leader, self.read_barrier.settled(&m), m.current_leader)
         };
         match (leader, settled) {
-            (true, true) => Ok(()),
+            (true, true) => Ready::Now,
             // Never skipped, whatever the read mode: deciding a write
             // needs the committed state.
             (true, false) => self.read_index(),
-            (false, _) => Err(self.not_leader(known)),
+            (false, _) => Ready::Refused(self.not_leader(known)),
         }
     }
 
     pub(crate) fn propose(&self, effect: &recall_record::Record<'_>, cause: Cause, done: Resolver) {
-        // Counted until answered: a leader handing over waits for it
-        // (`membership.rs`).
-        let in_flight = self.gate.enter(self.timeout);
         let mut bytes = Vec::with_capacity(effect.encoded_len());
         effect.encode(&mut bytes);
-        self.proposer.propose(Effect { cause: cause.code(), record: bytes }, done, in_flight);
+        let (proposer, effect) = (self.proposer.clone(), Effect { cause: cause.code(), record: bytes });
+        // Counted until answered: a leader handing over waits for it
+        // (`membership.rs`); one that meets the gate closed goes in when
+        // it opens, in order.
+        self.gate.enter_or_defer(Box::new(move |in_flight| proposer.propose(effect, done, in_flight)));
     }
 
     /// This group's part of a `flush_all`, asked of its leader
-    /// (`network::Rpc::Flush`), waited for at most the request timeout.
-    pub(crate) fn flush_at_leader(&self) -> Result<(), Refusal> {
+    /// (`network::Rpc::Flush`) from a task; the ticket is answered within
+    /// the request timeout.
+    pub(crate) fn flush_at_leader(&self) -> Ticket<Result<(), Refusal>> {
         let (leader, addr) = {
             let m = self.raft.metrics();
             let m = m.borrow();
@@ -175,19 +199,26 @@ impl Group {
             (leader, leader.and_then(|l| membership::raft_addr_of(&m, l)))
         };
         let (Some(leader), Some(addr)) = (leader, addr) else {
-            return Err(Refusal::Replication(FLUSH_NO_LEADER));
+            return Ticket::ready(Err(Refusal::Replication(FLUSH_NO_LEADER)));
         };
         let (group, ttl, transport) = (self.id.id, self.timeout, self.transport.clone());
-        match self.wait(async move { network::request_flush(&transport, addr, group, ttl).await })? {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(line)) => {
-                tracing::warn!("cluster group {group}: flush_all at leader {leader}: {line}");
-                Err(Refusal::Replication(FAILED))
+        let asked = async move {
+            match tokio::time::timeout(ttl, network::request_flush(&transport, addr, group, ttl)).await {
+                Ok(Ok(Ok(()))) => Ok(()),
+                Ok(Ok(Err(line))) => {
+                    tracing::warn!("cluster group {group}: flush_all at leader {leader}: {line}");
+                    Err(Refusal::Replication(FAILED))
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!("cluster group {group}: flush_all at leader {leader}: {e}");
+                    Err(Refusal::Replication(FAILED))
+                }
+                Err(_) => Err(Refusal::Replication(TIMED_OUT)),
             }
-            Err(e) => {
-                tracing::warn!("cluster group {group}: flush_all at leader {leader}: {e}");
-                Err(Refusal::Replication(FAILED))
-            }
+        };
+        match self.later(asked) {
+            Ready::Later(t) => t,
+            _ => Ticket::ready(Err(Refusal::ClusterInternal)),
         }
     }
 

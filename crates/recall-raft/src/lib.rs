@@ -61,7 +61,7 @@ use openraft::error::RaftError;
 
 use openraft::{BasicNode, ServerState};
 use recall_engine::op::Refusal;
-use recall_engine::{Cause, ClusterMap, Engine, Replicator, Resolver};
+use recall_engine::{AdminReply, Cause, ClusterMap, Engine, Ready, Replicator, Resolver, Ticket};
 use serde::{Deserialize, Serialize};
 
 pub(crate) use group::Group;
@@ -515,11 +515,11 @@ impl Replicator for Node {
         self.groups.len()
     }
 
-    fn read_barrier(&self, group: usize) -> Result<(), Refusal> {
+    fn read_barrier(&self, group: usize) -> Ready {
         self.group(group).read_barrier()
     }
 
-    fn write_barrier(&self, group: usize) -> Result<(), Refusal> {
+    fn write_barrier(&self, group: usize) -> Ready {
         self.group(group).write_barrier()
     }
 
@@ -538,7 +538,7 @@ impl Replicator for Node {
         self.groups[0].timeout
     }
 
-    fn flush_at_leader(&self, group: usize) -> Result<(), Refusal> {
+    fn flush_at_leader(&self, group: usize) -> Ticket<Result<(), Refusal>> {
         self.group(group).flush_at_leader()
     }
 
@@ -561,7 +561,7 @@ impl Replicator for Node {
         ClusterMap { me, term, leader, nodes, groups }
     }
 
-    fn admin(&self, cmd: &recall_proto::cluster_admin::AdminCmd<'_>, out: &mut Vec<u8>) -> Result<(), Refusal> {
+    fn admin(&self, cmd: &recall_proto::cluster_admin::AdminCmd<'_>, out: &mut Vec<u8>) -> Result<AdminReply, Refusal> {
         use recall_proto::cluster_admin::Admin;
         match (cmd.group, &cmd.admin) {
             (Some(g), _) => match self.groups.get(usize::from(g)) {
@@ -573,7 +573,7 @@ impl Replicator for Node {
             (None, Admin::Status) => {
                 let all: Vec<_> = self.groups.iter().map(|g| g.status()).collect();
                 recall_proto::cluster_admin::Status::render_groups(&all, out);
-                Ok(())
+                Ok(AdminReply::Done)
             }
             // Each group has its own leader: a change runs on one.
             (None, _) => Err(Refusal::Replication(

@@ -39,6 +39,7 @@
 //!   fail them.
 
 use std::collections::BTreeSet;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,6 +47,7 @@ use std::time::Duration;
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers, RaftMetrics, ServerState};
 use recall_engine::op::Refusal;
+use recall_engine::AdminReply;
 use recall_proto::cluster_admin::{Admin, Member, MemberStatus, Status};
 use recall_proto::reply;
 use tokio::time::Instant;
@@ -520,43 +522,62 @@ impl Group {
 
     /// `cluster ...`: see the module's documentation. Only a refusal that
     /// names the leader is an error (the request is forwarded there);
-    /// every other outcome is the reply in `out`.
-    pub(crate) fn run_admin(&self, cmd: &Admin<'_>, out: &mut Vec<u8>) -> Result<(), Refusal> {
+    /// every other outcome is the reply: in `out` now (`status`, a refusal
+    /// known at once), or from the task that runs the change (the request
+    /// is parked on its ticket; the worker goes on).
+    pub(crate) fn run_admin(&self, cmd: &Admin<'_>, out: &mut Vec<u8>) -> Result<AdminReply, Refusal> {
         let m = self.raft.metrics().borrow().clone();
         if let Admin::Status = cmd {
             status(&m).render(out);
-            return Ok(());
+            return Ok(AdminReply::Done);
         }
         if m.state != ServerState::Leader {
             return Err(self.not_leader(m.current_leader));
         }
         let raft = self.raft.clone();
         let budget = self.timeout.saturating_sub(REPLY_MARGIN).max(REPLY_MARGIN);
-        let line = match *cmd {
+        let change: std::pin::Pin<Box<dyn Future<Output = Result<String, String>> + Send>> = match *cmd {
             Admin::Status => unreachable!("answered above"),
             Admin::AddNode { id, member } => {
                 let addr = member.to_string();
-                self.wait(async move { add_node(raft, id, addr, Instant::now() + budget).await })?
+                Box::pin(async move { add_node(raft, id, addr, Instant::now() + budget).await })
             }
-            Admin::RemoveNode { id } => {
-                self.wait(async move { remove_node(raft, id, Instant::now() + budget).await })?
+            Admin::RemoveNode { id } => Box::pin(async move { remove_node(raft, id, Instant::now() + budget).await }),
+            Admin::TransferLeader { id: Some(id) } if id == m.id => {
+                reply::line(out, b"OK");
+                return Ok(AdminReply::Done);
             }
-            Admin::TransferLeader { id: Some(id) } if id == m.id => Ok("OK".into()),
             Admin::TransferLeader { id } => match transfer_target(&m, id) {
-                Err(e) => Err(e),
+                Err(e) => {
+                    reply::line(out, e.as_bytes());
+                    return Ok(AdminReply::Done);
+                }
                 Ok(target) => match raft_addr_of(&m, target) {
-                    None => Err(format!("SERVER_ERROR cluster node {target} has no Raft address")),
+                    None => {
+                        let e = format!("SERVER_ERROR cluster node {target} has no Raft address");
+                        reply::line(out, e.as_bytes());
+                        return Ok(AdminReply::Done);
+                    }
                     Some(to) => {
                         let gate = self.gate.clone();
                         let via = Via { group: self.id.id, transport: self.transport.clone() };
-                        self.wait(async move { transfer(raft, via, gate, target, to, Instant::now() + budget).await })?
+                        Box::pin(async move { transfer(raft, via, gate, target, to, Instant::now() + budget).await })
                     }
                 },
             },
         };
-        let (Ok(l) | Err(l)) = line;
-        reply::line(out, l.as_bytes());
-        Ok(())
+        let (answer, ticket) = recall_engine::ticket::ticket();
+        let timeout = self.timeout;
+        self.rt.spawn(async move {
+            let line = match tokio::time::timeout(timeout, change).await {
+                Ok(Ok(l) | Err(l)) => l,
+                Err(_) => "SERVER_ERROR cluster timed out; the change may or may not have been made".to_string(),
+            };
+            let mut out = Vec::new();
+            reply::line(&mut out, line.as_bytes());
+            answer.answer(out);
+        });
+        Ok(AdminReply::Later(ticket))
     }
 }
 
@@ -595,7 +616,9 @@ mod tests {
 
     fn admin(g: &Group, cmd: Admin<'_>) -> String {
         let mut out = Vec::new();
-        g.run_admin(&cmd, &mut out).expect("run on the leader");
+        if let AdminReply::Later(t) = g.run_admin(&cmd, &mut out).expect("run on the leader") {
+            out = t.wait(Duration::from_secs(60)).flatten().expect("answered");
+        }
         String::from_utf8(out).expect("text")
     }
 

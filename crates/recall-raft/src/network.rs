@@ -276,14 +276,11 @@ async fn serve_conn(sock: Stream, serving: &Serving) -> io::Result<()> {
             Rpc::Elect => encode(&crate::membership::elect_now(raft).await)?,
             Rpc::Leader => encode(&crate::removed::leader_info(raft))?,
             Rpc::Flush => {
-                // It holds the engine's scratch stripes and waits for the
-                // commit: off the runtime, which commits it.
-                let (engine, group) = (engine.clone(), usize::from(call.group));
-                let done = tokio::task::spawn_blocking(move || engine.flush_group(group)).await;
-                let done: Result<(), String> = match done {
-                    Ok(r) => r.map_err(|r| String::from_utf8_lossy(r.line()).into_owned()),
-                    Err(e) => Err(format!("SERVER_ERROR cluster flush failed: {e}")),
-                };
+                // Proposed under the engine's stripes (held only while it
+                // proposes) and awaited here: the runtime commits it.
+                let group = usize::from(call.group);
+                let done: Result<(), String> =
+                    engine.flush_group(group).await.map_err(|r| String::from_utf8_lossy(r.line()).into_owned());
                 encode(&done)?
             }
             _ if !greeted => {

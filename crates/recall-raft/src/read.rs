@@ -29,13 +29,14 @@
 //!   concurrent readers on every connection wait for one round, not one
 //!   each. A read that arrives while a round runs waits for the next.
 
-use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use openraft::error::{CheckIsLeaderError, Fatal, RaftError};
 use openraft::ServerState;
 use recall_engine::op::Refusal;
+use recall_engine::ticket::ticket;
+use recall_engine::{Answer, Ready};
 
 use crate::{NodeId, Raft, NO_QUORUM, SHUT_DOWN, TIMED_OUT};
 
@@ -43,7 +44,7 @@ use crate::{NodeId, Raft, NO_QUORUM, SHUT_DOWN, TIMED_OUT};
 /// `timing.rs`).
 pub use crate::timing::LEASE;
 
-type Answer = Result<(), Refusal>;
+type Outcome = Result<(), Refusal>;
 /// A refusal that names a leader, made by the node (it has the lines).
 pub(crate) type NotLeader = Arc<dyn Fn(Option<NodeId>) -> Refusal + Send + Sync>;
 
@@ -65,8 +66,9 @@ pub(crate) struct Reads {
 struct State {
     /// A round is running (its task serves the waiting after it).
     running: bool,
-    /// Reads waiting for the next round.
-    waiting: Vec<SyncSender<Answer>>,
+    /// Reads waiting for the next round (their sessions are parked on
+    /// the tickets).
+    waiting: Vec<Answer<Outcome>>,
     /// Until when, and in which term, reads need no round.
     lease: Option<(Instant, u64)>,
 }
@@ -82,33 +84,36 @@ impl Reads {
         Arc::new(Reads { raft, rt, timeout, not_leader, state: Mutex::default(), floor })
     }
 
-    /// Return once a read of the local store is linearizable, or why not;
-    /// waits at most the request timeout for a round. `trust_lease` is
-    /// false while the leader hands its leadership over (then every read
-    /// takes a round).
-    pub fn barrier(self: &Arc<Self>, trust_lease: bool) -> Answer {
+    /// Whether a read of the local store is linearizable now (the
+    /// lease), or else a ticket the next round answers (bounded by the
+    /// request timeout); never waits. `trust_lease` is false while the
+    /// leader hands its leadership over (then every read takes a round).
+    pub fn barrier(self: &Arc<Self>, trust_lease: bool) -> Ready {
         let lease = if trust_lease { self.state.lock().expect("reads lock").lease } else { None };
         if let Some((until, term)) = lease {
             if Instant::now() < until && self.settled_leader_in(term) {
-                return Ok(());
+                return Ready::Now;
             }
         }
-        let (tx, rx) = sync_channel(1);
-        {
-            let mut st = self.state.lock().expect("reads lock");
-            st.waiting.push(tx);
-            if !st.running {
-                st.running = true;
-                let me = self.clone();
-                self.rt.spawn(async move { me.rounds().await });
-            }
+        let (answer, t) = ticket();
+        let mut st = self.state.lock().expect("reads lock");
+        st.waiting.push(answer);
+        if !st.running {
+            st.running = true;
+            let me = self.clone();
+            self.rt.spawn(async move { me.rounds().await });
         }
-        // The round itself is bounded by the timeout: the margin is for
-        // the read that waits for it to finish first.
-        rx.recv_timeout(self.timeout * 2).unwrap_or_else(|e| match e {
-            RecvTimeoutError::Timeout => Err(Refusal::Replication(TIMED_OUT)),
-            RecvTimeoutError::Disconnected => Err(Refusal::Replication(SHUT_DOWN)),
-        })
+        Ready::Later(t)
+    }
+
+    /// [`Reads::barrier`] as a future (the runtime's own tasks: a read
+    /// that waited at the hand-over gate first).
+    pub async fn passed(self: &Arc<Self>, trust_lease: bool) -> Outcome {
+        match self.barrier(trust_lease) {
+            Ready::Now => Ok(()),
+            Ready::Refused(r) => Err(r),
+            Ready::Later(t) => t.await.unwrap_or(Err(Refusal::Replication(SHUT_DOWN))),
+        }
     }
 
     /// Whether this node leads in `term` and has applied an entry of it.
@@ -172,8 +177,8 @@ impl Reads {
                 }
                 Ok(Err(RaftError::Fatal(_))) => Err(Refusal::Replication(SHUT_DOWN)),
             };
-            for tx in batch {
-                let _ = tx.try_send(answer);
+            for a in batch {
+                a.answer(answer);
             }
         }
     }

@@ -81,9 +81,10 @@ where
     if let Some(r) = &row {
         session.set_conn_id(r.id());
     }
-    if engine.cluster_map().is_some() {
-        session.await_commits();
-    }
+    // Whatever a request waits for (a commit, a read index, the end of
+    // recovery) comes back as a barrier to settle, never as a wait on the
+    // worker's thread.
+    session.await_cluster();
     // Both buffers are allocated when there is something to read or to
     // reply, and given back while the connection waits (`read_some`).
     let mut buf = BytesMut::new();
@@ -144,20 +145,9 @@ where
             c.command(engine.now());
         }
         bytes::Buf::advance(&mut buf, used);
-        // The batch's writes must be durable before any of its replies go
-        // out: with a write-ahead log, its position (group commit across
-        // connections; if the log failed, close instead of acknowledging);
-        // without one, an immediate flush_all is durable once a snapshot
-        // covers it (one was requested).
         let b = done.barrier;
-        if let (Some(w), true) = (wal, b.log > 0) {
-            if let Err(e) = w.wait(b.log).await {
-                tracing::error!(error = %e, "write-ahead log failed; closing without acknowledging");
-                return (Action::Close, CloseReason::Error);
-            }
-        }
-        if b.snapshot > 0 && wal.is_none() {
-            Box::pin(wait_for_snapshot(engine, b.snapshot)).await;
+        if settle_durable(engine, wal, b).await.is_err() {
+            return (Action::Close, CloseReason::Error);
         }
         if !out.is_empty() {
             counters.bytes_written.add(out.wire_len() as u64);
@@ -204,19 +194,7 @@ where
             Action::Shutdown => return (action, CloseReason::Shutdown),
             _ => return (action, CloseReason::Normal),
         }
-        if b.commit {
-            // A write the session proposed: the replies before it have
-            // gone out; its own is rendered when the session runs it again.
-            // The worker serves other connections meanwhile.
-            if Box::pin(tokio::time::timeout(engine.commit_timeout(), session.wait_commit())).await.is_err() {
-                session.commit_timed_out();
-            }
-            continue;
-        }
-        if b.recovery {
-            // A write waits for the end of recovery (see the engine's
-            // session); the replies before it have gone out.
-            Box::pin(wait_for_recovery(engine)).await;
+        if settle_stopped(engine, &mut session, b).await {
             continue;
         }
         if done.more {
@@ -401,6 +379,49 @@ async fn read_some<S: AsyncRead + Unpin>(
         }
     })
     .await
+}
+
+/// Settle the part of a turn's barrier that comes before its replies go
+/// out: the batch's writes must be durable first. With a write-ahead log,
+/// its position (group commit across connections; if the log failed, the
+/// connection closes instead of acknowledging: `Err`); without one, an
+/// immediate flush_all is durable once a snapshot covers it (one was
+/// requested).
+async fn settle_durable(engine: &Arc<Engine>, wal: &Option<Arc<Wal>>, b: recall_engine::Barrier) -> Result<(), ()> {
+    if let (Some(w), true) = (wal, b.log > 0) {
+        if let Err(e) = w.wait(b.log).await {
+            tracing::error!(error = %e, "write-ahead log failed; closing without acknowledging");
+            return Err(());
+        }
+    }
+    if b.snapshot > 0 && wal.is_none() {
+        Box::pin(wait_for_snapshot(engine, b.snapshot)).await;
+    }
+    Ok(())
+}
+
+/// Settle the part of a turn's barrier that comes after its replies went
+/// out: the session stopped before a request that waits. Whether it did
+/// (then the turn runs again with the unused input, that request first).
+///
+/// * `parked`: cluster mode's one wait, whatever it is for (a write's
+///   commit, a read index, a write barrier, a flush asked of other nodes,
+///   a membership change): the worker serves other connections meanwhile,
+///   and the request's reply is rendered when the session runs it again.
+/// * `recovery`: a write waits for the end of recovery (see the engine's
+///   session).
+async fn settle_stopped(engine: &Arc<Engine>, session: &mut Session, b: recall_engine::Barrier) -> bool {
+    if b.parked {
+        if Box::pin(tokio::time::timeout(engine.commit_timeout(), session.settle_parked())).await.is_err() {
+            session.parked_timed_out();
+        }
+        return true;
+    }
+    if b.recovery {
+        Box::pin(wait_for_recovery(engine)).await;
+        return true;
+    }
+    false
 }
 
 /// Wait until a durable snapshot covers timestamp `ts` (the flush asked

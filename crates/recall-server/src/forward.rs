@@ -22,9 +22,10 @@
 //! is the reply.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use recall_engine::auth::CredentialCell;
 use recall_proto::forward::{binary_marker, not_leader_reply, ReplyFramer, TEXT_MARKER};
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -40,6 +41,8 @@ const PIECE: usize = 16 * 1024;
 pub struct Forwarder {
     timeout: Duration,
     idle: Mutex<HashMap<(String, bool), Vec<TcpStream>>>,
+    /// `-Y`: the auth file a new connection to a leader logs in from.
+    login: Option<Arc<CredentialCell>>,
 }
 
 /// How a hop failed.
@@ -182,7 +185,13 @@ impl<C: AsyncWrite + Unpin> Sink for RunValues<'_, C> {
 impl Forwarder {
     /// `timeout` bounds a whole hop (connect, request, reply).
     pub fn new(timeout: Duration) -> Forwarder {
-        Forwarder { timeout, idle: Mutex::new(HashMap::new()) }
+        Forwarder { timeout, idle: Mutex::new(HashMap::new()), login: None }
+    }
+
+    /// With `-Y`: every connection to a leader first logs in as the first
+    /// user of `file` (see `connect`).
+    pub fn with_login(self, file: Option<Arc<CredentialCell>>) -> Forwarder {
+        Forwarder { login: file, ..self }
     }
 
     /// Send `req` (one whole request: a text or meta line with its data,
@@ -249,7 +258,7 @@ impl Forwarder {
     async fn hop<S: Sink>(&self, leader: &str, binary: bool, req: &[u8], sink: &mut S) -> Result<TcpStream, Broke> {
         let mut conn = match self.take(leader, binary) {
             Some(c) => c,
-            None => connect(leader).await.map_err(|e| Broke::Unreachable(e.to_string()))?,
+            None => connect(leader, self.login.as_deref()).await.map_err(|e| Broke::Unreachable(e.to_string()))?,
         };
         let lost = |e: std::io::Error| Broke::Lost(e.to_string());
         let (marker, mut framer) =
@@ -291,9 +300,38 @@ impl Forwarder {
 }
 
 /// A new connection to `leader`, marked as carrying forwarded requests.
-async fn connect(leader: &str) -> std::io::Result<TcpStream> {
+///
+/// With `-Y` (`login`), the connection logs in first, as the first user of
+/// this node's auth file: a leader serves (and so takes `cluster
+/// forwarded` from) only a connection that proved an entry of its file.
+/// Nothing else needs carrying: the follower forwards only requests of
+/// its clients that logged in there (a locked connection's requests are
+/// answered by the follower itself), and `-Y` grants every user the
+/// same rights, so a forwarded request runs on the leader as an
+/// authenticated one, as it ran at the follower.
+async fn connect(leader: &str, login: Option<&CredentialCell>) -> std::io::Result<TcpStream> {
     let mut conn = TcpStream::connect(leader).await?;
     conn.set_nodelay(true)?;
+    if let Some(file) = login {
+        let creds = file.current();
+        let Some((user, password)) = creds.first() else {
+            return Err(std::io::Error::other("the auth file has no user to log in to the leader with"));
+        };
+        let mut token = user.to_vec();
+        token.push(b' ');
+        token.extend_from_slice(password);
+        let mut req = format!("set cluster-forward 0 0 {}\r\n", token.len()).into_bytes();
+        req.extend_from_slice(&token);
+        req.extend_from_slice(b"\r\n");
+        conn.write_all(&req).await?;
+        let mut stored = [0u8; 8];
+        conn.read_exact(&mut stored).await?;
+        if &stored != b"STORED\r\n" {
+            return Err(std::io::Error::other(
+                "the leader refused this node's login (-Y: the nodes need one auth file)",
+            ));
+        }
+    }
     conn.write_all(b"cluster forwarded\r\n").await?;
     let mut ok = [0u8; 4];
     conn.read_exact(&mut ok).await?;

@@ -457,13 +457,16 @@ impl Worker {
                 return;
             }
         };
+        // With `-Y`, the hop's connections log in with this node's own
+        // entry of the auth file (the cluster's nodes share it).
+        let login = self.engine.config.auth.ascii.clone();
         let cx = ConnCtx {
             counters: self.engine.registry.register(),
             engine: self.engine,
             choice: self.choice,
             idle: self.idle,
             wal: self.wal,
-            forward: self.forward_timeout.map(|t| Arc::new(crate::forward::Forwarder::new(t))),
+            forward: self.forward_timeout.map(|t| Arc::new(crate::forward::Forwarder::new(t).with_login(login))),
             stop: self.stop,
         };
         let tls = self.tls;
