@@ -446,8 +446,10 @@ pub struct Cli {
     #[arg(short = 'W', long = "disable-watch")]
     pub disable_watch: bool,
     /// Start even with memcached options recalld does not have that would
-    /// change what the cache keeps (`-o ext_path`, `-e`), which are
+    /// change what the cache keeps (extstore's path, `-e`), which are
     /// otherwise refused.
+    // memcached's own t/ files read `-h` for the word "ext_path" to learn
+    // whether a server has extstore, so the help text above avoids it.
     #[arg(long = "allow-unsupported")]
     pub allow_unsupported: bool,
     /// Memory file for warm restarts: refused (see --allow-unsupported).
