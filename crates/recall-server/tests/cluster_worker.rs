@@ -2,8 +2,11 @@
 //! commit, a read index) parks its own connection, and the other
 //! connections of the same worker (`-t 1`) are served meanwhile.
 //!
-//! Two nodes on loopback; the follower is killed, so the leader can
-//! commit nothing and complete no ReadIndex round. A touch (decided and
+//! Two nodes on loopback; the follower is stopped (SIGSTOP), so the leader
+//! can commit nothing and complete no ReadIndex round. Stopped, not killed:
+//! a dead peer refuses the leader's calls at once, and the leader then
+//! answers a read "no quorum" without waiting at all; a stopped one holds
+//! each call until openraft's AppendEntries timeout. A touch (decided and
 //! proposed like a write) and, once the lease has run out, a get each wait
 //! for the group on connection A; connection B, on the same worker, gets
 //! its `version` at once, and A's request is answered only later, with
@@ -68,11 +71,13 @@ fn waits_alone(leader: SocketAddr, req: &str) -> String {
 
 #[test]
 fn a_request_waiting_for_the_group_leaves_its_worker_free() {
-    let mut c = Cluster::start_with_args(2, &[], &["-t", "1", "--cluster-timeout-ms", "4000"]);
+    let c = Cluster::start_with_args(2, &[], &["-t", "1", "--cluster-timeout-ms", "4000"]);
     let l = c.leader();
     let leader = c.clients[l];
     assert_eq!(ask(leader, "set k 0 0 1\r\na\r\n"), "STORED\r\n");
-    c.kill9(1 - l);
+    let follower = c.nodes[1 - l].as_ref().and_then(|n| n.pid()).expect("the follower's pid");
+    // SAFETY: a plain signal to a child process this test started.
+    assert_eq!(unsafe { libc::kill(follower as i32, libc::SIGSTOP) }, 0);
     assert_eq!(stats(leader).get("cluster_role").map(String::as_str), Some("leader"));
 
     // A touch is proposed and cannot commit: its connection waits for the
@@ -85,4 +90,6 @@ fn a_request_waiting_for_the_group_leaves_its_worker_free() {
     // round, which cannot complete.
     let read = waits_alone(leader, "get k\r\n");
     assert!(read.starts_with("SERVER_ERROR cluster"), "the read's answer: {read:?}");
+    // SAFETY: as above; the cluster's teardown kills it either way.
+    unsafe { libc::kill(follower as i32, libc::SIGCONT) };
 }
