@@ -242,6 +242,11 @@ pub struct Config {
     /// fsync, snapshot after rename, or mid-replay after N records) and
     /// lets the server crash there by itself before the next restart.
     pub failpoints: bool,
+    /// Every restart arms `replay-after-N` with N small (1 to 20), so the
+    /// instance crashes in the middle of the clients' replays to it, and
+    /// a recovery that the grace period ends with a client missing fails
+    /// the run: every client must replay to the next instance in time.
+    pub replay_crash: bool,
     /// Every other kill (cycles 0, 2, 4, ...) also kills one client.
     pub kill_clients: bool,
     /// Each client keeps a spill file (`SpillSync::Os`).
@@ -283,6 +288,7 @@ impl Config {
             run_ms: (200, 2500),
             replay: true,
             failpoints: true,
+            replay_crash: false,
             kill_clients: false,
             spill: false,
             verbose: false,
@@ -558,13 +564,16 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
         }
         // Down for a moment: writes fail (in doubt or not sent) meanwhile.
         tokio::time::sleep(Duration::from_millis(rng.range(0, 50))).await;
-        if cfg.failpoints && cycle % 3 == 1 {
+        if cfg.replay_crash || (cfg.failpoints && cycle % 3 == 1) {
             // This instance crashes by itself at a failpoint: at its first
             // snapshot, or in the middle of the clients' replay to it (a
             // double crash). Then the normal restart below.
-            let (kind, arg) = match rng.range(0, 3) {
+            let (kind, arg) = match if cfg.replay_crash { 2 } else { rng.range(0, 3) } {
                 0 => ("snapshot-before-fsync", "snapshot-before-fsync".to_string()),
                 1 => ("snapshot-after-rename", "snapshot-after-rename".to_string()),
+                // With two clients replaying at once, a small N lands
+                // while both replays are in flight.
+                _ if cfg.replay_crash => ("replay-after-N", format!("replay-after-{}", rng.range(1, 20))),
                 _ => ("replay-after-N", format!("replay-after-{}", rng.range(1, 60))),
             };
             tokio::task::block_in_place(|| server.restart_env(&[("RECALL_FAILPOINT", &arg)]))?;
@@ -722,6 +731,7 @@ fn main() {
             }
             "--no-replay" => cfg.replay = false,
             "--no-failpoints" => cfg.failpoints = false,
+            "--replay-crash" => cfg.replay_crash = true,
             "--kill-clients" => cfg.kill_clients = true,
             "--no-spill" => no_spill = true,
             "--plain-writer" => cfg.plain_writer = true,
@@ -750,7 +760,11 @@ fn main() {
             for v in r.violations.iter().take(20) {
                 println!("VIOLATION {v}");
             }
-            if !r.violations.is_empty() || r.replay_after_snapshot() > 0 {
+            let late = cfg.replay_crash && !r.grace_expiries.is_empty();
+            if late {
+                println!("GRACE EXPIRED: a client did not replay to a restarted instance in time");
+            }
+            if !r.violations.is_empty() || r.replay_after_snapshot() > 0 || late {
                 std::process::exit(1);
             }
         }
