@@ -22,6 +22,11 @@ With RECALL_CLUSTER=leader (or follower) every server under test is one
 node of a 3-node replicated cluster, the leader (or a follower, which
 forwards to the leader); see mcserver.ClusterNodeProcess.
 
+With RECALL_ASCII_AUTH=1 every server under test is started with -Y (an
+auth file of one throwaway user) and pymemcache clients log in as they
+connect (`server.client_kwargs()`); with RECALL_CLUSTER=follower this is
+the login at a follower whose requests run on the leader.
+
 With RECALL_SASL=1 every server under test is started with -S (SASL PLAIN,
 users from a throwaway MEMCACHED_SASL_PWDB file) and binary clients log in
 with `server.sasl_kwargs()`; only the binary-protocol suites make sense so.
@@ -94,11 +99,27 @@ def suite_sasl(tmp_path_factory):
     return path
 
 
-def _start(command, args, name, tls: TlsFiles | None = None, sasl_pwdb=None) -> ServerProcess:
+ASCII_USER, ASCII_PASSWORD = "suite", "an ascii password"
+
+
+@pytest.fixture(scope="session")
+def suite_ascii_auth(tmp_path_factory):
+    """With RECALL_ASCII_AUTH=1: the -Y auth file every server under test
+    uses (with RECALL_CLUSTER, every node of the cluster)."""
+    if os.environ.get("RECALL_ASCII_AUTH") != "1":
+        return None
+    path = tmp_path_factory.mktemp("ascii-auth") / "users"
+    path.write_text(f"{ASCII_USER}:{ASCII_PASSWORD}\n")
+    return path
+
+
+def _start(command, args, name, tls: TlsFiles | None = None, sasl_pwdb=None, auth_file=None) -> ServerProcess:
     kw = {}
     if sasl_pwdb is not None:
         args = ("-S", *args)
         kw = {"env": {"MEMCACHED_SASL_PWDB": str(sasl_pwdb)}, "sasl_credentials": (SASL_USER, SASL_PASSWORD)}
+    if auth_file is not None and name == "server under test":
+        args = ("-Y", str(auth_file), *args)
     cluster = os.environ.get("RECALL_CLUSTER")
     if cluster and name == "server under test":
         srv = ClusterNodeProcess(command, args, name=name, role=cluster)
@@ -106,6 +127,8 @@ def _start(command, args, name, tls: TlsFiles | None = None, sasl_pwdb=None) -> 
         srv = ServerProcess(command, [*tls.server_args(), *args], name=name, tls_context=tls.client_context(), **kw)
     else:
         srv = ServerProcess(command, args, name=name, **kw)
+    if auth_file is not None and name == "server under test":
+        srv.ascii_credentials = (ASCII_USER, ASCII_PASSWORD)
     try:
         return srv.start()
     except ServerStartError as e:
@@ -130,12 +153,12 @@ def _finish(servers) -> None:
 
 
 @pytest.fixture
-def server_factory(server_command, suite_tls, suite_sasl):
+def server_factory(server_command, suite_tls, suite_sasl, suite_ascii_auth):
     """Start additional servers under test: server_factory("-I", "2m")."""
     started: list[ServerProcess] = []
 
     def make(*args: str) -> ServerProcess:
-        srv = _start(server_command, args, "server under test", suite_tls, suite_sasl)
+        srv = _start(server_command, args, "server under test", suite_tls, suite_sasl, suite_ascii_auth)
         started.append(srv)
         return srv
 

@@ -117,6 +117,8 @@ class ServerProcess:
         self.env = dict(env or {})
         # With -S: the user and password binary clients log in with.
         self.sasl_credentials = sasl_credentials
+        # -Y's user and password (set by conftest with RECALL_ASCII_AUTH=1).
+        self.ascii_credentials: tuple[str, str] | None = None
         self.extra_args = list(extra_args)
         self.name = name
         # With TLS (the server's flags say -Z), the client side's context:
@@ -244,8 +246,12 @@ class ServerProcess:
         return {"username": user, "password": password}
 
     def client_kwargs(self) -> dict:
-        """Extra keyword arguments for a pymemcache client of this server."""
-        return {"tls_context": self.tls_context} if self.tls_context else {}
+        """Extra keyword arguments for a pymemcache client of this server
+        (with -Y, sockets that log in as they connect)."""
+        kw = {"tls_context": self.tls_context} if self.tls_context else {}
+        if self.ascii_credentials is not None:
+            kw["socket_module"] = LoginSocketModule(*self.ascii_credentials)
+        return kw
 
     def __enter__(self) -> ServerProcess:
         return self.start()
@@ -312,9 +318,12 @@ class ClusterNodeProcess(ServerProcess):
 
     def _wait_for_leader(self, deadline: float) -> int | None:
         """The leader's id once this node knows one (None at the deadline)."""
+        creds = self.ascii_credentials
         while time.monotonic() < deadline:
             try:
                 with socket.create_connection(self.address, timeout=1.0) as s:
+                    if creds is not None:
+                        login(s, *creds)
                     s.sendall(b"cluster map\r\n")
                     head = _recv_line(s).split()
                 if len(head) == 7 and head[0] == b"MAP" and head[6] != b"0":
@@ -337,6 +346,41 @@ class ClusterNodeProcess(ServerProcess):
 
 
 # -- raw socket helpers --------------------------------------------------------
+
+
+def login(s: socket.socket, user: str, password: str) -> None:
+    """-Y's login token on a fresh text connection (memcached: a `set`
+    whose value is "<user> <password>")."""
+    token = f"{user} {password}".encode()
+    s.sendall(b"set auth 0 0 %d\r\n%s\r\n" % (len(token), token))
+    reply = _recv_line(s)
+    if reply != b"STORED\r\n":
+        raise ConnectionError(f"login refused: {reply!r}")
+
+
+class LoginSocketModule:
+    """A socket module for pymemcache (its `socket_module`) whose sockets
+    log in with -Y's token as soon as they connect, so a suite written for
+    an open server runs unchanged against one with an auth file."""
+
+    def __init__(self, user: str, password: str):
+        self.credentials = (user, password)
+
+    def __getattr__(self, name):
+        return getattr(socket, name)
+
+    def socket(self, *args, **kwargs) -> socket.socket:
+        sock = _LoginSocket(*args, **kwargs)
+        sock.credentials = self.credentials
+        return sock
+
+
+class _LoginSocket(socket.socket):
+    credentials: tuple[str, str]
+
+    def connect(self, address) -> None:
+        super().connect(address)
+        login(self, *self.credentials)
 
 
 def _recv_exact(s: socket.socket, n: int) -> bytes:
