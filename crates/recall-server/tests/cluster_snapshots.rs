@@ -182,7 +182,10 @@ fn a_follower_and_a_new_node_behind_the_compacted_log_catch_up_by_snapshot() {
     // A new node, added long after entry 1 was purged, starts from the
     // leader's snapshot, and restarts from its own disk.
     let dir4 = base.join("node4");
-    let new = c.start_empty_node(Some(&dir4));
+    // Its request timeout (1.5 s) is shorter than a transfer among four
+    // voters needs (the leases, 600 ms, and 1 s for the hand-over): see
+    // the transfer back below.
+    let new = c.start_empty_node_with_args(Some(&dir4), &["--cluster-timeout-ms", "1500"]);
     let add = format!("cluster add-node 4 {}\r\n", c.member(new));
     let start = Instant::now();
     loop {
@@ -217,12 +220,12 @@ fn a_follower_and_a_new_node_behind_the_compacted_log_catch_up_by_snapshot() {
     assert_eq!(on_old.ask("set via-old 0 0 1\r\no\r\n"), "STORED\r\n");
     assert_eq!(on_new.get("via-old").as_deref(), Some("o"));
     assert_eq!(on_new.get("k599").as_deref(), Some("value-599"));
-    // Node 4 has the tests' 3 s timeout, too short to wait out the
-    // leases: a transfer back is refused at once, and it keeps leading.
+    // Node 4's 1.5 s timeout is too short to wait out the leases: a
+    // transfer back is refused at once, and it keeps leading.
     let reply = on_new.ask("cluster transfer-leader 1\r\n");
     assert_eq!(
         reply,
-        "SERVER_ERROR cluster transfer to 1 among 4 voters needs over 4300 ms, more than timeout_ms; 4 still leads\r\n"
+        "SERVER_ERROR cluster transfer to 1 among 4 voters needs over 1600 ms, more than timeout_ms; 4 still leads\r\n"
     );
     assert_eq!(on_new.ask("set still-4 0 0 1\r\ns\r\n"), "STORED\r\n");
     drop(c);
