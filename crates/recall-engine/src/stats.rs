@@ -403,6 +403,26 @@ use crate::{Engine, MEMCACHED_COMPAT_VERSION};
 mod slabs;
 
 impl Engine {
+    /// The name/value pairs `stats <group>` prints (`b""` for the general
+    /// table), for a reader in the same process: the metrics endpoint reads
+    /// these rather than counters of its own, so it cannot drift from
+    /// `stats`. `reset` and the dump groups are not readings and give
+    /// nothing.
+    pub fn stat_pairs(&self, group: &[u8]) -> Vec<(String, String)> {
+        if matches!(group, b"reset" | b"cachedump" | b"detail") {
+            return Vec::new();
+        }
+        let mut out = Vec::with_capacity(8 << 10);
+        self.stats(group, &mut out);
+        out.split(|&b| b == b'\n')
+            .filter_map(|line| {
+                let line = std::str::from_utf8(line.strip_prefix(b"STAT ")?).ok()?.trim_end_matches('\r');
+                let (k, v) = line.split_once(' ')?;
+                Some((k.to_string(), v.to_string()))
+            })
+            .collect()
+    }
+
     /// `stats [group]`.
     pub(crate) fn stats(&self, args: &[u8], out: &mut Vec<u8>) {
         let group = recall_proto::text::keys(args).next().unwrap_or(b"");
