@@ -5,17 +5,20 @@ The server listens for metrics on 127.0.0.1 port 0 and says where on its
 "metrics listening on" line; the test waits for that line (bounded), does
 traffic through pymemcache, scrapes again and checks that memcached_exporter's
 families are there under its names and that the counters moved as the
-traffic says. Bad requests get their 4xx.
+traffic says. Bad requests get their 4xx. The Grafana dashboard in
+packaging/grafana asks only for families the endpoint has.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from mcserver import HOST
@@ -168,3 +171,45 @@ def test_bad_requests_get_4xx(metered):
     assert head.startswith(b"HTTP/1.1 200 ") and head.endswith(b"\r\n\r\n")
     # Still serving after all that.
     assert value(scrape(url), "memcached_up") == 1
+
+
+DASHBOARD = Path(__file__).resolve().parents[2] / "packaging" / "grafana" / "recall-dashboard.json"
+# Cluster mode's families need a cluster (tests/python/lincluster.py starts
+# one for other suites); this single server cannot show them.
+NEEDS_CLUSTER = "recall_cluster_"
+
+
+def dashboard_metrics() -> set[str]:
+    exprs = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if isinstance(node.get("expr"), str):
+                exprs.append(node["expr"])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(json.loads(DASHBOARD.read_text()))
+    names = set()
+    for e in exprs:
+        names.update(re.findall(r"\b((?:memcached|recall)_[a-z_]+)", e))
+    return names
+
+
+def test_the_dashboard_asks_only_for_families_recalld_exports(server_factory, server_command, tmp_path):
+    if "recalld" not in os.path.basename(server_command[0]):
+        pytest.skip("--metrics-addr is recalld's own")
+    if os.environ.get("RECALL_CLUSTER"):
+        pytest.skip("a cluster node's data directory belongs to the cluster harness")
+    # Durability on and the prioritized policy, so their families exist.
+    srv = server_factory("--metrics-addr", f"{HOST}:0", "--data-dir", str(tmp_path), "-o", "policy=prioritized")
+    have = set()
+    for f in scrape(metrics_url(srv)).values():
+        have.update(s.name for s in f.samples)
+    wanted = dashboard_metrics()
+    assert len(wanted) > 20, wanted
+    missing = sorted(n for n in wanted if n not in have and not n.startswith(NEEDS_CLUSTER))
+    assert not missing, f"the dashboard asks for families /metrics does not have: {missing}"
