@@ -576,16 +576,7 @@ impl Engine {
         stat(out, "connection_structures", g.curr_connections.load(Relaxed));
         // memcached's pooled response objects and 16 KiB read buffers:
         // recall's buffers belong to their connection, there is no pool.
-        for name in [
-            "response_obj_oom",
-            "response_obj_count",
-            "response_obj_bytes",
-            "read_buf_count",
-            "read_buf_bytes",
-            "read_buf_bytes_free",
-            "read_buf_oom",
-            "reserved_fds",
-        ] {
+        for name in NO_POOLS {
             stat(out, name, 0);
         }
         let idle_timeout = self.config.settings.iter().any(|(k, v)| k == "idle_timeout" && v != "0");
@@ -615,14 +606,7 @@ impl Engine {
         stat(out, "hash_is_expanding", 0);
         // No slab classes, so nothing to rebalance (`slabs reassign` is
         // accepted and changes nothing).
-        for name in [
-            "slab_reassign_rescues",
-            "slab_reassign_chunk_rescues",
-            "slab_reassign_inline_reclaim",
-            "slab_reassign_busy_items",
-            "slab_reassign_busy_deletes",
-            "slab_reassign_busy_nomem",
-        ] {
+        for name in NO_SLAB_REASSIGN {
             stat(out, name, 0);
         }
         stat(out, "slab_reassign_last_busy_status", "none");
@@ -698,6 +682,30 @@ impl Engine {
         }
     }
 }
+
+/// memcached's pooled response objects and read buffers: `stats` prints
+/// them as 0 (the metrics endpoint leaves them out).
+pub const NO_POOLS: [&str; 8] = [
+    "response_obj_oom",
+    "response_obj_count",
+    "response_obj_bytes",
+    "read_buf_count",
+    "read_buf_bytes",
+    "read_buf_bytes_free",
+    "read_buf_oom",
+    "reserved_fds",
+];
+
+/// memcached's slab rebalancer's counters: 0 in `stats`, there being no
+/// slab classes to rebalance.
+pub const NO_SLAB_REASSIGN: [&str; 6] = [
+    "slab_reassign_rescues",
+    "slab_reassign_chunk_rescues",
+    "slab_reassign_inline_reclaim",
+    "slab_reassign_busy_items",
+    "slab_reassign_busy_deletes",
+    "slab_reassign_busy_nomem",
+];
 
 /// `getrusage` as memcached prints it: `seconds.microseconds`.
 fn rusage() -> (String, String) {
