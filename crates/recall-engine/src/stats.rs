@@ -403,6 +403,26 @@ use crate::{Engine, MEMCACHED_COMPAT_VERSION};
 mod slabs;
 
 impl Engine {
+    /// The name/value pairs `stats <group>` prints (`b""` for the general
+    /// table), for a reader in the same process: the metrics endpoint reads
+    /// these rather than counters of its own, so it cannot drift from
+    /// `stats`. `reset` and the dump groups are not readings and give
+    /// nothing.
+    pub fn stat_pairs(&self, group: &[u8]) -> Vec<(String, String)> {
+        if matches!(group, b"reset" | b"cachedump" | b"detail") {
+            return Vec::new();
+        }
+        let mut out = Vec::with_capacity(8 << 10);
+        self.stats(group, &mut out);
+        out.split(|&b| b == b'\n')
+            .filter_map(|line| {
+                let line = std::str::from_utf8(line.strip_prefix(b"STAT ")?).ok()?.trim_end_matches('\r');
+                let (k, v) = line.split_once(' ')?;
+                Some((k.to_string(), v.to_string()))
+            })
+            .collect()
+    }
+
     /// `stats [group]`.
     pub(crate) fn stats(&self, args: &[u8], out: &mut Vec<u8>) {
         let group = recall_proto::text::keys(args).next().unwrap_or(b"");
@@ -556,16 +576,7 @@ impl Engine {
         stat(out, "connection_structures", g.curr_connections.load(Relaxed));
         // memcached's pooled response objects and 16 KiB read buffers:
         // recall's buffers belong to their connection, there is no pool.
-        for name in [
-            "response_obj_oom",
-            "response_obj_count",
-            "response_obj_bytes",
-            "read_buf_count",
-            "read_buf_bytes",
-            "read_buf_bytes_free",
-            "read_buf_oom",
-            "reserved_fds",
-        ] {
+        for name in NO_POOLS {
             stat(out, name, 0);
         }
         let idle_timeout = self.config.settings.iter().any(|(k, v)| k == "idle_timeout" && v != "0");
@@ -595,14 +606,7 @@ impl Engine {
         stat(out, "hash_is_expanding", 0);
         // No slab classes, so nothing to rebalance (`slabs reassign` is
         // accepted and changes nothing).
-        for name in [
-            "slab_reassign_rescues",
-            "slab_reassign_chunk_rescues",
-            "slab_reassign_inline_reclaim",
-            "slab_reassign_busy_items",
-            "slab_reassign_busy_deletes",
-            "slab_reassign_busy_nomem",
-        ] {
+        for name in NO_SLAB_REASSIGN {
             stat(out, name, 0);
         }
         stat(out, "slab_reassign_last_busy_status", "none");
@@ -678,6 +682,30 @@ impl Engine {
         }
     }
 }
+
+/// memcached's pooled response objects and read buffers: `stats` prints
+/// them as 0 (the metrics endpoint leaves them out).
+pub const NO_POOLS: [&str; 8] = [
+    "response_obj_oom",
+    "response_obj_count",
+    "response_obj_bytes",
+    "read_buf_count",
+    "read_buf_bytes",
+    "read_buf_bytes_free",
+    "read_buf_oom",
+    "reserved_fds",
+];
+
+/// memcached's slab rebalancer's counters: 0 in `stats`, there being no
+/// slab classes to rebalance.
+pub const NO_SLAB_REASSIGN: [&str; 6] = [
+    "slab_reassign_rescues",
+    "slab_reassign_chunk_rescues",
+    "slab_reassign_inline_reclaim",
+    "slab_reassign_busy_items",
+    "slab_reassign_busy_deletes",
+    "slab_reassign_busy_nomem",
+];
 
 /// `getrusage` as memcached prints it: `seconds.microseconds`.
 fn rusage() -> (String, String) {

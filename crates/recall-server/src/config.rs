@@ -13,11 +13,13 @@ use recall_store::{PolicyKind, PrioConfig};
 use serde::{Deserialize, Serialize};
 
 mod listen;
+mod metrics;
 mod placement;
 mod port;
 mod transport;
 
 pub use listen::{parse_listen, ListenRules, ListenSpec, ListenTls};
+pub use metrics::MetricsAddr;
 pub use placement::{ClusterPlacement, EMULATED_FSYNC_DELAY_MAX_US};
 pub use port::Port;
 
@@ -66,6 +68,8 @@ pub struct Config {
     pub snapshot_after_writes: u64,
     pub durability: String,
     pub recovery_grace: u64,
+    /// `--metrics-addr`: the Prometheus endpoint (off when empty).
+    pub metrics_addr: MetricsAddr,
     /// `-X`: no `stats cachedump`, `stats detail`, `lru_crawler metadump`.
     #[serde(skip)]
     pub disable_dumping: bool,
@@ -312,6 +316,9 @@ pub struct Cli {
     /// Write the pid to this file (once listening; removed at a clean stop).
     #[arg(short = 'P', long = "pidfile")]
     pub pid_file: Option<String>,
+    /// Serve Prometheus metrics over HTTP at http://ADDR/metrics (IP:PORT).
+    #[arg(long = "metrics-addr", value_name = "IP:PORT")]
+    pub metrics_addr: Option<String>,
     /// Log lines as text or as one JSON object per line.
     #[arg(long = "log-format", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -627,6 +634,9 @@ impl Config {
         }
         if let Some(p) = &cli.pid_file {
             cfg.pid_file = p.clone();
+        }
+        if let Some(m) = &cli.metrics_addr {
+            cfg.metrics_addr = MetricsAddr::try_from(m.clone())?;
         }
         if let Some(d) = &cli.data_dir {
             cfg.data_dir = d.clone();

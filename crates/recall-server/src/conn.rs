@@ -49,6 +49,9 @@ pub struct ConnCtx {
     /// next time it would wait for its client, so the replies of every
     /// request it has read go out first.
     pub stop: tokio::sync::watch::Receiver<bool>,
+    /// With `--metrics-addr`: this worker's request-latency histogram.
+    /// Without it no turn reads the clock.
+    pub latency: Option<Arc<crate::metrics::WorkerLatency>>,
 }
 
 /// Serve one connection until it closes. `row` is its line in
@@ -135,6 +138,7 @@ where
             // it by doubling.
             out = Out::with_capacity(FIRST_READ);
         }
+        let started = cx.latency.as_ref().map(|_| std::time::Instant::now());
         let done = session.process_within(engine, &buf, &mut out, budget);
         let (used, action) = (done.used, done.action);
         if let Some(v) = &mut verbose {
@@ -163,6 +167,11 @@ where
             if out.capacity() > 4 * READ_CHUNK {
                 out = Out::new();
             }
+        }
+        // A turn that ran a request; one that only found half a request
+        // (used == 0) is still waiting for its client, not being served.
+        if let (Some(h), Some(t), true) = (&cx.latency, started, used > 0) {
+            h.observe(t.elapsed());
         }
         if let Action::Forward { len, binary, group } = action {
             match Box::pin(forward(cx, &mut stream, &mut session, &buf[..len], binary, group)).await {

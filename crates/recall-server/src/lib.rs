@@ -12,6 +12,7 @@ pub mod daemon;
 pub mod forward;
 pub mod limits;
 pub mod listeners;
+pub mod metrics;
 pub mod notify;
 pub mod persist;
 mod portfile;

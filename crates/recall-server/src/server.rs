@@ -108,6 +108,17 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
     // First, while this is the only thread: binding a unix socket sets the
     // process's umask for a moment (see listeners.rs).
     let bound = Bound::bind_all(&cfg)?;
+    // The metrics endpoint binds with the data port, so an address in use
+    // stops the start, naming it, instead of a scraper finding nothing.
+    let metrics_listener = match cfg.metrics_addr.bind() {
+        Some(a) => Some(crate::metrics::bind(a)?),
+        None => None,
+    };
+    let latency = metrics_listener.as_ref().map(|_| Arc::new(crate::metrics::Latency::default()));
+    if let Some(l) = &metrics_listener {
+        // With port 0 this is how a test or a script learns the port.
+        println!("metrics listening on http://{}/metrics", l.local_addr()?);
+    }
     let clock = Arc::new(SystemClock::new());
     let mut engine = build_engine(&cfg, clock.clone());
     engine.config.auth = auth;
@@ -205,6 +216,7 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
             tls: tls.clone(),
             forward_timeout,
             stop: stop_rx.clone(),
+            latency: latency.clone(),
         };
         let shutdown = shutdown.clone();
         std::thread::Builder::new().name(format!("recall-worker-{i}")).spawn(move || w.run(rx, shutdown))?;
@@ -295,8 +307,16 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
     // connection on it) ends when its channel closes, and a graceful stop
     // must keep them running until their replies are out.
     let to_workers = &senders;
+    let metrics = match (metrics_listener, latency) {
+        (Some(l), Some(latency)) => Some((l, Arc::new(crate::metrics::Metrics::new(engine.clone(), latency)))),
+        _ => None,
+    };
     let graceful = rt.block_on(async move {
         let engine = acceptor_engine;
+        if let Some((listener, metrics)) = metrics {
+            let listener = tokio::net::TcpListener::from_std(listener)?;
+            tokio::spawn(crate::metrics::serve(listener, metrics));
+        }
         let mut graceful = false;
         // One task per listener, all feeding this loop: the connection
         // limit and the round-robin stay in one place.
@@ -439,6 +459,8 @@ struct Worker {
     /// Cluster mode: how long a forwarded request may take.
     forward_timeout: Option<Duration>,
     stop: tokio::sync::watch::Receiver<bool>,
+    /// With `--metrics-addr`: where this worker's histogram registers.
+    latency: Option<Arc<crate::metrics::Latency>>,
 }
 
 impl Worker {
@@ -468,6 +490,7 @@ impl Worker {
             wal: self.wal,
             forward: self.forward_timeout.map(|t| Arc::new(crate::forward::Forwarder::new(t).with_login(login))),
             stop: self.stop,
+            latency: self.latency.as_ref().map(|l| l.register()),
         };
         let tls = self.tls;
         rt.block_on(async move {
@@ -550,6 +573,7 @@ mod tests {
             wal: None,
             forward: None,
             stop: tokio::sync::watch::channel(false).1,
+            latency: None,
         };
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();

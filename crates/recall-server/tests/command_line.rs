@@ -74,3 +74,55 @@ fn a_warning_is_printed_once_without_colour_codes_into_a_pipe() {
     assert_eq!(err.matches("-k: accepted, no effect").count(), 1, "{err}");
     assert!(!err.contains('\x1b'), "{err:?}");
 }
+
+/// docs/operating.md names only flags `recalld --help` has (the flags of
+/// the other programs it shows are listed here by name).
+#[test]
+fn the_operator_s_guide_names_only_flags_recalld_has() {
+    const OTHER_PROGRAMS: [&str; 4] = [
+        "--deb",    // scripts/release
+        "--group",  // recall cluster ...
+        "--locked", // cargo install
+        "--path",   // cargo install
+    ];
+    let o = recalld(&["--help"]);
+    let help = String::from_utf8_lossy(&o.stdout);
+    let has: std::collections::HashSet<String> = flags(&help).into_iter().collect();
+    let guide = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/operating.md")).unwrap();
+    let named = flags(&guide);
+    assert!(named.len() > 30, "{named:?}");
+    let unknown: Vec<&String> =
+        named.iter().filter(|f| !has.contains(*f) && !OTHER_PROGRAMS.contains(&f.as_str())).collect();
+    assert!(unknown.is_empty(), "docs/operating.md names flags recalld does not have: {unknown:?}");
+}
+
+/// `-x` and `--long-name` words (not inside another word, as in `a-b`).
+fn flags(text: &str) -> Vec<String> {
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    for i in 0..b.len() {
+        let starts = b[i] == b'-' && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'-'));
+        if !starts {
+            continue;
+        }
+        let long = b.get(i + 1) == Some(&b'-');
+        let from = if long { i + 2 } else { i + 1 };
+        let mut end = from;
+        while end < b.len() && (b[end].is_ascii_alphanumeric() || (long && b[end] == b'-')) {
+            end += 1;
+        }
+        let word = &text[from..end];
+        let first_is_letter = word.bytes().next().is_some_and(|c| c.is_ascii_alphabetic());
+        match (long, word.len()) {
+            (true, n) if n > 1 && first_is_letter => out.push(format!("--{word}")),
+            // A short flag is one letter (`-vv` is `-v` counted).
+            (false, _) if first_is_letter && word.bytes().all(|c| c == word.as_bytes()[0]) => {
+                out.push(format!("-{}", &word[..1]))
+            }
+            _ => {}
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
