@@ -91,6 +91,8 @@
 
 pub mod backup;
 pub mod blocking;
+#[cfg(feature = "cli")]
+pub mod cli;
 mod client;
 pub mod cluster;
 pub mod codec;
