@@ -46,7 +46,10 @@ use crate::error::{Error, Result, ServerName, TimeoutPhase};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Endpoint {
     /// `host:port`, resolved again on each connect (DNS changes are seen).
-    Tcp { addr: String, host: String },
+    Tcp {
+        addr: String,
+        host: String,
+    },
     Unix(PathBuf),
 }
 
@@ -184,8 +187,7 @@ fn load_tls(o: &TlsOptions) -> Result<Tls> {
     let server_name = match &o.server_name {
         None => None,
         Some(n) => Some(
-            rustls::pki_types::ServerName::try_from(n.clone())
-                .map_err(|e| bad(format!("server name {n:?}: {e}")))?,
+            rustls::pki_types::ServerName::try_from(n.clone()).map_err(|e| bad(format!("server name {n:?}: {e}")))?,
         ),
     };
     Ok(Tls { connector: TlsConnector::from(Arc::new(config)), server_name })
@@ -243,12 +245,17 @@ impl Connector {
                         let name = match &tls.server_name {
                             Some(n) => n.clone(),
                             None => rustls::pki_types::ServerName::try_from(host.clone()).map_err(|e| {
-                                io(io::Error::new(io::ErrorKind::InvalidInput, format!("TLS server name {host:?}: {e}")))
+                                io(io::Error::new(
+                                    io::ErrorKind::InvalidInput,
+                                    format!("TLS server name {host:?}: {e}"),
+                                ))
                             })?,
                         };
-                        let s = tls.connector.connect(name, tcp).await.map_err(|e| {
-                            io(io::Error::new(e.kind(), format!("TLS handshake failed: {e}")))
-                        })?;
+                        let s = tls
+                            .connector
+                            .connect(name, tcp)
+                            .await
+                            .map_err(|e| io(io::Error::new(e.kind(), format!("TLS handshake failed: {e}"))))?;
                         Stream::Tls(Box::new(s))
                     }
                 }
@@ -257,9 +264,7 @@ impl Connector {
         match &self.transport.login {
             None => {}
             Some(Login::Text { user, password }) => text_login(&mut stream, user, password).await.map_err(io)?,
-            Some(Login::SaslPlain { user, password }) => {
-                sasl_plain(&mut stream, user, password).await.map_err(io)?
-            }
+            Some(Login::SaslPlain { user, password }) => sasl_plain(&mut stream, user, password).await.map_err(io)?,
         }
         Ok(stream)
     }

@@ -154,7 +154,11 @@ fn make_ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
     CertifiedIssuer::self_signed(p, KeyPair::generate().expect("key")).expect("CA")
 }
 
-fn leaf(ca: &CertifiedIssuer<'static, KeyPair>, names: Vec<String>, usage: ExtendedKeyUsagePurpose) -> (String, String) {
+fn leaf(
+    ca: &CertifiedIssuer<'static, KeyPair>,
+    names: Vec<String>,
+    usage: ExtendedKeyUsagePurpose,
+) -> (String, String) {
     let key = KeyPair::generate().expect("key");
     let mut p = CertificateParams::new(names).expect("params");
     p.extended_key_usages = vec![usage];
@@ -303,7 +307,10 @@ fn text_login_with_an_auth_file() {
     let out = cli(&["-s".into(), spec.clone(), "--auth-file".into(), wrong.display().to_string()], &["get", "k"]);
     assert_eq!(out.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&out.stderr).contains("authentication failed"));
-    let out = cli(&["-s".into(), spec.clone(), "--auth-file".into(), dir.path("missing").display().to_string()], &["get", "k"]);
+    let out = cli(
+        &["-s".into(), spec.clone(), "--auth-file".into(), dir.path("missing").display().to_string()],
+        &["get", "k"],
+    );
     assert_eq!(out.status.code(), Some(2), "an auth file that cannot be read is a usage error");
     assert!(String::from_utf8_lossy(&out.stderr).contains("missing"));
 

@@ -130,11 +130,8 @@ fn run(args: Args) -> Result<(), String> {
     } else {
         let builder =
             args.transport.apply(recall_client::Client::builder()).map_err(|e| format!("recall client: {e}"))?;
-        let builder = servers
-            .iter()
-            .fold(builder, |b, s| b.server(s.as_str()))
-            .connect_timeout(timeout)
-            .request_timeout(timeout);
+        let builder =
+            servers.iter().fold(builder, |b, s| b.server(s.as_str())).connect_timeout(timeout).request_timeout(timeout);
         let client = |b| -> Result<Box<dyn Remote>, String> {
             let c = recall_client::blocking::Client::from_builder(b).map_err(|e| format!("recall client: {e}"))?;
             Ok(Box::new(c))

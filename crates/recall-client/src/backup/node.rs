@@ -11,13 +11,13 @@ use tokio::sync::Notify;
 
 use super::admission::{Admission, Sizes};
 use super::builder::Cfg;
-use crate::transport::Connector;
 use super::ctl::{Ctl, ReplayReplies};
 use super::ctl_reply::Durable;
 use super::log::WriteBackup;
 use super::spill::Spill;
 use crate::conn::{Conn, Health, HealthConfig};
 use crate::error::{Result, ServerName};
+use crate::transport::Connector;
 
 /// The spill file and the nodes whose logs it mirrors (for rewrites).
 pub(super) struct SpillCtx {

@@ -240,7 +240,8 @@ mod tests {
     #[tokio::test]
     async fn a_write_held_by_a_failed_replay_waits_for_the_next_replay() {
         let cfg = Arc::new(cfg());
-        let node = Arc::new(Node::new("127.0.0.1:1".into(), crate::transport::Connector::tcp("127.0.0.1:1"), cfg.health));
+        let node =
+            Arc::new(Node::new("127.0.0.1:1".into(), crate::transport::Connector::tcp("127.0.0.1:1"), cfg.health));
         let entered = Arc::new(AtomicBool::new(false));
         let died = Err(Error::Internal("the server died under the replay".into()));
         let (failed, fail_tx) = replay_until(&node, died).await;
@@ -271,7 +272,8 @@ mod tests {
     #[tokio::test]
     async fn a_write_held_by_a_good_replay_enters_when_it_ends() {
         let cfg = Arc::new(cfg());
-        let node = Arc::new(Node::new("127.0.0.1:1".into(), crate::transport::Connector::tcp("127.0.0.1:1"), cfg.health));
+        let node =
+            Arc::new(Node::new("127.0.0.1:1".into(), crate::transport::Connector::tcp("127.0.0.1:1"), cfg.health));
         let (replay, done_tx) = replay_until(&node, Ok(())).await;
         let writer = {
             let (node, cfg) = (node.clone(), cfg.clone());

@@ -333,7 +333,10 @@ mod tests {
         assert!(ServerSpec::parse(":1").is_err());
         assert!(ServerSpec::parse("a:1:2:3").is_err());
         let s = ServerSpec::parse("unix:/run/recall.sock").unwrap();
-        assert_eq!((s.unix.as_deref(), s.name()), (Some(std::path::Path::new("/run/recall.sock")), "/run/recall.sock".into()));
+        assert_eq!(
+            (s.unix.as_deref(), s.name()),
+            (Some(std::path::Path::new("/run/recall.sock")), "/run/recall.sock".into())
+        );
         assert_eq!(ServerSpec::parse("/run/recall.sock").unwrap(), s);
         assert!(ServerSpec::parse("unix:").is_err());
     }
