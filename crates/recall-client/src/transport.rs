@@ -104,9 +104,9 @@ impl TlsOptions {
 #[derive(Clone, PartialEq, Eq)]
 pub enum Login {
     /// SASL PLAIN over the binary protocol, as `recalld -S` and memcached
-    /// `-S` expect. Their listeners are binary-only after that, which the
-    /// commands of this client (text and meta) are not: see the crate's
-    /// README.
+    /// `-S` expect. Only the login: their listeners serve the binary
+    /// protocol alone, and this client's commands are text and meta, so a
+    /// command after the login is refused (the connection closes).
     SaslPlain { user: String, password: String },
     /// The text protocol's login token (`recalld -Y`, memcached 1.5.15+):
     /// a `set` whose data is `<user> <password>`.
