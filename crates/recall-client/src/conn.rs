@@ -28,13 +28,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
 
 use crate::codec::{self, Decoded, Failure, Frame, MetaReturn, MetaStatus, Mode};
 use crate::error::{Error, Result, ServerName, TimeoutPhase};
+use crate::transport::{Connector, ReadHalf, WriteHalf};
 use crate::Item;
 
 /// Which frame ends the reply to a request.
@@ -146,24 +145,15 @@ impl Shared {
 }
 
 impl Conn {
-    /// Connect with a timeout and start the reader and writer tasks.
-    /// Must be called inside a tokio runtime.
+    /// Connect (transport, handshake and login) with a timeout and start
+    /// the reader and writer tasks. Must be called inside a tokio runtime.
     pub(crate) async fn connect(
-        addr: &str,
+        connector: &Connector,
         server: &ServerName,
         health: &Arc<Health>,
         timeout: Duration,
     ) -> Result<Conn> {
-        let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => return Err(Error::io(server, e)),
-            Err(_) => {
-                return Err(Error::Timeout { server: server.clone(), phase: TimeoutPhase::Connect, after: timeout })
-            }
-        };
-        // Requests are small and latency-bound; Nagle would hold them back.
-        stream.set_nodelay(true).map_err(|e| Error::io(server, e))?;
-        let (rd, wr) = stream.into_split();
+        let (rd, wr) = connector.connect(server, timeout).await?.into_split();
         let shared = Arc::new(Shared {
             server: server.clone(),
             health: health.clone(),
@@ -234,7 +224,7 @@ impl Conn {
     }
 }
 
-async fn writer(shared: Arc<Shared>, mut rx: mpsc::Receiver<Job>, mut wr: OwnedWriteHalf) {
+async fn writer(shared: Arc<Shared>, mut rx: mpsc::Receiver<Job>, mut wr: WriteHalf) {
     let mut out: Vec<u8> = Vec::new();
     while let Some(first) = rx.recv().await {
         // With replies outstanding the connection is busy, and the tasks
@@ -277,7 +267,13 @@ async fn writer(shared: Arc<Shared>, mut rx: mpsc::Receiver<Job>, mut wr: OwnedW
                 st.pending.push_back(j.pending);
             }
         }
-        if let Err(e) = wr.write_all(&out).await {
+        // TLS holds written records until flushed; TCP and unix sockets
+        // flush as a no-op.
+        let sent = match wr.write_all(&out).await {
+            Ok(()) => wr.flush().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = sent {
             shared.break_with(Error::io(&shared.server, e), true);
             return;
         }
@@ -291,7 +287,7 @@ async fn writer(shared: Arc<Shared>, mut rx: mpsc::Receiver<Job>, mut wr: OwnedW
     shared.break_with(Error::closed(&shared.server), false);
 }
 
-async fn reader(shared: Arc<Shared>, mut rd: OwnedReadHalf) {
+async fn reader(shared: Arc<Shared>, mut rd: ReadHalf) {
     let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
     let mut start = 0;
     loop {

@@ -80,6 +80,8 @@
 //! * [`codec`]: sans-I/O reply decoder (bytes in, frame or `Incomplete`).
 //! * `request`, [`meta`]: request encoders (checked against recall's own
 //!   server-side decoder in the unit tests).
+//! * [`transport`]: TCP, unix sockets and TLS under every connection, and
+//!   the login (`-S` SASL PLAIN, `-Y` text token) a server may ask for.
 //! * `conn`: one pipelined connection (a writer and a reader task) and the
 //!   per-server failure accounting.
 //! * `client`: routing, pools and the typed API.
@@ -89,6 +91,8 @@
 
 pub mod backup;
 pub mod blocking;
+#[cfg(feature = "cli")]
+pub mod cli;
 mod client;
 pub mod cluster;
 pub mod codec;
@@ -99,6 +103,7 @@ pub mod meta;
 mod observer;
 mod request;
 pub mod stream;
+pub mod transport;
 
 pub use backup::{BackupStatus, DurableClient, WriteBackup, Written};
 pub use client::{Client, ClientBuilder, DeadServerPolicy, DumpEntry, MultiGet, PerServer, ServerSpec};
@@ -108,6 +113,7 @@ pub use meta::{MetaArith, MetaArithMode, MetaDelete, MetaGet, MetaResponse, Meta
 pub use observer::{WriteAck, WriteObserver, WriteOp};
 pub use recall_proto::text::GetKind;
 pub use stream::{ValueReader, ValueWriter};
+pub use transport::{Login, TlsOptions};
 
 /// A value read from the server.
 #[derive(Debug, Clone, PartialEq, Eq)]

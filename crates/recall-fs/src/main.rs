@@ -27,10 +27,13 @@ struct Args {
     /// Where to mount it (with --stats: the mount to report on).
     #[arg(long)]
     mount: PathBuf,
-    /// recall servers, HOST:PORT, comma-separated (keys spread by ketama);
-    /// `--servers ''` mounts without a cache (a plain pass-through).
+    /// recall servers, HOST:PORT or a unix socket as /path or unix:/path,
+    /// comma-separated (keys spread by ketama); `--servers ''` mounts
+    /// without a cache (a plain pass-through).
     #[arg(long, value_delimiter = ',', required_unless_present = "stats")]
     servers: Vec<String>,
+    #[command(flatten)]
+    transport: recall_client::cli::TransportArgs,
     /// Regular files up to this many bytes are cached whole.
     #[arg(long, default_value_t = 1 << 20)]
     max_file_size: u64,
@@ -120,15 +123,15 @@ fn run(args: Args) -> Result<(), String> {
         return Err(format!("{}: not a directory", backing.display()));
     }
     let timeout = Duration::from_millis(args.timeout_ms);
-    let servers: Vec<&String> = args.servers.iter().filter(|s| !s.is_empty()).collect();
+    let servers: Vec<String> =
+        args.servers.iter().filter(|s| !s.is_empty()).cloned().chain(args.transport.unix_servers()).collect();
     let remote = if servers.is_empty() {
         None
     } else {
-        let builder = servers
-            .iter()
-            .fold(recall_client::Client::builder(), |b, s| b.server(s.as_str()))
-            .connect_timeout(timeout)
-            .request_timeout(timeout);
+        let builder =
+            args.transport.apply(recall_client::Client::builder()).map_err(|e| format!("recall client: {e}"))?;
+        let builder =
+            servers.iter().fold(builder, |b, s| b.server(s.as_str())).connect_timeout(timeout).request_timeout(timeout);
         let client = |b| -> Result<Box<dyn Remote>, String> {
             let c = recall_client::blocking::Client::from_builder(b).map_err(|e| format!("recall client: {e}"))?;
             Ok(Box::new(c))

@@ -15,6 +15,7 @@ use super::poller::poller;
 use super::spill::{Spill, SpillSync};
 use crate::conn::HealthConfig;
 use crate::error::{Error, Result};
+use crate::transport::{Login, TlsOptions};
 use crate::{request, Client, ClientBuilder, DeadServerPolicy};
 
 #[derive(Debug, Clone)]
@@ -101,6 +102,17 @@ impl DurableBuilder {
     }
     pub fn weighted_server(mut self, spec: &str, weight: u32) -> Self {
         self.client = self.client.weighted_server(spec, weight);
+        self
+    }
+    /// TLS to every TCP server (see [`ClientBuilder::tls`]); the control
+    /// connections use it too.
+    pub fn tls(mut self, tls: TlsOptions) -> Self {
+        self.client = self.client.tls(tls);
+        self
+    }
+    /// Log in on every connection (see [`ClientBuilder::login`]).
+    pub fn login(mut self, login: Login) -> Self {
+        self.client = self.client.login(login);
         self
     }
     pub fn connect_timeout(mut self, t: Duration) -> Self {
@@ -245,8 +257,12 @@ impl DurableBuilder {
         let client = self.client.dead_servers(DeadServerPolicy::FailFast);
         let writer = client.clone().connect_check(fresh.clone()).build()?;
         let client = client.build()?;
-        let nodes: Vec<Arc<Node>> =
-            client.servers().into_iter().map(|name| Arc::new(Node::new(name, cfg.health))).collect();
+        let nodes: Vec<Arc<Node>> = client
+            .servers()
+            .into_iter()
+            .zip(client.connectors())
+            .map(|(name, connector)| Arc::new(Node::new(name, connector, cfg.health)))
+            .collect();
         let _ = fresh.nodes.set(nodes.iter().map(Arc::downgrade).collect());
         let mut by_name = HashMap::new();
         for (i, n) in nodes.iter().enumerate() {

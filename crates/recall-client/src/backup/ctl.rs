@@ -12,12 +12,11 @@
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
 
 use super::ctl_reply::Durable;
 use super::ctl_reply::{decode, CtlReply, Decoded, Refusal, MAX_LINE};
 use crate::error::{Error, Result, ServerName, TimeoutPhase};
+use crate::transport::{Connector, ReadHalf, WriteHalf};
 
 /// What a replay burst got back.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -31,23 +30,20 @@ pub struct ReplayReplies {
 
 pub(crate) struct Ctl {
     server: ServerName,
-    rd: BufReader<OwnedReadHalf>,
-    wr: Option<OwnedWriteHalf>,
+    rd: BufReader<ReadHalf>,
+    wr: Option<WriteHalf>,
     timeout: Duration,
     line: Vec<u8>,
 }
 
 impl Ctl {
-    pub(crate) async fn connect(addr: &str, server: &ServerName, connect: Duration, timeout: Duration) -> Result<Ctl> {
-        let s = match tokio::time::timeout(connect, TcpStream::connect(addr)).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => return Err(Error::io(server, e)),
-            Err(_) => {
-                return Err(Error::Timeout { server: server.clone(), phase: TimeoutPhase::Connect, after: connect })
-            }
-        };
-        s.set_nodelay(true).map_err(|e| Error::io(server, e))?;
-        let (rd, wr) = s.into_split();
+    pub(crate) async fn connect(
+        connector: &Connector,
+        server: &ServerName,
+        connect: Duration,
+        timeout: Duration,
+    ) -> Result<Ctl> {
+        let (rd, wr) = connector.connect(server, connect).await?.into_split();
         Ok(Ctl { server: server.clone(), rd: BufReader::new(rd), wr: Some(wr), timeout, line: Vec::new() })
     }
 
@@ -61,7 +57,12 @@ impl Ctl {
 
     async fn send(&mut self, bytes: &[u8]) -> Result<()> {
         let Some(wr) = self.wr.as_mut() else { return Err(Error::closed(&self.server)) };
-        wr.write_all(bytes).await.map_err(|e| Error::io(&self.server, e))
+        // Flushed for TLS, which holds written records until then.
+        let sent = match wr.write_all(bytes).await {
+            Ok(()) => wr.flush().await,
+            Err(e) => Err(e),
+        };
+        sent.map_err(|e| Error::io(&self.server, e))
     }
 
     /// One reply. A line longer than the decoder accepts is not read to
@@ -212,9 +213,11 @@ impl Ctl {
         let writer = tokio::spawn(async move {
             while let Some(b) = batches.recv().await {
                 wr.write_all(&b).await?;
+                wr.flush().await?;
                 let _ = back.try_send(b);
             }
-            wr.write_all(b"mn\r\n").await
+            wr.write_all(b"mn\r\n").await?;
+            wr.flush().await
         });
         let mut out = ReplayReplies::default();
         let read = tokio::time::timeout(budget, async {
@@ -254,7 +257,10 @@ impl Ctl {
         // Generous: a large replay is many round trips' worth of work.
         let t = self.timeout + Duration::from_micros(50 * n as u64);
         let writer = tokio::spawn(async move {
-            let r = wr.write_all(&burst).await;
+            let r = match wr.write_all(&burst).await {
+                Ok(()) => wr.flush().await,
+                Err(e) => Err(e),
+            };
             (wr, r)
         });
         let mut out = ReplayReplies::default();

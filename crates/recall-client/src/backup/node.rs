@@ -17,6 +17,7 @@ use super::log::WriteBackup;
 use super::spill::Spill;
 use crate::conn::{Conn, Health, HealthConfig};
 use crate::error::{Result, ServerName};
+use crate::transport::Connector;
 
 /// The spill file and the nodes whose logs it mirrors (for rewrites).
 pub(super) struct SpillCtx {
@@ -162,6 +163,8 @@ impl Drop for LogGuard<'_> {
 pub(super) struct Node {
     pub(super) name: ServerName,
     pub(super) addr: String,
+    /// Opens the control and delete connections, over the client's transport.
+    pub(super) connector: Connector,
     pub(super) health: Arc<Health>,
     pub(super) log: LogMutex<NodeLog>,
     pub(super) sizes: Sizes,
@@ -202,9 +205,10 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Node {
-    pub(super) fn new(name: ServerName, health: HealthConfig) -> Node {
+    pub(super) fn new(name: ServerName, connector: Connector, health: HealthConfig) -> Node {
         Node {
             addr: name.to_string(),
+            connector,
             health: Arc::new(Health::new(health)),
             name,
             log: LogMutex::new(NodeLog { log: WriteBackup::new(), writes: 0 }),
@@ -255,7 +259,7 @@ impl Node {
             }
         }
         *slot = None;
-        let c = Conn::connect(&self.addr, &self.name, &self.health, cfg.connect_timeout).await?;
+        let c = Conn::connect(&self.connector, &self.name, &self.health, cfg.connect_timeout).await?;
         self.check_fresh(&c, cfg.request_timeout).await?;
         *slot = Some(c.clone());
         Ok(c)
@@ -279,7 +283,7 @@ mod tests {
         let path = dir.join("client.spill");
         let health =
             HealthConfig { failure_limit: 1, retry_base: Duration::from_millis(10), retry_max: Duration::from_secs(1) };
-        let node = Arc::new(Node::new("127.0.0.1:1".into(), health));
+        let node = Arc::new(Node::new("127.0.0.1:1".into(), crate::transport::Connector::tcp("127.0.0.1:1"), health));
         let ts = 1u64 << 40;
         let lock = Spill::lock_file(&path).unwrap();
         let spill = Spill::create(&path, lock, SpillSync::Os, "client-1", std::iter::empty()).unwrap();

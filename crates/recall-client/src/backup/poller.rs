@@ -69,7 +69,7 @@ pub(super) async fn poll(node: &Node, cfg: &Cfg) -> Result<()> {
 /// The control connection, opened if there is none.
 pub(super) async fn ctl_conn<'a>(node: &Node, cfg: &Cfg, guard: &'a mut Option<Ctl>) -> Result<&'a mut Ctl> {
     if guard.is_none() {
-        *guard = Some(Ctl::connect(&node.addr, &node.name, cfg.connect_timeout, cfg.request_timeout).await?);
+        *guard = Some(Ctl::connect(&node.connector, &node.name, cfg.connect_timeout, cfg.request_timeout).await?);
     }
     guard.as_mut().ok_or_else(|| Error::Internal("control connection vanished".into()))
 }

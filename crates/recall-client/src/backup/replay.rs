@@ -89,7 +89,7 @@ async fn replay_closed(node: &Node, cfg: &Cfg, ctl: &mut Ctl, d: Durable) -> Res
         // have been closed (`-o idle_timeout`): fence on a new one. The
         // instance check below still holds.
         Err(Error::Connection { .. }) if batched.is_some() => {
-            *ctl = Ctl::connect(&node.addr, &node.name, cfg.connect_timeout, cfg.request_timeout).await?;
+            *ctl = Ctl::connect(&node.connector, &node.name, cfg.connect_timeout, cfg.request_timeout).await?;
             ctl.fence(&cfg.fence_key).await?
         }
         Err(e) => return Err(e),
@@ -118,7 +118,7 @@ async fn replay_batches(node: &Node, cfg: &Cfg, d: Durable, now: u32) -> Result<
     let entries = node.log().log.len();
     let budget = cfg.request_timeout + Duration::from_micros(50 * entries as u64);
     for _ in 0..cfg.replay_connections {
-        match Ctl::connect(&node.addr, &node.name, cfg.connect_timeout, cfg.request_timeout).await {
+        match Ctl::connect(&node.connector, &node.name, cfg.connect_timeout, cfg.request_timeout).await {
             Ok(c) => {
                 let (tx, rx) = tokio::sync::mpsc::channel(2);
                 lanes.push((tx, tokio::spawn(c.replay_lane(rx, back_tx.clone(), budget))));
@@ -240,7 +240,8 @@ mod tests {
     #[tokio::test]
     async fn a_write_held_by_a_failed_replay_waits_for_the_next_replay() {
         let cfg = Arc::new(cfg());
-        let node = Arc::new(Node::new("127.0.0.1:1".into(), cfg.health));
+        let node =
+            Arc::new(Node::new("127.0.0.1:1".into(), crate::transport::Connector::tcp("127.0.0.1:1"), cfg.health));
         let entered = Arc::new(AtomicBool::new(false));
         let died = Err(Error::Internal("the server died under the replay".into()));
         let (failed, fail_tx) = replay_until(&node, died).await;
@@ -271,7 +272,8 @@ mod tests {
     #[tokio::test]
     async fn a_write_held_by_a_good_replay_enters_when_it_ends() {
         let cfg = Arc::new(cfg());
-        let node = Arc::new(Node::new("127.0.0.1:1".into(), cfg.health));
+        let node =
+            Arc::new(Node::new("127.0.0.1:1".into(), crate::transport::Connector::tcp("127.0.0.1:1"), cfg.health));
         let (replay, done_tx) = replay_until(&node, Ok(())).await;
         let writer = {
             let (node, cfg) = (node.clone(), cfg.clone());

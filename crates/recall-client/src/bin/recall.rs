@@ -47,6 +47,9 @@ Examples:
   echo -n 42 | recall set counter
   recall incr counter 8
   recall -s 10.0.0.1:11211 -s 10.0.0.2:11211 get user:1   (ketama, like pylibmc)
+  recall -s /run/recall/recall.sock get user:1   (a unix socket, recalld -s)
+  recall --tls-ca ca.pem -s cache.internal:11211 get user:1   (TLS, recalld -Z)
+  recall --auth-file ~/.recall-auth get user:1   (user:password, recalld -Y)
   recall top
   recall dump --keys-only
   recall put-file backup.tar /tmp/backup.tar   (streamed with sset: constant memory)
@@ -57,10 +60,14 @@ Examples:
 #[derive(Parser, Debug)]
 #[command(name = "recall", version, about = "Command-line client for recall and memcached.", after_help = AFTER_HELP)]
 struct Cli {
-    /// Server as host:port (repeat for several; keys are placed with
-    /// libmemcached-compatible ketama). Default 127.0.0.1:11211.
-    #[arg(short = 's', long = "server", value_name = "HOST:PORT", global = true)]
+    /// Server as host:port, or a unix socket as /path or unix:/path
+    /// (repeat for several; keys are placed with libmemcached-compatible
+    /// ketama). Default 127.0.0.1:11211.
+    #[arg(short = 's', long = "server", value_name = "HOST:PORT|PATH", global = true)]
     servers: Vec<String>,
+
+    #[command(flatten)]
+    transport: recall_client::cli::TransportArgs,
 
     /// How keys are placed on several servers: libmemcached's weighted
     /// ketama (pylibmc {"ketama_weighted": True}), its unweighted one
@@ -321,11 +328,18 @@ fn fail(e: &Error) -> u8 {
 }
 
 async fn run(cli: Cli) -> u8 {
-    let servers = if cli.servers.is_empty() { vec!["127.0.0.1:11211".to_string()] } else { cli.servers.clone() };
+    let mut servers: Vec<String> = cli.servers.iter().cloned().chain(cli.transport.unix_servers()).collect();
+    if servers.is_empty() {
+        servers.push("127.0.0.1:11211".to_string());
+    }
     let timeout = Duration::from_millis(cli.timeout.max(1));
+    let builder = match cli.transport.apply(Client::builder()) {
+        Ok(b) => b,
+        Err(e) => return fail(&e),
+    };
     let builder = servers
         .iter()
-        .fold(Client::builder(), |b, s| b.server(s))
+        .fold(builder, |b, s| b.server(s))
         .connect_timeout(timeout)
         .request_timeout(timeout)
         .pool_size(1)

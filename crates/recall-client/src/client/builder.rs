@@ -1,6 +1,7 @@
 //! [`ClientBuilder`]: server specs, timeouts, pools and the dead-server
 //! policy, and `build`, which lays out the continuum.
 
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use crate::conn::HealthConfig;
 use crate::error::{Error, Result};
 use crate::ketama::{Continuum, Distribution, Node, DEFAULT_PORT};
 use crate::observer::WriteObserver;
+use crate::transport::{Connector, Endpoint, Login, TlsOptions, Transport};
 
 /// What happens to the keys of a server marked dead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -32,16 +34,29 @@ pub enum DeadServerPolicy {
 /// One configured server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerSpec {
+    /// The host, or for a unix socket its path (which is also what ketama
+    /// hashes, as libmemcached does for socket servers).
     pub host: String,
+    /// 0 for a unix socket.
     pub port: u16,
     pub weight: u32,
+    /// `Some(path)`: the server listens on this unix socket (`recalld -s`).
+    pub unix: Option<PathBuf>,
 }
 
 impl ServerSpec {
-    /// Parse `host`, `host:port`, `host:port:weight` (pylibmc's form) or
-    /// `[v6addr]:port[:weight]`. The port defaults to 11211.
+    /// Parse `host`, `host:port`, `host:port:weight` (pylibmc's form),
+    /// `[v6addr]:port[:weight]`, or a unix socket as `unix:/path` or an
+    /// absolute `/path` (memcached tools' `-s /path`). The port defaults
+    /// to 11211.
     pub fn parse(spec: &str) -> Result<ServerSpec> {
-        let bad = || Error::InvalidArgument(format!("server {spec:?}: expected host[:port[:weight]]"));
+        let bad = || Error::InvalidArgument(format!("server {spec:?}: expected host[:port[:weight]] or unix:/path"));
+        if let Some(path) = spec.strip_prefix("unix:").or(spec.starts_with('/').then_some(spec)) {
+            if path.is_empty() {
+                return Err(bad());
+            }
+            return Ok(ServerSpec { host: path.to_string(), port: 0, weight: 1, unix: Some(PathBuf::from(path)) });
+        }
         let (host, rest) = if let Some(r) = spec.strip_prefix('[') {
             let end = r.find(']').ok_or_else(bad)?;
             let rest = &r[end + 1..];
@@ -64,12 +79,15 @@ impl ServerSpec {
             Some(p) => p.parse().map_err(|_| bad())?,
             None => DEFAULT_PORT,
         };
-        Ok(ServerSpec { host, port, weight })
+        Ok(ServerSpec { host, port, weight, unix: None })
     }
 
-    /// `host:port`, the server's name in errors and results.
+    /// `host:port` (or a unix socket's path), the server's name in errors
+    /// and results.
     pub fn name(&self) -> String {
-        if self.host.contains(':') {
+        if self.unix.is_some() {
+            self.host.clone()
+        } else if self.host.contains(':') {
             format!("[{}]:{}", self.host, self.port)
         } else {
             format!("{}:{}", self.host, self.port)
@@ -103,6 +121,8 @@ pub struct ClientBuilder {
     opts: Options,
     observer: Option<Arc<dyn WriteObserver>>,
     check: Option<Arc<dyn ConnectCheck>>,
+    tls: Option<TlsOptions>,
+    login: Option<Login>,
 }
 
 #[derive(Debug, Clone)]
@@ -136,6 +156,8 @@ impl Default for ClientBuilder {
             },
             observer: None,
             check: None,
+            tls: None,
+            login: None,
         }
     }
 }
@@ -156,6 +178,20 @@ impl ClientBuilder {
             Ok(s) => self.servers.push(ServerSpec { weight, ..s }),
             Err(e) => self.errors.push(e),
         }
+        self
+    }
+
+    /// Connect to every TCP server over TLS (a unix socket stays plain:
+    /// see [`crate::transport`]). The files are read by `build`.
+    pub fn tls(mut self, tls: TlsOptions) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Log in on every new connection ([`Login::Text`] for `-Y` servers,
+    /// [`Login::SaslPlain`] for `-S`).
+    pub fn login(mut self, login: Login) -> Self {
+        self.login = Some(login);
         self
     }
 
@@ -247,11 +283,19 @@ impl ClientBuilder {
             retry_base: self.opts.retry_base,
             retry_max: self.opts.retry_max,
         };
+        let transport = Arc::new(Transport::new(self.tls.as_ref(), self.login)?);
         let nodes: Vec<Node> = self.servers.iter().map(|s| Node::new(s.host.clone(), s.port, s.weight)).collect();
         let servers = self
             .servers
             .iter()
-            .map(|s| Server::new(s.name(), health_cfg, self.opts.pool_size, self.check.clone()))
+            .map(|s| {
+                let endpoint = match &s.unix {
+                    Some(path) => Endpoint::Unix(path.clone()),
+                    None => Endpoint::Tcp { addr: s.name(), host: s.host.clone() },
+                };
+                let connector = Connector::new(endpoint, transport.clone());
+                Server::new(s.name(), connector, health_cfg, self.opts.pool_size, self.check.clone())
+            })
             .collect();
         let continuum = Continuum::build_with(self.opts.distribution, &nodes, |_| true);
         if continuum.is_empty() {
@@ -288,5 +332,12 @@ mod tests {
         assert!(ServerSpec::parse("h:x").is_err());
         assert!(ServerSpec::parse(":1").is_err());
         assert!(ServerSpec::parse("a:1:2:3").is_err());
+        let s = ServerSpec::parse("unix:/run/recall.sock").unwrap();
+        assert_eq!(
+            (s.unix.as_deref(), s.name()),
+            (Some(std::path::Path::new("/run/recall.sock")), "/run/recall.sock".into())
+        );
+        assert_eq!(ServerSpec::parse("/run/recall.sock").unwrap(), s);
+        assert!(ServerSpec::parse("unix:").is_err());
     }
 }

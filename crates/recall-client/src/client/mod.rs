@@ -85,6 +85,12 @@ impl Client {
         self.inner.servers.iter().map(|s| s.name.clone()).collect()
     }
 
+    /// What opens each server's connections, in [`Client::servers`]' order
+    /// (the durable client's control connections use the same transport).
+    pub(crate) fn connectors(&self) -> Vec<crate::transport::Connector> {
+        self.inner.servers.iter().map(|s| s.connector.clone()).collect()
+    }
+
     /// The server a key goes to now (with
     /// [`DeadServerPolicy::Redistribute`] this changes while a server is
     /// dead).
@@ -631,7 +637,7 @@ impl Client {
         let server = &self.inner.servers[idx];
         server.alive()?;
         StreamConn::take(stream::Target {
-            addr: &server.addr,
+            connector: &server.connector,
             server: &server.name,
             health: &server.health,
             pool: &server.streams,

@@ -15,6 +15,7 @@ use crate::ketama::{Continuum, Node};
 use crate::meta::MetaResponse;
 use crate::observer::{WriteAck, WriteObserver, WriteOp};
 use crate::stream::StreamPool;
+use crate::transport::Connector;
 
 /// Asked after a new pooled connection is opened, before it carries its
 /// first request: an error fails that request unsent and drops the
@@ -31,9 +32,10 @@ pub(crate) trait ConnectCheck: Send + Sync {
 
 pub(super) struct Server {
     pub(super) name: ServerName,
-    /// What `TcpStream::connect` resolves (the name, re-resolved on each
-    /// connect so DNS changes are picked up).
-    pub(super) addr: String,
+    /// Opens its connections: the endpoint (a TCP name re-resolved on each
+    /// connect, so DNS changes are picked up, or a unix socket) and the
+    /// client's transport.
+    pub(super) connector: Connector,
     pub(super) health: Arc<Health>,
     pub(super) slots: Vec<tokio::sync::Mutex<Option<Conn>>>,
     pub(super) next: AtomicUsize,
@@ -46,13 +48,14 @@ pub(super) struct Server {
 impl Server {
     pub(super) fn new(
         name: String,
+        connector: Connector,
         health: HealthConfig,
         pool_size: usize,
         check: Option<Arc<dyn ConnectCheck>>,
     ) -> Server {
         Server {
             name: Arc::from(name.as_str()),
-            addr: name,
+            connector,
             health: Arc::new(Health::new(health)),
             slots: (0..pool_size).map(|_| tokio::sync::Mutex::new(None)).collect(),
             next: AtomicUsize::new(0),
@@ -93,7 +96,7 @@ impl Server {
         *slot = None;
         // Someone else's connect may have just failed and marked it dead.
         self.alive()?;
-        match Conn::connect(&self.addr, &self.name, &self.health, opts.connect_timeout).await {
+        match Conn::connect(&self.connector, &self.name, &self.health, opts.connect_timeout).await {
             Ok(c) => {
                 // Not stored if refused: dropped, the connection closes.
                 if let Some(check) = &self.check {

@@ -77,20 +77,19 @@
 //! writes with `value: None`: the value was never held in one piece.
 
 use std::future::Future as _;
-use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::Context;
 use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
 use crate::codec;
 use crate::conn::Health;
 use crate::error::{Error, Result, ServerName, TimeoutPhase};
 use crate::observer::WriteOp;
+use crate::transport::{Connector, Stream};
 
 mod reader;
 mod writer;
@@ -169,11 +168,11 @@ pub(crate) fn store_header(out: &mut Vec<u8>, mode: StreamMode, key: &[u8], flag
 /// One server's idle stream connections.
 #[derive(Default)]
 pub(crate) struct StreamPool {
-    idle: Mutex<Vec<TcpStream>>,
+    idle: Mutex<Vec<Stream>>,
 }
 
 impl StreamPool {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<TcpStream>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Stream>> {
         // A push or pop cannot be left half done: ignore poisoning.
         self.idle.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -181,7 +180,7 @@ impl StreamPool {
 
 /// Where a stream connection goes and what it answers to.
 pub(crate) struct Target<'a> {
-    pub addr: &'a str,
+    pub connector: &'a Connector,
     pub server: &'a ServerName,
     pub health: &'a Arc<Health>,
     pub pool: &'a Arc<StreamPool>,
@@ -191,7 +190,7 @@ pub(crate) struct Target<'a> {
 
 /// A connection owned by one writer or reader.
 pub(crate) struct StreamConn {
-    sock: TcpStream,
+    sock: Stream,
     server: ServerName,
     health: Arc<Health>,
     pool: Arc<StreamPool>,
@@ -215,34 +214,23 @@ impl StreamConn {
             timeout: t.request_timeout,
         };
         loop {
-            let Some(sock) = t.pool.lock().pop() else { break };
+            let Some(mut sock) = t.pool.lock().pop() else { break };
             // The server may have closed it while idle (idle timeout,
             // restart): then a read says EOF at once. Only an empty,
             // open socket is in step.
-            match sock.try_read(&mut [0u8; 1]) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(wrap(sock)),
-                _ => continue,
+            if sock.idle_and_open() {
+                return Ok(wrap(sock));
             }
         }
-        let sock = match tokio::time::timeout(t.connect_timeout, TcpStream::connect(t.addr)).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => {
+        // The connector turns Nagle off: frames are written whole, and the
+        // tail and small values must not wait.
+        match t.connector.connect(t.server, t.connect_timeout).await {
+            Ok(sock) => Ok(wrap(sock)),
+            Err(e) => {
                 t.health.record_failure();
-                return Err(Error::io(t.server, e));
+                Err(e)
             }
-            Err(_) => {
-                t.health.record_failure();
-                return Err(Error::Timeout {
-                    server: t.server.clone(),
-                    phase: TimeoutPhase::Connect,
-                    after: t.connect_timeout,
-                });
-            }
-        };
-        // Frames are written whole; the tail and small values must not
-        // wait for Nagle.
-        sock.set_nodelay(true).map_err(|e| Error::io(t.server, e))?;
-        Ok(wrap(sock))
+        }
     }
 
     /// The exchange ended in step: keep the connection for the next one.

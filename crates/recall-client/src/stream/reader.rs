@@ -65,7 +65,12 @@ pub(crate) async fn open(mut conn: StreamConn, kind: GetKind, key: &[u8]) -> Res
     let mut buf = vec![0u8; READ_BUF].into_boxed_slice();
     let limit = conn.timeout;
     let header = async {
-        if let Err(e) = conn.sock.write_all(&req).await {
+        // Flushed for TLS, which holds written records until then.
+        let sent = match conn.sock.write_all(&req).await {
+            Ok(()) => conn.sock.flush().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = sent {
             return Err(Error::io(&conn.server, e));
         }
         let mut end = 0;
@@ -302,12 +307,12 @@ impl ValueReader {
             self.pos = 0;
             self.end = 0;
         }
-        let Some(conn) = self.conn.as_ref() else { return false };
+        let Some(conn) = self.conn.as_mut() else { return false };
         if self.end == self.buf.len() {
             return false;
         }
         match conn.sock.try_read(&mut self.buf[self.end..]) {
-            Ok(n) if n > 0 => {
+            Some(n) if n > 0 => {
                 self.end += n;
                 true
             }

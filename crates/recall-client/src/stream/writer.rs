@@ -172,7 +172,16 @@ impl ValueWriter {
             };
             return Poll::Ready(Err(self.fail(e)));
         }
-        Poll::Ready(Ok(()))
+        // TLS holds written records until flushed (a no-op on TCP and unix
+        // sockets).
+        let Some(conn) = self.conn.as_mut() else { return Poll::Ready(Ok(())) };
+        let e = match Pin::new(&mut conn.sock).poll_flush(cx) {
+            Poll::Ready(Ok(())) => return Poll::Ready(Ok(())),
+            Poll::Ready(Err(e)) => Error::io(&conn.server, e),
+            Poll::Pending if self.stall.expired(cx, conn.timeout) => conn.timeout_error(),
+            Poll::Pending => return Poll::Pending,
+        };
+        Poll::Ready(Err(self.fail(e)))
     }
 
     /// Send the last frame and the tail.
@@ -345,8 +354,9 @@ mod tests {
             retry_max: Duration::from_secs(1),
         }));
         let pool = Arc::new(StreamPool::default());
+        let connector = crate::transport::Connector::tcp(&addr);
         let conn = StreamConn::take(Target {
-            addr: &addr,
+            connector: &connector,
             server: &server,
             health: &health,
             pool: &pool,
