@@ -16,6 +16,7 @@ return value follows pymemcache's (``True``, or ``None`` for incr/decr).
 from __future__ import annotations
 
 import io
+import socket
 from typing import Any, Iterable
 
 from . import _native
@@ -106,17 +107,24 @@ class Client:
         timeout: float | None = None,
         no_delay: bool = True,
         ignore_exc: bool = False,
+        socket_module=None,
+        socket_keepalive=None,
         key_prefix: bytes | str = b"",
         default_noreply: bool = True,
         allow_unicode_keys: bool = False,
         encoding: str = "ascii",
+        tls_context=None,
         *,
         cluster: bool = False,
         pool_size: int | None = None,
         **native,
     ):
-        # no_delay is accepted for pymemcache's signature: recall-client
-        # always sets TCP_NODELAY.
+        # no_delay and socket_keepalive are accepted for pymemcache's
+        # signature: recall-client sets TCP_NODELAY and manages its sockets.
+        if socket_module is not None and socket_module is not socket:
+            raise ValueError("recall.Client does its own I/O: socket_module must be the socket module or None")
+        if tls_context is not None:
+            raise ValueError("recall.Client does not speak TLS yet (tls_context must be None)")
         self.servers = _servers(server)
         self.serde = serde or _LegacySerde(serializer, deserializer)
         if isinstance(key_prefix, str):
