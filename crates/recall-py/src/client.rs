@@ -50,6 +50,9 @@ fn item<'py>(py: Python<'py>, it: &Item, with_cas: bool) -> PyResult<Bound<'py, 
     }
 }
 
+/// One server's `stats`: its name and the `(name, value)` pairs.
+type ServerStats = (String, Vec<(String, String)>);
+
 /// A client of one server list (ketama) or one cluster. With `durable`,
 /// writes go through a [`DurableClient`] (write backup, replay after a
 /// server restart) and reads through its plain client.
@@ -188,6 +191,8 @@ impl NativeClient {
 
     /// `mode`: set, add, replace, append, prepend or cas. Returns a status
     /// code and, for a durable client, the write's timestamp.
+    // The arguments are the storage command's fields, as Python passes them.
+    #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (mode, key, value, flags=0, exptime=0, cas=0))]
     fn store(
         &self,
@@ -266,7 +271,7 @@ impl NativeClient {
 
     /// `(server, [(name, value)])` per server; a failed server raises.
     #[pyo3(signature = (args=""))]
-    fn stats(&self, py: Python<'_>, args: &str) -> PyResult<Vec<(String, Vec<(String, String)>)>> {
+    fn stats(&self, py: Python<'_>, args: &str) -> PyResult<Vec<ServerStats>> {
         let per = py.allow_threads(|| self.rt.block_on(self.client.stats(args)));
         per.into_iter().map(|(s, r)| r.map(|v| (s.to_string(), v)).map_err(|e| to_py(py, e))).collect()
     }
