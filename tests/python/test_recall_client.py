@@ -289,3 +289,24 @@ def test_the_gil_is_released_while_waiting_for_a_reply():
         t.join(15)
     listener.close()
     assert result == {"value": b"hello"}
+
+
+def test_cluster_map_from_a_follower_seed(server_command):
+    """cluster=True: the servers are seeds; requests follow the cluster
+    map's leader (recall-client's routing, tested in Rust against a leader
+    move), here through a seed that is a follower."""
+    require_recalld(server_command)
+    from mcserver import ClusterNodeProcess
+
+    node = ClusterNodeProcess(server_command, name="cluster follower", role="follower").start()
+    try:
+        c = recall.Client([node.addr_str], cluster=True, default_noreply=False)
+        assert c.set("ck", b"cv") is True
+        assert c.get("ck") == b"cv"
+        assert c.incr("n", 1) is None
+        c.set_many({"a": b"1", "b": b"2"})
+        assert c.get_many(["a", "b", "ck"]) == {"a": b"1", "b": b"2", "ck": b"cv"}
+        assert c.delete("ck") is True
+        assert c.get("ck") is None
+    finally:
+        node.stop()
