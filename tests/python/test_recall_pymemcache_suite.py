@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 
@@ -47,9 +46,6 @@ def test_pymemcache_integration_suite_against_recall_client(server, tmp_path):
     patched, n = clients.subn(CLIENTS, conftest)
     assert n == 1, "pymemcache's conftest no longer parametrizes client_class as expected"
     (tmp_path / "conftest.py").write_text(patched)
-    shutil.copytree(os.path.join(suite, "certs"), tmp_path / "certs", dirs_exist_ok=True) if os.path.isdir(
-        os.path.join(suite, "certs")
-    ) else None
     proc = subprocess.run(
         [
             sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
