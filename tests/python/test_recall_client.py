@@ -16,9 +16,15 @@ from pymemcache import serde as pm_serde
 from recall_py import recall, require_recalld
 
 
-@pytest.fixture
-def client(server):
-    return recall.Client(server.address, default_noreply=False)
+@pytest.fixture(params=["Client", "DurableClient"])
+def client(request, server):
+    """Both classes answer pymemcache's way; DurableClient's writes take
+    the backup's path (meta commands with timestamps)."""
+    if request.param == "DurableClient":
+        require_recalld(request.getfixturevalue("server_command"))
+    c = getattr(recall, request.param)(server.address, default_noreply=False)
+    yield c
+    c.close()
 
 
 def test_storage_commands_return_what_pymemcache_returns(client, server):

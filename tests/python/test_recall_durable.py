@@ -49,6 +49,11 @@ def run_cycles(srv, client, cover_batch_a) -> tuple[int, int, list[str]]:
             key, value = f"k{i}", f"{cycle}:A{i}".encode()
             client.set(key, value)
             ledger[key] = value
+        if cycle == 0:
+            # In batch A, so that they exist after every crash, also for the
+            # control (which loses what comes after).
+            client.set("counter", b"0")
+            client.set("log", b"")
         cover_batch_a()
         for i in range(KEYS // 4, KEYS):
             key, value = f"k{i}", f"{cycle}:B{i}".encode()
@@ -57,9 +62,9 @@ def run_cycles(srv, client, cover_batch_a) -> tuple[int, int, list[str]]:
         gone = f"k{cycle % (KEYS // 2)}"
         assert client.delete(gone, noreply=False) is True
         ledger[gone] = None
-        if cycle == 0:
-            client.set("counter", b"0")
         ledger["counter"] = str(client.incr("counter", 1)).encode()
+        assert client.append("log", f"{cycle},".encode()) is True
+        ledger["log"] = (ledger.get("log") or b"") + f"{cycle},".encode()
 
         if isinstance(client, recall.DurableClient):
             # Batch B is in the backup only: the replay has work to do.
