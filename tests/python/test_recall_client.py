@@ -316,3 +316,25 @@ def test_cluster_map_from_a_follower_seed(server_command):
         assert c.get("ck") is None
     finally:
         node.stop()
+
+
+def test_one_client_shared_by_threads(server):
+    c = recall.Client(server.address, default_noreply=False)
+    errors = []
+
+    def work(t):
+        try:
+            for i in range(200):
+                key = f"t{t}:{i}"
+                c.set(key, key.encode())
+                assert c.get(key) == key.encode()
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == [] and not any(t.is_alive() for t in threads)
+    assert len(c.get_many([f"t{t}:{i}" for t in range(4) for i in range(200)])) == 800
