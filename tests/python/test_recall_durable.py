@@ -8,6 +8,9 @@ restarts it on the same port and data directory, and reads every key of
 the ledger (the last acknowledged value of each key, None for a deleted
 one) back. Batch B lives only in the client's backup when the server dies.
 
+A last test kills a writer process and the server together: a new
+process on the writer's spill file replays what both lost.
+
 Cycles: RECALL_PY_CRASH_CYCLES (10 by default; docs/benchmarks/python-client.md
 has the 100-cycle command and its result).
 """
@@ -120,3 +123,37 @@ def test_negative_control_plain_client_loses_writes(crash_server):
     # The checker can fail: without the backup, batch B dies with the server.
     assert lost > 0, f"the plain client lost nothing in {checked} reads"
     print(f"negative control: {lost} of {checked} acknowledged writes lost")
+
+
+WRITER = """
+import sys, recall
+db = recall.DurableClient(("127.0.0.1", int(sys.argv[1])), spill_file=sys.argv[2], default_noreply=False)
+for i in range(50):
+    db.set(f"s{i}", f"v{i}".encode())
+print("acknowledged", flush=True)
+sys.stdin.read()  # killed here, with its backup in the spill file only
+"""
+
+
+@pytest.mark.timeout(120)
+def test_spill_file_survives_the_client_and_the_server_killed_together(crash_server, tmp_path):
+    import subprocess
+    import sys
+
+    spill = tmp_path / "client.spill"
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(crash_server.port), str(spill)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert writer.stdout.readline().strip() == "acknowledged"
+    finally:
+        writer.kill()
+        writer.wait(10)
+    restart(crash_server)
+    # A new process on the same spill file takes the dead one's id and backup.
+    db = recall.DurableClient(crash_server.address, spill_file=str(spill), default_noreply=False)
+    until(db.poll_now, "replay from the spill file")
+    got = {i: db.get(f"s{i}") for i in range(50)}
+    assert got == {i: f"v{i}".encode() for i in range(50)}
+    db.close(30)
