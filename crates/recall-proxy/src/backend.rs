@@ -33,7 +33,9 @@ impl Backend {
     pub fn build(cfg: &Config) -> Result<Backend> {
         match cfg.backup {
             Backup::On => {
-                let mut b = DurableClient::builder().request_timeout(cfg.request_timeout);
+                let mut b = DurableClient::builder()
+                    .request_timeout(cfg.request_timeout)
+                    .retry_backoff(cfg.retry_backoff, cfg.retry_backoff * 30);
                 for s in &cfg.servers {
                     b = b.server(s);
                 }
@@ -50,7 +52,9 @@ impl Backend {
                 Ok(Backend::Durable(b.build()?))
             }
             Backup::Off => {
-                let mut b = Client::builder().request_timeout(cfg.request_timeout);
+                let mut b = Client::builder()
+                    .request_timeout(cfg.request_timeout)
+                    .retry_backoff(cfg.retry_backoff, cfg.retry_backoff * 30);
                 for s in &cfg.servers {
                     b = b.server(s);
                 }

@@ -69,6 +69,10 @@ pub struct Cli {
     /// Per-request timeout towards the servers, in milliseconds.
     #[arg(long, value_name = "MS")]
     pub request_timeout_ms: Option<u64>,
+    /// After a server fails twice in a row its keys fail fast for this
+    /// long (milliseconds), doubling per failure up to 30 times as long.
+    #[arg(long, value_name = "MS")]
+    pub retry_backoff_ms: Option<u64>,
     /// Once the listener is bound, write `HOST:PORT` here (via a temporary
     /// file and a rename, so a reader never sees half of it).
     #[arg(long, value_name = "PATH")]
@@ -89,6 +93,7 @@ struct File {
     spill_sync: Option<SpillSync>,
     client_id: Option<String>,
     request_timeout_ms: Option<u64>,
+    retry_backoff_ms: Option<u64>,
     port_file: Option<PathBuf>,
     max_connections: Option<usize>,
 }
@@ -101,6 +106,7 @@ pub struct Config {
     pub spill: Option<(PathBuf, SpillSync)>,
     pub client_id: Option<String>,
     pub request_timeout: Duration,
+    pub retry_backoff: Duration,
     pub port_file: Option<PathBuf>,
     pub max_connections: usize,
 }
@@ -116,7 +122,8 @@ impl Config {
         };
         let listen = cli.listen.or(file.listen).unwrap_or_else(|| DEFAULT_LISTEN.to_string());
         let servers = if cli.servers.is_empty() { file.servers.unwrap_or_default() } else { cli.servers };
-        let servers: Vec<String> = servers.into_iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+        let servers: Vec<String> =
+            servers.into_iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
         if servers.is_empty() {
             return Err("no servers: give --servers HOST:PORT,... (or `servers` in the config file)".into());
         }
@@ -138,6 +145,7 @@ impl Config {
             0 => return Err("--request-timeout-ms must be at least 1".into()),
             ms => Duration::from_millis(ms),
         };
+        let retry_backoff = Duration::from_millis(cli.retry_backoff_ms.or(file.retry_backoff_ms).unwrap_or(1000));
         Ok(Config {
             listen: parse_listen(&listen)?,
             servers,
@@ -145,6 +153,7 @@ impl Config {
             spill,
             client_id: cli.client_id.or(file.client_id),
             request_timeout,
+            retry_backoff,
             port_file: cli.port_file.or(file.port_file),
             max_connections,
         })

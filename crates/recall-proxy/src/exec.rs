@@ -62,9 +62,7 @@ async fn run(be: &Backend, cmd: Command<'_>, local: &Local<'_>, out: &mut Vec<u8
             Ok(()) => reply::line(out, b"OK"),
             Err(e) => server_error(out, &e),
         },
-        Command::Version => {
-            reply::line(out, concat!("VERSION recall-proxy ", env!("CARGO_PKG_VERSION")).as_bytes())
-        }
+        Command::Version => reply::line(out, concat!("VERSION recall-proxy ", env!("CARGO_PKG_VERSION")).as_bytes()),
         Command::Verbosity => reply::line(out, b"OK"),
         Command::Quit => return Next::Close,
         Command::Stats { args } if args.iter().all(|c| *c == b' ') => stats(local, out),
@@ -267,14 +265,7 @@ async fn meta_set(be: &Backend, key: &[u8], data: &[u8], flags: &MetaFlags<'_>, 
         _ => return reply::line(out, b"CLIENT_ERROR recall-proxy forwards C only with ms mode S"),
     };
     let r = be
-        .store(
-            cmd,
-            key,
-            data,
-            flags.client_flags.unwrap_or(0),
-            flags.ttl.unwrap_or(0),
-            flags.compare_cas.unwrap_or(0),
-        )
+        .store(cmd, key, data, flags.client_flags.unwrap_or(0), flags.ttl.unwrap_or(0), flags.compare_cas.unwrap_or(0))
         .await;
     match r {
         Ok(w) => meta_status(out, &w, key, flags),
