@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import shlex
 import signal
 import socket
 import subprocess
@@ -48,8 +49,13 @@ RECOVERY_TIMEOUT = 30.0
 
 
 def binary(env: str, name: str) -> str:
-    if os.environ.get(env):
-        return os.environ[env]
+    if os.environ.get(env, "").strip():
+        argv = shlex.split(os.environ[env])
+        if len(argv) != 1 or Path(argv[0]).name != name:
+            # A reference memcached (RECALL_SERVER="memcached -u root") has
+            # no write backup to test.
+            pytest.skip(f"{env}={os.environ[env]!r} is not {name}")
+        return argv[0]
     for profile in ("release", "debug"):
         p = REPO / "target" / profile / name
         if p.exists():
