@@ -99,11 +99,19 @@ class Rig:
     proxy: subprocess.Popen | None = None
     proxy_port: int = 0
 
+    def grace(self) -> int:
+        """recalld's --recovery-grace. With the backup on, recovery ends when
+        the proxy has replayed, so a long grace costs nothing and leaves a
+        proxy killed with the server time to restart on a loaded machine;
+        without it only the grace period ends recovery (no client
+        registered), so it is short."""
+        return 15 if self.backup == "on" else 2
+
     def start_server(self):
         self.server = subprocess.Popen(
             [binary("RECALL_SERVER", "recalld"), "-p", str(self.server_port), "-l", HOST, "-U", "0",
              "--data-dir", str(self.tmp / "data"), "--durability", "client-backup",
-             "--snapshot-interval", "3600", "--recovery-grace", "2"],
+             "--snapshot-interval", "3600", "--recovery-grace", str(self.grace())],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_for(lambda: self.server.poll() is None and can_connect(self.server_port), READY_TIMEOUT, "recalld")
 
