@@ -7,8 +7,10 @@ use recall_client::{Error, StoreStatus};
 use recall_proto::reply;
 use recall_proto::text::{Command, GetKind, StreamBody};
 use recall_proto::{MetaFlags, Request, StoreCmd};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use crate::backend::{Backend, Stored};
+use crate::session::FLUSH_AT;
 
 /// What the connection does after a request.
 #[derive(Debug, PartialEq, Eq)]
@@ -24,19 +26,31 @@ pub struct Local<'a> {
     pub backend: &'a Backend,
 }
 
-pub async fn execute(be: &Backend, req: Request<'_>, local: &Local<'_>, out: &mut Vec<u8>) -> Next {
+/// Run one request, its reply appended to `out`. A multi-get writes what it
+/// has to `sock` every [`FLUSH_AT`] bytes, so that its reply is never held
+/// whole.
+pub async fn execute<W: AsyncWrite + Unpin>(
+    be: &Backend,
+    req: Request<'_>,
+    local: &Local<'_>,
+    out: &mut Vec<u8>,
+    sock: &mut W,
+) -> std::io::Result<Next> {
+    if let Command::Get { kind, exptime: _, keys } = req.cmd {
+        return get(be, kind, keys, out, sock).await;
+    }
     // A classic `noreply` request runs as usual; its reply is dropped.
     let mark = out.len();
     let next = run(be, req.cmd, local, out).await;
     if req.noreply {
         out.truncate(mark);
     }
-    next
+    Ok(next)
 }
 
 async fn run(be: &Backend, cmd: Command<'_>, local: &Local<'_>, out: &mut Vec<u8>) -> Next {
     match cmd {
-        Command::Get { kind, exptime: _, keys } => get(be, kind, keys, out).await,
+        Command::Get { .. } => unreachable!("execute runs gets"),
         Command::Store { cmd, key, flags, exptime, cas, data } => {
             match be.store(cmd, key, data, flags, exptime, cas).await {
                 Ok(w) => reply::line(out, store_word(w.status)),
@@ -129,29 +143,49 @@ fn one_line(s: &str) -> String {
     s.replace(['\r', '\n'], " ")
 }
 
-async fn get(be: &Backend, kind: GetKind, keys: &[u8], out: &mut Vec<u8>) {
+async fn get<W: AsyncWrite + Unpin>(
+    be: &Backend,
+    kind: GetKind,
+    keys: &[u8],
+    out: &mut Vec<u8>,
+    sock: &mut W,
+) -> std::io::Result<Next> {
     if !matches!(kind, GetKind::Get | GetKind::Gets) {
         let name: &[u8] = if kind.framed() { b"sget" } else { b"gat/gats" };
         out.extend_from_slice(b"CLIENT_ERROR recall-proxy does not forward ");
         out.extend_from_slice(name);
         out.extend_from_slice(b"\r\n");
-        return;
+        return Ok(Next::Continue);
     }
     let with_cas = kind.with_cas();
     let mark = out.len();
+    let mut flushed = false;
     for key in keys.split(|c| *c == b' ').filter(|k| !k.is_empty()) {
         match be.get(key, with_cas).await {
             Ok(Some(item)) => reply::value(out, key, item.flags, &item.value, item.cas.filter(|_| with_cas)),
             Ok(None) => {}
-            Err(e) => {
+            Err(e) if !flushed => {
                 // One line for the whole request: a client cannot pair a
                 // partial VALUE list with an error after it.
                 out.truncate(mark);
-                return server_error(out, &e);
+                server_error(out, &e);
+                return Ok(Next::Continue);
             }
+            Err(e) => {
+                // Part of the reply is gone already: the error line, then
+                // close, so the client does not take the VALUEs for all.
+                server_error(out, &e);
+                return Ok(Next::Close);
+            }
+        }
+        if out.len() >= FLUSH_AT {
+            sock.write_all(out).await?;
+            out.clear();
+            flushed = true;
         }
     }
     reply::end(out);
+    Ok(Next::Continue)
 }
 
 fn stats(local: &Local<'_>, out: &mut Vec<u8>) {

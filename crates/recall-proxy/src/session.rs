@@ -5,7 +5,8 @@
 //! buffered beyond what has been decoded, and a request cannot exceed
 //! [`MAX_INPUT`] (the decoder refuses larger values and longer get lines
 //! itself, and swallows a refused value as it arrives). Output: replies are
-//! written out once [`FLUSH_AT`] bytes are pending, and nothing more is read
+//! written out once [`FLUSH_AT`] bytes are pending (a multi-get's too, in
+//! the middle of its reply), and nothing more is read
 //! while a write waits, so a client that never reads stalls only itself,
 //! holding at most one read buffer and one batch of replies.
 
@@ -67,7 +68,7 @@ pub async fn serve(mut sock: TcpStream, shared: Arc<Shared>) -> std::io::Result<
             match decode(&buf[start..], &limits) {
                 Ok(Decoded::Request(req, used)) => {
                     start += used;
-                    if execute(&shared.backend, req, &local, &mut out).await == Next::Close {
+                    if execute(&shared.backend, req, &local, &mut out, &mut sock).await? == Next::Close {
                         close = true;
                         break;
                     }
