@@ -84,6 +84,9 @@ def test_meta_commands(rig):
     assert lines[2] == b"hi"
     assert lines[3] == b"NF"
     assert lines[4:] == [b"EN", b"MN", b""]
+    # q hides successes only, as recalld does: ma's too, even with v.
+    r = raw(rig, b"ms m3 1 q\r\n5\r\nma m3 q v\r\nmd m3 q\r\nmd m3 q\r\nmg m3 v q\r\nmn\r\n", b"MN\r\n")
+    assert r == b"NF\r\nMN\r\n"
 
 
 def test_what_it_cannot_forward_is_refused_by_name(rig):

@@ -267,6 +267,8 @@ async fn meta_get(be: &Backend, key: &[u8], flags: &MetaFlags<'_>, out: &mut Vec
     }
 }
 
+/// `q` hides only the success (`HD`), as recalld and memcached do: a miss
+/// or a refused condition is news.
 fn meta_status(out: &mut Vec<u8>, w: &Stored, key: &[u8], flags: &MetaFlags<'_>) {
     let code: &[u8] = match w.status {
         StoreStatus::Stored if flags.quiet => return,
@@ -331,12 +333,14 @@ async fn meta_arith(be: &Backend, key: &[u8], flags: &MetaFlags<'_>, out: &mut V
     };
     match be.arith(incr, key, flags.delta.unwrap_or(1)).await {
         Ok(Some((v, ts))) => {
+            // As recalld: quiet hides a success, with or without `v`.
+            if flags.quiet {
+                return;
+            }
             let digits = v.to_string();
             if flags.ret_value {
                 out.extend_from_slice(b"VA ");
                 out.extend_from_slice(digits.len().to_string().as_bytes());
-            } else if flags.quiet {
-                return;
             } else {
                 out.extend_from_slice(b"HD");
             }
