@@ -49,6 +49,7 @@ mod snapshot_stall;
 mod state_machine;
 pub mod timing;
 pub mod transport;
+pub mod write_path;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -220,6 +221,9 @@ pub struct ClusterConfig {
     pub groups: usize,
     /// Mutual TLS on the Raft port (`transport.rs`); `None`: plain TCP.
     pub tls: Option<transport::TlsFiles>,
+    /// Added to every log fsync on this node: emulation of a slower disk
+    /// (`--cluster-emulated-fsync-delay-us`, `write_path.rs`); zero: none.
+    pub emulated_fsync_delay: Duration,
 }
 
 /// openraft's own default interval between snapshots.
@@ -250,6 +254,8 @@ pub struct Node {
     /// The Raft port's connections (peers refused are counted there).
     transport: Arc<transport::Transport>,
     times: Arc<network::RpcTimes>,
+    /// This node's write-path meter and emulated fsync delay.
+    write_path: Arc<write_path::WritePath>,
     /// Kept for the groups' tasks (dropped last).
     _rt: tokio::runtime::Runtime,
 }
@@ -332,6 +338,12 @@ impl Node {
         // which the peers check against the one they knew.
         let incarnation = if cfg.log_dir.is_some() { incarnation::DURABLE } else { incarnation::Ident::draw() };
         let ident = Arc::new(incarnation::Ident::new(cfg.node_id, incarnation));
+        let write_path = Arc::new(write_path::WritePath::new(cfg.emulated_fsync_delay));
+        if let Some(dir) = &cfg.log_dir {
+            // Before serving, so an idle new cluster knows this node's
+            // speed (docs/design/placement.md, "Start probe").
+            write_path.probe(dir, recall_placement::ProbePlan::default());
+        }
         let mut opened = Vec::with_capacity(groups);
         let mut machines = Vec::with_capacity(groups);
         for g in 0..groups {
@@ -344,11 +356,12 @@ impl Node {
                     let dir = if groups == 1 { dir.clone() } else { dir.join(format!("group-{g}")) };
                     let snap = snapshot_file::load(&dir)?;
                     let last = snap.as_ref().and_then(|m| m.last_log_id);
-                    let log = log_store::LogStore::open(&dir, cfg.node_id, last)?;
+                    let log = log_store::LogStore::open(&dir, cfg.node_id, last, write_path.clone())?;
                     (log, state_machine::StateMachine::open(engine.clone(), id, groups, Some(dir), snap)?)
                 }
                 None => (log_store::LogStore::default(), state_machine::StateMachine::new(engine.clone(), id, groups)),
             };
+            sm.metered(write_path.clone());
             machines.push(sm.clone());
             let raft = rt.block_on(Raft::new(
                 cfg.node_id,
@@ -459,7 +472,7 @@ impl Node {
                 rt.spawn(removed::find_leader(Arc::downgrade(group), raft_peers.clone()));
             }
         }
-        Ok(Arc::new(Node { groups, machines, ident, transport, times, _rt: rt }))
+        Ok(Arc::new(Node { groups, machines, ident, transport, times, write_path, _rt: rt }))
     }
 
     /// The group of `group`'s index (the engine passes indexes below
@@ -564,6 +577,12 @@ impl Replicator for Node {
     fn admin(&self, cmd: &recall_proto::cluster_admin::AdminCmd<'_>, out: &mut Vec<u8>) -> Result<AdminReply, Refusal> {
         use recall_proto::cluster_admin::Admin;
         match (cmd.group, &cmd.admin) {
+            // This node's own setting, whatever the group (`write_path.rs`).
+            (_, Admin::EmulateFsyncDelay { us }) => {
+                self.write_path.set_emulated_fsync_delay(Duration::from_micros(*us));
+                out.extend_from_slice(b"OK\r\n");
+                Ok(AdminReply::Done)
+            }
             (Some(g), _) => match self.groups.get(usize::from(g)) {
                 Some(group) => group.run_admin(&cmd.admin, out),
                 None => Err(Refusal::Replication("SERVER_ERROR cluster has no such group")),
@@ -600,6 +619,13 @@ impl Replicator for Node {
         lines.push(("cluster_tls", u8::from(self.transport.is_tls()).to_string()));
         lines.push(("cluster_peer_refused", self.transport.refused().to_string()));
         lines.extend(self.times.stats());
+        // This node's measured write path (placement's input) and the
+        // emulated fsync delay in it, shown apart so a reader knows.
+        let service = self.write_path.service_time().map_or("-".to_string(), |t| t.as_micros().to_string());
+        lines.push(("cluster_write_service_us", service));
+        lines.push(("cluster_write_samples", self.write_path.samples().to_string()));
+        let delay = self.write_path.emulated_fsync_delay().as_micros();
+        lines.push(("cluster_emulated_fsync_delay_us", delay.to_string()));
         // The logs on disk: fsyncs against entries written show group
         // commit at work (summed over the groups).
         let counts = self.groups.iter().filter_map(|g| g.log.disk_counts());

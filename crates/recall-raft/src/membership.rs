@@ -531,13 +531,18 @@ impl Group {
             status(&m).render(out);
             return Ok(AdminReply::Done);
         }
+        if let Admin::EmulateFsyncDelay { .. } = cmd {
+            // The node's, answered by `Node::admin` before any group.
+            reply::line(out, b"SERVER_ERROR internal: a node setting reached a group");
+            return Ok(AdminReply::Done);
+        }
         if m.state != ServerState::Leader {
             return Err(self.not_leader(m.current_leader));
         }
         let raft = self.raft.clone();
         let budget = self.timeout.saturating_sub(REPLY_MARGIN).max(REPLY_MARGIN);
         let change: std::pin::Pin<Box<dyn Future<Output = Result<String, String>> + Send>> = match *cmd {
-            Admin::Status => unreachable!("answered above"),
+            Admin::Status | Admin::EmulateFsyncDelay { .. } => unreachable!("answered above"),
             Admin::AddNode { id, member } => {
                 let addr = member.to_string();
                 Box::pin(async move { add_node(raft, id, addr, Instant::now() + budget).await })
@@ -608,6 +613,7 @@ mod tests {
             log_dir: None,
             reads: crate::ReadMode::default(),
             snapshot_entries: crate::SNAPSHOT_ENTRIES,
+            emulated_fsync_delay: Duration::ZERO,
             groups: 1,
             tls: None,
         };

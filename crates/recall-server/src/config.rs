@@ -239,6 +239,7 @@ impl ClusterSection {
             snapshot_entries: self.snapshot_entries,
             groups: self.groups,
             tls,
+            emulated_fsync_delay: self.placement()?.emulated_fsync_delay.unwrap_or_default(),
         }))
     }
 }

@@ -1,4 +1,5 @@
-//! `recall cluster status | add-node | remove-node | move | transfer-leader`:
+//! `recall cluster status | add-node | remove-node | move | transfer-leader
+//! | emulate-fsync-delay`:
 //! a replicated cluster's membership, through the `cluster ...` admin
 //! commands (docs/compat.md) on any node; a node that does not lead the
 //! command's group forwards it to that group's leader. `move` and the
@@ -84,6 +85,15 @@ pub enum ClusterCmd {
         /// Only this Raft group's leadership (default: every group's).
         #[arg(long)]
         group: Option<u16>,
+    },
+    /// EMULATION: make the node asked (not the cluster) add this many
+    /// microseconds to each of its log's fsyncs, as
+    /// --cluster-emulated-fsync-delay-us does at start; 0 ends it. For
+    /// experiments with unequal nodes on one machine; placement notices
+    /// only by measuring.
+    EmulateFsyncDelay {
+        /// Microseconds, at most 1000000.
+        us: u64,
     },
 }
 
@@ -240,6 +250,11 @@ pub fn run(cmd: &ClusterCmd, addr: &str, connect: Duration, say: &dyn Fn(String)
             });
             Ok(true)
         }),
+        ClusterCmd::EmulateFsyncDelay { us } => {
+            node.command(&Admin::EmulateFsyncDelay { us: *us })?;
+            (node.say)(format!("{addr}: emulated fsync delay {us} us (emulation)"));
+            Ok(())
+        }
     }
 }
 
