@@ -10,6 +10,12 @@
 //! cluster emulate-fsync-delay <microseconds>
 //! ```
 //!
+//! `cluster placement` is answered by the leader of group 0, where
+//! placement runs (a follower forwards it there): a `PLACEMENT mode=<m>
+//! active=<0|1>` line, a `NODE node=.. speed=.. weight=.. leaders=..
+//! replicas=.. bytes=.. fill=..` line per node and an `OP ...` line per
+//! operator in flight or recent, then `END` (docs/design/placement.md).
+//!
 //! `emulate-fsync-delay` is about the node that answers, not a group: it
 //! sets the delay its log adds to every fsync (emulation of a slower disk,
 //! as `--cluster-emulated-fsync-delay-us`; at most one second) and answers
@@ -53,6 +59,8 @@ pub enum Admin<'a> {
     /// Hand the leadership to `id` (`None`: the voter whose log is the
     /// furthest along).
     TransferLeader { id: Option<u64> },
+    /// Placement's view and operators (from the leader of group 0).
+    Placement,
     /// Set this node's emulated fsync delay, in microseconds (0: none).
     EmulateFsyncDelay { us: u64 },
 }
@@ -133,7 +141,10 @@ impl<'a> AdminCmd<'a> {
     /// if the first is not an admin command's.
     pub fn parse(words: &[&'a [u8]]) -> Option<Result<AdminCmd<'a>, BadAdmin>> {
         let first = *words.first()?;
-        if !matches!(first, b"status" | b"add-node" | b"remove-node" | b"transfer-leader" | b"emulate-fsync-delay") {
+        if !matches!(
+            first,
+            b"status" | b"add-node" | b"remove-node" | b"transfer-leader" | b"emulate-fsync-delay" | b"placement"
+        ) {
             return None;
         }
         let (words, group) = match words.split_last() {
@@ -176,6 +187,7 @@ impl<'a> Admin<'a> {
             [b"remove-node", id] => node_id(id).map(|id| Admin::RemoveNode { id }),
             [b"transfer-leader"] => Ok(Admin::TransferLeader { id: None }),
             [b"transfer-leader", id] => node_id(id).map(|id| Admin::TransferLeader { id: Some(id) }),
+            [b"placement"] => Ok(Admin::Placement),
             [b"emulate-fsync-delay", us] => num(us)
                 .filter(|&us| us <= EMULATED_FSYNC_DELAY_MAX_US)
                 .map(|us| Admin::EmulateFsyncDelay { us })
@@ -196,6 +208,7 @@ impl<'a> Admin<'a> {
             Admin::TransferLeader { id: None } => write!(out, "cluster transfer-leader"),
             Admin::TransferLeader { id: Some(id) } => write!(out, "cluster transfer-leader {id}"),
             Admin::EmulateFsyncDelay { us } => write!(out, "cluster emulate-fsync-delay {us}"),
+            Admin::Placement => write!(out, "cluster placement"),
         };
     }
 }
@@ -366,6 +379,7 @@ mod tests {
             "transfer-leader group=1",
             "transfer-leader 3 group=1",
             "emulate-fsync-delay 0",
+            "placement",
             "emulate-fsync-delay 1000000",
         ] {
             let cmd = AdminCmd::parse(&words(line)).expect("an admin command").expect("reads");

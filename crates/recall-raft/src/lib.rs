@@ -38,6 +38,7 @@ pub mod log_disk;
 mod log_store;
 mod membership;
 pub mod network;
+mod placement;
 mod propose;
 mod read;
 mod removed;
@@ -224,6 +225,8 @@ pub struct ClusterConfig {
     /// Added to every log fsync on this node: emulation of a slower disk
     /// (`--cluster-emulated-fsync-delay-us`, `write_path.rs`); zero: none.
     pub emulated_fsync_delay: Duration,
+    /// What placement does (`--cluster-placement`, `placement.rs`).
+    pub placement: recall_placement::PlacementMode,
 }
 
 /// openraft's own default interval between snapshots.
@@ -256,6 +259,8 @@ pub struct Node {
     times: Arc<network::RpcTimes>,
     /// This node's write-path meter and emulated fsync delay.
     write_path: Arc<write_path::WritePath>,
+    /// The placement mode and what placement shows (`placement.rs`).
+    placement: (recall_placement::PlacementMode, Arc<placement::Shown>),
     /// Kept for the groups' tasks (dropped last).
     _rt: tokio::runtime::Runtime,
 }
@@ -379,7 +384,7 @@ impl Node {
             opened.push((id, raft.map_err(|e| io::Error::other(format!("raft group {g}: {e}")))?, log));
         }
         let rafts: Arc<Vec<Raft>> = Arc::new(opened.iter().map(|(_, r, _)| r.clone()).collect());
-        rt.block_on(async {
+        let serving = rt.block_on(async {
             let listener = tokio::net::TcpListener::bind(listen)
                 .await
                 .map_err(|e| io::Error::new(e.kind(), format!("cluster listen {listen}: {e}")))?;
@@ -390,6 +395,8 @@ impl Node {
                 ident: ident.clone(),
                 configured: cfg.peers.keys().copied().filter(|id| *id != cfg.node_id).collect(),
                 transport: transport.clone(),
+                write_path: write_path.clone(),
+                full: Default::default(),
             });
             tokio::spawn(network::serve(listener, serving.clone()));
             if incarnation != incarnation::DURABLE {
@@ -409,7 +416,7 @@ impl Node {
                 if let Some(why) = ident.refused() {
                     return Err(io::Error::new(io::ErrorKind::AlreadyExists, why));
                 }
-                tokio::spawn(network::admit(serving, raft_peers.clone()));
+                tokio::spawn(network::admit(serving.clone(), raft_peers.clone()));
             }
             if cfg.bootstrap {
                 for (g, raft) in rafts.iter().enumerate() {
@@ -421,7 +428,7 @@ impl Node {
                     }
                 }
             }
-            Ok::<_, io::Error>(())
+            Ok::<_, io::Error>(serving)
         })?;
         let peers: Arc<BTreeMap<NodeId, String>> =
             Arc::new(cfg.peers.iter().map(|(id, p)| (*id, p.client.clone())).collect());
@@ -472,7 +479,16 @@ impl Node {
                 rt.spawn(removed::find_leader(Arc::downgrade(group), raft_peers.clone()));
             }
         }
-        Ok(Arc::new(Node { groups, machines, ident, transport, times, write_path, _rt: rt }))
+        let _ = serving.full.set(groups.iter().map(Arc::downgrade).collect());
+        let shown = Arc::new(placement::Shown::default());
+        rt.spawn(placement::run(placement::Ctx {
+            groups: groups.iter().map(Arc::downgrade).collect(),
+            serving,
+            shown: shown.clone(),
+            mode: cfg.placement,
+        }));
+        let placement = (cfg.placement, shown);
+        Ok(Arc::new(Node { groups, machines, ident, transport, times, write_path, placement, _rt: rt }))
     }
 
     /// The group of `group`'s index (the engine passes indexes below
@@ -578,6 +594,19 @@ impl Replicator for Node {
         use recall_proto::cluster_admin::Admin;
         match (cmd.group, &cmd.admin) {
             // This node's own setting, whatever the group (`write_path.rs`).
+            // Answered where placement runs: the leader of group 0 (a
+            // follower's session forwards it there).
+            (_, Admin::Placement) => {
+                if !self.groups[0].leads() {
+                    return Err(self.groups[0].not_leader(self.groups[0].leader()));
+                }
+                for l in self.placement.1.lines(self.placement.0) {
+                    out.extend_from_slice(l.as_bytes());
+                    out.extend_from_slice(b"\r\n");
+                }
+                out.extend_from_slice(b"END\r\n");
+                Ok(AdminReply::Done)
+            }
             (_, Admin::EmulateFsyncDelay { us }) => {
                 self.write_path.set_emulated_fsync_delay(Duration::from_micros(*us));
                 out.extend_from_slice(b"OK\r\n");
@@ -626,6 +655,13 @@ impl Replicator for Node {
         lines.push(("cluster_write_samples", self.write_path.samples().to_string()));
         let delay = self.write_path.emulated_fsync_delay().as_micros();
         lines.push(("cluster_emulated_fsync_delay_us", delay.to_string()));
+        // Placement's operators, counted by this node's runtime while it
+        // led group 0 (`placement.rs`).
+        let (started, finished, abandoned) = self.placement.1.counts();
+        lines.push(("cluster_placement", self.placement.0.name().to_string()));
+        lines.push(("cluster_placement_operators", started.to_string()));
+        lines.push(("cluster_placement_operators_finished", finished.to_string()));
+        lines.push(("cluster_placement_operators_abandoned", abandoned.to_string()));
         // The logs on disk: fsyncs against entries written show group
         // commit at work (summed over the groups).
         let counts = self.groups.iter().filter_map(|g| g.log.disk_counts());

@@ -240,6 +240,7 @@ impl ClusterSection {
             groups: self.groups,
             tls,
             emulated_fsync_delay: self.placement()?.emulated_fsync_delay.unwrap_or_default(),
+            placement: self.placement()?.mode,
         }))
     }
 }

@@ -57,3 +57,117 @@ fn an_emulated_fsync_delay_slows_the_node_and_its_meter_measures_it() {
     drop(c);
     let _ = std::fs::remove_dir_all(logs[0].parent().unwrap());
 }
+
+/// The lines of `req`'s reply up to `END` (empty if the node does not
+/// answer).
+fn lines_of(addr: SocketAddr, req: &str) -> Vec<String> {
+    use std::io::{BufRead, BufReader, Write};
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2)) else {
+        return Vec::new();
+    };
+    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(10)));
+    if s.write_all(req.as_bytes()).is_err() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for line in BufReader::new(s).lines() {
+        let Ok(line) = line else { break };
+        if line == "END" || (out.is_empty() && !line.starts_with("PLACEMENT")) {
+            out.push(line);
+            break;
+        }
+        out.push(line);
+    }
+    out
+}
+
+/// Each group's leader as `addr`'s `cluster map` names it.
+fn leaders(addr: SocketAddr) -> Vec<Option<u64>> {
+    let Some(lines) = recall_testkit::cluster::map_lines(addr) else { return Vec::new() };
+    match recall_proto::cluster::ClusterMap::parse(lines.iter().map(|l| l.as_bytes())) {
+        Ok(m) => m.groups.iter().map(|g| g.leader).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Writes through `addr` until `stop` (bounded), so every node's log
+/// syncs and its meter keeps measuring.
+fn writer(addrs: Vec<SocketAddr>, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let start = Instant::now();
+        let mut n = 0u64;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) && start.elapsed() < DEADLINE * 10 {
+            n += 1;
+            // Whichever node is up; a refusal or a dead node is fine here.
+            let addr = addrs[(n as usize) % addrs.len()];
+            let _ = ask(addr, &format!("set p{} 0 0 1\r\nv\r\n", n % 500));
+        }
+    })
+}
+
+/// Probe `what` until it holds; fail with `why()` at a generous deadline.
+fn until(what: &str, mut ok: impl FnMut() -> bool, why: impl Fn() -> String) {
+    let start = Instant::now();
+    while !ok() {
+        assert!(start.elapsed() < DEADLINE * 4, "{what}: not within {:?}; {}", DEADLINE * 4, why());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn leaders_leave_a_slowed_node_and_placement_survives_the_death_of_its_node() {
+    let logs = dirs("leaders", 3);
+    let mut c = Cluster::start_with_args(3, &logs, &["--cluster-groups", "3", "--cluster-placement", "leaders"]);
+    c.leader();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let w = writer(c.clients.clone(), stop.clone());
+    // Placement runs on the leader of group 0, sees all three nodes, and
+    // has measured them (probe and writes): a `speed=` that is a number.
+    let placement = |c: &Cluster| lines_of(c.clients[0], "cluster placement\r\n");
+    until(
+        "placement active with three measured nodes",
+        || {
+            let l = placement(&c);
+            l.first().is_some_and(|f| f.contains("mode=leaders active=1"))
+                && l.iter().filter(|x| x.starts_with("NODE ") && !x.contains("speed=-")).count() == 3
+        },
+        || format!("{:?}", placement(&c)),
+    );
+    // Node 3 gets a large emulated delay; its leaderships leave it.
+    assert_eq!(ask(c.clients[2], "cluster emulate-fsync-delay 50000\r\n"), "OK\r\n");
+    until(
+        "node 3 leads no group",
+        || {
+            let l = leaders(c.clients[0]);
+            l.len() == 3 && l.iter().all(|x| x.is_some_and(|id| id != 3))
+        },
+        || format!("leaders {:?}; {:?}", leaders(c.clients[0]), placement(&c)),
+    );
+    let ops = |i: usize| stats(c.clients[i]).get("cluster_placement_operators").and_then(|v| v.parse::<u64>().ok());
+    let runner = leaders(c.clients[0])[0].expect("group 0 has a leader") as usize - 1;
+    assert!(ops(runner).is_some_and(|n| n > 0), "the placement node counted its operators");
+
+    // kill -9 of the node running placement: group 0 elects a leader
+    // among the two left, placement runs there, and the leaderships the
+    // dead node had do not stay on node 3 (the slow survivor).
+    c.kill9(runner);
+    let live: Vec<usize> = (0..3).filter(|i| *i != runner).collect();
+    let fast = *live.iter().find(|i| **i != 2).expect("a fast survivor");
+    until(
+        "placement runs on the survivor that leads group 0",
+        || lines_of(c.clients[fast], "cluster placement\r\n").first().is_some_and(|f| f.contains("active=1")),
+        || format!("{:?}", lines_of(c.clients[fast], "cluster placement\r\n")),
+    );
+    until(
+        "after the failover, node 3 leads no group",
+        || {
+            let l = leaders(c.clients[fast]);
+            l.len() == 3 && l.iter().all(|x| x.is_some_and(|id| id == fast as u64 + 1))
+        },
+        || format!("leaders {:?}; {:?}", leaders(c.clients[fast]), lines_of(c.clients[fast], "cluster placement\r\n")),
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    w.join().unwrap();
+    drop(c);
+    let _ = std::fs::remove_dir_all(logs[0].parent().unwrap());
+}
