@@ -7,7 +7,19 @@
 //! cluster add-node <id> <raft addr>/<client addr>
 //! cluster remove-node <id>
 //! cluster transfer-leader [<id>]
+//! cluster emulate-fsync-delay <microseconds>
 //! ```
+//!
+//! `cluster placement` is answered by the leader of group 0, where
+//! placement runs (a follower forwards it there): a `PLACEMENT mode=<m>
+//! active=<0|1>` line, a `NODE node=.. speed=.. weight=.. leaders=..
+//! replicas=.. bytes=.. fill=..` line per node and an `OP ...` line per
+//! operator in flight or recent, then `END` (docs/design/placement.md).
+//!
+//! `emulate-fsync-delay` is about the node that answers, not a group: it
+//! sets the delay its log adds to every fsync (emulation of a slower disk,
+//! as `--cluster-emulated-fsync-delay-us`; at most one second) and answers
+//! `OK`. It is never forwarded.
 //!
 //! Each may end with `group=<g>`: the command is about Raft group `g`
 //! (`--cluster-groups`), and runs on that group's leader. Without it, a
@@ -47,7 +59,15 @@ pub enum Admin<'a> {
     /// Hand the leadership to `id` (`None`: the voter whose log is the
     /// furthest along).
     TransferLeader { id: Option<u64> },
+    /// Placement's view and operators (from the leader of group 0).
+    Placement,
+    /// Set this node's emulated fsync delay, in microseconds (0: none).
+    EmulateFsyncDelay { us: u64 },
 }
+
+/// The longest emulated fsync delay, in microseconds: one second already
+/// makes a node hundreds of times slower than an SSD.
+pub const EMULATED_FSYNC_DELAY_MAX_US: u64 = 1_000_000;
 
 /// An admin command and the group it is about (`group=<g>`; `None`:
 /// none was named).
@@ -121,7 +141,10 @@ impl<'a> AdminCmd<'a> {
     /// if the first is not an admin command's.
     pub fn parse(words: &[&'a [u8]]) -> Option<Result<AdminCmd<'a>, BadAdmin>> {
         let first = *words.first()?;
-        if !matches!(first, b"status" | b"add-node" | b"remove-node" | b"transfer-leader") {
+        if !matches!(
+            first,
+            b"status" | b"add-node" | b"remove-node" | b"transfer-leader" | b"emulate-fsync-delay" | b"placement"
+        ) {
             return None;
         }
         let (words, group) = match words.split_last() {
@@ -164,8 +187,13 @@ impl<'a> Admin<'a> {
             [b"remove-node", id] => node_id(id).map(|id| Admin::RemoveNode { id }),
             [b"transfer-leader"] => Ok(Admin::TransferLeader { id: None }),
             [b"transfer-leader", id] => node_id(id).map(|id| Admin::TransferLeader { id: Some(id) }),
+            [b"placement"] => Ok(Admin::Placement),
+            [b"emulate-fsync-delay", us] => num(us)
+                .filter(|&us| us <= EMULATED_FSYNC_DELAY_MAX_US)
+                .map(|us| Admin::EmulateFsyncDelay { us })
+                .ok_or(BadAdmin("CLIENT_ERROR the delay is not a number of microseconds up to 1000000")),
             _ => Err(BadAdmin(
-                "CLIENT_ERROR usage: cluster status | add-node ID RAFT_ADDR/CLIENT_ADDR | remove-node ID | transfer-leader [ID], each with an optional group=G",
+                "CLIENT_ERROR usage: cluster status | add-node ID RAFT_ADDR/CLIENT_ADDR | remove-node ID | transfer-leader [ID], each with an optional group=G, or emulate-fsync-delay MICROSECONDS",
             )),
         }
     }
@@ -179,6 +207,8 @@ impl<'a> Admin<'a> {
             Admin::RemoveNode { id } => write!(out, "cluster remove-node {id}"),
             Admin::TransferLeader { id: None } => write!(out, "cluster transfer-leader"),
             Admin::TransferLeader { id: Some(id) } => write!(out, "cluster transfer-leader {id}"),
+            Admin::EmulateFsyncDelay { us } => write!(out, "cluster emulate-fsync-delay {us}"),
+            Admin::Placement => write!(out, "cluster placement"),
         };
     }
 }
@@ -348,6 +378,9 @@ mod tests {
             "remove-node 2 group=255",
             "transfer-leader group=1",
             "transfer-leader 3 group=1",
+            "emulate-fsync-delay 0",
+            "placement",
+            "emulate-fsync-delay 1000000",
         ] {
             let cmd = AdminCmd::parse(&words(line)).expect("an admin command").expect("reads");
             assert_eq!(cmd.group.is_some(), line.contains("group="), "{line}");
@@ -381,6 +414,9 @@ mod tests {
             "status group=1 group=1",
             "remove-node group=1 2",
             "transfer-leader group=-1",
+            "emulate-fsync-delay",
+            "emulate-fsync-delay 1000001",
+            "emulate-fsync-delay -5",
         ] {
             assert!(AdminCmd::parse(&words(line)).expect("an admin command").is_err(), "{line}");
         }

@@ -38,6 +38,7 @@ pub mod log_disk;
 mod log_store;
 mod membership;
 pub mod network;
+mod placement;
 mod propose;
 mod read;
 mod removed;
@@ -49,6 +50,7 @@ mod snapshot_stall;
 mod state_machine;
 pub mod timing;
 pub mod transport;
+pub mod write_path;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -220,6 +222,11 @@ pub struct ClusterConfig {
     pub groups: usize,
     /// Mutual TLS on the Raft port (`transport.rs`); `None`: plain TCP.
     pub tls: Option<transport::TlsFiles>,
+    /// Added to every log fsync on this node: emulation of a slower disk
+    /// (`--cluster-emulated-fsync-delay-us`, `write_path.rs`); zero: none.
+    pub emulated_fsync_delay: Duration,
+    /// What placement does (`--cluster-placement`, `placement.rs`).
+    pub placement: recall_placement::PlacementMode,
 }
 
 /// openraft's own default interval between snapshots.
@@ -250,6 +257,10 @@ pub struct Node {
     /// The Raft port's connections (peers refused are counted there).
     transport: Arc<transport::Transport>,
     times: Arc<network::RpcTimes>,
+    /// This node's write-path meter and emulated fsync delay.
+    write_path: Arc<write_path::WritePath>,
+    /// The placement mode and what placement shows (`placement.rs`).
+    placement: (recall_placement::PlacementMode, Arc<placement::Shown>),
     /// Kept for the groups' tasks (dropped last).
     _rt: tokio::runtime::Runtime,
 }
@@ -332,6 +343,12 @@ impl Node {
         // which the peers check against the one they knew.
         let incarnation = if cfg.log_dir.is_some() { incarnation::DURABLE } else { incarnation::Ident::draw() };
         let ident = Arc::new(incarnation::Ident::new(cfg.node_id, incarnation));
+        let write_path = Arc::new(write_path::WritePath::new(cfg.emulated_fsync_delay));
+        if let Some(dir) = &cfg.log_dir {
+            // Before serving, so an idle new cluster knows this node's
+            // speed (docs/design/placement.md, "Start probe").
+            write_path.probe(dir, recall_placement::ProbePlan::default());
+        }
         let mut opened = Vec::with_capacity(groups);
         let mut machines = Vec::with_capacity(groups);
         for g in 0..groups {
@@ -344,11 +361,12 @@ impl Node {
                     let dir = if groups == 1 { dir.clone() } else { dir.join(format!("group-{g}")) };
                     let snap = snapshot_file::load(&dir)?;
                     let last = snap.as_ref().and_then(|m| m.last_log_id);
-                    let log = log_store::LogStore::open(&dir, cfg.node_id, last)?;
+                    let log = log_store::LogStore::open(&dir, cfg.node_id, last, write_path.clone())?;
                     (log, state_machine::StateMachine::open(engine.clone(), id, groups, Some(dir), snap)?)
                 }
                 None => (log_store::LogStore::default(), state_machine::StateMachine::new(engine.clone(), id, groups)),
             };
+            sm.metered(write_path.clone());
             machines.push(sm.clone());
             let raft = rt.block_on(Raft::new(
                 cfg.node_id,
@@ -366,7 +384,7 @@ impl Node {
             opened.push((id, raft.map_err(|e| io::Error::other(format!("raft group {g}: {e}")))?, log));
         }
         let rafts: Arc<Vec<Raft>> = Arc::new(opened.iter().map(|(_, r, _)| r.clone()).collect());
-        rt.block_on(async {
+        let serving = rt.block_on(async {
             let listener = tokio::net::TcpListener::bind(listen)
                 .await
                 .map_err(|e| io::Error::new(e.kind(), format!("cluster listen {listen}: {e}")))?;
@@ -377,6 +395,8 @@ impl Node {
                 ident: ident.clone(),
                 configured: cfg.peers.keys().copied().filter(|id| *id != cfg.node_id).collect(),
                 transport: transport.clone(),
+                write_path: write_path.clone(),
+                full: Default::default(),
             });
             tokio::spawn(network::serve(listener, serving.clone()));
             if incarnation != incarnation::DURABLE {
@@ -396,7 +416,7 @@ impl Node {
                 if let Some(why) = ident.refused() {
                     return Err(io::Error::new(io::ErrorKind::AlreadyExists, why));
                 }
-                tokio::spawn(network::admit(serving, raft_peers.clone()));
+                tokio::spawn(network::admit(serving.clone(), raft_peers.clone()));
             }
             if cfg.bootstrap {
                 for (g, raft) in rafts.iter().enumerate() {
@@ -408,7 +428,7 @@ impl Node {
                     }
                 }
             }
-            Ok::<_, io::Error>(())
+            Ok::<_, io::Error>(serving)
         })?;
         let peers: Arc<BTreeMap<NodeId, String>> =
             Arc::new(cfg.peers.iter().map(|(id, p)| (*id, p.client.clone())).collect());
@@ -459,7 +479,16 @@ impl Node {
                 rt.spawn(removed::find_leader(Arc::downgrade(group), raft_peers.clone()));
             }
         }
-        Ok(Arc::new(Node { groups, machines, ident, transport, times, _rt: rt }))
+        let _ = serving.full.set(groups.iter().map(Arc::downgrade).collect());
+        let shown = Arc::new(placement::Shown::default());
+        rt.spawn(placement::run(placement::Ctx {
+            groups: groups.iter().map(Arc::downgrade).collect(),
+            serving,
+            shown: shown.clone(),
+            mode: cfg.placement,
+        }));
+        let placement = (cfg.placement, shown);
+        Ok(Arc::new(Node { groups, machines, ident, transport, times, write_path, placement, _rt: rt }))
     }
 
     /// The group of `group`'s index (the engine passes indexes below
@@ -564,6 +593,25 @@ impl Replicator for Node {
     fn admin(&self, cmd: &recall_proto::cluster_admin::AdminCmd<'_>, out: &mut Vec<u8>) -> Result<AdminReply, Refusal> {
         use recall_proto::cluster_admin::Admin;
         match (cmd.group, &cmd.admin) {
+            // This node's own setting, whatever the group (`write_path.rs`).
+            // Answered where placement runs: the leader of group 0 (a
+            // follower's session forwards it there).
+            (_, Admin::Placement) => {
+                if !self.groups[0].leads() {
+                    return Err(self.groups[0].not_leader(self.groups[0].leader()));
+                }
+                for l in self.placement.1.lines(self.placement.0) {
+                    out.extend_from_slice(l.as_bytes());
+                    out.extend_from_slice(b"\r\n");
+                }
+                out.extend_from_slice(b"END\r\n");
+                Ok(AdminReply::Done)
+            }
+            (_, Admin::EmulateFsyncDelay { us }) => {
+                self.write_path.set_emulated_fsync_delay(Duration::from_micros(*us));
+                out.extend_from_slice(b"OK\r\n");
+                Ok(AdminReply::Done)
+            }
             (Some(g), _) => match self.groups.get(usize::from(g)) {
                 Some(group) => group.run_admin(&cmd.admin, out),
                 None => Err(Refusal::Replication("SERVER_ERROR cluster has no such group")),
@@ -600,6 +648,20 @@ impl Replicator for Node {
         lines.push(("cluster_tls", u8::from(self.transport.is_tls()).to_string()));
         lines.push(("cluster_peer_refused", self.transport.refused().to_string()));
         lines.extend(self.times.stats());
+        // This node's measured write path (placement's input) and the
+        // emulated fsync delay in it, shown apart so a reader knows.
+        let service = self.write_path.service_time().map_or("-".to_string(), |t| t.as_micros().to_string());
+        lines.push(("cluster_write_service_us", service));
+        lines.push(("cluster_write_samples", self.write_path.samples().to_string()));
+        let delay = self.write_path.emulated_fsync_delay().as_micros();
+        lines.push(("cluster_emulated_fsync_delay_us", delay.to_string()));
+        // Placement's operators, counted by this node's runtime while it
+        // led group 0 (`placement.rs`).
+        let (started, finished, abandoned) = self.placement.1.counts();
+        lines.push(("cluster_placement", self.placement.0.name().to_string()));
+        lines.push(("cluster_placement_operators", started.to_string()));
+        lines.push(("cluster_placement_operators_finished", finished.to_string()));
+        lines.push(("cluster_placement_operators_abandoned", abandoned.to_string()));
         // The logs on disk: fsyncs against entries written show group
         // commit at work (summed over the groups).
         let counts = self.groups.iter().filter_map(|g| g.log.disk_counts());

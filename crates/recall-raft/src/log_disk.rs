@@ -56,12 +56,16 @@ use std::io::{self, Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
 
 use openraft::storage::LogFlushed;
 use openraft::{Entry, LogId, Vote};
 use recall_persist::fsutil::{write_atomically, FailAt};
 use serde::{Deserialize, Serialize};
 
+use recall_placement::Stage;
+
+use crate::write_path::WritePath;
 use crate::{NodeId, TypeConfig};
 
 /// `len u32 | crc32c u32` before each body.
@@ -171,6 +175,8 @@ struct Flusher<D = LogFlushed<TypeConfig>> {
     entries: AtomicU64,
     /// Writes' effects in the entries written (an entry carries a batch).
     effects: AtomicU64,
+    /// The node's meter (append and fsync times) and emulated delay.
+    path_meter: Arc<WritePath>,
 }
 
 struct Pending<D> {
@@ -207,7 +213,19 @@ impl Disk {
     /// Open (or create) `dir` for node `id`: check whose it is, read the
     /// vote and the log back, and start the flusher. `snapshot` is the
     /// last log id of the snapshot loaded from `dir` (`snapshot_file.rs`).
+    #[cfg(test)]
     pub fn open(dir: &Path, id: NodeId, snapshot: Option<LogId<NodeId>>) -> io::Result<(Arc<Disk>, Recovered)> {
+        Disk::open_metered(dir, id, snapshot, Arc::default())
+    }
+
+    /// [`Disk::open`], timing appends and syncs into `meter` (and adding
+    /// its emulated delay to each sync).
+    pub fn open_metered(
+        dir: &Path,
+        id: NodeId,
+        snapshot: Option<LogId<NodeId>>,
+        meter: Arc<WritePath>,
+    ) -> io::Result<(Arc<Disk>, Recovered)> {
         std::fs::create_dir_all(dir).map_err(|e| named(dir, e))?;
         let (id_path, vote_path, log_path) = (dir.join("raft.id"), dir.join("raft.vote"), dir.join("raft.log"));
         match std::fs::read_to_string(&id_path) {
@@ -278,6 +296,7 @@ impl Disk {
             syncs: AtomicU64::new(0),
             entries: AtomicU64::new(0),
             effects: AtomicU64::new(0),
+            path_meter: meter,
         });
         let f = flush.clone();
         std::thread::Builder::new().name("recall-raft-log".into()).spawn(move || f.run())?;
@@ -317,8 +336,10 @@ impl Disk {
         let frame = frame(op).map_err(|e| named(&self.flush.path, e))?;
         // The frame is written before its callback is queued, so the sync
         // that reports the callback covers it.
+        let t = Instant::now();
         self.file.lock().expect("log file lock").append(&frame).map_err(|e| named(&self.flush.path, e))?;
         if let LogWrite::Append(es) = op {
+            self.flush.path_meter.record(Stage::Append, t.elapsed());
             self.flush.entries.fetch_add(es.len() as u64, Ordering::Relaxed);
             let effects: usize = es
                 .iter()
@@ -373,7 +394,13 @@ impl<D: Done> Flusher<D> {
     fn run(&self) {
         self.run_with(|| {
             let file = self.file.lock().expect("flusher file lock").clone();
-            file.sync_data()
+            // Every entry of the batch waits for the whole sync, the
+            // emulated delay included, so that is one sample.
+            let t = Instant::now();
+            let r = file.sync_data();
+            self.path_meter.emulate_fsync();
+            self.path_meter.record(Stage::Fsync, t.elapsed());
+            r
         })
     }
 
@@ -600,6 +627,7 @@ mod tests {
             syncs: AtomicU64::new(0),
             entries: AtomicU64::new(0),
             effects: AtomicU64::new(0),
+            path_meter: Arc::default(),
         };
         let (tx, rx) = std::sync::mpsc::channel();
         f.pending.lock().unwrap().callbacks.push(Seen(1, tx.clone()));

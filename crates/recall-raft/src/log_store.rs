@@ -41,8 +41,15 @@ pub struct LogStore {
 impl LogStore {
     /// A log on disk in `dir`, read back (see `log_disk.rs`), going on
     /// from the snapshot loaded there, whose last log id is `snapshot`.
-    pub fn open(dir: &std::path::Path, id: NodeId, snapshot: Option<LogId<NodeId>>) -> std::io::Result<LogStore> {
-        let (disk, rec) = Disk::open(dir, id, snapshot)?;
+    /// Appends and syncs are timed into `meter`, which also holds the
+    /// emulated fsync delay (`write_path.rs`).
+    pub fn open(
+        dir: &std::path::Path,
+        id: NodeId,
+        snapshot: Option<LogId<NodeId>>,
+        meter: Arc<crate::write_path::WritePath>,
+    ) -> std::io::Result<LogStore> {
+        let (disk, rec) = Disk::open_metered(dir, id, snapshot, meter)?;
         let last = rec.log.keys().next_back().copied().or(rec.last_purged.map(|l| l.index)).unwrap_or(0);
         let floor = (rec.vote.map_or(0, |v| v.leader_id().term), last);
         let inner = Inner { log: rec.log, vote: rec.vote, last_purged: rec.last_purged, ..Default::default() };

@@ -515,6 +515,43 @@ pub(crate) async fn lead_at_start(group: Arc<Group>, target: NodeId) {
 }
 
 impl Group {
+    /// A hand-over of this group's leadership to `id` (`None`: the voter
+    /// furthest along), to run by `deadline`; the error line at once when
+    /// there is no such voter. `m`: this leader's metrics now.
+    pub(crate) fn transfer_to(
+        &self,
+        m: &Metrics,
+        id: Option<NodeId>,
+        deadline: Instant,
+    ) -> Result<impl Future<Output = Result<String, String>> + Send + 'static, String> {
+        let target = transfer_target(m, id)?;
+        let to =
+            raft_addr_of(m, target).ok_or_else(|| format!("SERVER_ERROR cluster node {target} has no Raft address"))?;
+        let (raft, gate) = (self.raft.clone(), self.gate.clone());
+        let via = Via { group: self.id.id, transport: self.transport.clone() };
+        Ok(async move { transfer(raft, via, gate, target, to, deadline).await })
+    }
+
+    /// Hand this group's leadership to `to` if this node leads it (the
+    /// placement executor's step, asked over [`crate::network::Rpc::Transfer`]):
+    /// `Ok` once `to` leads.
+    pub(crate) async fn transfer_for_placement(&self, to: NodeId) -> Result<(), String> {
+        let m = self.raft.metrics().borrow().clone();
+        if m.state != ServerState::Leader {
+            return Err(format!("node {} does not lead group {}", m.id, self.id.id));
+        }
+        if to == m.id {
+            return Ok(());
+        }
+        let budget = self.timeout.saturating_sub(REPLY_MARGIN).max(REPLY_MARGIN);
+        let change = self.transfer_to(&m, Some(to), Instant::now() + budget)?;
+        match tokio::time::timeout(self.timeout, change).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err("timed out".into()),
+        }
+    }
+
     /// `cluster status` of this group.
     pub(crate) fn status(&self) -> Status {
         status(&self.raft.metrics().borrow())
@@ -531,13 +568,18 @@ impl Group {
             status(&m).render(out);
             return Ok(AdminReply::Done);
         }
+        if let Admin::EmulateFsyncDelay { .. } | Admin::Placement = cmd {
+            // The node's, answered by `Node::admin` before any group.
+            reply::line(out, b"SERVER_ERROR internal: a node setting reached a group");
+            return Ok(AdminReply::Done);
+        }
         if m.state != ServerState::Leader {
             return Err(self.not_leader(m.current_leader));
         }
         let raft = self.raft.clone();
         let budget = self.timeout.saturating_sub(REPLY_MARGIN).max(REPLY_MARGIN);
         let change: std::pin::Pin<Box<dyn Future<Output = Result<String, String>> + Send>> = match *cmd {
-            Admin::Status => unreachable!("answered above"),
+            Admin::Status | Admin::EmulateFsyncDelay { .. } | Admin::Placement => unreachable!("answered above"),
             Admin::AddNode { id, member } => {
                 let addr = member.to_string();
                 Box::pin(async move { add_node(raft, id, addr, Instant::now() + budget).await })
@@ -547,23 +589,12 @@ impl Group {
                 reply::line(out, b"OK");
                 return Ok(AdminReply::Done);
             }
-            Admin::TransferLeader { id } => match transfer_target(&m, id) {
+            Admin::TransferLeader { id } => match self.transfer_to(&m, id, Instant::now() + budget) {
                 Err(e) => {
                     reply::line(out, e.as_bytes());
                     return Ok(AdminReply::Done);
                 }
-                Ok(target) => match raft_addr_of(&m, target) {
-                    None => {
-                        let e = format!("SERVER_ERROR cluster node {target} has no Raft address");
-                        reply::line(out, e.as_bytes());
-                        return Ok(AdminReply::Done);
-                    }
-                    Some(to) => {
-                        let gate = self.gate.clone();
-                        let via = Via { group: self.id.id, transport: self.transport.clone() };
-                        Box::pin(async move { transfer(raft, via, gate, target, to, Instant::now() + budget).await })
-                    }
-                },
+                Ok(change) => Box::pin(change),
             },
         };
         let (answer, ticket) = recall_engine::ticket::ticket();
@@ -608,6 +639,8 @@ mod tests {
             log_dir: None,
             reads: crate::ReadMode::default(),
             snapshot_entries: crate::SNAPSHOT_ENTRIES,
+            emulated_fsync_delay: Duration::ZERO,
+            placement: recall_placement::PlacementMode::Even,
             groups: 1,
             tls: None,
         };

@@ -87,6 +87,40 @@ pub enum Rpc {
     /// knows of the callee (`incarnation.rs`). Answered with a
     /// [`Greeting`]; a refused hello closes the connection.
     Hello(Hello),
+    /// What the receiver is, for placement on the leader of group 0
+    /// (`placement.rs`): its measured write path, memory, and each group's
+    /// leadership and caught-up members as it knows them. Answered with a
+    /// [`NodeReport`]; on a connection of its own, without a hello, as
+    /// [`Rpc::Leader`] (the call's group is ignored).
+    Report,
+    /// Placement's leader transfer: the receiver, if it leads the call's
+    /// group, hands the leadership to this voter (the same hand-over as
+    /// `cluster transfer-leader`). Answered with `Result<(), String>`;
+    /// needs a hello, as a change of the group does.
+    Transfer(NodeId),
+}
+
+/// One node as it reports itself to placement ([`Rpc::Report`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeReport {
+    pub id: NodeId,
+    /// Entries per second through its write path (append + fsync +
+    /// apply, measured; `write_path.rs`); `None` before it is measured.
+    pub speed: Option<f64>,
+    pub mem_used: u64,
+    /// 0: no limit.
+    pub mem_limit: u64,
+    /// The groups it leads, each with its members as the leader sees them.
+    pub led: Vec<LedGroup>,
+}
+
+/// A group as its leader reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedGroup {
+    pub group: u16,
+    /// (voter, caught up) of every voter, the leader included.
+    pub voters: Vec<(NodeId, bool)>,
+    pub learners: Vec<NodeId>,
 }
 
 /// A group's leader as a node knows it ([`Rpc::Leader`]'s answer).
@@ -189,6 +223,10 @@ pub struct Serving {
     pub configured: BTreeSet<NodeId>,
     /// Plain TCP or mutual TLS, both ways (`transport.rs`).
     pub transport: Arc<Transport>,
+    /// This node's meter, for [`Rpc::Report`].
+    pub write_path: Arc<crate::write_path::WritePath>,
+    /// The node's groups, set once they are built, for [`Rpc::Transfer`].
+    pub(crate) full: std::sync::OnceLock<Vec<std::sync::Weak<crate::group::Group>>>,
 }
 
 impl Serving {
@@ -275,6 +313,7 @@ async fn serve_conn(sock: Stream, serving: &Serving) -> io::Result<()> {
             }
             Rpc::Elect => encode(&crate::membership::elect_now(raft).await)?,
             Rpc::Leader => encode(&crate::removed::leader_info(raft))?,
+            Rpc::Report => encode(&crate::placement::report(serving))?,
             Rpc::Flush => {
                 // Proposed under the engine's stripes (held only while it
                 // proposes) and awaited here: the runtime commits it.
@@ -296,6 +335,14 @@ async fn serve_conn(sock: Stream, serving: &Serving) -> io::Result<()> {
             }
             Rpc::Vote(r) => encode(&raft.vote(r).await)?,
             Rpc::Snapshot(r) => encode(&raft.install_snapshot(r).await)?,
+            Rpc::Transfer(to) => {
+                let group = serving.full.get().and_then(|g| g.get(usize::from(call.group))?.upgrade());
+                let done = match group {
+                    Some(g) => g.transfer_for_placement(to).await,
+                    None => Err("the node is starting or stopping".to_string()),
+                };
+                encode(&done)?
+            }
         };
         write_frame(&mut sock, &reply).await?;
     }
@@ -413,6 +460,38 @@ pub async fn request_leader(
     ttl: Duration,
 ) -> io::Result<Option<LeaderInfo>> {
     request(transport, addr, Call { group, rpc: Rpc::Leader }, ttl).await
+}
+
+/// Ask the node whose Raft RPC listens at `addr` for its [`NodeReport`].
+pub async fn request_report(transport: &Transport, addr: SocketAddr, ttl: Duration) -> io::Result<NodeReport> {
+    request(transport, addr, Call { group: 0, rpc: Rpc::Report }, ttl).await
+}
+
+/// Ask the leader of `group` at `addr` to hand its leadership to `to`
+/// ([`Rpc::Transfer`]), after a hello from `ident`; the outer error is the
+/// call's, the inner one the leader's refusal.
+pub async fn request_transfer(
+    transport: &Transport,
+    ident: &Ident,
+    (to_node, addr): (NodeId, SocketAddr),
+    group: u16,
+    to: NodeId,
+    ttl: Duration,
+) -> io::Result<Result<(), String>> {
+    let call = async {
+        let mut s = BufReader::new(transport.connect(addr).await?);
+        if let Err(why) = hello(&mut s, ident, to_node).await? {
+            return Err(io::Error::new(io::ErrorKind::PermissionDenied, why));
+        }
+        write_frame(&mut s, &encode(&Call { group, rpc: Rpc::Transfer(to) })?).await?;
+        match read_frame(&mut s).await? {
+            Some(reply) => decode(&reply),
+            None => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed")),
+        }
+    };
+    tokio::time::timeout(ttl, call)
+        .await
+        .unwrap_or_else(|_| Err(io::Error::new(io::ErrorKind::TimedOut, format!("no answer within {ttl:?}"))))
 }
 
 /// One call and its answer, on a connection of its own, within `ttl`.

@@ -85,6 +85,9 @@ pub struct StateMachine {
     retry: Mutex<Retry>,
     /// The log directory that keeps the snapshot file; `None`: in memory.
     dir: Option<PathBuf>,
+    /// The node's write-path meter, timing each entry's apply
+    /// (`write_path.rs`); unset in tests that build a machine alone.
+    meter: std::sync::OnceLock<Arc<crate::write_path::WritePath>>,
 }
 
 impl StateMachine {
@@ -114,6 +117,7 @@ impl StateMachine {
             snapshot_failures: AtomicU64::new(0),
             retry: Mutex::new(Retry::default()),
             dir,
+            meter: std::sync::OnceLock::new(),
         };
         if let (Some(meta), Some(dir)) = (loaded, &sm.dir) {
             let p = snapshot_file::path(dir);
@@ -122,6 +126,11 @@ impl StateMachine {
             *sm.snapshot.lock().expect("snapshot lock") = Some(Stored { meta, held: Held::File });
         }
         Ok(Arc::new(sm))
+    }
+
+    /// Time each applied entry into `meter` from now on.
+    pub(crate) fn metered(&self, meter: Arc<crate::write_path::WritePath>) {
+        let _ = self.meter.set(meter);
     }
 
     /// Replace this group's items in the store with a checked snapshot's
@@ -243,7 +252,10 @@ impl RaftStateMachine<TypeConfig> for Arc<StateMachine> {
     {
         let mut out = Vec::new();
         let mut applied = self.applied.lock().expect("state machine lock");
+        let meter = self.meter.get();
         for e in entries {
+            let started = std::time::Instant::now();
+            let timed = matches!(e.payload, EntryPayload::Normal(_));
             applied.last = Some(e.log_id);
             let ts = crate::timestamp(self.group, e.log_id.index, 0);
             let mut outcomes = Vec::new();
@@ -264,6 +276,9 @@ impl RaftStateMachine<TypeConfig> for Arc<StateMachine> {
                 EntryPayload::Membership(m) => applied.membership = StoredMembership::new(Some(e.log_id), m),
             }
             out.push(ApplyResult { ts, outcomes });
+            if let (true, Some(m)) = (timed, meter) {
+                m.record(recall_placement::Stage::Apply, started.elapsed());
+            }
         }
         Ok(out)
     }

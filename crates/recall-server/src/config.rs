@@ -243,6 +243,8 @@ impl ClusterSection {
             snapshot_entries: self.snapshot_entries,
             groups: self.groups,
             tls,
+            emulated_fsync_delay: self.placement()?.emulated_fsync_delay.unwrap_or_default(),
+            placement: self.placement()?.mode,
         }))
     }
 }

@@ -10,9 +10,9 @@
 //!   apart from the placement settings on purpose: placement must find a
 //!   slow node by measuring it, never by reading this.
 //!
-//! Both are parsed and checked at start; the cluster runtime that applies
-//! them (the planner on the node that runs placement, the delay in the log's
-//! flusher) is not wired yet: see docs/design/placement.md, "Not built yet".
+//! Both are parsed and checked at start. The delay goes to the log's
+//! flusher (`recall_raft::write_path`), and `cluster emulate-fsync-delay N`
+//! changes it at runtime.
 
 use std::time::Duration;
 
@@ -21,8 +21,9 @@ use recall_placement::PlacementMode;
 use super::{ClusterSection, ConfigError};
 
 /// The longest emulated fsync delay accepted: one second already makes a
-/// node a hundred times slower than an SSD; more is a typo.
-pub const EMULATED_FSYNC_DELAY_MAX_US: u64 = 1_000_000;
+/// node a hundred times slower than an SSD; more is a typo. The same bound
+/// as the admin command's.
+pub use recall_proto::cluster_admin::EMULATED_FSYNC_DELAY_MAX_US;
 
 /// The placement settings of one node, checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,4 +1,5 @@
-//! `recall cluster status | add-node | remove-node | move | transfer-leader`:
+//! `recall cluster status | add-node | remove-node | move | transfer-leader
+//! | emulate-fsync-delay`:
 //! a replicated cluster's membership, through the `cluster ...` admin
 //! commands (docs/compat.md) on any node; a node that does not lead the
 //! command's group forwards it to that group's leader. `move` and the
@@ -85,6 +86,18 @@ pub enum ClusterCmd {
         #[arg(long)]
         group: Option<u16>,
     },
+    /// Placement's operators in flight and recent, and its view of every
+    /// node (asked of the leader of group 0, where placement runs).
+    Placement,
+    /// EMULATION: make the node asked (not the cluster) add this many
+    /// microseconds to each of its log's fsyncs, as
+    /// --cluster-emulated-fsync-delay-us does at start; 0 ends it. For
+    /// experiments with unequal nodes on one machine; placement notices
+    /// only by measuring.
+    EmulateFsyncDelay {
+        /// Microseconds, at most 1000000.
+        us: u64,
+    },
 }
 
 /// A failure, as the message printed and the exit status.
@@ -133,7 +146,7 @@ impl Node<'_> {
             if l == "END" {
                 return Ok(lines);
             }
-            let one_line = lines.is_empty() && !l.starts_with("STATUS");
+            let one_line = lines.is_empty() && !l.starts_with("STATUS") && !l.starts_with("PLACEMENT");
             lines.push(l);
             if one_line {
                 return Ok(lines);
@@ -201,15 +214,38 @@ pub fn run(cmd: &ClusterCmd, addr: &str, connect: Duration, say: &dyn Fn(String)
             None => {
                 let groups = node.statuses()?.len();
                 if groups == 1 {
-                    return status(&node);
+                    status(&node)?;
+                } else {
+                    for g in 0..groups as u16 {
+                        (node.say)(format!("group {g}:"));
+                        status(&node.in_group(g))?;
+                    }
                 }
-                for g in 0..groups as u16 {
-                    (node.say)(format!("group {g}:"));
-                    status(&node.in_group(g))?;
+                // One line per node as placement sees it: id, measured
+                // speed, weight, leaders, replicas, bytes. A node that
+                // answers no placement view (an older one) shows none.
+                if let Ok(lines) = node.ask(&Admin::Placement) {
+                    if lines.first().is_some_and(|l| l.starts_with("PLACEMENT")) {
+                        (node.say)("nodes (as placement sees them):".into());
+                        for l in lines.iter().filter_map(|l| l.strip_prefix("NODE ")) {
+                            (node.say)(format!("  {l}"));
+                        }
+                    }
                 }
                 Ok(())
             }
         },
+        ClusterCmd::Placement => {
+            let lines = node.ask(&Admin::Placement)?;
+            match lines.first() {
+                Some(l) if l.starts_with("PLACEMENT") => {
+                    lines.iter().for_each(|l| (node.say)(l.clone()));
+                    Ok(())
+                }
+                Some(l) => Err(Failed(format!("{addr}: {l}"))),
+                None => Err(Failed(format!("{addr}: empty reply"))),
+            }
+        }
         ClusterCmd::AddNode { id, addr, wait, group } => {
             for_groups(&node, *group, "", |n| add_node(n, *id, addr, *wait).map(|()| true))
         }
@@ -240,6 +276,11 @@ pub fn run(cmd: &ClusterCmd, addr: &str, connect: Duration, say: &dyn Fn(String)
             });
             Ok(true)
         }),
+        ClusterCmd::EmulateFsyncDelay { us } => {
+            node.command(&Admin::EmulateFsyncDelay { us: *us })?;
+            (node.say)(format!("{addr}: emulated fsync delay {us} us (emulation)"));
+            Ok(())
+        }
     }
 }
 

@@ -1,0 +1,295 @@
+//! Placement's runtime (docs/design/placement.md): on the leader of group
+//! 0, once a second, gather every node's report ([`Rpc::Report`]: measured
+//! speed, memory, the groups it leads with their caught-up voters), build a
+//! [`ClusterView`], call the pure [`Planner`], feed its operators to the
+//! pure [`OperatorRuntime`] (rate limit, timeouts, fallback, one change
+//! per group), and execute the steps it asks for. Placement runs wherever
+//! group 0's leadership is, so it moves when that node dies; its state is
+//! rebuilt from reports on the new node (the design's "When the node
+//! running placement dies").
+//!
+//! The executor performs leader transfers (on the group's leader, over
+//! [`Rpc::Transfer`]). Replica moves are not wired to the membership code:
+//! every group has every node as a voter today, so the planner has no
+//! replica to move, and a move step it asked for would fail here with a
+//! reason, which the runtime handles as any failure (undo, avoid). Per
+//! group bytes and access counts are not reported yet (0), so the layout
+//! rules (Eq. 1, high-water) have nothing to act on.
+//!
+//! In `even` mode the component plans and shows (`cluster placement`) but
+//! executes nothing: the leaders stay where the start spread them, as
+//! before placement existed.
+//!
+//! [`Rpc::Report`]: crate::network::Rpc::Report
+//! [`Rpc::Transfer`]: crate::network::Rpc::Transfer
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use openraft::ServerState;
+use recall_placement::{
+    report, Action, ClusterView, Event, GroupView, NodeView, OperatorRuntime, PlacementMode, Planner, PlannerConfig,
+    RuntimeConfig, Step,
+};
+
+use crate::network::{self, LedGroup, NodeReport, Serving};
+use crate::{Group, NodeId};
+
+/// How often placement plans.
+const ROUND: Duration = Duration::from_secs(1);
+
+/// A voter at most this many entries behind its leader's last log index
+/// counts as caught up (may lead at once).
+const CAUGHT_UP_LAG: u64 = 64;
+
+/// What `cluster placement` and `stats` show, written by the loop.
+#[derive(Default)]
+pub struct Shown {
+    inner: Mutex<ShownInner>,
+}
+
+#[derive(Default)]
+struct ShownInner {
+    /// Whether this node runs placement now (it leads group 0).
+    active: bool,
+    nodes: Vec<String>,
+    operators: Vec<String>,
+    /// Operators started, finished, abandoned by this node's runtime.
+    counts: (u64, u64, u64),
+}
+
+impl Shown {
+    /// The `cluster placement` reply's lines (without `END`).
+    pub(crate) fn lines(&self, mode: PlacementMode) -> Vec<String> {
+        let s = self.inner.lock().expect("placement shown lock");
+        let mut out = vec![format!("PLACEMENT mode={mode} active={}", u8::from(s.active))];
+        out.extend(s.nodes.iter().map(|l| format!("NODE {l}")));
+        out.extend(s.operators.iter().map(|l| format!("OP {l}")));
+        out
+    }
+
+    pub(crate) fn counts(&self) -> (u64, u64, u64) {
+        self.inner.lock().expect("placement shown lock").counts
+    }
+}
+
+/// This node's report (answer to [`network::Rpc::Report`]).
+pub(crate) fn report(serving: &Serving) -> NodeReport {
+    let store = &serving.engine.store;
+    let led = serving
+        .groups
+        .iter()
+        .enumerate()
+        .filter_map(|(g, raft)| led_group(g as u16, &raft.metrics().borrow()))
+        .collect();
+    NodeReport {
+        id: serving.ident.me,
+        speed: serving.write_path.speed(),
+        mem_used: store.mem_used() as u64,
+        mem_limit: store.mem_limit() as u64,
+        led,
+    }
+}
+
+/// A group's members as its leader sees them; `None` unless `m` leads.
+fn led_group(group: u16, m: &openraft::RaftMetrics<NodeId, openraft::BasicNode>) -> Option<LedGroup> {
+    if m.state != ServerState::Leader {
+        return None;
+    }
+    let last = m.last_log_index.unwrap_or(0);
+    let membership = m.membership_config.membership();
+    let replication = m.replication.as_ref();
+    let voters = membership
+        .voter_ids()
+        .map(|v| {
+            let matched = if v == m.id {
+                Some(last)
+            } else {
+                replication.and_then(|r| r.get(&v).copied().flatten()).map(|l| l.index)
+            };
+            (v, matched.is_some_and(|i| i + CAUGHT_UP_LAG >= last))
+        })
+        .collect();
+    Some(LedGroup { group, voters, learners: membership.learner_ids().collect() })
+}
+
+/// Build the planner's view from the reports that came (`ids`: every
+/// member known; one that did not answer is in the view unmeasured, so
+/// it is given nothing).
+fn view(ids: &[NodeId], reports: &BTreeMap<NodeId, NodeReport>, groups: usize) -> ClusterView {
+    let mut v = ClusterView::new();
+    for id in ids {
+        let n = match reports.get(id) {
+            Some(r) => {
+                let n = NodeView::new(*id, r.mem_used, r.mem_limit);
+                match r.speed {
+                    Some(s) => n.with_speed(s),
+                    None => n,
+                }
+            }
+            None => NodeView::new(*id, 0, 0),
+        };
+        v = v.with_node(n);
+    }
+    for g in 0..groups {
+        let led = reports.values().find_map(|r| r.led.iter().find(|l| usize::from(l.group) == g).map(|l| (r.id, l)));
+        // Bytes and accesses per group are not reported yet (module note).
+        let mut gv = GroupView::new(g, 0, 0);
+        if let Some((leader, l)) = led {
+            for (node, caught_up) in &l.voters {
+                gv = gv.voter(*node, *caught_up);
+            }
+            for node in &l.learners {
+                gv = gv.learner(*node);
+            }
+            gv = gv.led_by(leader);
+        }
+        v = v.with_group(gv);
+    }
+    v
+}
+
+/// The loop's inputs.
+pub(crate) struct Ctx {
+    pub groups: Vec<Weak<Group>>,
+    pub serving: Arc<Serving>,
+    pub shown: Arc<Shown>,
+    pub mode: PlacementMode,
+}
+
+/// Run placement while the node lives (its groups upgrade).
+pub(crate) async fn run(ctx: Ctx) {
+    let origin = Instant::now();
+    let new_runtime = || OperatorRuntime::new(RuntimeConfig::default());
+    let new_planner = || Planner::new(PlannerConfig { mode: ctx.mode, ..Default::default() });
+    let (mut planner, mut runtime) = (new_planner(), new_runtime());
+    let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel::<Event>();
+    let mut active = false;
+    let mut tick = tokio::time::interval(ROUND);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(g0) = ctx.groups.first().and_then(Weak::upgrade) else { return };
+        let m0 = g0.raft.metrics().borrow().clone();
+        if m0.state != ServerState::Leader {
+            if active {
+                tracing::info!("placement: this node no longer leads group 0; stopping here");
+                // A new leader of group 0 starts afresh (module note).
+                (planner, runtime, active) = (new_planner(), new_runtime(), false);
+                ctx.shown.inner.lock().expect("placement shown lock").active = false;
+            }
+            continue;
+        }
+        if !active {
+            tracing::info!(mode = %ctx.mode, "placement: this node leads group 0; placement runs here");
+            active = true;
+        }
+        let now = origin.elapsed();
+        // Every member of any group, and a Raft address for each.
+        let mut addrs: BTreeMap<NodeId, std::net::SocketAddr> = BTreeMap::new();
+        for g in ctx.groups.iter().filter_map(Weak::upgrade) {
+            let m = g.raft.metrics().borrow().clone();
+            for id in m.membership_config.membership().nodes().map(|(id, _)| *id) {
+                if let Some(a) = crate::membership::raft_addr_of(&m, id) {
+                    addrs.entry(id).or_insert(a);
+                }
+            }
+        }
+        let me = ctx.serving.ident.me;
+        let mut reports = BTreeMap::new();
+        reports.insert(me, report(&ctx.serving));
+        let mut asks = tokio::task::JoinSet::new();
+        for (id, addr) in addrs.iter().filter(|(id, _)| **id != me) {
+            let (id, addr, transport) = (*id, *addr, ctx.serving.transport.clone());
+            asks.spawn(async move { (id, network::request_report(&transport, addr, ROUND).await) });
+        }
+        while let Some(r) = asks.join_next().await {
+            if let Ok((id, Ok(rep))) = r {
+                if rep.id == id {
+                    reports.insert(id, rep);
+                }
+            }
+        }
+        let ids: Vec<NodeId> = addrs
+            .keys()
+            .copied()
+            .chain(std::iter::once(me))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let view = view(&ids, &reports, ctx.groups.len());
+        let annotated = runtime.annotate(now, view.clone());
+        let plan = planner.plan(&annotated);
+        let mut actions = Vec::new();
+        while let Ok(ev) = events.try_recv() {
+            actions.extend(runtime.on_event(now, ev));
+        }
+        actions.extend(runtime.tick(now));
+        if ctx.mode != PlacementMode::Even {
+            for op in plan.operators() {
+                tracing::info!(operator = %op, "placement: operator planned");
+            }
+            actions.extend(runtime.submit(now, plan.operators().iter().cloned()));
+        }
+        for a in actions {
+            match a {
+                Action::Execute { op, group, step } => {
+                    tracing::info!(op = op.0, group, %step, "placement: step");
+                    let leader = view.group(group).and_then(|g| g.leader());
+                    let done = events_tx.clone();
+                    let exec = Exec {
+                        groups: ctx.groups.clone(),
+                        serving: ctx.serving.clone(),
+                        addr: leader.and_then(|l| addrs.get(&l).copied()),
+                    };
+                    tokio::spawn(async move {
+                        let r = exec.step(group, leader, step).await;
+                        let _ = done.send(match r {
+                            Ok(()) => Event::Done(op),
+                            Err(why) => Event::Failed(op, why),
+                        });
+                    });
+                }
+                Action::Finished { op, group } => tracing::info!(op = op.0, group, "placement: operator finished"),
+                Action::Abandoned { op, group, step, why, undone } => {
+                    tracing::warn!(op = op.0, group, %step, ?why, undone, "placement: operator abandoned")
+                }
+                Action::Deferred { group, why } => tracing::debug!(group, ?why, "placement: operator deferred"),
+            }
+        }
+        let mut s = ctx.shown.inner.lock().expect("placement shown lock");
+        s.active = true;
+        s.nodes = report::node_lines(&view, plan.weights());
+        s.operators = report::operator_lines(&runtime);
+        s.counts = runtime.counts();
+    }
+}
+
+/// What one step needs to run.
+struct Exec {
+    groups: Vec<Weak<Group>>,
+    serving: Arc<Serving>,
+    /// The group's leader's Raft address.
+    addr: Option<std::net::SocketAddr>,
+}
+
+impl Exec {
+    async fn step(&self, group: usize, leader: Option<NodeId>, step: Step) -> Result<(), String> {
+        let Step::TransferLeader(to) = step else {
+            return Err(format!("{step}: replica moves are not wired to the membership code yet"));
+        };
+        let leader = leader.ok_or("the group has no leader")?;
+        if leader == self.serving.ident.me {
+            let g = self.groups.get(group).and_then(Weak::upgrade).ok_or("the node is stopping")?;
+            return g.transfer_for_placement(to).await;
+        }
+        let addr = self.addr.ok_or("no Raft address for the group's leader")?;
+        let ttl = Duration::from_secs(10);
+        let s = &self.serving;
+        match network::request_transfer(&s.transport, &s.ident, (leader, addr), group as u16, to, ttl).await {
+            Ok(r) => r,
+            Err(e) => Err(format!("asking node {leader}: {e}")),
+        }
+    }
+}
