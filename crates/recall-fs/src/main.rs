@@ -179,7 +179,7 @@ fn run(args: Args) -> Result<(), String> {
     // A signal, or the session ending (unmounted from outside).
     let _ = rx.recv();
     // Unmount lazily (fuser's own unmount is refused while a file is open,
-    // and the process used to exit anyway, dropping the open files'
+    // and exiting anyway would drop the open files'
     // buffered writes): the mount point is free at once, files still open
     // go on working, and the session ends once the last of them is closed,
     // its buffered writes then in the backing directory. A second signal

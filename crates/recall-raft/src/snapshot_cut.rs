@@ -3,9 +3,9 @@
 //! the items that effects after the cut changed read from what they held
 //! at the cut.
 //!
-//! Building a snapshot used to hold the state machine's lock for the whole
-//! walk of the store (and, on the node's one Raft thread, stop every group
-//! for the encode and the file's fsync). Here the builder holds that lock
+//! Holding the state machine's lock for the whole walk of the store would
+//! stall writes (and, on the node's one Raft thread, stop every group for
+//! the encode and the file's fsync). Here the builder holds that lock
 //! only to fix the cut (the last applied entry) and attach a [`Cut`]; the
 //! walk runs on a blocking thread. Meanwhile:
 //!

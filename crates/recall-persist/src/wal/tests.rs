@@ -69,7 +69,7 @@ fn append_sync_replay_and_torn_tail() {
     fs::remove_dir_all(&dir).ok();
 }
 
-/// Issue 16, item 1: one bit flipped in a record in the middle of the
+/// One bit flipped in a record in the middle of the
 /// newest segment must stop replay, not silently drop the records after it.
 #[test]
 fn a_bit_flip_mid_segment_is_an_error_not_a_shorter_log() {
