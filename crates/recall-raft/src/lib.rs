@@ -23,7 +23,8 @@
 //!   several groups finding that group's leader;
 //! * `propose.rs`: group commit, the effects of many writes in one entry;
 //! * `read.rs`: read barriers (a leader lease, or one shared ReadIndex
-//!   round);
+//!   round), and `follower_read.rs`: a follower's reads, with a read index
+//!   asked of the leader;
 //! * `group.rs`: one group on this node, and how it answers the engine;
 //! * this file: the type configuration, starting a node and its groups,
 //!   and the bridge from the engine's threads to a key's group.
@@ -31,6 +32,7 @@
 //! Layout, guarantees and what is not done yet:
 //! docs/design/replication.md.
 
+mod follower_read;
 mod gate;
 mod group;
 pub mod incarnation;
@@ -366,6 +368,9 @@ impl Node {
             opened.push((id, raft.map_err(|e| io::Error::other(format!("raft group {g}: {e}")))?, log));
         }
         let rafts: Arc<Vec<Raft>> = Arc::new(opened.iter().map(|(_, r, _)| r.clone()).collect());
+        // Filled once the groups below are assembled (a follower's read
+        // index before that is answered "no leader known").
+        let leaders: Arc<std::sync::OnceLock<Vec<Arc<Group>>>> = Default::default();
         rt.block_on(async {
             let listener = tokio::net::TcpListener::bind(listen)
                 .await
@@ -377,6 +382,7 @@ impl Node {
                 ident: ident.clone(),
                 configured: cfg.peers.keys().copied().filter(|id| *id != cfg.node_id).collect(),
                 transport: transport.clone(),
+                leaders: leaders.clone(),
             });
             tokio::spawn(network::serve(listener, serving.clone()));
             if incarnation != incarnation::DURABLE {
@@ -415,13 +421,23 @@ impl Node {
         let handle = rt.handle().clone();
         let groups: Vec<Arc<Group>> = opened
             .into_iter()
-            .map(|(id, raft, log)| {
+            .zip(machines.iter().cloned())
+            .map(|((id, raft, log), machine)| {
                 Arc::new_cyclic(|me: &std::sync::Weak<Group>| {
                     let me = me.clone();
                     let not_leader: read::NotLeader =
                         Arc::new(move |l| me.upgrade().map_or(Refusal::NotLeader(NO_LEADER), |n| n.not_leader(l)));
                     Group {
                         id,
+                        follower_reads: follower_read::FollowerReads::new(
+                            raft.clone(),
+                            handle.clone(),
+                            id.id,
+                            cfg.timeout,
+                            not_leader.clone(),
+                            transport.clone(),
+                        ),
+                        machine,
                         proposer: propose::Proposer::new(raft.clone(), handle.clone(), not_leader.clone(), id),
                         read_barrier: read::Reads::new(
                             raft.clone(),
@@ -445,6 +461,7 @@ impl Node {
                 })
             })
             .collect();
+        let _ = leaders.set(groups.clone());
         if cfg.bootstrap && groups.len() > 1 {
             // Spread the leaders: group g's on the g-th member (mod their
             // number), by handing over from whoever won its first election.
@@ -600,6 +617,13 @@ impl Replicator for Node {
         lines.push(("cluster_tls", u8::from(self.transport.is_tls()).to_string()));
         lines.push(("cluster_peer_refused", self.transport.refused().to_string()));
         lines.extend(self.times.stats());
+        // Reads served here while another node led (`follower_read.rs`),
+        // and the read-index rounds that served them (summed over the
+        // groups): reads per round shows the batching.
+        let (rounds, reads) =
+            self.groups.iter().map(|g| g.follower_reads.counts()).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        lines.push(("cluster_follower_read_rounds", rounds.to_string()));
+        lines.push(("cluster_follower_reads", reads.to_string()));
         // The logs on disk: fsyncs against entries written show group
         // commit at work (summed over the groups).
         let counts = self.groups.iter().filter_map(|g| g.log.disk_counts());

@@ -83,6 +83,13 @@ pub enum Rpc {
     /// hears from it again, `membership.rs`). Answered with
     /// `Option<LeaderInfo>`.
     Leader,
+    /// A read index for a follower's reads (`follower_read.rs`): the
+    /// receiver, if it leads the group, passes its read barrier (its lease,
+    /// or a shared ReadIndex round) and answers the index its state machine
+    /// had applied then, as a [`ReadIndexAnswer`]. Like [`Rpc::Leader`] it
+    /// needs no hello: an index is no secret, and it changes nothing. A
+    /// follower keeps one connection per group for these calls.
+    ReadIndex,
     /// The first call of every other connection: who calls, and what it
     /// knows of the callee (`incarnation.rs`). Answered with a
     /// [`Greeting`]; a refused hello closes the connection.
@@ -101,6 +108,19 @@ pub struct LeaderInfo {
     /// least as new as the asker's own can tell it it was removed (a peer
     /// that lags may not have seen it join; `removed::removed_by`).
     pub membership: Option<openraft::LogId<NodeId>>,
+}
+
+/// The answer to [`Rpc::ReadIndex`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReadIndexAnswer {
+    /// Every write acknowledged before the call arrived is at or below
+    /// this index of the group's log.
+    Index(u64),
+    /// The receiver does not lead the group; who does, as it knows.
+    NotLeader(Option<NodeId>),
+    /// The barrier failed (no quorum, timed out, shutting down): the
+    /// reply line the receiver's own client would have had.
+    Refused(String),
 }
 
 /// Read one frame's body. `Ok(None)` is a clean end of stream before a
@@ -189,6 +209,9 @@ pub struct Serving {
     pub configured: BTreeSet<NodeId>,
     /// Plain TCP or mutual TLS, both ways (`transport.rs`).
     pub transport: Arc<Transport>,
+    /// The groups as the engine sees them, once assembled: a
+    /// [`Rpc::ReadIndex`] passes the leader's read barrier.
+    pub(crate) leaders: Arc<std::sync::OnceLock<Vec<Arc<crate::group::Group>>>>,
 }
 
 impl Serving {
@@ -275,6 +298,14 @@ async fn serve_conn(sock: Stream, serving: &Serving) -> io::Result<()> {
             }
             Rpc::Elect => encode(&crate::membership::elect_now(raft).await)?,
             Rpc::Leader => encode(&crate::removed::leader_info(raft))?,
+            Rpc::ReadIndex => {
+                let answer = match serving.leaders.get().and_then(|g| g.get(usize::from(call.group))) {
+                    Some(group) => group.read_index_for_follower().await,
+                    // Still starting: the groups are not assembled yet.
+                    None => ReadIndexAnswer::NotLeader(None),
+                };
+                encode(&answer)?
+            }
             Rpc::Flush => {
                 // Proposed under the engine's stripes (held only while it
                 // proposes) and awaited here: the runtime commits it.
@@ -422,17 +453,48 @@ async fn request<T: DeserializeOwned>(
     call: Call,
     ttl: Duration,
 ) -> io::Result<T> {
-    let call = async {
-        let mut s = BufReader::new(transport.connect(addr).await?);
-        write_frame(&mut s, &encode(&call)?).await?;
-        match read_frame(&mut s).await? {
-            Some(reply) => decode(&reply),
-            None => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed")),
-        }
-    };
-    tokio::time::timeout(ttl, call)
-        .await
-        .unwrap_or_else(|_| Err(io::Error::new(io::ErrorKind::TimedOut, format!("no answer within {ttl:?}"))))
+    Line::default().call(transport, addr, &call, ttl).await
+}
+
+/// One connection kept for a kind of call asked again and again of one
+/// node (a follower's [`Rpc::ReadIndex`]), dialled on first use and again
+/// after any failure. One call at a time: the caller holds the line.
+#[derive(Default)]
+pub(crate) struct Line {
+    conn: Option<(SocketAddr, BufReader<Stream>)>,
+}
+
+impl Line {
+    /// `call` to `addr` and its answer, within `ttl`. The connection is
+    /// given back only after a whole answer: a call cut off half-way (an
+    /// error, the timeout) drops it, so no late reply is read as the
+    /// next call's.
+    pub(crate) async fn call<T: DeserializeOwned>(
+        &mut self,
+        transport: &Transport,
+        addr: SocketAddr,
+        call: &Call,
+        ttl: Duration,
+    ) -> io::Result<T> {
+        let body = encode(call)?;
+        let kept = self.conn.take().filter(|(a, _)| *a == addr).map(|(_, s)| s);
+        let exchange = async move {
+            let mut s = match kept {
+                Some(s) => s,
+                None => BufReader::new(transport.connect(addr).await?),
+            };
+            write_frame(&mut s, &body).await?;
+            match read_frame(&mut s).await? {
+                Some(reply) => Ok((decode(&reply)?, s)),
+                None => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed")),
+            }
+        };
+        let (answer, s) = tokio::time::timeout(ttl, exchange)
+            .await
+            .unwrap_or_else(|_| Err(io::Error::new(io::ErrorKind::TimedOut, format!("no answer within {ttl:?}"))))?;
+        self.conn = Some((addr, s));
+        Ok(answer)
+    }
 }
 
 /// Round trips of successful AppendEntries calls, heartbeats (no entries)
@@ -853,6 +915,11 @@ mod tests {
         round_trip(call(7, Rpc::Elect));
         round_trip(call(3, Rpc::Flush));
         round_trip(call(3, Rpc::Leader));
+        round_trip(call(2, Rpc::ReadIndex));
+        round_trip(ReadIndexAnswer::Index(u64::MAX));
+        round_trip(ReadIndexAnswer::NotLeader(Some(3)));
+        round_trip(ReadIndexAnswer::NotLeader(None));
+        round_trip(ReadIndexAnswer::Refused("SERVER_ERROR cluster has no quorum".into()));
         round_trip(Some(LeaderInfo {
             id: 4,
             addr: "127.0.0.4:1/h:2".into(),
