@@ -163,6 +163,9 @@ impl Group {
                     _ => self.read_index(),
                 }
             }
+            // The leader's barrier, which refuses on a follower with the
+            // line naming the leader: the read is forwarded there.
+            ReadMode::Leader => self.read_index(),
             // Opted in: the local store as it is, on any node.
             ReadMode::Stale => Ready::Now,
         }
@@ -314,7 +317,7 @@ impl Group {
             // The newest snapshot, and the log purged up to it.
             ("cluster_snapshot_index", m.snapshot.map_or(0, |l| l.index).to_string()),
             ("cluster_log_purged_index", m.purged.map_or(0, |l| l.index).to_string()),
-            ("cluster_read", if self.reads == ReadMode::Stale { "stale" } else { "linearizable" }.to_string()),
+            ("cluster_read", self.reads.name().to_string()),
         ]
     }
 

@@ -230,15 +230,32 @@ pub const SNAPSHOT_ENTRIES: u64 = 5000;
 /// How a node serves plain reads (get, gets, mg without touch, ...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ReadMode {
-    /// On the leader, after a ReadIndex (openraft's `ensure_linearizable`);
-    /// a follower forwards them. Linearizable.
+    /// On the leader after its read barrier (a lease or a ReadIndex
+    /// round), on a follower after a read index asked of the leader and
+    /// its own apply up to it (`follower_read.rs`). Linearizable.
     #[default]
     Linearizable,
+    /// On the leader only, as `Linearizable` there; a follower forwards
+    /// plain reads to the leader like writes (for followers whose Raft
+    /// port round trip to the leader costs more than a client hop, and to
+    /// test the forward path with reads). Linearizable.
+    Leader,
     /// From this node's store as it is, leader or follower, without a
     /// barrier: the state of some prefix of the log this node applied,
     /// possibly stale by any amount (a partitioned follower's forever).
     /// Not linearizable; docs/design/replication.md has the exact terms.
     Stale,
+}
+
+impl ReadMode {
+    /// Its name in `--cluster-read`, `[cluster] read` and `stats`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReadMode::Linearizable => "linearizable",
+            ReadMode::Leader => "leader",
+            ReadMode::Stale => "stale",
+        }
+    }
 }
 
 /// A running node: its groups, and the runtime their Rafts and the RPC

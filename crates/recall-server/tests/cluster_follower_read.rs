@@ -38,7 +38,8 @@ fn a_follower_reads_every_write_acknowledged_before_its_read() {
     for i in 0..N {
         let v = i.to_string();
         write!(w, "set k 0 0 {}\r\n{v}\r\nget k\r\n", v.len()).expect("send");
-        for want in ["STORED\r\n".to_string(), format!("VALUE k 0 {}\r\n", v.len()), format!("{v}\r\n"), "END\r\n".into()]
+        for want in
+            ["STORED\r\n".to_string(), format!("VALUE k 0 {}\r\n", v.len()), format!("{v}\r\n"), "END\r\n".into()]
         {
             line.clear();
             r.read_line(&mut line).expect("a reply line");
