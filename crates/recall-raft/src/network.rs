@@ -83,17 +83,18 @@ pub enum Rpc {
     /// hears from it again, `membership.rs`). Answered with
     /// `Option<LeaderInfo>`.
     Leader,
+    /// The first call of every other connection: who calls, and what it
+    /// knows of the callee (`incarnation.rs`). Answered with a
+    /// [`Greeting`]; a refused hello closes the connection.
+    Hello(Hello),
     /// A read index for a follower's reads (`follower_read.rs`): the
     /// receiver, if it leads the group, passes its read barrier (its lease,
     /// or a shared ReadIndex round) and answers the index its state machine
     /// had applied then, as a [`ReadIndexAnswer`]. Like [`Rpc::Leader`] it
     /// needs no hello: an index is no secret, and it changes nothing. A
-    /// follower keeps one connection per group for these calls.
+    /// follower keeps one connection per group for these calls. Last, so
+    /// the variants before it keep their wire tags.
     ReadIndex,
-    /// The first call of every other connection: who calls, and what it
-    /// knows of the callee (`incarnation.rs`). Answered with a
-    /// [`Greeting`]; a refused hello closes the connection.
-    Hello(Hello),
 }
 
 /// A group's leader as a node knows it ([`Rpc::Leader`]'s answer).
@@ -868,6 +869,8 @@ mod tests {
         want.extend_from_slice(&[1, 0]);
         assert_eq!(encode(&Call { group: 0, rpc: Rpc::Hello(hello) }).unwrap(), want);
         assert_eq!(encode(&Call { group: 300, rpc: Rpc::Elect }).unwrap(), [251, 0x2c, 0x01, 3]);
+        // Added after the hello: the calls before it keep their tags.
+        assert_eq!(encode(&Call { group: 1, rpc: Rpc::ReadIndex }).unwrap(), [1, 7]);
         let refused: Greeting = Err(crate::incarnation::Refused { stale: 2, why: "node 2 ran before".into() });
         assert_eq!(encode(&refused).unwrap(), [&[1, 2, 17][..], b"node 2 ran before"].concat());
     }
