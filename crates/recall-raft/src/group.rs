@@ -32,6 +32,11 @@ pub(crate) struct Group {
     pub(crate) proposer: Arc<propose::Proposer>,
     /// Linearizable reads: a lease, or one shared ReadIndex round.
     pub(crate) read_barrier: Arc<read::Reads>,
+    /// Linearizable reads while another node leads: a read index from it
+    /// (`follower_read.rs`).
+    pub(crate) follower_reads: Arc<follower_read::FollowerReads>,
+    /// What this node has applied (the index a follower's read waits for).
+    pub(crate) machine: Arc<state_machine::StateMachine>,
     /// The Raft port's connections (plain or mutual TLS), for this
     /// group's own calls (`Flush`, `Elect`, `Leader`).
     pub(crate) transport: Arc<crate::transport::Transport>,
@@ -142,10 +147,48 @@ impl Group {
             return Ready::Refused(self.not_leader(None));
         }
         match self.reads {
-            ReadMode::Linearizable => self.read_index(),
+            ReadMode::Linearizable => {
+                let (me, leads, leader) = {
+                    let m = self.raft.metrics();
+                    let m = m.borrow();
+                    (m.id, m.state == ServerState::Leader, m.current_leader)
+                };
+                match leader {
+                    // Another node leads: a read index from it, then the
+                    // local store (docs/design/replication.md, "Reads").
+                    Some(l) if l != me && !leads => self.follower_reads.barrier(),
+                    // This node leads, or nobody is known to: the leader's
+                    // barrier, which refuses with the line naming the
+                    // leader (or none) if this node does not lead.
+                    _ => self.read_index(),
+                }
+            }
+            // The leader's barrier, which refuses on a follower with the
+            // line naming the leader: the read is forwarded there.
+            ReadMode::Leader => self.read_index(),
             // Opted in: the local store as it is, on any node.
             ReadMode::Stale => Ready::Now,
         }
+    }
+
+    /// A follower's [`network::Rpc::ReadIndex`], at this node: if it leads
+    /// the group, its read barrier (whatever this node's own read mode),
+    /// then the index its state machine had applied.
+    pub(crate) async fn read_index_for_follower(&self) -> network::ReadIndexAnswer {
+        let (leads, leader) = {
+            let m = self.raft.metrics();
+            let m = m.borrow();
+            (m.state == ServerState::Leader, m.current_leader)
+        };
+        if !leads {
+            return network::ReadIndexAnswer::NotLeader(leader);
+        }
+        let passed = match self.read_index() {
+            Ready::Now => Ok(()),
+            Ready::Refused(r) => Err(r),
+            Ready::Later(t) => t.await.unwrap_or(Err(Refusal::Replication(SHUT_DOWN))),
+        };
+        follower_read::answer(passed, || self.machine.applied_index(), self.leader())
     }
 
     pub(crate) fn write_barrier(&self) -> Ready {
@@ -274,7 +317,7 @@ impl Group {
             // The newest snapshot, and the log purged up to it.
             ("cluster_snapshot_index", m.snapshot.map_or(0, |l| l.index).to_string()),
             ("cluster_log_purged_index", m.purged.map_or(0, |l| l.index).to_string()),
-            ("cluster_read", if self.reads == ReadMode::Stale { "stale" } else { "linearizable" }.to_string()),
+            ("cluster_read", self.reads.name().to_string()),
         ]
     }
 

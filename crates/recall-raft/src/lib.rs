@@ -23,7 +23,8 @@
 //!   several groups finding that group's leader;
 //! * `propose.rs`: group commit, the effects of many writes in one entry;
 //! * `read.rs`: read barriers (a leader lease, or one shared ReadIndex
-//!   round);
+//!   round), and `follower_read.rs`: a follower's reads, with a read index
+//!   asked of the leader;
 //! * `group.rs`: one group on this node, and how it answers the engine;
 //! * this file: the type configuration, starting a node and its groups,
 //!   and the bridge from the engine's threads to a key's group.
@@ -31,6 +32,7 @@
 //! Layout, guarantees and what is not done yet:
 //! docs/design/replication.md.
 
+mod follower_read;
 mod gate;
 mod group;
 pub mod incarnation;
@@ -235,15 +237,32 @@ pub const SNAPSHOT_ENTRIES: u64 = 5000;
 /// How a node serves plain reads (get, gets, mg without touch, ...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ReadMode {
-    /// On the leader, after a ReadIndex (openraft's `ensure_linearizable`);
-    /// a follower forwards them. Linearizable.
+    /// On the leader after its read barrier (a lease or a ReadIndex
+    /// round), on a follower after a read index asked of the leader and
+    /// its own apply up to it (`follower_read.rs`). Linearizable.
     #[default]
     Linearizable,
+    /// On the leader only, as `Linearizable` there; a follower forwards
+    /// plain reads to the leader like writes (for followers whose Raft
+    /// port round trip to the leader costs more than a client hop, and to
+    /// test the forward path with reads). Linearizable.
+    Leader,
     /// From this node's store as it is, leader or follower, without a
     /// barrier: the state of some prefix of the log this node applied,
     /// possibly stale by any amount (a partitioned follower's forever).
     /// Not linearizable; docs/design/replication.md has the exact terms.
     Stale,
+}
+
+impl ReadMode {
+    /// Its name in `--cluster-read`, `[cluster] read` and `stats`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReadMode::Linearizable => "linearizable",
+            ReadMode::Leader => "leader",
+            ReadMode::Stale => "stale",
+        }
+    }
 }
 
 /// A running node: its groups, and the runtime their Rafts and the RPC
@@ -384,6 +403,9 @@ impl Node {
             opened.push((id, raft.map_err(|e| io::Error::other(format!("raft group {g}: {e}")))?, log));
         }
         let rafts: Arc<Vec<Raft>> = Arc::new(opened.iter().map(|(_, r, _)| r.clone()).collect());
+        // Filled once the groups below are assembled (a follower's read
+        // index before that is answered "no leader known").
+        let leaders: Arc<std::sync::OnceLock<Vec<Arc<Group>>>> = Default::default();
         let serving = rt.block_on(async {
             let listener = tokio::net::TcpListener::bind(listen)
                 .await
@@ -397,6 +419,7 @@ impl Node {
                 transport: transport.clone(),
                 write_path: write_path.clone(),
                 full: Default::default(),
+                leaders: leaders.clone(),
             });
             tokio::spawn(network::serve(listener, serving.clone()));
             if incarnation != incarnation::DURABLE {
@@ -435,13 +458,23 @@ impl Node {
         let handle = rt.handle().clone();
         let groups: Vec<Arc<Group>> = opened
             .into_iter()
-            .map(|(id, raft, log)| {
+            .zip(machines.iter().cloned())
+            .map(|((id, raft, log), machine)| {
                 Arc::new_cyclic(|me: &std::sync::Weak<Group>| {
                     let me = me.clone();
                     let not_leader: read::NotLeader =
                         Arc::new(move |l| me.upgrade().map_or(Refusal::NotLeader(NO_LEADER), |n| n.not_leader(l)));
                     Group {
                         id,
+                        follower_reads: follower_read::FollowerReads::new(
+                            raft.clone(),
+                            handle.clone(),
+                            id.id,
+                            cfg.timeout,
+                            not_leader.clone(),
+                            transport.clone(),
+                        ),
+                        machine,
                         proposer: propose::Proposer::new(raft.clone(), handle.clone(), not_leader.clone(), id),
                         read_barrier: read::Reads::new(
                             raft.clone(),
@@ -465,6 +498,7 @@ impl Node {
                 })
             })
             .collect();
+        let _ = leaders.set(groups.clone());
         if cfg.bootstrap && groups.len() > 1 {
             // Spread the leaders: group g's on the g-th member (mod their
             // number), by handing over from whoever won its first election.
@@ -662,6 +696,13 @@ impl Replicator for Node {
         lines.push(("cluster_placement_operators", started.to_string()));
         lines.push(("cluster_placement_operators_finished", finished.to_string()));
         lines.push(("cluster_placement_operators_abandoned", abandoned.to_string()));
+        // Reads served here while another node led (`follower_read.rs`),
+        // and the read-index rounds that served them (summed over the
+        // groups): reads per round shows the batching.
+        let (rounds, reads) =
+            self.groups.iter().map(|g| g.follower_reads.counts()).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        lines.push(("cluster_follower_read_rounds", rounds.to_string()));
+        lines.push(("cluster_follower_reads", reads.to_string()));
         // The logs on disk: fsyncs against entries written show group
         // commit at work (summed over the groups).
         let counts = self.groups.iter().filter_map(|g| g.log.disk_counts());

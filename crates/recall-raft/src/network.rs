@@ -98,6 +98,14 @@ pub enum Rpc {
     /// `cluster transfer-leader`). Answered with `Result<(), String>`;
     /// needs a hello, as a change of the group does.
     Transfer(NodeId),
+    /// A read index for a follower's reads (`follower_read.rs`): the
+    /// receiver, if it leads the group, passes its read barrier (its lease,
+    /// or a shared ReadIndex round) and answers the index its state machine
+    /// had applied then, as a [`ReadIndexAnswer`]. Like [`Rpc::Leader`] it
+    /// needs no hello: an index is no secret, and it changes nothing. A
+    /// follower keeps one connection per group for these calls. Last, so
+    /// the variants before it keep their wire tags.
+    ReadIndex,
 }
 
 /// One node as it reports itself to placement ([`Rpc::Report`]).
@@ -135,6 +143,19 @@ pub struct LeaderInfo {
     /// least as new as the asker's own can tell it it was removed (a peer
     /// that lags may not have seen it join; `removed::removed_by`).
     pub membership: Option<openraft::LogId<NodeId>>,
+}
+
+/// The answer to [`Rpc::ReadIndex`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReadIndexAnswer {
+    /// Every write acknowledged before the call arrived is at or below
+    /// this index of the group's log.
+    Index(u64),
+    /// The receiver does not lead the group; who does, as it knows.
+    NotLeader(Option<NodeId>),
+    /// The barrier failed (no quorum, timed out, shutting down): the
+    /// reply line the receiver's own client would have had.
+    Refused(String),
 }
 
 /// Read one frame's body. `Ok(None)` is a clean end of stream before a
@@ -227,6 +248,9 @@ pub struct Serving {
     pub write_path: Arc<crate::write_path::WritePath>,
     /// The node's groups, set once they are built, for [`Rpc::Transfer`].
     pub(crate) full: std::sync::OnceLock<Vec<std::sync::Weak<crate::group::Group>>>,
+    /// The groups as the engine sees them, once assembled: a
+    /// [`Rpc::ReadIndex`] passes the leader's read barrier.
+    pub(crate) leaders: Arc<std::sync::OnceLock<Vec<Arc<crate::group::Group>>>>,
 }
 
 impl Serving {
@@ -314,6 +338,14 @@ async fn serve_conn(sock: Stream, serving: &Serving) -> io::Result<()> {
             Rpc::Elect => encode(&crate::membership::elect_now(raft).await)?,
             Rpc::Leader => encode(&crate::removed::leader_info(raft))?,
             Rpc::Report => encode(&crate::placement::report(serving))?,
+            Rpc::ReadIndex => {
+                let answer = match serving.leaders.get().and_then(|g| g.get(usize::from(call.group))) {
+                    Some(group) => group.read_index_for_follower().await,
+                    // Still starting: the groups are not assembled yet.
+                    None => ReadIndexAnswer::NotLeader(None),
+                };
+                encode(&answer)?
+            }
             Rpc::Flush => {
                 // Proposed under the engine's stripes (held only while it
                 // proposes) and awaited here: the runtime commits it.
@@ -501,17 +533,48 @@ async fn request<T: DeserializeOwned>(
     call: Call,
     ttl: Duration,
 ) -> io::Result<T> {
-    let call = async {
-        let mut s = BufReader::new(transport.connect(addr).await?);
-        write_frame(&mut s, &encode(&call)?).await?;
-        match read_frame(&mut s).await? {
-            Some(reply) => decode(&reply),
-            None => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed")),
-        }
-    };
-    tokio::time::timeout(ttl, call)
-        .await
-        .unwrap_or_else(|_| Err(io::Error::new(io::ErrorKind::TimedOut, format!("no answer within {ttl:?}"))))
+    Line::default().call(transport, addr, &call, ttl).await
+}
+
+/// One connection kept for a kind of call asked again and again of one
+/// node (a follower's [`Rpc::ReadIndex`]), dialled on first use and again
+/// after any failure. One call at a time: the caller holds the line.
+#[derive(Default)]
+pub(crate) struct Line {
+    conn: Option<(SocketAddr, BufReader<Stream>)>,
+}
+
+impl Line {
+    /// `call` to `addr` and its answer, within `ttl`. The connection is
+    /// given back only after a whole answer: a call cut off half-way (an
+    /// error, the timeout) drops it, so no late reply is read as the
+    /// next call's.
+    pub(crate) async fn call<T: DeserializeOwned>(
+        &mut self,
+        transport: &Transport,
+        addr: SocketAddr,
+        call: &Call,
+        ttl: Duration,
+    ) -> io::Result<T> {
+        let body = encode(call)?;
+        let kept = self.conn.take().filter(|(a, _)| *a == addr).map(|(_, s)| s);
+        let exchange = async move {
+            let mut s = match kept {
+                Some(s) => s,
+                None => BufReader::new(transport.connect(addr).await?),
+            };
+            write_frame(&mut s, &body).await?;
+            match read_frame(&mut s).await? {
+                Some(reply) => Ok((decode(&reply)?, s)),
+                None => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed")),
+            }
+        };
+        let (answer, s) = tokio::time::timeout(ttl, exchange)
+            .await
+            .unwrap_or_else(|_| Err(io::Error::new(io::ErrorKind::TimedOut, format!("no answer within {ttl:?}"))))?;
+        self.conn = Some((addr, s));
+        Ok(answer)
+    }
 }
 
 /// Round trips of successful AppendEntries calls, heartbeats (no entries)
@@ -885,6 +948,9 @@ mod tests {
         want.extend_from_slice(&[1, 0]);
         assert_eq!(encode(&Call { group: 0, rpc: Rpc::Hello(hello) }).unwrap(), want);
         assert_eq!(encode(&Call { group: 300, rpc: Rpc::Elect }).unwrap(), [251, 0x2c, 0x01, 3]);
+        // Added after the hello: the calls before it keep their tags.
+        assert_eq!(encode(&Call { group: 1, rpc: Rpc::Report }).unwrap(), [1, 7]);
+        assert_eq!(encode(&Call { group: 1, rpc: Rpc::ReadIndex }).unwrap(), [1, 9]);
         let refused: Greeting = Err(crate::incarnation::Refused { stale: 2, why: "node 2 ran before".into() });
         assert_eq!(encode(&refused).unwrap(), [&[1, 2, 17][..], b"node 2 ran before"].concat());
     }
@@ -932,6 +998,11 @@ mod tests {
         round_trip(call(7, Rpc::Elect));
         round_trip(call(3, Rpc::Flush));
         round_trip(call(3, Rpc::Leader));
+        round_trip(call(2, Rpc::ReadIndex));
+        round_trip(ReadIndexAnswer::Index(u64::MAX));
+        round_trip(ReadIndexAnswer::NotLeader(Some(3)));
+        round_trip(ReadIndexAnswer::NotLeader(None));
+        round_trip(ReadIndexAnswer::Refused("SERVER_ERROR cluster has no quorum".into()));
         round_trip(Some(LeaderInfo {
             id: 4,
             addr: "127.0.0.4:1/h:2".into(),

@@ -44,7 +44,7 @@ use crate::{NodeId, Raft, NO_QUORUM, SHUT_DOWN, TIMED_OUT};
 /// `timing.rs`).
 pub use crate::timing::LEASE;
 
-type Outcome = Result<(), Refusal>;
+pub(crate) type Outcome = Result<(), Refusal>;
 /// A refusal that names a leader, made by the node (it has the lines).
 pub(crate) type NotLeader = Arc<dyn Fn(Option<NodeId>) -> Refusal + Send + Sync>;
 
@@ -64,13 +64,37 @@ pub(crate) struct Reads {
 
 #[derive(Default)]
 struct State {
-    /// A round is running (its task serves the waiting after it).
-    running: bool,
-    /// Reads waiting for the next round (their sessions are parked on
-    /// the tickets).
-    waiting: Vec<Answer<Outcome>>,
+    waiting: Waiting,
     /// Until when, and in which term, reads need no round.
     lease: Option<(Instant, u64)>,
+}
+
+/// Reads waiting for the next round, and whether a round's task runs
+/// (it serves the waiting after its round): the leader's rounds here and
+/// a follower's (`follower_read.rs`) share this shape.
+#[derive(Default)]
+pub(crate) struct Waiting {
+    running: bool,
+    /// Their sessions are parked on the tickets.
+    waiting: Vec<Answer<Outcome>>,
+}
+
+impl Waiting {
+    /// Add a read; true if the caller must start the rounds' task.
+    pub(crate) fn join(&mut self, answer: Answer<Outcome>) -> bool {
+        self.waiting.push(answer);
+        !std::mem::replace(&mut self.running, true)
+    }
+
+    /// The reads the next round serves, or `None` (the task ends) when
+    /// nobody waits.
+    pub(crate) fn next_round(&mut self) -> Option<Vec<Answer<Outcome>>> {
+        if self.waiting.is_empty() {
+            self.running = false;
+            return None;
+        }
+        Some(std::mem::take(&mut self.waiting))
+    }
 }
 
 impl Reads {
@@ -97,9 +121,7 @@ impl Reads {
         }
         let (answer, t) = ticket();
         let mut st = self.state.lock().expect("reads lock");
-        st.waiting.push(answer);
-        if !st.running {
-            st.running = true;
+        if st.waiting.join(answer) {
             let me = self.clone();
             self.rt.spawn(async move { me.rounds().await });
         }
@@ -136,14 +158,7 @@ impl Reads {
     /// before it began.
     async fn rounds(self: Arc<Self>) {
         loop {
-            let batch = {
-                let mut st = self.state.lock().expect("reads lock");
-                if st.waiting.is_empty() {
-                    st.running = false;
-                    return;
-                }
-                std::mem::take(&mut st.waiting)
-            };
+            let Some(batch) = self.state.lock().expect("reads lock").waiting.next_round() else { return };
             let (start, term) = (Instant::now(), self.raft.metrics().borrow().current_term);
             let raft = self.raft.clone();
             let (floor_term, floor) = self.floor;

@@ -133,6 +133,15 @@ impl StateMachine {
         let _ = self.meter.set(meter);
     }
 
+    /// The index of the last entry applied to the store (0: none). A write
+    /// is acknowledged only after its entry is applied here, so after a
+    /// leader's read barrier this covers every acknowledged write
+    /// (`follower_read.rs`); openraft's metrics may report it a little
+    /// later.
+    pub(crate) fn applied_index(&self) -> u64 {
+        self.applied.lock().expect("state machine lock").last.map_or(0, |l| l.index)
+    }
+
     /// Replace this group's items in the store with a checked snapshot's
     /// records, read from `bytes` (a file or memory: one record at a time).
     fn load(&self, meta: &snapshot_file::Meta, bytes: impl Read) -> Result<(), String> {

@@ -213,10 +213,11 @@ impl ClusterSection {
         }
         let reads = match self.read.as_str() {
             "linearizable" => recall_raft::ReadMode::Linearizable,
+            "leader" => recall_raft::ReadMode::Leader,
             "stale" => recall_raft::ReadMode::Stale,
             other => {
                 return Err(ConfigError(format!(
-                    "cluster: read must be \"linearizable\" or \"stale\", not {other:?} (--cluster-read)"
+                    "cluster: read must be \"linearizable\", \"leader\" or \"stale\", not {other:?} (--cluster-read)"
                 )))
             }
         };
@@ -366,8 +367,10 @@ pub struct Cli {
     /// Cluster mode: keep the Raft log on disk in DIR (default: in memory).
     #[arg(long = "cluster-log-dir", value_name = "DIR")]
     pub cluster_log_dir: Option<String>,
-    /// Cluster mode: linearizable (default; reads on the leader after a
-    /// ReadIndex) or stale (any node answers reads from its own store).
+    /// Cluster mode: linearizable (default; any node reads its own store
+    /// after a read index from the leader), leader (followers forward
+    /// reads to the leader) or stale (any node answers reads from its own
+    /// store, with no barrier).
     #[arg(long = "cluster-read", value_name = "MODE")]
     pub cluster_read: Option<String>,
     /// Cluster mode: snapshot the group every N log entries (and compact

@@ -430,7 +430,7 @@ fn cluster_flags_are_checked() {
         "fast",
     ])
     .expect_err("an unknown read mode");
-    assert!(err.contains(r#"read must be "linearizable" or "stale", not "fast" (--cluster-read)"#), "{err}");
+    assert!(err.contains(r#"read must be "linearizable", "leader" or "stale", not "fast" (--cluster-read)"#), "{err}");
     let err = Recalld::start([
         "--cluster-node-id",
         "1",

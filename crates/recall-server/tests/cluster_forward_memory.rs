@@ -1,6 +1,7 @@
 //! Clients that pipeline gets of 16 KB values through a follower and never
-//! read (issues 15 and 16): the follower forwards each get to the leader
-//! and copies the reply on, so it must stop forwarding while the client's
+//! read (issues 15 and 16): the follower (started with `--cluster-read
+//! leader`, so its reads are forwarded, not served from its own store)
+//! forwards each get to the leader and copies the reply on, so it must stop forwarding while the client's
 //! socket is full, as it stops running local requests, and a get split
 //! across leaders must not hold a run's values whole. Three processes on
 //! loopback; the RSS of the follower and of the leader is read from /proc
@@ -106,7 +107,11 @@ fn stalled_clients_through_a_follower_stop_forwarding() {
     const CONNS: usize = 40;
     const GETS: usize = 2_000;
     const KEYS: usize = 20;
-    let c = Cluster::start_with_args(3, &[], &["-t", "1", "-o", "reply_budget=64k", "--cluster-timeout-ms", "20000"]);
+    let c = Cluster::start_with_args(
+        3,
+        &[],
+        &["-t", "1", "-o", "reply_budget=64k", "--cluster-read", "leader", "--cluster-timeout-ms", "20000"],
+    );
     let leader = c.leader();
     let follower = (leader + 1) % 3;
     let keys: Vec<String> = (0..KEYS).map(|i| format!("k{i}")).collect();
@@ -162,7 +167,18 @@ fn a_split_get_through_a_follower_streams_each_run() {
     let c = Cluster::start_with_args(
         3,
         &[],
-        &["-t", "1", "-o", "reply_budget=64k", "--cluster-timeout-ms", "20000", "--cluster-groups", "4"],
+        &[
+            "-t",
+            "1",
+            "-o",
+            "reply_budget=64k",
+            "--cluster-read",
+            "leader",
+            "--cluster-timeout-ms",
+            "20000",
+            "--cluster-groups",
+            "4",
+        ],
     );
     // Group g's first leader is node g % 3 + 1 (cluster_groups.rs): the
     // follower (node 2) leads group 1; node 1 leads group 0.
