@@ -7,7 +7,10 @@
 //! held (the fill inside `Store::peek`, the observer inside the write),
 //! so a fill sees either the value before a write, and the write's
 //! invalidation then clears it, or the value after it: a GET the tier
-//! answers never returns a value older than an acknowledged write.
+//! answers never returns a value older than an acknowledged write. An
+//! immediate `flush_all` is reported before the store clears its shards;
+//! the tier empties then and refuses fills until the store says the
+//! clearing is over (`Store::flushes_done`).
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -58,7 +61,7 @@ impl FrontTierSlot {
                 until = Some(until.map_or(flush_at, |u| u.min(flush_at)));
             }
             let ttl = until.map(|u| Duration::from_secs(u64::from(u.saturating_sub(now))));
-            tier.fill(&Fill { key, flags: it.flags, cas: it.cas, value, ttl });
+            tier.fill(&Fill { key, flags: it.flags, cas: it.cas, value, ttl }, engine.store.flushes_done());
         });
     }
 }

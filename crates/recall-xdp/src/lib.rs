@@ -155,7 +155,7 @@ impl FrontTier {
     pub fn attach(_cfg: &FrontTierConfig, _port: u16) -> Result<FrontTier, Error> {
         Err(Error("this recalld was built without the XDP program (no clang with a BPF target at build time)".into()))
     }
-    pub fn fill(&self, _f: &Fill<'_>) -> bool {
+    pub fn fill(&self, _f: &Fill<'_>, _flushes_done: u64) -> bool {
         match self.0 {}
     }
     pub fn invalidate(&self, _key: &[u8]) {

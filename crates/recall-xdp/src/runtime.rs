@@ -27,6 +27,11 @@ struct Maps {
     /// An immediate `flush_all`'s timestamp: items older than it are gone,
     /// so a fill of one (read before the flush cleared its shard) is refused.
     flushed_below: u64,
+    /// Immediate flushes heard of. The store clears its shards after the
+    /// write path reports a flush, so until it has finished as many (the
+    /// `flushes_done` a fill passes) an item a fill sees may be about to be
+    /// cleared: no fill until then.
+    flushes_heard: u64,
 }
 
 /// The attached program and its table. Dropping it detaches the program.
@@ -84,6 +89,7 @@ impl FrontTier {
                 set_meta,
                 table: Table::new(cfg.sets, cfg.ways, cfg.replacement),
                 flushed_below: 0,
+                flushes_heard: 0,
             }),
             counters,
             ways: cfg.ways,
@@ -101,9 +107,11 @@ impl FrontTier {
 
     /// Put a live item in the table (the paper's fill rule: recalld just
     /// answered a GET the tier missed). Call with the key's store lock
-    /// held. False if the item is not cacheable (too large, expiring
-    /// within a second, older than a flush) or the map update failed.
-    pub fn fill(&self, f: &Fill<'_>) -> bool {
+    /// held, and the store's count of finished flushes read under it.
+    /// False if the item is not cacheable (too large, expiring within a
+    /// second, older than a flush, a flush still clearing) or the map
+    /// update failed.
+    pub fn fill(&self, f: &Fill<'_>, flushes_done: u64) -> bool {
         let now = monotonic_ns();
         let expire_ns = match f.ttl {
             None => 0,
@@ -115,7 +123,7 @@ impl FrontTier {
         let item = Item { key: f.key, flags: f.flags, cas: f.cas, value: f.value, expire_ns };
         let Some(cell) = Cell::build(&item, self.chunk) else { return false };
         let mut m = self.lock();
-        if f.cas < m.flushed_below {
+        if f.cas < m.flushed_below || flushes_done < m.flushes_heard {
             return false;
         }
         let hits = if m.table.needs_hits(f.key) {
@@ -151,6 +159,7 @@ impl FrontTier {
     pub fn flush(&self, ts: u64) {
         let mut m = self.lock();
         m.flushed_below = m.flushed_below.max(ts);
+        m.flushes_heard += 1;
         for i in m.table.occupied() {
             self.clear_cell(&mut m, i);
             self.stats.invalidation();
