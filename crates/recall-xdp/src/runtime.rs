@@ -133,7 +133,7 @@ impl FrontTier {
             None
         };
         let i = m.table.place(f.key, hits.as_ref().map(|h| &h[..self.ways]));
-        if m.cells.set(i as u32, &*cell, BPF_F_LOCK).is_err() {
+        if m.cells.set(i as u32, cell, BPF_F_LOCK).is_err() {
             // The cell may hold the old key or a torn write never seen
             // (BPF_F_LOCK is all or nothing); clear it to be sure.
             self.clear_cell(&mut m, i);
@@ -171,7 +171,7 @@ impl FrontTier {
         // which `Table` and the constant rule out; the record is cleared
         // either way, and a cell left valid would be a stale read, so say
         // so loudly.
-        if let Err(e) = m.cells.set(i as u32, &*Cell::empty(), BPF_F_LOCK) {
+        if let Err(e) = m.cells.set(i as u32, Cell::empty(), BPF_F_LOCK) {
             tracing::error!(cell = i, "front tier: clearing a cell failed: {e}");
         }
         m.table.cleared(i);
