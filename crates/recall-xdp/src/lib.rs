@@ -20,7 +20,6 @@
 pub mod layout;
 pub mod table;
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 pub use recall_store::front::Replacement;
@@ -166,21 +165,5 @@ impl FrontTier {
     }
     pub fn stats(&self) -> TierStats {
         match self.0 {}
-    }
-}
-
-/// Counters kept by the runtime (the program keeps hits and misses).
-#[derive(Debug, Default)]
-struct RuntimeCounters {
-    fills: AtomicU64,
-    invalidations: AtomicU64,
-}
-
-impl RuntimeCounters {
-    fn fill(&self) {
-        self.fills.fetch_add(1, Relaxed);
-    }
-    fn invalidation(&self) {
-        self.invalidations.fetch_add(1, Relaxed);
     }
 }

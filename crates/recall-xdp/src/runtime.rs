@@ -7,7 +7,7 @@
 //! shard lock held, which is what keeps a fill from racing a write: the
 //! write's invalidation comes wholly before or wholly after it.
 
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
 use aya::maps::{Array, MapData, PerCpuArray};
@@ -16,7 +16,7 @@ use aya::{Ebpf, EbpfLoader};
 
 use crate::layout::{Cell, Counters, Item, SetMeta, BPF_F_LOCK};
 use crate::table::Table;
-use crate::{monotonic_ns, Error, Fill, FrontTierConfig, Mode, RuntimeCounters, TierStats};
+use crate::{monotonic_ns, Error, Fill, FrontTierConfig, Mode, TierStats};
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/front.o"));
 
@@ -191,5 +191,21 @@ impl FrontTier {
             fills: self.stats.fills.load(Relaxed),
             invalidations: self.stats.invalidations.load(Relaxed),
         }
+    }
+}
+
+/// Counters kept by the runtime (the program keeps hits and misses).
+#[derive(Debug, Default)]
+struct RuntimeCounters {
+    fills: AtomicU64,
+    invalidations: AtomicU64,
+}
+
+impl RuntimeCounters {
+    fn fill(&self) {
+        self.fills.fetch_add(1, Relaxed);
+    }
+    fn invalidation(&self) {
+        self.invalidations.fetch_add(1, Relaxed);
     }
 }
