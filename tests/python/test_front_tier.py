@@ -350,3 +350,15 @@ def test_off_by_default_and_a_bad_interface_is_an_error_not_a_crash(veth):
         assert not any(k.startswith("front_tier") for k in bad.stats())
     finally:
         bad.close()
+
+
+def test_a_delayed_flush_all_is_respected(tier):
+    tier.set("later", b"gone soon")
+    tier.until_tier_hit("later")
+    assert tier.cmd(b"flush_all 2\r\n") == b"OK\r\n"
+    flushed_at = time.time() + 2
+    # recalld's clock has one-second steps: a second past the flush time.
+    while time.time() < flushed_at + 1.5:
+        time.sleep(0.1)
+    for _ in range(5):
+        assert tier.udp_get("later") == b"END\r\n"

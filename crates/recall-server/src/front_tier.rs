@@ -12,6 +12,7 @@
 //! the tier empties then and refuses fills until the store says the
 //! clearing is over (`Store::flushes_done`).
 
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -25,6 +26,8 @@ use recall_xdp::{Fill, FrontTier};
 #[derive(Default)]
 pub struct FrontTierSlot {
     tier: OnceLock<FrontTier>,
+    /// The store's pending delayed flush time last seen (`tick`).
+    flush_at_seen: AtomicU32,
 }
 
 impl FrontTierSlot {
@@ -38,6 +41,19 @@ impl FrontTierSlot {
 
     pub fn is_attached(&self) -> bool {
         self.tier.get().is_some()
+    }
+
+    /// From the maintenance thread (every 250 ms): a delayed `flush_all N`
+    /// does not pass through the write path, so when a new one is pending
+    /// the table is emptied (N is at least a second away, so this comes
+    /// before it takes effect unless the thread is starved that long), and
+    /// later fills are capped at its time.
+    pub fn tick(&self, engine: &Engine) {
+        let Some(tier) = self.tier.get() else { return };
+        let at = engine.store.oldest_live();
+        if at != 0 && self.flush_at_seen.swap(at, Relaxed) != at {
+            tier.clear();
+        }
     }
 
     /// After recalld answered `request` (one UDP datagram's text after the

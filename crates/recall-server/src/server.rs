@@ -219,15 +219,20 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
         std::thread::Builder::new().name(format!("recall-worker-{i}")).spawn(move || w.run(rx, shutdown))?;
     }
 
-    // Maintenance: the clock, and reclaim of expired items.
+    // Maintenance: the clock, reclaim of expired items, and the front
+    // tier's watch for a delayed flush_all.
     {
         let engine = engine.clone();
         let clock = clock.clone();
+        let tier = tier.clone();
         let mut ticks = 0u64;
         std::thread::Builder::new().name("recall-maint".into()).spawn(move || loop {
             // The clock has one-second resolution, like memcached's.
             std::thread::sleep(Duration::from_millis(250));
             clock.tick();
+            if let Some(t) = &tier {
+                t.tick(&engine);
+            }
             ticks += 1;
             if ticks.is_multiple_of(4) {
                 engine.maintain(256);

@@ -163,6 +163,9 @@ impl FrontTier {
     pub fn flush(&self, _ts: u64) {
         match self.0 {}
     }
+    pub fn clear(&self) {
+        match self.0 {}
+    }
     pub fn stats(&self) -> TierStats {
         match self.0 {}
     }

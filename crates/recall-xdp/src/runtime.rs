@@ -166,6 +166,16 @@ impl FrontTier {
         }
     }
 
+    /// Empty the table (a delayed `flush_all` was issued: every cell will
+    /// be dead at its time; fills after this are capped at it).
+    pub fn clear(&self) {
+        let mut m = self.lock();
+        for i in m.table.occupied() {
+            self.clear_cell(&mut m, i);
+            self.stats.invalidation();
+        }
+    }
+
     fn clear_cell(&self, m: &mut Maps, i: usize) {
         // An update of an array cell fails only for a bad index or flags,
         // which `Table` and the constant rule out; the record is cleared
