@@ -164,6 +164,9 @@ pub struct Engine {
     pub watchers: Arc<watch::Watchers>,
     /// Cluster mode (`replicated.rs`): set once before serving.
     pub(crate) replication: replicated::Slot,
+    /// A tier in front of the server that answers GETs itself (the XDP
+    /// front tier): set once before serving; `stats` counts its hits.
+    pub front_tier: std::sync::OnceLock<Arc<dyn stats::FrontTierStats>>,
     started: UnixSecs,
     verbosity: AtomicU64,
     /// The test option `-o debug_time` (memcached-debug's `debugtime`):
@@ -189,6 +192,7 @@ impl Engine {
             conns: Default::default(),
             watchers,
             replication: Default::default(),
+            front_tier: Default::default(),
             started,
             verbosity: AtomicU64::new(0),
             debug_clock: None,

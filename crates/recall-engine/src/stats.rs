@@ -11,6 +11,20 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+/// The counters of a tier that answers GETs before they reach the engine
+/// (the XDP front tier, recall-xdp): printed by `stats` when one is set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FrontTierSnapshot {
+    pub hits: u64,
+    pub misses: u64,
+    pub fills: u64,
+    pub invalidations: u64,
+}
+
+pub trait FrontTierStats: Send + Sync {
+    fn snapshot(&self) -> FrontTierSnapshot;
+}
+
 macro_rules! counters {
     ($($name:ident),* $(,)?) => {
         /// Per-worker counters.
@@ -580,13 +594,29 @@ impl Engine {
             stat(out, name, 0);
         }
         let idle_timeout = self.config.settings.iter().any(|(k, v)| k == "idle_timeout" && v != "0");
-        let totals = self.registry.totals();
+        let mut totals = self.registry.totals();
+        // The front tier's hits never reach a worker: count them as the
+        // gets they are. Its misses reached recalld and are counted there.
+        let tier = self.front_tier.get().map(|t| t.snapshot());
+        if let Some(t) = &tier {
+            for (name, v) in totals.iter_mut() {
+                if matches!(*name, "cmd_get" | "get_hits") {
+                    *v += t.hits;
+                }
+            }
+        }
         for (name, v) in &totals {
             match *name {
                 "get_misses" => {
                     stat(out, name, v);
                     stat(out, "get_expired", s.get_expired);
                     stat(out, "get_flushed", s.get_flushed);
+                    if let Some(t) = &tier {
+                        stat(out, "front_tier_hits", t.hits);
+                        stat(out, "front_tier_misses", t.misses);
+                        stat(out, "front_tier_fills", t.fills);
+                        stat(out, "front_tier_invalidations", t.invalidations);
+                    }
                 }
                 // As memcached: only with an idle timeout.
                 "idle_kicks" if !idle_timeout => {}

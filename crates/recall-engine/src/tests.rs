@@ -245,6 +245,37 @@ fn general_stats_keys_are_current_memcached_s() {
     assert_eq!(stat_names(&e, b"stats recall\r\n"), ["recall_version", "recall_cas_last", "ingest_bytes"]);
 }
 
+/// A front tier's hits are gets the workers never saw: `stats` adds them
+/// to `cmd_get` and `get_hits`, and prints the tier's own counters after
+/// `get_flushed`; without a tier the keys stay memcached's (above).
+#[test]
+fn front_tier_hits_count_as_gets() {
+    struct Tier;
+    impl crate::stats::FrontTierStats for Tier {
+        fn snapshot(&self) -> crate::stats::FrontTierSnapshot {
+            crate::stats::FrontTierSnapshot { hits: 5, misses: 2, fills: 3, invalidations: 1 }
+        }
+    }
+    let e = engine(Arc::new(ManualClock::new(1_700_000_000)));
+    let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+    run(&mut s, &e, &mut Vec::new(), b"set k 0 0 1\r\nv\r\nget k\r\nget nope\r\n", usize::MAX);
+    assert!(e.front_tier.set(Arc::new(Tier)).is_ok());
+    let (out, _) = run(&mut s, &e, &mut Vec::new(), b"stats\r\n", usize::MAX);
+    let out = String::from_utf8(out).unwrap();
+    let val = |k: &str| -> u64 {
+        let line = out.lines().find(|l| l.starts_with(&format!("STAT {k} "))).unwrap_or_else(|| panic!("{k}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert_eq!((val("cmd_get"), val("get_hits"), val("get_misses")), (7, 6, 1));
+    assert_eq!(
+        (val("front_tier_hits"), val("front_tier_misses"), val("front_tier_fills"), val("front_tier_invalidations")),
+        (5, 2, 3, 1)
+    );
+    let names = stat_names(&e, b"stats\r\n");
+    let at = names.iter().position(|n| n == "get_flushed").unwrap();
+    assert_eq!(names[at + 1], "front_tier_hits");
+}
+
 /// Under memcached's own t/stats.t options (`-o
 /// no_lru_crawler,no_lru_maintainer`) the crawler's and the maintainer's
 /// keys go, as in memcached: the 84 keys that test counts, recorded from

@@ -12,12 +12,14 @@ use clap::{ArgAction, CommandFactory, Parser};
 use recall_store::{PolicyKind, PrioConfig};
 use serde::{Deserialize, Serialize};
 
+mod front_tier;
 mod listen;
 mod metrics;
 mod placement;
 mod port;
 mod transport;
 
+pub use front_tier::FrontTierSection;
 pub use listen::{parse_listen, ListenRules, ListenSpec, ListenTls};
 pub use metrics::MetricsAddr;
 pub use placement::{ClusterPlacement, EMULATED_FSYNC_DELAY_MAX_US};
@@ -107,6 +109,9 @@ pub struct Config {
     /// Cluster mode (replication): off unless `node_id` is set.
     #[serde(default)]
     pub cluster: ClusterSection,
+    /// The XDP front tier (config/front_tier.rs): off unless `iface` is set.
+    #[serde(default)]
+    pub front_tier: FrontTierSection,
 }
 
 /// The `[cluster]` section: one Raft group of every listed peer
@@ -385,6 +390,11 @@ pub struct Cli {
     /// or alor (docs/design/placement.md).
     #[arg(long = "cluster-placement", value_name = "MODE")]
     pub cluster_placement: Option<recall_placement::PlacementMode>,
+    /// Answer UDP GET hits from an XDP program on this interface before
+    /// the network stack (seed 001's front cache; the [front_tier] section
+    /// shapes it). Off by default.
+    #[arg(long = "front-tier", value_name = "IFACE")]
+    pub front_tier: Option<String>,
     /// Cluster mode, emulation only: add N microseconds to each Raft log
     /// fsync on this node (unequal nodes on one machine).
     #[arg(long = "cluster-emulated-fsync-delay-us", value_name = "N")]
@@ -687,6 +697,9 @@ impl Config {
         if let Some(v) = cli.cluster_emulated_fsync_delay_us {
             cfg.cluster.emulated_fsync_delay_us = v;
         }
+        if let Some(v) = &cli.front_tier {
+            cfg.front_tier.iface = v.clone();
+        }
         for (flag, setting) in [
             (&cli.cluster_tls_cert, &mut cfg.cluster.tls_cert),
             (&cli.cluster_tls_key, &mut cfg.cluster.tls_key),
@@ -855,6 +868,7 @@ impl Config {
             other => return Err(ConfigError(format!("invalid durability: {other} (none | client-backup | wal)"))),
         }
         self.cluster.placement()?;
+        self.front_tier.to_xdp()?;
         let cluster = self.cluster.to_raft()?.is_some();
         if cluster && !self.data_dir.is_empty() && self.durability != "none" {
             return Err(ConfigError(

@@ -10,6 +10,7 @@ pub mod config;
 pub mod conn;
 pub mod daemon;
 pub mod forward;
+pub mod front_tier;
 pub mod limits;
 pub mod listeners;
 pub mod metrics;

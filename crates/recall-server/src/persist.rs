@@ -131,7 +131,13 @@ pub(crate) fn lock_dir(dir: &Path) -> io::Result<File> {
 
 impl Persist {
     /// Steps 1-4 above. Must run before the server accepts connections.
-    pub fn open(engine: Arc<Engine>, cfg: PersistConfig) -> io::Result<(Arc<Persist>, Loaded)> {
+    /// Load the data directory and install the write path's observers:
+    /// the log's, the snapshot thread's and `more` (the server's others).
+    pub fn open(
+        engine: Arc<Engine>,
+        cfg: PersistConfig,
+        more: Vec<Arc<dyn Observer>>,
+    ) -> io::Result<(Arc<Persist>, Loaded)> {
         std::fs::create_dir_all(&cfg.dir)?;
         let lock = lock_dir(&cfg.dir)?;
         let ep = epoch::bump(&cfg.dir)?;
@@ -234,6 +240,7 @@ impl Persist {
         if let Some(w) = &wal {
             observers.insert(0, Arc::new(WalObserver(w.clone())));
         }
+        observers.extend(more);
         if !engine.observers.install(observers) {
             return Err(io::Error::other("the engine's write path already has observers"));
         }

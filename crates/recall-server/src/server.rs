@@ -131,6 +131,12 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
     } else {
         None
     };
+    // The front tier's observer goes in with the others, before serving;
+    // the program itself attaches once the UDP port is bound.
+    let front = cfg.front_tier.to_xdp().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.0))?;
+    let tier = front.as_ref().map(|_| Arc::new(crate::front_tier::FrontTierSlot::default()));
+    let more_observers: Vec<Arc<dyn recall_engine::Observer>> =
+        tier.iter().map(|t| t.clone() as Arc<dyn recall_engine::Observer>).collect();
     let persist = if !cfg.data_dir.is_empty() && cfg.durability != "none" {
         let pc = crate::persist::PersistConfig {
             dir: cfg.data_dir.clone().into(),
@@ -140,7 +146,7 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
             recovery_grace: Duration::from_secs(cfg.recovery_grace),
             failpoint: failpoint_from_env()?,
         };
-        let (p, loaded) = crate::persist::Persist::open(engine.clone(), pc)?;
+        let (p, loaded) = crate::persist::Persist::open(engine.clone(), pc, more_observers)?;
         tracing::info!(
             epoch = loaded.epoch,
             items = loaded.items,
@@ -153,6 +159,9 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
             .spawn(move || runner.run(&crate::persist::SystemMonotonic))?;
         Some(p)
     } else {
+        if !more_observers.is_empty() && !engine.observers.install(more_observers) {
+            return Err(std::io::Error::other("the engine's write path already has observers"));
+        }
         None
     };
     // Cluster mode: the group starts (and its RPC listener is bound)
@@ -222,15 +231,20 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
         std::thread::Builder::new().name(format!("recall-worker-{i}")).spawn(move || w.run(rx, shutdown))?;
     }
 
-    // Maintenance: the clock, and reclaim of expired items.
+    // Maintenance: the clock, reclaim of expired items, and the front
+    // tier's watch for a delayed flush_all.
     {
         let engine = engine.clone();
         let clock = clock.clone();
+        let tier = tier.clone();
         let mut ticks = 0u64;
         std::thread::Builder::new().name("recall-maint".into()).spawn(move || loop {
             // The clock has one-second resolution, like memcached's.
             std::thread::sleep(Duration::from_millis(250));
             clock.tick();
+            if let Some(t) = &tier {
+                t.tick(&engine);
+            }
             ticks += 1;
             if ticks.is_multiple_of(4) {
                 engine.maintain(256);
@@ -259,16 +273,43 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
                 ips.push(a.ip());
             }
         }
+        let mut socks = Vec::new();
         for ip in ips {
             let sock = udp::bind(std::net::SocketAddr::new(ip, udp_port))?;
+            udp_locals.push(sock.local_addr()?);
+            socks.push(sock);
+        }
+        // Attached before the UDP threads serve, so a miss they answer can
+        // fill it; with `-U 0` the port is the one just bound.
+        let tier = match (&tier, &front, udp_locals.first()) {
+            (Some(t), Some(fc), Some(a)) => match t.attach(fc, a.port()) {
+                Ok(()) => {
+                    crate::front_tier::register_stats(&engine, t);
+                    tracing::info!(iface = %fc.iface, mode = fc.mode.name(), "front tier attached");
+                    println!("front tier on {} ({} XDP)", fc.iface, fc.mode.name());
+                    Some(t.clone())
+                }
+                Err(e) => {
+                    tracing::error!("{e}; serving without the front tier");
+                    eprintln!("recalld: {e}; serving without the front tier");
+                    None
+                }
+            },
+            _ => None,
+        };
+        for sock in socks {
             let udp_addr = sock.local_addr()?;
-            udp_locals.push(udp_addr);
-            let (engine, wal) = (engine.clone(), wal.clone());
+            let (engine, wal, tier) = (engine.clone(), wal.clone(), tier.clone());
             std::thread::Builder::new()
                 .name("recall-udp".into())
-                .spawn(move || udp::serve(engine, sock, choice, wal))?;
+                .spawn(move || udp::serve(engine, sock, choice, wal, tier))?;
             println!("udp listening on {udp_addr}");
         }
+    }
+
+    if front.is_some() && udp_locals.is_empty() {
+        eprintln!("recalld: the front tier answers UDP GETs, and UDP is off (-U): serving without it");
+        tracing::error!("the front tier needs a UDP port (-U); serving without it");
     }
 
     // memcached writes the ports file unless it serves a unix socket (with

@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use recall_engine::{Engine, Out, ProtocolChoice, Session};
 
+use crate::front_tier::FrontTierSlot;
+
 /// memcached's UDP_MAX_PAYLOAD_SIZE: header plus payload per datagram.
 pub const MAX_DATAGRAM: usize = 1400;
 pub const HEADER: usize = 8;
@@ -49,7 +51,13 @@ pub fn bind(addr: std::net::SocketAddr) -> std::io::Result<UdpSocket> {
     Ok(sock.into())
 }
 
-pub fn serve(engine: Arc<Engine>, sock: UdpSocket, choice: ProtocolChoice, wal: Option<Arc<recall_persist::wal::Wal>>) {
+pub fn serve(
+    engine: Arc<Engine>,
+    sock: UdpSocket,
+    choice: ProtocolChoice,
+    wal: Option<Arc<recall_persist::wal::Wal>>,
+    tier: Option<Arc<FrontTierSlot>>,
+) {
     let counters = engine.registry.register();
     let mut buf = vec![0u8; 64 * 1024];
     let mut out = Out::new();
@@ -102,6 +110,11 @@ pub fn serve(engine: Arc<Engine>, sock: UdpSocket, choice: ProtocolChoice, wal: 
         for d in frame(id, &out.flatten()) {
             counters.bytes_written.add(d.len() as u64);
             let _ = sock.send_to(&d, peer);
+        }
+        // The front tier's fill rule: a GET it missed, answered here,
+        // after the reply is out.
+        if let Some(t) = &tier {
+            t.after_udp_request(&engine, &buf[HEADER..n]);
         }
     }
 }

@@ -365,6 +365,9 @@ pub struct Store {
     /// memcached's `oldest_live`: items last accessed at or before this time
     /// are dead once `now >= oldest_live`. 0 = no pending flush.
     oldest_live: AtomicU32,
+    /// Immediate flushes whose clearing has finished (see
+    /// [`Store::flushes_done`]).
+    flushes_done: AtomicU64,
     evict: bool,
     cas_enabled: bool,
     policy_overhead: usize,
@@ -401,6 +404,7 @@ impl Store {
             mem_limit: AtomicUsize::new(cfg.mem_limit),
             next_cas: AtomicU64::new(1),
             oldest_live: AtomicU32::new(0),
+            flushes_done: AtomicU64::new(0),
             evict: cfg.evict,
             cas_enabled: cfg.cas_enabled,
             policy_overhead,
@@ -600,6 +604,7 @@ impl Store {
             for s in self.built() {
                 s.lock().clear(&self.mem.used);
             }
+            self.flushes_done.fetch_add(1, Ordering::Release);
             ts
         } else {
             self.oldest_live.store(at, Ordering::Relaxed);
@@ -665,6 +670,15 @@ impl Store {
 
     pub fn mem_limit(&self) -> usize {
         self.mem_limit.load(Ordering::Relaxed)
+    }
+
+    /// How many immediate flushes have finished clearing every shard. A
+    /// sink hears of a flush before the clearing (so the log never misses
+    /// it); a copy of the store's items (the XDP front tier) compares this
+    /// count with the flushes it heard of to know when the clearing is
+    /// over, and copies nothing in between.
+    pub fn flushes_done(&self) -> u64 {
+        self.flushes_done.load(Ordering::Acquire)
     }
 
     /// The time a delayed `flush_all` takes effect (memcached's

@@ -262,6 +262,24 @@ fn flush_all_now_and_delayed() {
 }
 
 #[test]
+fn flushes_done_counts_immediate_flushes_once_cleared() {
+    struct Seen<'a>(&'a Store, std::cell::Cell<Option<u64>>);
+    impl MutationSink for Seen<'_> {
+        fn record(&self, _m: &Mutation<'_>) {
+            // Reported before the clearing: not done yet.
+            self.1.set(Some(self.0.flushes_done()));
+        }
+    }
+    let s = store(1 << 20);
+    assert_eq!(s.flushes_done(), 0);
+    let seen = Seen(&s, Default::default());
+    s.flush_all_with(10, 10, Some(&seen));
+    assert_eq!((seen.1.get(), s.flushes_done()), (Some(0), 1));
+    s.flush_all(20, 10);
+    assert_eq!(s.flushes_done(), 1, "a delayed flush clears nothing now");
+}
+
+#[test]
 fn stale_while_revalidate_tokens() {
     let s = store(1 << 20);
     set(&s, b"k", b"v", 0, 1);
