@@ -225,9 +225,10 @@ pub fn run(cmd: &ClusterCmd, addr: &str, connect: Duration, say: &dyn Fn(String)
                 // speed, weight, leaders, replicas, bytes. A node that
                 // answers no placement view (an older one) shows none.
                 if let Ok(lines) = node.ask(&Admin::Placement) {
-                    if lines.first().is_some_and(|l| l.starts_with("PLACEMENT")) {
+                    let nodes: Vec<&str> = lines.iter().filter_map(|l| l.strip_prefix("NODE ")).collect();
+                    if lines.first().is_some_and(|l| l.starts_with("PLACEMENT")) && !nodes.is_empty() {
                         (node.say)("nodes (as placement sees them):".into());
-                        for l in lines.iter().filter_map(|l| l.strip_prefix("NODE ")) {
+                        for l in nodes {
                             (node.say)(format!("  {l}"));
                         }
                     }
