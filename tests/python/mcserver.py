@@ -260,7 +260,12 @@ class ServerProcess:
         self.stop()
 
 
-CLUSTER_STARTUP_BUDGET_S = 30.0
+CLUSTER_STARTUP_BUDGET_S = 60.0
+# One try at a cluster: its three processes get this long to elect a leader
+# the node under test knows; a try that runs out (a node that lost its port
+# to another process, an election that keeps splitting on a loaded machine)
+# is torn down and started again on fresh ports.
+CLUSTER_ATTEMPT_S = 15.0
 
 
 class ClusterNodeProcess(ServerProcess):
@@ -270,19 +275,21 @@ class ClusterNodeProcess(ServerProcess):
     bootstraps the group (and so usually leads); the node under test is
     node 1 for "leader" and node 2 for "follower".  Ready once `cluster
     map` names a leader and this node has the role asked for; a cluster
-    that elected otherwise is started again."""
+    that elected otherwise, or whose other nodes died, is started again."""
 
     def __init__(self, command: Sequence[str], extra_args: Sequence[str] = (), name: str = "server", role: str = "leader"):
         super().__init__(command, extra_args, name=name)
         self.role = role
         self.base_args = list(extra_args)
         self.others: list[subprocess.Popen] = []
+        self._other_logs: list = []
 
     def start(self) -> ClusterNodeProcess:
         deadline = time.monotonic() + CLUSTER_STARTUP_BUDGET_S
-        last = ""
+        tries: list[str] = []
         me = 1 if self.role == "leader" else 2
         while time.monotonic() < deadline:
+            attempt_end = min(deadline, time.monotonic() + CLUSTER_ATTEMPT_S)
             clients = [free_port() for _ in range(3)]
             rafts = [free_port() for _ in range(3)]
             peers = [f"{i + 1}={HOST}:{rafts[i]}/{HOST}:{clients[i]}" for i in range(3)]
@@ -296,30 +303,43 @@ class ClusterNodeProcess(ServerProcess):
             for node in (1, 2, 3):
                 if node != me:
                     argv = self.command + ["-p", str(clients[node - 1]), "-l", HOST, "-U", "0"]
+                    log = tempfile.TemporaryFile(prefix=f"recall-node{node}-log-")  # noqa: SIM115 (closed in stop())
+                    self._other_logs.append((node, log))
                     self.others.append(
                         subprocess.Popen(
                             argv + self.base_args + cluster_args(node),
                             stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL,
+                            stdout=log,
+                            stderr=subprocess.STDOUT,
                         )
                     )
             self.extra_args = self.base_args + cluster_args(me)
             self._spawn(clients[me - 1])
-            if self._probe(deadline) == "ready":
-                leader = self._wait_for_leader(deadline)
+            if self._probe(attempt_end) == "ready":
+                leader = self._wait_for_leader(attempt_end)
                 if leader is not None and (leader == me) == (self.role == "leader"):
                     return self
-                last = f"node {me} wanted as {self.role}, node {leader} leads"
+                why = f"node {me} wanted as {self.role}, node {leader} leads"
+                dead = [f"node {n} exited ({p.returncode}): {self._tail(log)}" for (n, log), p in zip(self._other_logs, self.others) if p.poll() is not None]
+                tries.append("; ".join([why, *dead]))
             else:
-                last = self.log_bytes().decode(errors="replace")
+                tries.append(f"node {me} not ready: {self.log_bytes().decode(errors='replace')[-400:]}")
             self.stop()
-        raise ServerStartError(f"{self.name}: no cluster with node {me} as {self.role}: {last}")
+        raise ServerStartError(f"{self.name}: no cluster with node {me} as {self.role} in {CLUSTER_STARTUP_BUDGET_S:.0f} s; tries: " + " | ".join(tries))
+
+    @staticmethod
+    def _tail(log) -> str:
+        log.flush()
+        log.seek(0)
+        return log.read().decode(errors="replace")[-400:]
 
     def _wait_for_leader(self, deadline: float) -> int | None:
-        """The leader's id once this node knows one (None at the deadline)."""
+        """The leader's id once this node knows one (None at the deadline,
+        or at once when another node of the cluster has died)."""
         creds = self.ascii_credentials
         while time.monotonic() < deadline:
+            if any(p.poll() is not None for p in self.others):
+                return None
             try:
                 with socket.create_connection(self.address, timeout=1.0) as s:
                     if creds is not None:
@@ -343,6 +363,9 @@ class ClusterNodeProcess(ServerProcess):
                 p.kill()
             p.wait(timeout=10)
         self.others = []
+        for _, log in self._other_logs:
+            log.close()
+        self._other_logs = []
 
 
 # -- raw socket helpers --------------------------------------------------------
