@@ -121,8 +121,10 @@ def _start(command, args, name, tls: TlsFiles | None = None, sasl_pwdb=None, aut
     if auth_file is not None and name == "server under test":
         args = ("-Y", str(auth_file), *args)
     cluster = os.environ.get("RECALL_CLUSTER")
-    if cluster and name == "server under test":
-        srv = ClusterNodeProcess(command, args, name=name, role=cluster)
+    if cluster and name == "server under test" and tls is not None:
+        srv = ClusterNodeProcess(command, [*tls.server_args(), *args], name=name, role=cluster, tls_context=tls.client_context(), **kw)
+    elif cluster and name == "server under test":
+        srv = ClusterNodeProcess(command, args, name=name, role=cluster, **kw)
     elif tls is not None:
         srv = ServerProcess(command, [*tls.server_args(), *args], name=name, tls_context=tls.client_context(), **kw)
     else:

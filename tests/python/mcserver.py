@@ -277,8 +277,17 @@ class ClusterNodeProcess(ServerProcess):
     map` names a leader and this node has the role asked for; a cluster
     that elected otherwise, or whose other nodes died, is started again."""
 
-    def __init__(self, command: Sequence[str], extra_args: Sequence[str] = (), name: str = "server", role: str = "leader"):
-        super().__init__(command, extra_args, name=name)
+    def __init__(
+        self,
+        command: Sequence[str],
+        extra_args: Sequence[str] = (),
+        name: str = "server",
+        role: str = "leader",
+        tls_context: ssl.SSLContext | None = None,
+        env: dict[str, str] | None = None,
+        sasl_credentials: tuple[str, str] | None = None,
+    ):
+        super().__init__(command, extra_args, name=name, tls_context=tls_context, env=env, sasl_credentials=sasl_credentials)
         self.role = role
         self.base_args = list(extra_args)
         self.others: list[subprocess.Popen] = []
@@ -311,6 +320,7 @@ class ClusterNodeProcess(ServerProcess):
                             stdin=subprocess.DEVNULL,
                             stdout=log,
                             stderr=subprocess.STDOUT,
+                            env={**os.environ, **self.env} if self.env else None,
                         )
                     )
             self.extra_args = self.base_args + cluster_args(me)
@@ -336,22 +346,43 @@ class ClusterNodeProcess(ServerProcess):
     def _wait_for_leader(self, deadline: float) -> int | None:
         """The leader's id once this node knows one (None at the deadline,
         or at once when another node of the cluster has died)."""
-        creds = self.ascii_credentials
         while time.monotonic() < deadline:
             if any(p.poll() is not None for p in self.others):
                 return None
             try:
-                with socket.create_connection(self.address, timeout=1.0) as s:
-                    if creds is not None:
-                        login(s, *creds)
-                    s.sendall(b"cluster map\r\n")
-                    head = _recv_line(s).split()
-                if len(head) == 7 and head[0] == b"MAP" and head[6] != b"0":
-                    return int(head[6])
-            except (OSError, ValueError):
+                leader = self._leader_now()
+                if leader:
+                    return leader
+            except (OSError, ValueError, ssl.SSLError):
                 pass
             time.sleep(0.02)
         return None
+
+    def _leader_now(self) -> int:
+        """Who this node says leads (0: nobody yet): `cluster map`'s head,
+        or under -S, where text is refused, the binary `stats`'
+        cluster_leader after a SASL login."""
+        with socket.create_connection(self.address, timeout=1.0) as plain:
+            s = self.tls_context.wrap_socket(plain, server_hostname=HOST) if self.tls_context else plain
+            if self.sasl_credentials is not None:
+                user, password = self.sasl_credentials
+                s.sendall(binary_request(0x21, key=b"PLAIN", value=b"\0%s\0%s" % (user.encode(), password.encode())))
+                if _recv_binary(s).status != STATUS_OK:
+                    raise ValueError("SASL login refused")
+                s.sendall(binary_request(0x10))
+                while True:
+                    r = _recv_binary(s)
+                    if not r.key:
+                        return 0
+                    if r.key == b"cluster_leader":
+                        return int(r.value)
+            if self.ascii_credentials is not None:
+                login(s, *self.ascii_credentials)
+            s.sendall(b"cluster map\r\n")
+            head = _recv_line(s).split()
+        if len(head) == 7 and head[0] == b"MAP":
+            return int(head[6])
+        return 0
 
     def alive(self) -> bool:
         return super().alive() and all(p.poll() is None for p in self.others)
@@ -584,6 +615,12 @@ class BinaryResponse:
             f"key={self.key!r}, extras={self.extras!r}, value={self.value[:64]!r}, "
             f"opaque={self.opaque}, cas={self.cas})"
         )
+
+
+def _recv_binary(s: socket.socket) -> BinaryResponse:
+    header = _recv_exact(s, 24)
+    body_len = struct.unpack(">I", header[8:12])[0]
+    return BinaryResponse(header, _recv_exact(s, body_len))
 
 
 def read_binary_response(conn: RawConn) -> BinaryResponse:

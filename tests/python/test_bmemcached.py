@@ -179,6 +179,7 @@ def test_key_length(mc, server):
     assert info.value.code == STATUS_INVALID_ARGUMENTS
 
 
+@pytest.mark.counts_requests
 def test_stats(mc, server):
     mc.set("a", b"1")
     mc.get("a")

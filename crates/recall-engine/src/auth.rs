@@ -180,6 +180,13 @@ impl AuthState {
         }
     }
 
+    /// A session whose requests a cluster peer forwarded: the peer checked
+    /// its own client's login, and the peer itself is the cluster's
+    /// (`recall_engine::forwarded`).
+    pub fn trusted() -> AuthState {
+        AuthState { sasl_required: false, ascii_required: false, authenticated: true, plain_pending: false }
+    }
+
     pub fn authenticated(&self) -> bool {
         self.authenticated
     }

@@ -175,6 +175,18 @@ pub trait Replicator: Send + Sync {
         let _ = group;
         Ticket::ready(Err(Refusal::ClusterUnsupported))
     }
+    /// Send `req`, a request of this node's client that another node leads
+    /// (one whole text or meta request with its data, or one binary
+    /// packet, [`crate::forwarded::forwardable`]), to the leader of
+    /// `group` on the cluster's own connections, batched with other
+    /// clients' requests; the ticket is answered with the leader's reply
+    /// bytes or why there is none. `None`: no other node is known to lead
+    /// the group, or this node cannot forward that way (the caller takes
+    /// the client-port hop, or runs the request here).
+    fn forward(&self, group: usize, req: Vec<u8>) -> Option<Ticket<Result<Vec<u8>, ForwardFailed>>> {
+        let _ = (group, req);
+        None
+    }
     /// Run a membership command (`cluster add-node`, ...): its reply is
     /// written to `out` now ([`AdminReply::Done`]) or comes later. It is
     /// about the group it names (`group=<g>`), or group 0, and that
@@ -188,6 +200,17 @@ pub trait Replicator: Send + Sync {
 }
 
 pub use recall_proto::cluster::ClusterMap;
+
+/// Why a request sent to the leader ([`Replicator::forward`]) has no reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ForwardFailed {
+    /// It never reached the leader (no connection, or the leader's node
+    /// refused this one): nothing of it was applied.
+    Unreachable(String),
+    /// It was sent and no reply came (the connection broke, or the
+    /// timeout passed): it may or may not have been applied.
+    Lost(String),
+}
 
 /// Scratch engines, one per stripe. More stripes let more writes of
 /// different keys be decided at once; each costs a one-shard store.
@@ -636,6 +659,21 @@ impl Engine {
     /// The cluster as this node sees it, in cluster mode.
     pub fn cluster_map(&self) -> Option<ClusterMap> {
         self.replication.get().map(|rep| rep.replicator.map())
+    }
+
+    /// Send a request another node leads to that node on the cluster's
+    /// connection, if it is one that goes that way (see
+    /// [`Replicator::forward`]; `None`: take the client-port hop).
+    pub fn forward_to_leader(
+        &self,
+        group: usize,
+        binary: bool,
+        req: &[u8],
+    ) -> Option<Ticket<Result<Vec<u8>, ForwardFailed>>> {
+        if !crate::forwarded::forwardable(binary, req) || req.len() > crate::forwarded::REQUEST_MAX {
+            return None;
+        }
+        self.replicator()?.forward(group, req.to_vec())
     }
 
     /// The group, in cluster mode (its admin commands: `admin.rs`).

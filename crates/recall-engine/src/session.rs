@@ -224,6 +224,17 @@ impl Session {
         }
     }
 
+    /// A session for one request another node forwarded on the cluster's
+    /// connection (`forwarded.rs`): logged in, either protocol, never
+    /// forwarding again, and parking instead of blocking.
+    pub fn forwarded(engine: &Engine, counters: Arc<Counters>) -> Session {
+        let mut s = Session::new(engine, counters, ProtocolChoice::Auto);
+        s.auth = AuthState::trusted();
+        s.forward = false;
+        s.await_cluster = true;
+        s
+    }
+
     /// Set the connection's id (its `stats conns` id), which `watch` lines
     /// carry as `cfd=`.
     pub fn set_conn_id(&mut self, id: u64) {

@@ -100,6 +100,15 @@ impl Group {
         })
     }
 
+    /// Another node that leads the group as this node knows, and its Raft
+    /// port (`None` during an election, or while this node leads).
+    pub(crate) fn leader_elsewhere(&self) -> Option<(NodeId, std::net::SocketAddr)> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        let leader = m.current_leader.filter(|l| *l != m.id)?;
+        Some((leader, crate::membership::raft_addr_of(&m, leader)?))
+    }
+
     /// The current leader, as this node knows it.
     pub fn leader(&self) -> Option<NodeId> {
         self.raft.metrics().borrow().current_leader

@@ -33,6 +33,7 @@
 //! docs/design/replication.md.
 
 mod follower_read;
+mod forward;
 mod gate;
 mod group;
 pub mod incarnation;
@@ -280,6 +281,8 @@ pub struct Node {
     write_path: Arc<write_path::WritePath>,
     /// The placement mode and what placement shows (`placement.rs`).
     placement: (recall_placement::PlacementMode, Arc<placement::Shown>),
+    /// Writes forwarded to other nodes' leaders (`forward.rs`).
+    lanes: Arc<forward::Lanes>,
     /// Kept for the groups' tasks (dropped last).
     _rt: tokio::runtime::Runtime,
 }
@@ -420,6 +423,7 @@ impl Node {
                 write_path: write_path.clone(),
                 full: Default::default(),
                 leaders: leaders.clone(),
+                forwarded: Default::default(),
             });
             tokio::spawn(network::serve(listener, serving.clone()));
             if incarnation != incarnation::DURABLE {
@@ -522,7 +526,8 @@ impl Node {
             mode: cfg.placement,
         }));
         let placement = (cfg.placement, shown);
-        Ok(Arc::new(Node { groups, machines, ident, transport, times, write_path, placement, _rt: rt }))
+        let lanes = Arc::new(forward::Lanes::new(transport.clone(), ident.clone(), handle.clone(), cfg.timeout));
+        Ok(Arc::new(Node { groups, machines, ident, transport, times, write_path, placement, lanes, _rt: rt }))
     }
 
     /// The group of `group`'s index (the engine passes indexes below
@@ -603,6 +608,11 @@ impl Replicator for Node {
 
     fn flush_at_leader(&self, group: usize) -> Ticket<Result<(), Refusal>> {
         self.group(group).flush_at_leader()
+    }
+
+    fn forward(&self, group: usize, req: Vec<u8>) -> Option<Ticket<Result<Vec<u8>, recall_engine::ForwardFailed>>> {
+        let (to, addr) = self.group(group).leader_elsewhere()?;
+        Some(self.lanes.submit(to, addr, req))
     }
 
     fn map(&self) -> ClusterMap {
@@ -703,6 +713,11 @@ impl Replicator for Node {
             self.groups.iter().map(|g| g.follower_reads.counts()).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
         lines.push(("cluster_follower_read_rounds", rounds.to_string()));
         lines.push(("cluster_follower_reads", reads.to_string()));
+        // Writes sent to other nodes' leaders on the Raft port, and the
+        // calls that carried them: writes per call shows the batching.
+        let (calls, forwarded) = self.lanes.counts();
+        lines.push(("cluster_forward_calls", calls.to_string()));
+        lines.push(("cluster_forwarded_writes", forwarded.to_string()));
         // The logs on disk: fsyncs against entries written show group
         // commit at work (summed over the groups).
         let counts = self.groups.iter().filter_map(|g| g.log.disk_counts());

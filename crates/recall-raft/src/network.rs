@@ -106,6 +106,13 @@ pub enum Rpc {
     /// follower keeps one connection per group for these calls. Last, so
     /// the variants before it keep their wire tags.
     ReadIndex,
+    /// Requests of the caller's clients that the receiver leads (writes,
+    /// each one whole request: `forward.rs`), run there at once, each in
+    /// its own session, as its own clients' would be. Answered with a
+    /// [`crate::forward::ForwardAnswer`]: each request's reply bytes, in
+    /// order. Needs a hello, as it changes the data. Last, so the variants
+    /// before it keep their wire tags.
+    Forward(Vec<Vec<u8>>),
 }
 
 /// One node as it reports itself to placement ([`Rpc::Report`]).
@@ -190,7 +197,7 @@ pub fn frame_len(header: [u8; 4]) -> io::Result<usize> {
 /// segment (the sockets have `TCP_NODELAY`, so two writes would be two
 /// segments, and often two wakeups of the reader), flushed (TLS may hold
 /// the end of a record otherwise).
-async fn write_frame<S: AsyncWrite + Unpin>(s: &mut S, body: &[u8]) -> io::Result<()> {
+pub(crate) async fn write_frame<S: AsyncWrite + Unpin>(s: &mut S, body: &[u8]) -> io::Result<()> {
     let len = u32::try_from(body.len()).ok().filter(|&l| l as usize <= FRAME_MAX).ok_or_else(|| {
         io::Error::new(io::ErrorKind::InvalidInput, format!("raft frame of {} bytes is too large", body.len()))
     })?;
@@ -251,6 +258,9 @@ pub struct Serving {
     /// The groups as the engine sees them, once assembled: a
     /// [`Rpc::ReadIndex`] passes the leader's read barrier.
     pub(crate) leaders: Arc<std::sync::OnceLock<Vec<Arc<crate::group::Group>>>>,
+    /// The `stats` counters of the requests other nodes forward here
+    /// ([`Rpc::Forward`]), registered with the engine's on first use.
+    pub(crate) forwarded: std::sync::OnceLock<Arc<recall_engine::Counters>>,
 }
 
 impl Serving {
@@ -358,6 +368,7 @@ async fn serve_conn(sock: Stream, serving: &Serving) -> io::Result<()> {
                 return Err(io::Error::new(io::ErrorKind::InvalidData, "a raft connection must begin with a hello"));
             }
             Rpc::Append(r) => encode(&raft.append_entries(r).await)?,
+            Rpc::Forward(reqs) => encode(&crate::forward::serve_batch(engine, &serving.forwarded, reqs).await)?,
             Rpc::Vote(r) if Instant::now() < serving.votes_from || !serving.admitted(raft) => {
                 // Not granted; the candidate's own vote, so it learns of
                 // nothing newer (openraft answers a vote with one at least
@@ -400,7 +411,7 @@ pub async fn greet(transport: &Transport, ident: &Ident, to: NodeId, addr: &str,
 
 /// Send this node's hello on a new connection and take the answer. The
 /// outer error is the connection's, the inner one the refusal.
-async fn hello(s: &mut BufReader<Stream>, ident: &Ident, to: NodeId) -> io::Result<Result<(), String>> {
+pub(crate) async fn hello(s: &mut BufReader<Stream>, ident: &Ident, to: NodeId) -> io::Result<Result<(), String>> {
     write_frame(s, &encode(&Call { group: 0, rpc: Rpc::Hello(ident.hello(to)) })?).await?;
     match read_frame(s).await? {
         Some(reply) => Ok(ident.on_greeting(to, decode::<Greeting>(&reply)?)),
@@ -951,6 +962,7 @@ mod tests {
         // Added after the hello: the calls before it keep their tags.
         assert_eq!(encode(&Call { group: 1, rpc: Rpc::Report }).unwrap(), [1, 7]);
         assert_eq!(encode(&Call { group: 1, rpc: Rpc::ReadIndex }).unwrap(), [1, 9]);
+        assert_eq!(encode(&Call { group: 1, rpc: Rpc::Forward(vec![b"x".to_vec()]) }).unwrap(), [1, 10, 1, 1, b'x']);
         let refused: Greeting = Err(crate::incarnation::Refused { stale: 2, why: "node 2 ran before".into() });
         assert_eq!(encode(&refused).unwrap(), [&[1, 2, 17][..], b"node 2 ran before"].concat());
     }

@@ -300,6 +300,16 @@ where
     // Where a second hop goes when the leader refused and named nobody:
     // whoever this node sees leading the group by then.
     let now_leads = || cx.engine.cluster_map().and_then(|m| m.group_leader_elsewhere(group).map(str::to_string));
+    if split.is_none() {
+        if let Some(reply) = raft_port_hop(cx, group, binary, req).await {
+            let bytes = match reply {
+                Ok(bytes) => bytes,
+                Err(line) => error_reply(binary, req, &line),
+            };
+            stream.write_all(&bytes).await.map_err(|_| Action::Close)?;
+            return Ok(Some(bytes.len()));
+        }
+    }
     let hop = match (&cx.forward, split, leader) {
         (Some(fwd), Some(runs), _) => fwd.forward_split(&runs, stream).await,
         (Some(fwd), None, Some(leader)) => fwd.forward(&leader, binary, req, stream, now_leads).await,
@@ -312,28 +322,65 @@ where
         Ok(wrote) => Ok(Some(wrote)),
         Err(crate::forward::Failed::Close) => Err(Action::Close),
         Err(crate::forward::Failed::Reply(line)) => {
-            let mut out = Vec::new();
-            if binary {
-                use recall_proto::binary;
-                let opcode = req.get(1).copied().unwrap_or(0);
-                let opaque = req.get(12..16).map_or(0, |o| u32::from_be_bytes([o[0], o[1], o[2], o[3]]));
-                binary::write_response(
-                    &mut out,
-                    opcode,
-                    binary::status::ETMPFAIL,
-                    opaque,
-                    0,
-                    &[],
-                    &[],
-                    line.as_bytes(),
-                );
-            } else {
-                recall_proto::reply::line(&mut out, line.as_bytes());
-            }
+            let out = error_reply(binary, req, &line);
             stream.write_all(&out).await.map_err(|_| Action::Close)?;
             Ok(Some(out.len()))
         }
     }
+}
+
+/// A write sent to its group's leader on the Raft port, batched with other
+/// clients' (recall-raft's `forward.rs`): its reply, or the error line the
+/// client gets. A not-leader refusal (the leadership moved while it was on
+/// its way; nothing was proposed) sends it once more, to whoever this node
+/// sees leading by then; that second reply is the reply. `None`: not a
+/// request that goes this way, or no other node is known to lead.
+async fn raft_port_hop(cx: &ConnCtx, group: usize, binary: bool, req: &[u8]) -> Option<Result<Vec<u8>, String>> {
+    use recall_engine::ForwardFailed;
+    let mut reply = await_hop(cx, cx.engine.forward_to_leader(group, binary, req)?).await;
+    if let Ok(bytes) = &reply {
+        if recall_proto::forward::not_leader_reply(bytes, binary).is_some() {
+            if let Some(again) = cx.engine.forward_to_leader(group, binary, req) {
+                tracing::debug!(group, "forwarded write refused: not leader; once more");
+                reply = await_hop(cx, again).await;
+            }
+        }
+    }
+    Some(reply.map_err(|failed| match failed {
+        ForwardFailed::Unreachable(e) => format!("SERVER_ERROR cluster leader unreachable ({e}); not applied"),
+        ForwardFailed::Lost(e) => {
+            format!("SERVER_ERROR cluster forward failed ({e}); the request may or may not have been applied")
+        }
+    }))
+}
+
+async fn await_hop(
+    cx: &ConnCtx,
+    t: recall_engine::Ticket<Result<Vec<u8>, recall_engine::ForwardFailed>>,
+) -> Result<Vec<u8>, recall_engine::ForwardFailed> {
+    use recall_engine::ForwardFailed;
+    // The lane bounds each call by the same timeout; this is the backstop
+    // should the runtime drop the request unanswered.
+    match tokio::time::timeout(cx.engine.commit_timeout() * 2, t).await {
+        Ok(Some(r)) => r,
+        Ok(None) => Err(ForwardFailed::Lost("the cluster runtime stopped".into())),
+        Err(_) => Err(ForwardFailed::Lost("no reply in time".into())),
+    }
+}
+
+/// A forwarded request's error `line` as its client's protocol says it:
+/// a text line, or a binary error response to the request's opcode.
+fn error_reply(binary: bool, req: &[u8], line: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    if binary {
+        use recall_proto::binary;
+        let opcode = req.get(1).copied().unwrap_or(0);
+        let opaque = req.get(12..16).map_or(0, |o| u32::from_be_bytes([o[0], o[1], o[2], o[3]]));
+        binary::write_response(&mut out, opcode, binary::status::ETMPFAIL, opaque, 0, &[], &[], line.as_bytes());
+    } else {
+        recall_proto::reply::line(&mut out, line.as_bytes());
+    }
+    out
 }
 
 /// Read what the socket holds into `buf`, with `room` bytes of space (the

@@ -209,6 +209,14 @@ fn a_follower_forwards_every_protocol_to_the_leader() {
     assert_eq!(ask(f, "get big\r\n"), format!("VALUE big 0 {}\r\n{big}\r\nEND\r\n", big.len()));
     // The leader holds what the follower was told it stored.
     assert_eq!(ask(c.clients[leader], "get a\r\n"), "VALUE a 0 1\r\ny\r\nEND\r\n");
+    // The writes went on the Raft port, batched (recall-raft's
+    // forward.rs), not as one client-port hop each: set a, set b, two cas,
+    // incr, ms, the binary set and the big set.
+    let st = recall_testkit::cluster::stats(f);
+    let forwarded: u64 = st["cluster_forwarded_writes"].parse().expect("a count");
+    let calls: u64 = st["cluster_forward_calls"].parse().expect("a count");
+    assert_eq!(forwarded, 8, "{st:?}");
+    assert!((1..=forwarded).contains(&calls), "{calls} calls");
 }
 
 #[test]
