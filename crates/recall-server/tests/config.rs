@@ -51,3 +51,47 @@ fn stats_settings_are_what_they_were() {
         assert_eq!(text, pinned(name, "stats-settings.txt"), "{name}");
     }
 }
+
+/// A bad value stops the start with an error naming the flag or key and
+/// the value, from the command line and from a file alike.
+#[test]
+fn bad_values_name_the_setting_and_the_value() {
+    let refused = |args: &[&str]| {
+        let cli = Cli::try_parse_from(std::iter::once("recalld").chain(args.iter().copied())).expect("flags parse");
+        Config::from_cli(&cli).map(|_| ()).expect_err("refused").0
+    };
+    let flags: [(&[&str], &[&str]); 9] = [
+        (&["--durability", "fsync"], &["invalid durability: fsync", "client-backup"]),
+        (&["-B", "udp"], &["binding protocol: udp", "ascii"]),
+        (&["-I", "lots"], &["invalid max item size: lots"]),
+        (&["-o", "reply_budget=2t"], &["invalid reply_budget: \"2t\""]),
+        (&["-o", "reply_budget=100"], &["invalid reply_budget: \"100\"", "1k to 1g"]),
+        (&["-o", "policy=lfu"], &["unknown eviction policy \"lfu\""]),
+        (&["-s", "/tmp/r.sock", "-a", "0800"], &["(-a)", "\"0800\""]),
+        (&["--cluster-read", "eventually"], &["--cluster-read", "\"eventually\""]),
+        (&["--cluster-node-id", "1", "--cluster-peer", "1=nowhere"], &["cluster peer \"1=nowhere\""]),
+    ];
+    for (args, says) in flags {
+        let e = refused(args);
+        assert!(says.iter().all(|s| e.contains(s)), "{args:?}: {e}");
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("recall-config-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let file = dir.join("recalld.toml");
+    let lines: [(&str, &[&str]); 8] = [
+        ("durability = \"fsync\"", &["invalid durability: fsync", "`durability`"]),
+        ("max_item_size = \"lots\"", &["invalid size \"lots\"", "`max_item_size`"]),
+        ("unix_mask = \"rw\"", &["\"rw\"", "`unix_mask`"]),
+        ("ssl_min_version = \"tlsv1.0\"", &["not offered", "`ssl_min_version`"]),
+        ("snapshot_interval = -5", &["`snapshot_interval`"]),
+        ("pid_file = 5", &["`pid_file`"]),
+        ("[cluster]\nread = \"eventually\"", &["\"eventually\"", "`cluster.read`"]),
+        ("[front_tier]\nreplacement = \"random\"", &["\"random\"", "`front_tier.replacement`"]),
+    ];
+    for (text, says) in lines {
+        std::fs::write(&file, text).expect("write config");
+        let e = refused(&["--config", file.to_str().expect("utf-8 path")]);
+        assert!(e.contains("recalld.toml") && says.iter().all(|s| e.contains(s)), "{text}: {e}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
