@@ -32,8 +32,8 @@ pub fn load(cfg: &Config, sasl_pwdb: Option<&Path>) -> Result<AuthConfig, String
         })?;
         auth.sasl = Some(Arc::new(read("SASL password file", path)?));
     }
-    if !cfg.auth_file.is_empty() {
-        auth.ascii = Some(Arc::new(CredentialCell::new(read("auth file", Path::new(&cfg.auth_file))?)));
+    if let Some(file) = &cfg.auth_file {
+        auth.ascii = Some(Arc::new(CredentialCell::new(read("auth file", file)?)));
     }
     Ok(auth)
 }
@@ -43,7 +43,7 @@ pub fn load(cfg: &Config, sasl_pwdb: Option<&Path>) -> Result<AuthConfig, String
 /// keeps them too), and the error names the file. `None` without `-Y`.
 pub fn reload_auth_file(cfg: &Config, auth: &AuthConfig) -> Option<Result<(), String>> {
     let cell = auth.ascii.as_deref()?;
-    Some(read("auth file", Path::new(&cfg.auth_file)).map(|creds| cell.replace(creds)))
+    Some(read("auth file", cfg.auth_file.as_deref()?).map(|creds| cell.replace(creds)))
 }
 
 fn read(what: &str, path: &Path) -> Result<Credentials, String> {
@@ -70,7 +70,7 @@ mod tests {
         let empty = dir.join("empty");
         std::fs::write(&empty, "\n").unwrap();
         let missing = dir.join("missing");
-        let ascii = |f: &Path| Config { auth_file: f.display().to_string(), ..Config::default() };
+        let ascii = |f: &Path| Config { auth_file: Some(f.to_path_buf()), ..Config::default() };
         let e = load(&ascii(&bad), None).unwrap_err();
         assert!(e.contains(&bad.display().to_string()) && e.contains("line 2"), "{e}");
         let e = load(&ascii(&missing), None).unwrap_err();

@@ -51,7 +51,13 @@ impl Bound {
     /// first is the one the "listening on" line shows).
     pub fn bind_all(cfg: &Config) -> io::Result<Vec<(Bound, Via)>> {
         let invalid = |e: crate::config::ConfigError| io::Error::new(io::ErrorKind::InvalidInput, e.0);
-        if cfg.unix_socket.is_empty() {
+        if let Some(path) = &cfg.unix_socket {
+            let mask = cfg.unix_mask.get().bits();
+            let l = bind_unix(path, mask, cfg.listen_backlog as i32).map_err(|e| {
+                io::Error::new(e.kind(), format!("failed to listen on UNIX socket {}: {e}", path.display()))
+            })?;
+            Ok(vec![(Bound::Unix(l, path.clone()), Via::UNIX)])
+        } else {
             let (specs, _) = cfg.listeners().map_err(invalid)?;
             let mut bound = Vec::new();
             for spec in &specs {
@@ -61,13 +67,6 @@ impl Bound {
                 }
             }
             Ok(bound)
-        } else {
-            let mask = cfg.unix_mask_bits().map_err(invalid)?;
-            let path = PathBuf::from(&cfg.unix_socket);
-            let l = bind_unix(&path, mask, cfg.listen_backlog as i32).map_err(|e| {
-                io::Error::new(e.kind(), format!("failed to listen on UNIX socket {}: {e}", path.display()))
-            })?;
-            Ok(vec![(Bound::Unix(l, path), Via::UNIX)])
         }
     }
 

@@ -43,19 +43,19 @@ pub fn build_engine(cfg: &Config, clock: Arc<dyn Clock>) -> Engine {
         shards: cfg.shards,
         cas_enabled: !cfg.disable_cas,
         policy: PolicyConfig {
-            kind: cfg.policy_kind().expect("validated"),
+            kind: cfg.policy,
             slru: SlruConfig { hot_pct: cfg.hot_lru_pct, warm_pct: cfg.warm_lru_pct },
             prio: cfg.prio_config().expect("validated"),
             ..Default::default()
         },
     });
     let ecfg = EngineConfig {
-        item_size_max: cfg.item_size_max_bytes().expect("validated"),
+        item_size_max: cfg.item_size_max(),
         flush_enabled: !cfg.disable_flush_all,
         shutdown_enabled: cfg.enable_shutdown,
         cas_enabled: !cfg.disable_cas,
         settings: cfg.stats_settings(),
-        reply_budget: cfg.reply_budget_bytes().expect("validated"),
+        reply_budget: cfg.reply_budget(),
         reqs_per_event: cfg.reqs_per_event as usize,
         dump_enabled: !cfg.disable_dumping,
         watch_enabled: !cfg.disable_watch,
@@ -124,7 +124,7 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
     engine.config.auth = auth;
     let engine = Arc::new(engine);
     // A certificate problem stops the start, naming the file.
-    let tls = if cfg.ssl_enabled && cfg.unix_socket.is_empty() {
+    let tls = if cfg.ssl_enabled && cfg.unix_socket.is_none() {
         let t = Tls::load(&cfg, engine.now()).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let _ = engine.gauges.tls.set(t.stats().clone());
         Some(t)
@@ -137,15 +137,8 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
     let tier = front.as_ref().map(|_| Arc::new(crate::front_tier::FrontTierSlot::default()));
     let more_observers: Vec<Arc<dyn recall_engine::Observer>> =
         tier.iter().map(|t| t.clone() as Arc<dyn recall_engine::Observer>).collect();
-    let persist = if !cfg.data_dir.is_empty() && cfg.durability != "none" {
-        let pc = crate::persist::PersistConfig {
-            dir: cfg.data_dir.clone().into(),
-            wal: cfg.durability == "wal",
-            interval: Duration::from_secs(cfg.snapshot_interval),
-            after_writes: cfg.snapshot_after_writes,
-            recovery_grace: Duration::from_secs(cfg.recovery_grace),
-            failpoint: failpoint_from_env()?,
-        };
+    let persist = if let Some(mut pc) = cfg.persist_config() {
+        pc.failpoint = failpoint_from_env()?;
         let (p, loaded) = crate::persist::Persist::open(engine.clone(), pc, more_observers)?;
         tracing::info!(
             epoch = loaded.epoch,
@@ -204,12 +197,8 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
     // replies are out (see conn.rs).
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
 
-    let choice = match cfg.protocol.as_str() {
-        "ascii" => ProtocolChoice::Ascii,
-        "binary" => ProtocolChoice::Binary,
-        _ => ProtocolChoice::Auto,
-    };
-    let idle = (cfg.idle_timeout > 0).then(|| Duration::from_secs(cfg.idle_timeout));
+    let choice = cfg.protocol.choice();
+    let idle = cfg.idle_timeout;
     let wal = persist.as_ref().and_then(|p| p.wal());
 
     // Workers.
@@ -259,7 +248,7 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
     // memcached binds it for every `-l` entry.
     // Without TCP (`-p 0`), UDP listens on the addresses `-l` names.
     let mut udp_locals = Vec::new();
-    if let (Some(udp_port), true) = (cfg.udp_port.bind(), cfg.unix_socket.is_empty()) {
+    if let (Some(udp_port), true) = (cfg.udp_port.bind(), cfg.unix_socket.is_none()) {
         let mut ips: Vec<std::net::IpAddr> = Vec::new();
         let mut named = tcp.clone();
         if tcp.is_empty() {
@@ -314,12 +303,12 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
 
     // memcached writes the ports file unless it serves a unix socket (with
     // no line at all when it listens on neither TCP nor UDP).
-    if let (Some(path), true) = (std::env::var_os(crate::portfile::ENV), cfg.unix_socket.is_empty()) {
+    if let (Some(path), true) = (std::env::var_os(crate::portfile::ENV), cfg.unix_socket.is_none()) {
         crate::portfile::write(path.as_ref(), &tcp, &udp_locals)?;
     }
 
-    if !cfg.pid_file.is_empty() {
-        std::fs::write(&cfg.pid_file, format!("{}\n", std::process::id()))?;
+    if let Some(pid_file) = &cfg.pid_file {
+        std::fs::write(pid_file, format!("{}\n", std::process::id()))?;
     }
 
     // Tests and scripts read this line to learn the port when -p -1 is used
@@ -422,7 +411,7 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
                 }
                 _ = sighup.recv() => {
                     match crate::auth::reload_auth_file(&cfg, &engine.config.auth) {
-                        Some(Ok(())) => tracing::info!("SIGHUP: auth file {} reloaded", cfg.auth_file),
+                        Some(Ok(())) => tracing::info!("SIGHUP: auth file {} reloaded", cfg.auth_file.as_deref().unwrap_or(std::path::Path::new("")).display()),
                         Some(Err(e)) => tracing::error!("SIGHUP: could not reload the auth file, keeping its users: {e}"),
                         None => {}
                     }
@@ -438,8 +427,8 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
         Ok::<bool, std::io::Error>(graceful)
     })?;
     crate::notify::notify_or_log("STOPPING=1");
-    if !pid_file.is_empty() {
-        let _ = std::fs::remove_file(&pid_file);
+    if let Some(pid_file) = &pid_file {
+        let _ = std::fs::remove_file(pid_file);
     }
     // Stop accepting: the listeners (tasks of this runtime) close with it,
     // and so do connections accepted but not yet handed to a worker.

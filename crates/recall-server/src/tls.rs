@@ -31,7 +31,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 
-use crate::config::{Config, ListenTls};
+use crate::config::{Config, ListenTls, TlsVersion};
 
 /// Sessions the cache keeps (`ssl_session_cache`); the oldest go first.
 const SESSION_CACHE_SIZE: usize = 4096;
@@ -58,7 +58,7 @@ impl Acceptors {
             default: server_config(cfg, cfg.ssl_verify_mode, stats)?,
             no_peer: server_config(cfg, 0, stats)?,
             // memcached's MC_SSL_ENABLED_PEER: VERIFY_PEER | FAIL_IF_NO_PEER_CERT.
-            peer: if cfg.ssl_ca_cert.is_empty() { None } else { Some(server_config(cfg, 2, stats)?) },
+            peer: if cfg.ssl_ca_cert.is_none() { None } else { Some(server_config(cfg, 2, stats)?) },
         })
     }
 
@@ -121,32 +121,41 @@ impl Tls {
 /// `verify` (`ssl_verify_mode`'s numbers), from the files as they are now.
 fn server_config(cfg: &Config, verify: u8, stats: &Arc<TlsStats>) -> Result<TlsAcceptor, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let versions: &[&rustls::SupportedProtocolVersion] = match cfg.ssl_min_version.as_str() {
-        "tlsv1.3" => &[&rustls::version::TLS13],
-        _ => &[&rustls::version::TLS12, &rustls::version::TLS13],
+    let versions: &[&rustls::SupportedProtocolVersion] = match cfg.ssl_min_version.get() {
+        TlsVersion::Tls13 => &[&rustls::version::TLS13],
+        TlsVersion::Tls12 => &[&rustls::version::TLS12, &rustls::version::TLS13],
     };
+    // Configuration refuses TLS without a chain, and client checks
+    // without a CA; these errors are for a caller that skipped it.
+    let chain_path = cfg.ssl_chain_cert.as_deref().ok_or("TLS (-Z) needs -o ssl_chain_cert=FILE")?;
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(versions)
         .map_err(|e| format!("TLS: {e}"))?;
     let builder = if verify == 0 {
         builder.with_no_client_auth()
     } else {
-        let roots = load_roots(Path::new(&cfg.ssl_ca_cert))?;
+        let ca = cfg.ssl_ca_cert.as_deref().ok_or("client certificate checks need -o ssl_ca_cert=FILE")?;
+        let roots = load_roots(ca)?;
         let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
         // Mode 1 (memcached's SSL_VERIFY_PEER alone): ask for a
         // certificate and check one that is sent, but let a client
         // without one in. Modes 2 and 3 refuse it.
         let verifier = if verify == 1 { verifier.allow_unauthenticated() } else { verifier };
         let verifier =
-            verifier.build().map_err(|e| format!("cannot use the CA certificates in {}: {e}", cfg.ssl_ca_cert))?;
+            verifier.build().map_err(|e| format!("cannot use the CA certificates in {}: {e}", ca.display()))?;
         builder.with_client_cert_verifier(verifier)
     };
-    let chain = load_chain(Path::new(&cfg.ssl_chain_cert))?;
+    let chain = load_chain(chain_path)?;
     // memcached: "private key, if not part of the ssl_chain_cert".
-    let key_path = if cfg.ssl_key.is_empty() { &cfg.ssl_chain_cert } else { &cfg.ssl_key };
-    let key = PrivateKeyDer::from_pem_file(key_path).map_err(|e| format!("Error loading the key: {key_path}: {e}"))?;
+    let key_path = cfg.ssl_key.as_deref().unwrap_or(chain_path);
+    let key = PrivateKeyDer::from_pem_file(key_path)
+        .map_err(|e| format!("Error loading the key: {}: {e}", key_path.display()))?;
     let mut server = builder.with_single_cert(chain, key).map_err(|e| {
-        format!("Error validating the certificate: the key {key_path} does not fit {}: {e}", cfg.ssl_chain_cert)
+        format!(
+            "Error validating the certificate: the key {} does not fit {}: {e}",
+            key_path.display(),
+            chain_path.display()
+        )
     })?;
     if cfg.ssl_session_cache {
         server.session_storage =

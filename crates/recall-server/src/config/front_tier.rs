@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::value::Spelled;
 use super::ConfigError;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -18,9 +19,9 @@ pub struct FrontTierSection {
     /// Value bytes one cell holds (1 to 1024): larger values are not cached.
     pub chunk: usize,
     /// Victim of a full row: "lru" or "fifo".
-    pub replacement: String,
+    pub replacement: Spelled<recall_xdp::Replacement>,
     /// "generic" (skb XDP, any interface) or "native" (the driver's).
-    pub mode: String,
+    pub mode: Spelled<recall_xdp::Mode>,
 }
 
 impl Default for FrontTierSection {
@@ -31,8 +32,8 @@ impl Default for FrontTierSection {
             sets: d.sets,
             ways: d.ways,
             chunk: d.chunk,
-            replacement: d.replacement.name().into(),
-            mode: d.mode.name().into(),
+            replacement: Spelled::new(d.replacement),
+            mode: Spelled::new(d.mode),
         }
     }
 }
@@ -43,14 +44,13 @@ impl FrontTierSection {
         if self.iface.is_empty() {
             return Ok(None);
         }
-        let bad = |e: String| ConfigError(format!("front_tier: {e}"));
         let c = recall_xdp::FrontTierConfig {
             iface: self.iface.clone(),
             sets: self.sets,
             ways: self.ways,
             chunk: self.chunk,
-            replacement: self.replacement.parse().map_err(bad)?,
-            mode: self.mode.parse().map_err(bad)?,
+            replacement: self.replacement.get(),
+            mode: self.mode.get(),
         };
         c.validate().map_err(ConfigError)?;
         Ok(Some(c))
@@ -70,10 +70,12 @@ mod tests {
             FrontTierSection { sets: 1000, ..on.clone() },
             FrontTierSection { ways: 17, ..on.clone() },
             FrontTierSection { chunk: 4096, ..on.clone() },
-            FrontTierSection { replacement: "random".into(), ..on.clone() },
-            FrontTierSection { mode: "offload".into(), ..on.clone() },
         ] {
             assert!(bad.to_xdp().is_err(), "{bad:?}");
         }
+        let e = Spelled::<recall_xdp::Replacement>::parse("random").unwrap_err();
+        assert!(e.0.contains("\"random\""), "{e}");
+        let e = Spelled::<recall_xdp::Mode>::parse("offload").unwrap_err();
+        assert!(e.0.contains("\"offload\""), "{e}");
     }
 }

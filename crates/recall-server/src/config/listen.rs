@@ -24,7 +24,51 @@
 
 use recall_engine::ProtocolChoice;
 
+use super::value::Setting;
 use super::ConfigError;
+
+/// `-B`, `protocol`: what every listener speaks unless its `proto[...]`
+/// says otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// Text or binary, told apart by each connection's first byte.
+    Auto,
+    Ascii,
+    Binary,
+}
+
+impl Protocol {
+    pub fn choice(self) -> ProtocolChoice {
+        match self {
+            Protocol::Auto => ProtocolChoice::Auto,
+            Protocol::Ascii => ProtocolChoice::Ascii,
+            Protocol::Binary => ProtocolChoice::Binary,
+        }
+    }
+}
+
+impl Setting for Protocol {
+    fn parse_text(s: &str) -> Result<Self, ConfigError> {
+        match s {
+            "auto" => Ok(Protocol::Auto),
+            "ascii" => Ok(Protocol::Ascii),
+            "binary" => Ok(Protocol::Binary),
+            // memcached's text.
+            _ => Err(ConfigError(format!(
+                "Invalid value for binding protocol: {s} -- should be one of auto, binary, or ascii"
+            ))),
+        }
+    }
+
+    fn text(&self) -> String {
+        match self {
+            Protocol::Auto => "auto",
+            Protocol::Ascii => "ascii",
+            Protocol::Binary => "binary",
+        }
+        .into()
+    }
+}
 
 /// A listener's TLS, by its prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,23 +12,52 @@
 //!   verify again on); `ssl_min_version` is 2 (tlsv1.2, the default) or 3
 //!   (tlsv1.3): rustls does not offer TLS 1.0 or 1.1.
 
+use std::path::{Path, PathBuf};
+
 use super::listen::{parse_listen, ListenRules, ListenSpec};
+use super::value::{self, Setting, Spelled};
 use super::{Cli, Config, ConfigError};
 
-/// The TLS versions `ssl_min_version` accepts, by memcached's number and
-/// by the name `stats settings` prints.
-const MIN_VERSIONS: [(&str, &str); 2] = [("2", "tlsv1.2"), ("3", "tlsv1.3")];
+/// `ssl_min_version`: the oldest TLS version accepted. memcached numbers
+/// them (2 is TLS 1.2); `stats settings` prints the name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsVersion {
+    Tls12,
+    Tls13,
+}
+
+impl Setting for TlsVersion {
+    fn parse_text(v: &str) -> Result<Self, ConfigError> {
+        match v {
+            "2" | "tlsv1.2" => Ok(TlsVersion::Tls12),
+            "3" | "tlsv1.3" => Ok(TlsVersion::Tls13),
+            "0" | "1" | "tlsv1.0" | "tlsv1.1" => Err(ConfigError(format!(
+                "ssl_min_version {v}: TLS 1.0 and 1.1 are not offered (recalld's TLS, rustls, supports 1.2 and 1.3): use 2 (tlsv1.2) or 3 (tlsv1.3)"
+            ))),
+            _ => Err(ConfigError(format!("Invalid ssl_min_version {v:?}: 2 (tlsv1.2) or 3 (tlsv1.3)"))),
+        }
+    }
+
+    fn text(&self) -> String {
+        match self {
+            TlsVersion::Tls12 => "tlsv1.2",
+            TlsVersion::Tls13 => "tlsv1.3",
+        }
+        .into()
+    }
+}
 
 impl Config {
     /// `-s`, `-a` and `-Z` from the command line.
-    pub(super) fn apply_transport_flags(&mut self, cli: &Cli) {
+    pub(super) fn apply_transport_flags(&mut self, cli: &Cli) -> Result<(), ConfigError> {
         if let Some(p) = &cli.unix_socket {
-            self.unix_socket = p.clone();
+            self.unix_socket = value::path(p.clone());
         }
         if let Some(m) = &cli.unix_mask {
-            self.unix_mask = m.clone();
+            self.unix_mask = Spelled::parse(m)?;
         }
         self.ssl_enabled |= cli.enable_ssl;
+        Ok(())
     }
 
     /// One `-o ssl_*` option; `Ok(false)` if `k` is not one.
@@ -42,7 +71,7 @@ impl Config {
             if v.is_empty() {
                 Err(ConfigError(format!("Missing {k} argument")))
             } else {
-                Ok(v.to_string())
+                Ok(Some(PathBuf::from(v)))
             }
         };
         match k {
@@ -56,7 +85,8 @@ impl Config {
                     ))
                 })?
             }
-            "ssl_min_version" => self.ssl_min_version = min_version_name(v)?.to_string(),
+            // `-o` keeps the name, which `stats settings` shows as memcached does.
+            "ssl_min_version" => self.ssl_min_version = Spelled::new(TlsVersion::parse_text(v)?),
             "ssl_session_cache" => self.ssl_session_cache = true,
             // PEM (1) is the only key format recalld reads.
             "ssl_keyformat" if v == "1" => {}
@@ -81,7 +111,6 @@ impl Config {
     /// Check the transport settings (the certificate files are read, and
     /// their errors reported, when the server starts).
     pub(super) fn validate_transport(&self) -> Result<(), ConfigError> {
-        self.unix_mask_bits()?;
         self.listeners()?;
         if self.ssl_verify_mode > 3 {
             return Err(ConfigError(format!(
@@ -89,15 +118,14 @@ impl Config {
                 self.ssl_verify_mode
             )));
         }
-        min_version_name(&self.ssl_min_version)?;
         if self.ssl_enabled {
-            if self.ssl_chain_cert.is_empty() {
+            if self.ssl_chain_cert.is_none() {
                 return Err(ConfigError(
                     "TLS (-Z) needs a certificate: -o ssl_chain_cert=FILE (and ssl_key=FILE unless the key is in it)"
                         .into(),
                 ));
             }
-            if self.ssl_verify_mode > 0 && self.ssl_ca_cert.is_empty() {
+            if self.ssl_verify_mode > 0 && self.ssl_ca_cert.is_none() {
                 return Err(ConfigError(format!(
                     "ssl_verify_mode {} checks client certificates: it needs -o ssl_ca_cert=FILE (the CAs they must chain to)",
                     self.ssl_verify_mode
@@ -111,7 +139,7 @@ impl Config {
     /// than they may think.
     pub(super) fn transport_warnings(&self) -> Vec<String> {
         let mut w = self.listeners().map(|(_, w)| w).unwrap_or_default();
-        if self.ssl_enabled && !self.unix_socket.is_empty() {
+        if self.ssl_enabled && self.unix_socket.is_some() {
             w.push("-Z: TLS is for TCP; with -s recalld serves only the unix socket, without TLS".into());
         }
         w
@@ -130,17 +158,17 @@ impl Config {
     /// when `-p` is off or any): where UDP listens when there is no TCP
     /// listener to follow.
     pub fn listen_entries(&self) -> Result<(Vec<ListenSpec>, Vec<String>), ConfigError> {
-        if !self.unix_socket.is_empty() {
+        if self.unix_socket.is_some() {
             return Ok((Vec::new(), Vec::new()));
         }
         let rules = ListenRules {
             default_port: self.port.bind().unwrap_or(0),
             ssl: self.ssl_enabled,
-            auth_file: !self.auth_file.is_empty(),
+            auth_file: self.auth_file.is_some(),
             sasl: self.sasl,
         };
         let (specs, warnings) = parse_listen(&self.listen, rules)?;
-        if self.ssl_enabled && self.ssl_ca_cert.is_empty() && specs.iter().any(|s| s.tls == super::ListenTls::Peer) {
+        if self.ssl_enabled && self.ssl_ca_cert.is_none() && specs.iter().any(|s| s.tls == super::ListenTls::Peer) {
             return Err(ConfigError(
                 "mtls: listeners check client certificates: they need -o ssl_ca_cert=FILE (the CAs they must chain to)"
                     .into(),
@@ -149,60 +177,47 @@ impl Config {
         Ok((specs, warnings))
     }
 
-    /// `-a`: the unix socket's access mask (octal, like chmod).
-    pub fn unix_mask_bits(&self) -> Result<u32, ConfigError> {
-        u32::from_str_radix(self.unix_mask.trim(), 8).ok().filter(|m| *m <= 0o777).ok_or_else(|| {
-            ConfigError(format!("invalid unix socket mask (-a): {:?}, an octal mode like 0700", self.unix_mask))
-        })
-    }
-
     /// `stats settings`' unix socket lines, as memcached prints them.
     pub(super) fn unix_settings(&self) -> Vec<(String, String)> {
-        let path = if self.unix_socket.is_empty() { "NULL".into() } else { self.unix_socket.clone() };
-        vec![("domain_socket".into(), path), ("umask".into(), format!("{:o}", self.unix_mask_bits().unwrap_or(0o700)))]
+        vec![
+            ("domain_socket".into(), shown(&self.unix_socket, "NULL")),
+            ("umask".into(), format!("{:o}", self.unix_mask.get().bits())),
+        ]
     }
 
     /// `stats settings`' TLS lines, as memcached prints them (an unset
     /// chain or key is C's "(null)" there, an unset CA "NULL").
     pub(super) fn ssl_settings(&self) -> Vec<(String, String)> {
         let b = |v: bool| if v { "yes" } else { "no" }.to_string();
-        let or = |s: &str, none: &str| if s.is_empty() { none.to_string() } else { s.to_string() };
         vec![
             ("ssl_enabled".into(), b(self.ssl_enabled)),
-            ("ssl_chain_cert".into(), or(&self.ssl_chain_cert, "(null)")),
-            ("ssl_key".into(), or(&self.ssl_key, "(null)")),
+            ("ssl_chain_cert".into(), shown(&self.ssl_chain_cert, "(null)")),
+            ("ssl_key".into(), shown(&self.ssl_key, "(null)")),
             // memcached prints OpenSSL's flags for the mode: PEER (1),
             // FAIL_IF_NO_PEER_CERT (2), CLIENT_ONCE (4).
             ("ssl_verify_mode".into(), [0, 1, 3, 7][usize::from(self.ssl_verify_mode.min(3))].to_string()),
             ("ssl_keyformat".into(), "1".into()),
             ("ssl_ciphers".into(), "NULL".into()),
-            ("ssl_ca_cert".into(), or(&self.ssl_ca_cert, "NULL")),
+            ("ssl_ca_cert".into(), shown(&self.ssl_ca_cert, "NULL")),
             // rustls writes at most one 16 KiB record per write, as
             // memcached's default output buffer does.
             ("ssl_wbuf_size".into(), "16384".into()),
             ("ssl_session_cache".into(), b(self.ssl_session_cache)),
             ("ssl_kernel_tls".into(), "no".into()),
-            ("ssl_min_version".into(), self.ssl_min_version.clone()),
+            ("ssl_min_version".into(), self.ssl_min_version.as_text().to_string()),
         ]
     }
 }
 
-/// `ssl_min_version` by memcached's number or by name.
-fn min_version_name(v: &str) -> Result<&'static str, ConfigError> {
-    if let Some((_, name)) = MIN_VERSIONS.iter().find(|(n, name)| v == *n || v == *name) {
-        return Ok(name);
-    }
-    if matches!(v, "0" | "1" | "tlsv1.0" | "tlsv1.1") {
-        return Err(ConfigError(format!(
-            "ssl_min_version {v}: TLS 1.0 and 1.1 are not offered (recalld's TLS, rustls, supports 1.2 and 1.3): use 2 (tlsv1.2) or 3 (tlsv1.3)"
-        )));
-    }
-    Err(ConfigError(format!("Invalid ssl_min_version {v:?}: 2 (tlsv1.2) or 3 (tlsv1.3)")))
+/// An optional path as `stats settings` shows it: C's spelling of a null
+/// pointer when unset.
+pub(super) fn shown(p: &Option<PathBuf>, none: &str) -> String {
+    p.as_deref().map_or_else(|| none.to_string(), |p: &Path| p.display().to_string())
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Cli, Config};
+    use super::super::{Cli, Config, TlsVersion};
     use clap::Parser;
 
     fn cfg(args: &[&str]) -> Result<Config, String> {
@@ -219,7 +234,7 @@ mod tests {
         let c = cfg(&[]).unwrap();
         assert_eq!((setting(&c, "domain_socket"), setting(&c, "umask")), ("NULL".into(), "700".into()));
         let c = cfg(&["-s", "/tmp/r.sock", "-a", "0755"]).unwrap();
-        assert_eq!(c.unix_mask_bits(), Ok(0o755));
+        assert_eq!(c.unix_mask.get().bits(), 0o755);
         assert_eq!((setting(&c, "domain_socket"), setting(&c, "umask")), ("/tmp/r.sock".into(), "755".into()));
         for bad in ["0800", "rw", "1777"] {
             let e = cfg(&["-s", "/tmp/r.sock", "-a", bad]).unwrap_err();
@@ -241,11 +256,11 @@ mod tests {
         ])
         .unwrap();
         assert!(c.ssl_enabled && c.ssl_session_cache);
-        assert_eq!((c.ssl_verify_mode, c.ssl_min_version.as_str()), (2, "tlsv1.3"));
+        assert_eq!((c.ssl_verify_mode, c.ssl_min_version.get()), (2, TlsVersion::Tls13));
         assert_eq!(setting(&c, "ssl_key"), "/k.pem");
         // As memcached prints it: OpenSSL's PEER | FAIL_IF_NO_PEER_CERT.
         assert_eq!(setting(&c, "ssl_verify_mode"), "3");
-        assert_eq!(cfg(&["-o", "ssl_min_version=tlsv1.2"]).unwrap().ssl_min_version, "tlsv1.2");
+        assert_eq!(cfg(&["-o", "ssl_min_version=tlsv1.2"]).unwrap().ssl_min_version.get(), TlsVersion::Tls12);
     }
 
     #[test]
