@@ -90,6 +90,7 @@
 //!   replays them after a server crash.
 
 pub mod backup;
+mod binary;
 pub mod blocking;
 #[cfg(feature = "cli")]
 pub mod cli;

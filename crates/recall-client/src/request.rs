@@ -1,6 +1,9 @@
 //! Request encoders: the client-side mirror of `recall_proto::text::decode`.
 //!
-//! Plain functions appending to a `Vec<u8>`, so a request is encoded once
+//! [`Request`] is the one model of a classic command; [`Request::encode`]
+//! writes it in the protocol the connection speaks: text here, binary in
+//! `binary.rs` (for `-S` servers, which serve nothing else). The plain
+//! functions append to a `Vec<u8>`, so a request is encoded once
 //! and handed to the connection's writer as is. Keys are checked before
 //! anything is encoded: a space or newline in a classic key would split the
 //! command and put the connection out of step with its replies, which is
@@ -11,7 +14,115 @@ use std::io::Write as _;
 use recall_proto::text::{GetKind, StoreCmd};
 use recall_proto::KEY_MAX;
 
+use crate::conn::Expect;
 use crate::error::{Error, Result};
+
+/// Which protocol a connection speaks after its login.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Proto {
+    /// Text and meta: every server but a `-S` one.
+    Text,
+    /// The binary protocol: a server with SASL on (`-S`) serves only it.
+    Binary,
+}
+
+/// A classic command, whichever protocol carries it. Keys are checked
+/// before one is built.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Request<'a> {
+    Get {
+        kind: GetKind,
+        exptime: i32,
+        keys: &'a [&'a [u8]],
+    },
+    Store {
+        cmd: StoreCmd,
+        key: &'a [u8],
+        flags: u32,
+        exptime: i32,
+        cas: u64,
+        data: &'a [u8],
+    },
+    Delete {
+        key: &'a [u8],
+    },
+    Arith {
+        incr: bool,
+        key: &'a [u8],
+        delta: u64,
+    },
+    Touch {
+        key: &'a [u8],
+        exptime: i32,
+    },
+    FlushAll {
+        delay: Option<i32>,
+    },
+    Version,
+    Stats {
+        args: &'a str,
+    },
+    /// `mn` (text) or NOOP (binary): proves the connection is in step.
+    Noop,
+    /// `lru_crawler metadump all`: text only.
+    Metadump,
+}
+
+impl Request<'_> {
+    /// Append the request in `proto` and say which frame ends its reply.
+    /// A command with no form in `proto` is an [`Error::Unsupported`].
+    pub(crate) fn encode(&self, proto: Proto, out: &mut Vec<u8>) -> Result<Expect> {
+        match proto {
+            Proto::Binary => crate::binary::encode(self, out),
+            Proto::Text => self.encode_text(out),
+        }
+    }
+
+    fn encode_text(&self, out: &mut Vec<u8>) -> Result<Expect> {
+        Ok(match *self {
+            Request::Get { kind, exptime, keys } => {
+                get(out, kind, exptime, keys.iter().copied());
+                Expect::UntilEnd
+            }
+            Request::Store { cmd, key, flags, exptime, cas, data } => {
+                store(out, cmd, key, flags, exptime, cas, data);
+                Expect::One
+            }
+            Request::Delete { key } => {
+                delete(out, key);
+                Expect::One
+            }
+            Request::Arith { incr, key, delta } => {
+                arith(out, incr, key, delta);
+                Expect::One
+            }
+            Request::Touch { key, exptime } => {
+                touch(out, key, exptime);
+                Expect::One
+            }
+            Request::FlushAll { delay } => {
+                flush_all(out, delay);
+                Expect::One
+            }
+            Request::Version => {
+                out.extend_from_slice(b"version\r\n");
+                Expect::One
+            }
+            Request::Stats { args } => {
+                stats(out, args)?;
+                Expect::UntilEnd
+            }
+            Request::Noop => {
+                out.extend_from_slice(b"mn\r\n");
+                Expect::One
+            }
+            Request::Metadump => {
+                out.extend_from_slice(b"lru_crawler metadump all\r\n");
+                Expect::Lines
+            }
+        })
+    }
+}
 
 /// Whether `key` can be sent as is on a classic text command.
 pub fn check_key(key: &[u8]) -> Result<()> {
