@@ -18,6 +18,10 @@
 //! sockets in the clear (the socket's file mode is the access control), so
 //! a unix-socket server in a TLS client is reached without TLS.
 //!
+//! After a SASL login the connection speaks the binary protocol (a `-S`
+//! listener serves nothing else): [`Connector`] tells the connection which
+//! (`Proto`), and `binary.rs` encodes and decodes for it.
+//!
 //! A failed login or TLS handshake is an [`Error::Connection`] whose source
 //! says what went wrong ("authentication failed", "invalid peer
 //! certificate: UnknownIssuer"); it counts against the server's health like
@@ -348,7 +352,7 @@ async fn sasl_plain(s: &mut Stream, user: &str, password: &str) -> io::Result<()
 /// too.
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), recall_client::Error> {
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::time::Duration;
 /// use recall_client::transport::Dialer;
 /// use tokio::io::AsyncWriteExt;

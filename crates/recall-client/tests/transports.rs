@@ -417,9 +417,11 @@ fn sasl_plain_carries_the_classic_commands_over_binary() {
             assert!(matches!(e, recall_client::Error::Unsupported(_)) && m.contains("SASL"), "{m}");
         };
         sasl(client.meta_get("k", &recall_client::MetaGet::new().value()).await.expect_err("mg"));
-        sasl(client.set_stream("k", 0, 0).await.err().expect("sset"));
+        let Err(e) = client.set_stream("k", 0, 0).await else { panic!("sset over SASL") };
+        sasl(e);
         sasl(client.metadump().await.remove(0).1.expect_err("metadump"));
-        sasl(DurableClient::builder().server(&spec).login(login()).build().err().expect("durable"));
+        let Err(e) = DurableClient::builder().server(&spec).login(login()).build() else { panic!("durable over SASL") };
+        sasl(e);
         assert_eq!(client.set("still", "ok", 0, 0).await.expect("set"), StoreStatus::Stored);
     });
 
