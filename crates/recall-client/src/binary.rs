@@ -65,7 +65,7 @@ pub(crate) fn encode(req: &Request<'_>, out: &mut Vec<u8>) -> Result<Expect> {
             };
             let extras = extras.to_vec();
             let opaque = if kind.with_cas() { WITH_CAS } else { 0 };
-            for k in keys {
+            for k in keys.split(|&c| c == b' ').filter(|k| !k.is_empty()) {
                 w(out, op, opaque, 0, &extras, k, &[]);
             }
             w(out, opcode::NOOP, 0, 0, &[], &[], &[]);
@@ -104,11 +104,12 @@ pub(crate) fn encode(req: &Request<'_>, out: &mut Vec<u8>) -> Result<Expect> {
             w(out, opcode::TOUCH, 0, 0, &exptime(e), key, &[]);
             Expect::One
         }
+        Request::FlushAll { delay: 0 } => {
+            w(out, opcode::FLUSH, 0, 0, &[], &[], &[]);
+            Expect::One
+        }
         Request::FlushAll { delay } => {
-            match delay {
-                Some(d) => w(out, opcode::FLUSH, 0, 0, &exptime(d), &[], &[]),
-                None => w(out, opcode::FLUSH, 0, 0, &[], &[], &[]),
-            }
+            w(out, opcode::FLUSH, 0, 0, &exptime(delay), &[], &[]);
             Expect::One
         }
         Request::Version => {
@@ -116,18 +117,19 @@ pub(crate) fn encode(req: &Request<'_>, out: &mut Vec<u8>) -> Result<Expect> {
             Expect::One
         }
         Request::Stats { args } => {
-            let args = args.trim();
+            let args = args.trim_ascii();
             if args.len() > KEY_MAX {
                 return Err(Error::InvalidArgument("stats arguments longer than 250 bytes".into()));
             }
-            w(out, opcode::STAT, 0, 0, &[], args.as_bytes(), &[]);
+            w(out, opcode::STAT, 0, 0, &[], args, &[]);
             Expect::UntilEnd
         }
-        Request::Noop => {
+        Request::MetaNoop => {
             w(out, opcode::NOOP, 0, 0, &[], &[], &[]);
             Expect::One
         }
-        Request::Metadump => return Err(Error::Unsupported(NO_METADUMP)),
+        Request::LruCrawler { .. } => return Err(Error::Unsupported(NO_METADUMP)),
+        ref other => return Err(Error::Internal(format!("no client encoding for {other:?}"))),
     })
 }
 
@@ -289,8 +291,7 @@ mod tests {
     #[test]
     fn requests_round_trip_through_the_server_decoder() {
         let mut b = Vec::new();
-        let keys: [&[u8]; 2] = [b"a", b"b"];
-        let e = encode(&Request::Get { kind: GetKind::Gats, exptime: 30, keys: &keys }, &mut b).unwrap();
+        let e = encode(&Request::Get { kind: GetKind::Gats, exptime: 30, keys: b"a b" }, &mut b).unwrap();
         assert_eq!(e, Expect::UntilNoop);
         let cmds = requests(&b);
         assert_eq!(cmds.len(), 3);
@@ -316,10 +317,9 @@ mod tests {
     #[test]
     fn text_only_commands_are_refused_before_sending() {
         let mut b = Vec::new();
-        let e = encode(&Request::Metadump, &mut b).unwrap_err();
+        let e = encode(&Request::LruCrawler { args: b"metadump all" }, &mut b).unwrap_err();
         assert!(e.to_string().contains("SASL"), "{e}");
-        let keys: [&[u8]; 1] = [b"k"];
-        assert!(encode(&Request::Get { kind: GetKind::Sget, exptime: 0, keys: &keys }, &mut b).is_err());
+        assert!(encode(&Request::Get { kind: GetKind::Sget, exptime: 0, keys: b"k" }, &mut b).is_err());
         assert!(b.is_empty());
     }
 

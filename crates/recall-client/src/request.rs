@@ -26,102 +26,68 @@ pub(crate) enum Proto {
     Binary,
 }
 
-/// A classic command, whichever protocol carries it. Keys are checked
-/// before one is built.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Request<'a> {
-    Get {
-        kind: GetKind,
-        exptime: i32,
-        keys: &'a [&'a [u8]],
-    },
-    Store {
-        cmd: StoreCmd,
-        key: &'a [u8],
-        flags: u32,
-        exptime: i32,
-        cas: u64,
-        data: &'a [u8],
-    },
-    Delete {
-        key: &'a [u8],
-    },
-    Arith {
-        incr: bool,
-        key: &'a [u8],
-        delta: u64,
-    },
-    Touch {
-        key: &'a [u8],
-        exptime: i32,
-    },
-    FlushAll {
-        delay: Option<i32>,
-    },
-    Version,
-    Stats {
-        args: &'a str,
-    },
-    /// `mn` (text) or NOOP (binary): proves the connection is in step.
-    Noop,
-    /// `lru_crawler metadump all`: text only.
-    Metadump,
+/// A classic command, whichever protocol carries it: the server's own
+/// request model (`recall_proto::text::Command`), so a request means the
+/// same on both sides. The client builds `Get` (keys space-separated,
+/// each checked), `Store`, `Delete`, `Arith`, `Touch`, `FlushAll`
+/// (delay 0: now), `Version`, `Stats`, `MetaNoop` and `LruCrawler`.
+pub(crate) type Request<'a> = recall_proto::text::Command<'a>;
+
+/// Append `req` in `proto` and say which frame ends its reply. A command
+/// with no form in `proto` is an [`Error::Unsupported`].
+pub(crate) fn encode(req: &Request<'_>, proto: Proto, out: &mut Vec<u8>) -> Result<Expect> {
+    match proto {
+        Proto::Binary => crate::binary::encode(req, out),
+        Proto::Text => encode_text(req, out),
+    }
 }
 
-impl Request<'_> {
-    /// Append the request in `proto` and say which frame ends its reply.
-    /// A command with no form in `proto` is an [`Error::Unsupported`].
-    pub(crate) fn encode(&self, proto: Proto, out: &mut Vec<u8>) -> Result<Expect> {
-        match proto {
-            Proto::Binary => crate::binary::encode(self, out),
-            Proto::Text => self.encode_text(out),
+fn encode_text(req: &Request<'_>, out: &mut Vec<u8>) -> Result<Expect> {
+    Ok(match *req {
+        Request::Get { kind, exptime, keys } => {
+            get(out, kind, exptime, [keys]);
+            Expect::UntilEnd
         }
-    }
-
-    fn encode_text(&self, out: &mut Vec<u8>) -> Result<Expect> {
-        Ok(match *self {
-            Request::Get { kind, exptime, keys } => {
-                get(out, kind, exptime, keys.iter().copied());
-                Expect::UntilEnd
-            }
-            Request::Store { cmd, key, flags, exptime, cas, data } => {
-                store(out, cmd, key, flags, exptime, cas, data);
-                Expect::One
-            }
-            Request::Delete { key } => {
-                delete(out, key);
-                Expect::One
-            }
-            Request::Arith { incr, key, delta } => {
-                arith(out, incr, key, delta);
-                Expect::One
-            }
-            Request::Touch { key, exptime } => {
-                touch(out, key, exptime);
-                Expect::One
-            }
-            Request::FlushAll { delay } => {
-                flush_all(out, delay);
-                Expect::One
-            }
-            Request::Version => {
-                out.extend_from_slice(b"version\r\n");
-                Expect::One
-            }
-            Request::Stats { args } => {
-                stats(out, args)?;
-                Expect::UntilEnd
-            }
-            Request::Noop => {
-                out.extend_from_slice(b"mn\r\n");
-                Expect::One
-            }
-            Request::Metadump => {
-                out.extend_from_slice(b"lru_crawler metadump all\r\n");
-                Expect::Lines
-            }
-        })
-    }
+        Request::Store { cmd, key, flags, exptime, cas, data } => {
+            store(out, cmd, key, flags, exptime, cas, data);
+            Expect::One
+        }
+        Request::Delete { key } => {
+            delete(out, key);
+            Expect::One
+        }
+        Request::Arith { incr, key, delta } => {
+            arith(out, incr, key, delta);
+            Expect::One
+        }
+        Request::Touch { key, exptime } => {
+            touch(out, key, exptime);
+            Expect::One
+        }
+        Request::FlushAll { delay } => {
+            flush_all(out, (delay != 0).then_some(delay));
+            Expect::One
+        }
+        Request::Version => {
+            out.extend_from_slice(b"version\r\n");
+            Expect::One
+        }
+        Request::Stats { args } => {
+            stats(out, args)?;
+            Expect::UntilEnd
+        }
+        Request::MetaNoop => {
+            out.extend_from_slice(b"mn\r\n");
+            Expect::One
+        }
+        Request::LruCrawler { args } => {
+            out.extend_from_slice(b"lru_crawler ");
+            out.extend_from_slice(args);
+            out.extend_from_slice(b"\r\n");
+            Expect::Lines
+        }
+        ref other => return Err(Error::Internal(format!("no client encoding for {other:?}"))),
+    })
 }
 
 /// Whether `key` can be sent as is on a classic text command.
@@ -243,14 +209,14 @@ pub fn flush_all(out: &mut Vec<u8>, delay: Option<i32>) {
 }
 
 /// `stats[ <args>]`; `args` must not contain CR or LF.
-pub fn stats(out: &mut Vec<u8>, args: &str) -> Result<()> {
-    if args.contains(['\r', '\n']) {
+pub fn stats(out: &mut Vec<u8>, args: &[u8]) -> Result<()> {
+    if args.iter().any(|&c| c == b'\r' || c == b'\n') {
         return Err(Error::InvalidArgument("stats arguments contain a newline".into()));
     }
     out.extend_from_slice(b"stats");
-    if !args.trim().is_empty() {
+    if !args.trim_ascii().is_empty() {
         out.push(b' ');
-        out.extend_from_slice(args.trim().as_bytes());
+        out.extend_from_slice(args.trim_ascii());
     }
     out.extend_from_slice(b"\r\n");
     Ok(())

@@ -108,7 +108,7 @@ impl Client {
 
     async fn retrieve(&self, kind: GetKind, exptime: i32, key: &[u8]) -> Result<Option<Item>> {
         let idx = self.route_classic(key)?;
-        let req = Request::Get { kind, exptime, keys: &[key] };
+        let req = Request::Get { kind, exptime, keys: key };
         let frames = self.inner.send(idx, &req, self.inner.opts.request_timeout).await?;
         let mut found = None;
         for f in frames {
@@ -211,7 +211,8 @@ impl Client {
                 let inner = self.inner.clone();
                 let task_keys = chunk.clone();
                 let handle = tasks.spawn(async move {
-                    let keys: Vec<&[u8]> = task_keys.iter().map(Vec::as_slice).collect();
+                    // The keys were checked: none has a space.
+                    let keys = task_keys.join(&b' ');
                     let req = Request::Get { kind, exptime, keys: &keys };
                     inner.send(idx, &req, inner.opts.request_timeout).await
                 });
@@ -470,7 +471,7 @@ impl Client {
     /// `mn` on every server: a round trip that proves each connection is
     /// in step (everything sent before it has been answered).
     pub async fn meta_noop(&self) -> PerServer<()> {
-        self.each(&Request::Noop, None, |inner, idx, frames| match frames.into_iter().next() {
+        self.each(&Request::MetaNoop, None, |inner, idx, frames| match frames.into_iter().next() {
             Some(Reply::Meta { status: MetaStatus::NoOp, .. }) => Ok(()),
             Some(Reply::Error(e)) => Err(e),
             Some(r) => Err(inner.unexpected(idx, &r)),
@@ -495,7 +496,7 @@ impl Client {
         for (idx, result) in results.iter_mut().enumerate() {
             let inner = self.inner.clone();
             let mut bytes = Vec::new();
-            let expect = match req.encode(inner.proto(idx), &mut bytes) {
+            let expect = match request::encode(req, inner.proto(idx), &mut bytes) {
                 Ok(e) => e,
                 Err(e) => {
                     *result = Some(Err(e));
@@ -530,14 +531,16 @@ impl Client {
     /// error if any failed (the others are still flushed).
     pub async fn flush_all(&self, delay: Option<i32>) -> Result<()> {
         let results = self
-            .each(&Request::FlushAll { delay }, None, |inner, idx, frames| match frames.into_iter().next() {
-                Some(Reply::Ok) => {
-                    inner.ack(idx, b"", WriteOp::FlushAll, None, None, 0, 0);
-                    Ok(())
+            .each(&Request::FlushAll { delay: delay.unwrap_or(0) }, None, |inner, idx, frames| {
+                match frames.into_iter().next() {
+                    Some(Reply::Ok) => {
+                        inner.ack(idx, b"", WriteOp::FlushAll, None, None, 0, 0);
+                        Ok(())
+                    }
+                    Some(Reply::Error(e)) => Err(e),
+                    Some(r) => Err(inner.unexpected(idx, &r)),
+                    None => Err(inner.protocol(idx, "empty reply")),
                 }
-                Some(Reply::Error(e)) => Err(e),
-                Some(r) => Err(inner.unexpected(idx, &r)),
-                None => Err(inner.protocol(idx, "empty reply")),
             })
             .await;
         results.into_iter().map(|(_, r)| r).collect::<Result<Vec<()>>>().map(|_| ())
@@ -557,7 +560,7 @@ impl Client {
     /// `stats [args]` of every server, as (name, value) pairs in server
     /// order.
     pub async fn stats(&self, args: &str) -> PerServer<Vec<(String, String)>> {
-        self.each(&Request::Stats { args }, None, |inner, idx, frames| {
+        self.each(&Request::Stats { args: args.as_bytes() }, None, |inner, idx, frames| {
             let mut out = Vec::new();
             for f in frames {
                 match f {
@@ -577,7 +580,7 @@ impl Client {
     /// (or the request timeout, if longer).
     pub async fn metadump(&self) -> PerServer<Vec<DumpEntry>> {
         let timeout = self.inner.opts.request_timeout.max(Duration::from_secs(30));
-        self.each(&Request::Metadump, Some(timeout), |inner, idx, frames| {
+        self.each(&Request::LruCrawler { args: b"metadump all" }, Some(timeout), |inner, idx, frames| {
             let mut out = Vec::new();
             for f in frames {
                 match f {

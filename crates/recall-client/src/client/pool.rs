@@ -299,7 +299,7 @@ impl Inner {
     /// Encode a classic request in `idx`'s protocol and run it.
     pub(super) async fn send(&self, idx: usize, req: &Request<'_>, timeout: Duration) -> Result<Vec<Reply>> {
         let mut b = Vec::new();
-        let expect = req.encode(self.proto(idx), &mut b)?;
+        let expect = crate::request::encode(req, self.proto(idx), &mut b)?;
         self.exec(idx, b, expect, timeout).await
     }
 
