@@ -1,8 +1,9 @@
 //! Request encoders: the client-side mirror of `recall_proto::text::decode`.
 //!
-//! [`Request`] is the one model of a classic command; [`Request::encode`]
-//! writes it in the protocol the connection speaks: text here, binary in
-//! `binary.rs` (for `-S` servers, which serve nothing else). The plain
+//! [`Request`], the server's `text::Command`, is the one model of a
+//! classic command; [`encode`] writes it in the protocol the connection
+//! speaks: text here, binary in `binary.rs` (for `-S` servers, which
+//! serve nothing else). The plain
 //! functions append to a `Vec<u8>`, so a request is encoded once
 //! and handed to the connection's writer as is. Keys are checked before
 //! anything is encoded: a space or newline in a classic key would split the
