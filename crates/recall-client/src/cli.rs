@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use crate::transport::{Login, TlsOptions};
+use crate::transport::{Dialer, Login, TlsOptions};
 use crate::{ClientBuilder, Result};
 
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -40,6 +40,13 @@ pub struct TransportArgs {
     /// with the first user:password line of this file.
     #[arg(long = "auth-file", value_name = "FILE", global = true)]
     pub auth_file: Option<PathBuf>,
+
+    /// Log in to a server started with -S (SASL PLAIN) with the first
+    /// user:password line of this file. The commands then go over the
+    /// binary protocol, which has the classic ones only (no meta,
+    /// streaming, metadump or cluster commands).
+    #[arg(long = "sasl-auth-file", value_name = "FILE", conflicts_with = "auth_file", global = true)]
+    pub sasl_auth_file: Option<PathBuf>,
 }
 
 impl TransportArgs {
@@ -66,6 +73,26 @@ impl TransportArgs {
         self.unix.iter().map(|p| format!("unix:{}", p.display()))
     }
 
+    /// The flags' login, if any. A file that cannot be read is an error
+    /// here, naming the file.
+    pub fn login(&self) -> Result<Option<Login>> {
+        if let Some(f) = &self.auth_file {
+            let (user, password) = Login::read_user_password(f)?;
+            return Ok(Some(Login::Text { user, password }));
+        }
+        if let Some(f) = &self.sasl_auth_file {
+            let (user, password) = Login::read_user_password(f)?;
+            return Ok(Some(Login::SaslPlain { user, password }));
+        }
+        Ok(None)
+    }
+
+    /// What opens the connections of commands with no typed API (`recall
+    /// cluster`), with the flags' TLS and login.
+    pub fn dialer(&self) -> Result<Dialer> {
+        Dialer::new(self.tls().as_ref(), self.login()?)
+    }
+
     /// The builder with the flags' TLS and login (the servers are the
     /// caller's: see [`TransportArgs::unix_servers`]). An auth file that
     /// cannot be read is an error here, naming the file.
@@ -73,9 +100,8 @@ impl TransportArgs {
         if let Some(t) = self.tls() {
             b = b.tls(t);
         }
-        if let Some(f) = &self.auth_file {
-            let (user, password) = Login::read_user_password(f)?;
-            b = b.login(Login::Text { user, password });
+        if let Some(l) = self.login()? {
+            b = b.login(l);
         }
         Ok(b)
     }

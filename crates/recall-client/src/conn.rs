@@ -31,8 +31,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
 
+use crate::binary;
 use crate::codec::{self, Decoded, Failure, Frame, MetaReturn, MetaStatus, Mode};
 use crate::error::{Error, Result, ServerName, TimeoutPhase};
+use crate::request::Proto;
 use crate::transport::{Connector, ReadHalf, WriteHalf};
 use crate::Item;
 
@@ -154,6 +156,7 @@ impl Conn {
         timeout: Duration,
     ) -> Result<Conn> {
         let (rd, wr) = connector.connect(server, timeout).await?.into_split();
+        let proto = connector.proto();
         let shared = Arc::new(Shared {
             server: server.clone(),
             health: health.clone(),
@@ -161,7 +164,7 @@ impl Conn {
             tasks: Mutex::new(Vec::new()),
         });
         let (tx, rx) = mpsc::channel(QUEUE);
-        let r = tokio::spawn(reader(shared.clone(), rd));
+        let r = tokio::spawn(reader(shared.clone(), rd, proto));
         let w = tokio::spawn(writer(shared.clone(), rx, wr));
         {
             let mut tasks = lock(&shared.tasks);
@@ -287,7 +290,31 @@ async fn writer(shared: Arc<Shared>, mut rx: mpsc::Receiver<Job>, mut wr: WriteH
     shared.break_with(Error::closed(&shared.server), false);
 }
 
-async fn reader(shared: Arc<Shared>, mut rd: ReadHalf) {
+/// One reply frame from the front of `buf`: `Ok(None)` for more bytes
+/// (with the frame's length when known), an error when the bytes cannot
+/// be a reply.
+fn next_frame(buf: &[u8], mode: Mode, proto: Proto, server: &ServerName) -> Result<Next> {
+    let bad = |message: String| Error::Protocol { server: server.clone(), message };
+    match proto {
+        Proto::Text => match codec::decode(buf, mode) {
+            Ok(Decoded::Frame(f, used)) => Ok(Next::Frame(own(server, f)?, used)),
+            Ok(Decoded::Incomplete { needed }) => Ok(Next::More(needed)),
+            Err(e) => Err(bad(e.to_string())),
+        },
+        Proto::Binary => match binary::decode(buf) {
+            Ok(binary::Decoded::Packet(p, used)) => Ok(Next::Frame(binary::reply(server, p)?, used)),
+            Ok(binary::Decoded::Incomplete { needed }) => Ok(Next::More(needed)),
+            Err(e) => Err(bad(e.to_string())),
+        },
+    }
+}
+
+enum Next {
+    Frame(Reply, usize),
+    More(Option<usize>),
+}
+
+async fn reader(shared: Arc<Shared>, mut rd: ReadHalf, proto: Proto) {
     let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
     let mut start = 0;
     loop {
@@ -308,24 +335,17 @@ async fn reader(shared: Arc<Shared>, mut rd: ReadHalf) {
                     None => break,
                 }
             };
-            match codec::decode(&buf[start..], mode) {
-                Ok(Decoded::Frame(f, used)) => {
-                    let reply = own(&shared.server, f);
+            match next_frame(&buf[start..], mode, proto, &shared.server) {
+                Ok(Next::Frame(reply, used)) => {
                     start += used;
-                    match reply {
-                        Ok(r) => deliver(&shared, r),
-                        Err(e) => {
-                            shared.break_with(e, true);
-                            return;
-                        }
-                    }
+                    deliver(&shared, reply);
                 }
-                Ok(Decoded::Incomplete { needed }) => {
+                Ok(Next::More(needed)) => {
                     want = needed;
                     break;
                 }
                 Err(e) => {
-                    shared.break_with(Error::Protocol { server: shared.server.clone(), message: e.to_string() }, true);
+                    shared.break_with(e, true);
                     return;
                 }
             }

@@ -14,7 +14,7 @@
 //! | [`Error::ServerDead`] | the server is marked dead and in back-off | after `retry_in` |
 //! | [`Error::Protocol`] | the reply made no sense (connection closed) | yes, but report it |
 //! | [`Error::InvalidKey`], [`Error::InvalidArgument`] | caught before sending | no |
-//! | [`Error::Unsupported`] | an API this build does not implement | no |
+//! | [`Error::Unsupported`] | the command has no form the server serves (meta on a `-S` server) | no |
 //! | [`Error::Internal`] | a bug in this crate | report it |
 //!
 //! Errors are `Clone` (I/O errors behind an `Arc`) because one broken
@@ -65,8 +65,10 @@ pub enum Error {
     InvalidArgument(String),
     /// The client has no servers.
     NoServers,
-    /// The API exists but is not implemented (kept for placeholder APIs;
-    /// nothing returns it today).
+    /// The command has no form in the protocol the server speaks: a `-S`
+    /// (SASL) server serves only the binary protocol, which has no meta
+    /// commands, streamed values, metadump or cluster commands. Refused
+    /// before anything is sent.
     Unsupported(&'static str),
     /// A bug in the client (an internal task panicked).
     Internal(String),
@@ -144,7 +146,7 @@ impl fmt::Display for Error {
             Error::InvalidKey { key, reason } => write!(f, "invalid key {:?}: {reason}", String::from_utf8_lossy(key)),
             Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
             Error::NoServers => write!(f, "no servers configured"),
-            Error::Unsupported(what) => write!(f, "not supported yet: {what}"),
+            Error::Unsupported(what) => write!(f, "not supported: {what}"),
             Error::Internal(m) => write!(f, "internal error (a bug in recall-client): {m}"),
         }
     }

@@ -1,6 +1,7 @@
 //! # recall-client
 //!
-//! A client for recall and memcached over the text and meta protocols, on
+//! A client for recall and memcached over the text and meta protocols
+//! (and the binary one for SASL servers), on
 //! tokio, with a small blocking wrapper ([`blocking::Client`]), and the
 //! `recall` command-line tool built on it.
 //!
@@ -72,14 +73,16 @@
 //!
 //! Not supported by design: classic `noreply` (a request without a reply
 //! cannot be matched or reported; use the meta commands' `q` flag, which
-//! this client terminates with `mn`), and the binary protocol (deprecated
-//! by memcached; the meta protocol is its successor).
+//! this client terminates with `mn`). The binary protocol (deprecated by
+//! memcached; the meta protocol is its successor) only where nothing else
+//! is served: after a SASL login (`-S`), for the classic commands.
 //!
 //! ## Layers
 //!
 //! * [`codec`]: sans-I/O reply decoder (bytes in, frame or `Incomplete`).
 //! * `request`, [`meta`]: request encoders (checked against recall's own
-//!   server-side decoder in the unit tests).
+//!   server-side decoder in the unit tests); `binary` the classic
+//!   requests and their replies in the binary protocol, for `-S` servers.
 //! * [`transport`]: TCP, unix sockets and TLS under every connection, and
 //!   the login (`-S` SASL PLAIN, `-Y` text token) a server may ask for.
 //! * `conn`: one pipelined connection (a writer and a reader task) and the
@@ -90,6 +93,7 @@
 //!   replays them after a server crash.
 
 pub mod backup;
+mod binary;
 pub mod blocking;
 #[cfg(feature = "cli")]
 pub mod cli;

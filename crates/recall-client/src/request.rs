@@ -1,6 +1,10 @@
 //! Request encoders: the client-side mirror of `recall_proto::text::decode`.
 //!
-//! Plain functions appending to a `Vec<u8>`, so a request is encoded once
+//! [`Request`], the server's `text::Command`, is the one model of a
+//! classic command; [`encode`] writes it in the protocol the connection
+//! speaks: text here, binary in `binary.rs` (for `-S` servers, which
+//! serve nothing else). The plain
+//! functions append to a `Vec<u8>`, so a request is encoded once
 //! and handed to the connection's writer as is. Keys are checked before
 //! anything is encoded: a space or newline in a classic key would split the
 //! command and put the connection out of step with its replies, which is
@@ -11,7 +15,81 @@ use std::io::Write as _;
 use recall_proto::text::{GetKind, StoreCmd};
 use recall_proto::KEY_MAX;
 
+use crate::conn::Expect;
 use crate::error::{Error, Result};
+
+/// Which protocol a connection speaks after its login.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Proto {
+    /// Text and meta: every server but a `-S` one.
+    Text,
+    /// The binary protocol: a server with SASL on (`-S`) serves only it.
+    Binary,
+}
+
+/// A classic command, whichever protocol carries it: the server's own
+/// request model (`recall_proto::text::Command`), so a request means the
+/// same on both sides. The client builds `Get` (keys space-separated,
+/// each checked), `Store`, `Delete`, `Arith`, `Touch`, `FlushAll`
+/// (delay 0: now), `Version`, `Stats`, `MetaNoop` and `LruCrawler`.
+pub(crate) type Request<'a> = recall_proto::text::Command<'a>;
+
+/// Append `req` in `proto` and say which frame ends its reply. A command
+/// with no form in `proto` is an [`Error::Unsupported`].
+pub(crate) fn encode(req: &Request<'_>, proto: Proto, out: &mut Vec<u8>) -> Result<Expect> {
+    match proto {
+        Proto::Binary => crate::binary::encode(req, out),
+        Proto::Text => encode_text(req, out),
+    }
+}
+
+fn encode_text(req: &Request<'_>, out: &mut Vec<u8>) -> Result<Expect> {
+    Ok(match *req {
+        Request::Get { kind, exptime, keys } => {
+            get(out, kind, exptime, [keys]);
+            Expect::UntilEnd
+        }
+        Request::Store { cmd, key, flags, exptime, cas, data } => {
+            store(out, cmd, key, flags, exptime, cas, data);
+            Expect::One
+        }
+        Request::Delete { key } => {
+            delete(out, key);
+            Expect::One
+        }
+        Request::Arith { incr, key, delta } => {
+            arith(out, incr, key, delta);
+            Expect::One
+        }
+        Request::Touch { key, exptime } => {
+            touch(out, key, exptime);
+            Expect::One
+        }
+        Request::FlushAll { delay } => {
+            flush_all(out, (delay != 0).then_some(delay));
+            Expect::One
+        }
+        Request::Version => {
+            out.extend_from_slice(b"version\r\n");
+            Expect::One
+        }
+        Request::Stats { args } => {
+            stats(out, args)?;
+            Expect::UntilEnd
+        }
+        Request::MetaNoop => {
+            out.extend_from_slice(b"mn\r\n");
+            Expect::One
+        }
+        Request::LruCrawler { args } => {
+            out.extend_from_slice(b"lru_crawler ");
+            out.extend_from_slice(args);
+            out.extend_from_slice(b"\r\n");
+            Expect::Lines
+        }
+        ref other => return Err(Error::Internal(format!("no client encoding for {other:?}"))),
+    })
+}
 
 /// Whether `key` can be sent as is on a classic text command.
 pub fn check_key(key: &[u8]) -> Result<()> {
@@ -132,14 +210,14 @@ pub fn flush_all(out: &mut Vec<u8>, delay: Option<i32>) {
 }
 
 /// `stats[ <args>]`; `args` must not contain CR or LF.
-pub fn stats(out: &mut Vec<u8>, args: &str) -> Result<()> {
-    if args.contains(['\r', '\n']) {
+pub fn stats(out: &mut Vec<u8>, args: &[u8]) -> Result<()> {
+    if args.iter().any(|&c| c == b'\r' || c == b'\n') {
         return Err(Error::InvalidArgument("stats arguments contain a newline".into()));
     }
     out.extend_from_slice(b"stats");
-    if !args.trim().is_empty() {
+    if !args.trim_ascii().is_empty() {
         out.push(b' ');
-        out.extend_from_slice(args.trim().as_bytes());
+        out.extend_from_slice(args.trim_ascii());
     }
     out.extend_from_slice(b"\r\n");
     Ok(())

@@ -18,6 +18,10 @@
 //! sockets in the clear (the socket's file mode is the access control), so
 //! a unix-socket server in a TLS client is reached without TLS.
 //!
+//! After a SASL login the connection speaks the binary protocol (a `-S`
+//! listener serves nothing else): [`Connector`] tells the connection which
+//! (`Proto`), and `binary.rs` encodes and decodes for it.
+//!
 //! A failed login or TLS handshake is an [`Error::Connection`] whose source
 //! says what went wrong ("authentication failed", "invalid peer
 //! certificate: UnknownIssuer"); it counts against the server's health like
@@ -41,6 +45,7 @@ use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
 use crate::error::{Error, Result, ServerName, TimeoutPhase};
+use crate::request::Proto;
 
 /// Where a server listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,9 +109,11 @@ impl TlsOptions {
 #[derive(Clone, PartialEq, Eq)]
 pub enum Login {
     /// SASL PLAIN over the binary protocol, as `recalld -S` and memcached
-    /// `-S` expect. Only the login: their listeners serve the binary
-    /// protocol alone, and this client's commands are text and meta, so a
-    /// command after the login is refused (the connection closes).
+    /// `-S` expect. Their listeners serve the binary protocol alone, so
+    /// the connection speaks binary after the login: the classic commands
+    /// work (see `binary.rs`), and the ones with no binary form (meta
+    /// commands, streamed values, metadump, the durable client) fail with
+    /// [`Error::Unsupported`] before anything is sent.
     SaslPlain { user: String, password: String },
     /// The text protocol's login token (`recalld -Y`, memcached 1.5.15+):
     /// a `set` whose data is `<user> <password>`.
@@ -153,6 +160,14 @@ impl Transport {
     pub(crate) fn new(tls: Option<&TlsOptions>, login: Option<Login>) -> Result<Transport> {
         let tls = tls.map(load_tls).transpose()?;
         Ok(Transport { tls, login })
+    }
+
+    /// The protocol a connection speaks once logged in.
+    pub(crate) fn proto(&self) -> Proto {
+        match self.login {
+            Some(Login::SaslPlain { .. }) => Proto::Binary,
+            _ => Proto::Text,
+        }
     }
 
     #[cfg(test)]
@@ -221,6 +236,11 @@ impl Connector {
     pub(crate) fn tcp(addr: &str) -> Connector {
         let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h).trim_matches(['[', ']']).to_string();
         Connector::new(Endpoint::Tcp { addr: addr.to_string(), host }, Arc::new(Transport::plain()))
+    }
+
+    /// The protocol its connections speak once logged in.
+    pub(crate) fn proto(&self) -> Proto {
+        self.transport.proto()
     }
 
     /// Connect, run the TLS handshake and the login, all within `timeout`.
@@ -323,6 +343,69 @@ async fn sasl_plain(s: &mut Stream, user: &str, password: &str) -> io::Result<()
     match status {
         0 => Ok(()),
         _ => Err(refused(&format!("SASL status {status:#x} {}", String::from_utf8_lossy(&text)))),
+    }
+}
+
+/// Opens connections for text commands this crate has no typed API for
+/// (the `recall cluster` admin commands), over the same transports and
+/// text login as the client's, so they reach `-Z`, `-s` and `-Y` servers
+/// too.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use recall_client::transport::Dialer;
+/// use tokio::io::AsyncWriteExt;
+///
+/// let dialer = Dialer::new(None, None)?;
+/// let mut s = dialer.connect_text("unix:/run/recall.sock", Duration::from_secs(1)).await?;
+/// s.write_all(b"cluster status\r\n").await?;
+/// # Ok(()) }
+/// ```
+pub struct Dialer {
+    transport: Arc<Transport>,
+}
+
+impl Dialer {
+    /// TLS files are read here, as [`crate::ClientBuilder::build`] does.
+    pub fn new(tls: Option<&TlsOptions>, login: Option<Login>) -> Result<Dialer> {
+        Ok(Dialer { transport: Arc::new(Transport::new(tls, login)?) })
+    }
+
+    /// Connect to `spec` (`host:port`, `unix:/path` or `/path`), with the
+    /// TLS handshake and the login, within `timeout`. With a SASL login
+    /// this is [`Error::Unsupported`]: a `-S` server serves only the
+    /// binary protocol, which has no text commands.
+    pub async fn connect_text(&self, spec: &str, timeout: Duration) -> Result<TextStream> {
+        if self.transport.proto() == Proto::Binary {
+            return Err(Error::Unsupported(crate::binary::NO_CLUSTER));
+        }
+        let spec = crate::ServerSpec::parse(spec)?;
+        let name: ServerName = Arc::from(spec.name().as_str());
+        let c = Connector::new(spec.endpoint(), self.transport.clone());
+        Ok(TextStream(c.connect(&name, timeout).await?))
+    }
+}
+
+/// A connection from [`Dialer::connect_text`]: logged in, speaking text.
+#[derive(Debug)]
+pub struct TextStream(Stream);
+
+impl AsyncRead for TextStream {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for TextStream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_flush(cx)
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
     }
 }
 

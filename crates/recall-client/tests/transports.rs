@@ -3,7 +3,10 @@
 //! login (`-Y`) and SASL PLAIN (`-S`). Over each: the client's basic
 //! commands, a streamed value, a DurableClient write replayed after
 //! `kill -9`, and the `recall` CLI; and a wrong CA or password gives an
-//! error that says so.
+//! error that says so. Over SASL, where the connection speaks binary, the
+//! classic commands, and a clear refusal of the rest (meta, streaming,
+//! the durable client, `recall cluster`). And `recall cluster` over TLS
+//! and a unix socket.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -327,19 +330,74 @@ fn text_login_with_an_auth_file() {
 
 // ---- -S: SASL PLAIN -------------------------------------------------------
 
-/// `recalld -S` checks SASL PLAIN and then serves only the binary
-/// protocol, which this client's commands (text and meta) are not: the
-/// login is tested here, the commands after it cannot be.
+/// Every classic command over SASL, where the connection speaks binary
+/// after the login: the replies mean what the text protocol's mean.
+async fn classic_ops_over_binary(client: &Client) {
+    basic_ops(client).await;
+    // add/replace keep their text meaning (binary says "exists"/"not found").
+    assert_eq!(client.add("a", "1", 0, 0).await.expect("add"), StoreStatus::Stored);
+    assert_eq!(client.add("a", "2", 0, 0).await.expect("add"), StoreStatus::NotStored);
+    assert_eq!(client.replace("absent", "x", 0, 0).await.expect("replace"), StoreStatus::NotStored);
+    assert_eq!(client.replace("a", "3", 7, 0).await.expect("replace"), StoreStatus::Stored);
+    assert_eq!(client.append("a", "4").await.expect("append"), StoreStatus::Stored);
+    assert_eq!(client.prepend("a", "2").await.expect("prepend"), StoreStatus::Stored);
+    assert_eq!(client.append("absent", "x").await.expect("append"), StoreStatus::NotStored);
+    // gets/cas: a stale CAS is Exists, a missing key NotFound.
+    let item = client.gets("a").await.expect("gets").expect("hit");
+    assert_eq!((item.value.as_slice(), item.flags), (&b"234"[..], 7));
+    let cas = item.cas.expect("gets returns the CAS");
+    assert!(client.get("a").await.expect("get").expect("hit").cas.is_none(), "get does not");
+    assert_eq!(client.cas("a", "new", 0, 0, cas).await.expect("cas"), StoreStatus::Stored);
+    assert_eq!(client.cas("a", "newer", 0, 0, cas).await.expect("cas"), StoreStatus::Exists);
+    assert_eq!(client.cas("absent", "x", 0, 0, cas).await.expect("cas"), StoreStatus::NotFound);
+    // Multi-get: quiet gets and a NOOP; misses are absent.
+    let keys: Vec<String> = (0..150).map(|i| format!("m{i}")).collect();
+    for k in keys.iter().step_by(3) {
+        client.set(k, k, 1, 0).await.expect("set");
+    }
+    let found = client.get_multi(keys.iter().chain(["a".to_string()].iter())).await.expect("get_multi");
+    assert_eq!(found.len(), 51);
+    assert_eq!(found[&b"m3"[..]].value, b"m3");
+    assert!(found.values().all(|i| i.cas.is_none()));
+    assert!(client.gets_multi(["a", "m0"]).await.expect("gets_multi").values().all(|i| i.cas.is_some()));
+    // incr/decr: missing is None (not created), non-numeric a client error.
+    assert_eq!(client.incr("absent", 1).await.expect("incr"), None);
+    assert_eq!(client.decr("n", 50).await.expect("decr"), Some(0));
+    let e = client.incr("a", 1).await.expect_err("non-numeric");
+    assert!(matches!(e, recall_client::Error::Client { .. }) && e.to_string().contains("non-numeric"), "{e}");
+    // touch/gat: a negative exptime expires the item, as in text.
+    assert!(client.touch("a", 100).await.expect("touch"));
+    assert!(!client.touch("absent", 100).await.expect("touch"));
+    assert_eq!(client.gat(100, "a").await.expect("gat").expect("hit").value, b"new");
+    assert!(client.gats(100, "a").await.expect("gats").expect("hit").cas.is_some());
+    assert_eq!(client.set("gone", "x", 0, -1).await.expect("set"), StoreStatus::Stored);
+    assert!(client.get("gone").await.expect("get").is_none(), "a negative exptime is already expired");
+    // Too large keeps its meaning.
+    let e = client.set("huge", vec![0u8; 2 << 20], 0, 0).await.expect_err("over -I");
+    assert!(e.is_too_large(), "{e}");
+    // Server-wide commands.
+    let v = client.version().await.remove(0).1.expect("version");
+    assert!(!v.is_empty());
+    let stats = client.stats("").await.remove(0).1.expect("stats");
+    assert!(stats.iter().any(|(k, _)| k == "curr_items"), "{stats:?}");
+    client.meta_noop().await.remove(0).1.expect("noop");
+    client.flush_all(None).await.expect("flush_all");
+    assert!(client.get("n").await.expect("get").is_none(), "flushed");
+}
+
 #[test]
-fn sasl_plain_login_is_checked_by_the_server() {
+fn sasl_plain_carries_the_classic_commands_over_binary() {
     let dir = TempDir::new("sasl");
     let users = dir.file("users", "user:pencil\n");
+    let mine = dir.file("mine", "user:pencil\n");
+    let wrong = dir.file("wrong", "user:crayon\n");
     let server = Recalld::builder()
         .args(["-U", "0", "-t", "1", "-S"])
         .env("MEMCACHED_SASL_PWDB", &users)
         .start()
         .expect("recalld -S");
     let spec = server.addr().to_string();
+    let login = || Login::SaslPlain { user: "user".into(), password: "pencil".into() };
     rt().block_on(async {
         let bad = Client::builder()
             .server(&spec)
@@ -348,14 +406,88 @@ fn sasl_plain_login_is_checked_by_the_server() {
             .expect("client");
         let msg = bad.get("k").await.expect_err("wrong password").to_string();
         assert!(msg.contains("authentication failed") && msg.contains("0x20"), "{msg}");
-        let good = Client::builder()
-            .server(&spec)
-            .login(Login::SaslPlain { user: "user".into(), password: "pencil".into() })
-            .build()
-            .expect("client");
-        // The login passed (an error would name it); the text command
-        // after it is closed by the binary-only listener.
-        let msg = good.get("k").await.expect_err("text on a binary-only listener").to_string();
-        assert!(!msg.contains("authentication failed"), "{msg}");
+
+        let client = Client::builder().server(&spec).login(login()).build().expect("client");
+        classic_ops_over_binary(&client).await;
+
+        // What has no binary form is refused before sending, saying why;
+        // the connection stays usable.
+        let sasl = |e: recall_client::Error| {
+            let m = e.to_string();
+            assert!(matches!(e, recall_client::Error::Unsupported(_)) && m.contains("SASL"), "{m}");
+        };
+        sasl(client.meta_get("k", &recall_client::MetaGet::new().value()).await.expect_err("mg"));
+        let Err(e) = client.set_stream("k", 0, 0).await else { panic!("sset over SASL") };
+        sasl(e);
+        sasl(client.metadump().await.remove(0).1.expect_err("metadump"));
+        let Err(e) = DurableClient::builder().server(&spec).login(login()).build() else { panic!("durable over SASL") };
+        sasl(e);
+        assert_eq!(client.set("still", "ok", 0, 0).await.expect("set"), StoreStatus::Stored);
     });
+
+    let args = |f: &Path| vec!["-s".to_string(), spec.clone(), "--sasl-auth-file".into(), f.display().to_string()];
+    let out = cli(&args(&mine), &["set", "from-cli", "hello"]);
+    assert!(out.status.success(), "recall set: {}", String::from_utf8_lossy(&out.stderr));
+    let out = cli(&args(&mine), &["get", "from-cli"]);
+    assert!(out.status.success(), "recall get: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello");
+    let out = cli(&args(&wrong), &["get", "from-cli"]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("authentication failed"));
+    // The cluster admin commands are text: refused, not sent.
+    let out = cli(&args(&mine), &["cluster", "status"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cluster commands on a SASL (-S) server"), "{err}");
+}
+
+// ---- recall cluster over the transports ------------------------------------
+
+/// A free TCP port on 127.0.0.1 for a Raft listener (the start is retried
+/// if another process takes it first).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
+
+/// A one-node cluster started with `transport` flags, its clients on TCP
+/// when `tcp` (its client address is in its member line).
+fn one_node_cluster(transport: &[String], tcp: bool) -> Recalld {
+    let mut last = String::new();
+    for _ in 0..3 {
+        let (raft, client) = (free_port(), free_port());
+        let mut b = Recalld::builder()
+            .args(["-U", "0", "-t", "1", "--cluster-node-id", "1", "--cluster-bootstrap", "--cluster-peer"])
+            .args([format!("1=127.0.0.1:{raft}/127.0.0.1:{client}")])
+            .args(transport);
+        if tcp {
+            b = b.port(client);
+        }
+        match b.start() {
+            Ok(r) => return r,
+            Err(e) => last = e,
+        }
+    }
+    panic!("could not start a one-node cluster: {last}");
+}
+
+#[test]
+fn cluster_admin_commands_over_tls_and_a_unix_socket() {
+    let dir = TempDir::new("cluster-admin");
+    let sock = dir.path("node.sock");
+    let _unix = one_node_cluster(&["-s".into(), sock.display().to_string()], false);
+    let out = cli(&["-s".into(), sock.display().to_string()], &["cluster", "status"]);
+    assert!(out.status.success(), "over a unix socket: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("as node 1 sees it"));
+
+    let pki = Pki::new();
+    let opts = format!("ssl_chain_cert={},ssl_key={}", pki.server_cert.display(), pki.server_key.display());
+    let tls = one_node_cluster(&["-Z".into(), "-o".into(), opts], true);
+    let at = tls.addr().to_string();
+    let out = cli(&["-s".into(), at.clone(), "--tls-ca".into(), pki.ca.display().to_string()], &["cluster", "status"]);
+    assert!(out.status.success(), "over TLS: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("as node 1 sees it"));
+    // The wrong CA: the handshake's error, not a reply.
+    let out = cli(&["-s".into(), at, "--tls-ca".into(), pki.other_ca.display().to_string()], &["cluster", "status"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("UnknownIssuer"), "{}", String::from_utf8_lossy(&out.stderr));
 }

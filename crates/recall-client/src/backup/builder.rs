@@ -233,6 +233,15 @@ impl DurableBuilder {
         let rt = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::InvalidArgument("DurableClient::build must run inside a tokio runtime".into()))?;
         request::check_key(&self.cfg.fence_key)?;
+        if self.client.speaks_binary() {
+            // Every write and poll is a meta command (the write's timestamp,
+            // the server's instance and snapshot state, the replay), and a
+            // `-S` server serves only the binary protocol.
+            return Err(Error::Unsupported(
+                "the durable client on a SASL (-S) server: its writes, polls and replay are meta commands, \
+                 which the binary protocol cannot carry",
+            ));
+        }
         let mut cfg = self.cfg;
         let lock = match &self.spill {
             Some((path, _)) => Some(Spill::lock_file(path)?),

@@ -268,9 +268,18 @@ fn main() -> ExitCode {
         return ExitCode::from(ketama_place(&cli.servers, cli.distribution.into(), remove_failed));
     }
     if let Cmd::Cluster(cmd) = &cli.cmd {
-        let server = cli.servers.first().map_or("127.0.0.1:11211", String::as_str);
+        let unix: Vec<String> = cli.transport.unix_servers().collect();
+        let server = cli.servers.first().or(unix.first()).map_or("127.0.0.1:11211", String::as_str);
+        let dialer = match cli.transport.dialer() {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("recall: {e}");
+                return ExitCode::from(EXIT_USAGE);
+            }
+        };
         let say = |line: String| out(format!("{line}\n").as_bytes());
-        return ExitCode::from(match cluster::run(cmd, server, Duration::from_millis(cli.timeout.max(1)), &say) {
+        let timeout = Duration::from_millis(cli.timeout.max(1));
+        return ExitCode::from(match cluster::run(cmd, server, &dialer, timeout, &say) {
             Ok(()) => EXIT_OK,
             Err(cluster::Failed(e)) => {
                 eprintln!("recall: {e}");

@@ -82,6 +82,14 @@ impl ServerSpec {
         Ok(ServerSpec { host, port, weight, unix: None })
     }
 
+    /// Where it listens, for a [`Connector`].
+    pub(crate) fn endpoint(&self) -> Endpoint {
+        match &self.unix {
+            Some(path) => Endpoint::Unix(path.clone()),
+            None => Endpoint::Tcp { addr: self.name(), host: self.host.clone() },
+        }
+    }
+
     /// `host:port` (or a unix socket's path), the server's name in errors
     /// and results.
     pub fn name(&self) -> String {
@@ -189,10 +197,16 @@ impl ClientBuilder {
     }
 
     /// Log in on every new connection ([`Login::Text`] for `-Y` servers,
-    /// [`Login::SaslPlain`] for `-S`).
+    /// [`Login::SaslPlain`] for `-S`; the connections then speak the
+    /// binary protocol, which carries the classic commands only).
     pub fn login(mut self, login: Login) -> Self {
         self.login = Some(login);
         self
+    }
+
+    /// Whether the connections will speak binary (a SASL login).
+    pub(crate) fn speaks_binary(&self) -> bool {
+        matches!(self.login, Some(Login::SaslPlain { .. }))
     }
 
     /// Connect timeout, per attempt (default 1 s).
@@ -289,11 +303,7 @@ impl ClientBuilder {
             .servers
             .iter()
             .map(|s| {
-                let endpoint = match &s.unix {
-                    Some(path) => Endpoint::Unix(path.clone()),
-                    None => Endpoint::Tcp { addr: s.name(), host: s.host.clone() },
-                };
-                let connector = Connector::new(endpoint, transport.clone());
+                let connector = Connector::new(s.endpoint(), transport.clone());
                 Server::new(s.name(), connector, health_cfg, self.opts.pool_size, self.check.clone())
             })
             .collect();

@@ -10,11 +10,11 @@ use recall_proto::text::{GetKind, StoreCmd};
 use tokio::task::JoinSet;
 
 use crate::codec::MetaStatus;
-use crate::conn::{Expect, Reply};
+use crate::conn::Reply;
 use crate::error::{Error, Result, ServerName};
 use crate::meta::{MetaArith, MetaDelete, MetaGet, MetaResponse, MetaSet, MetaSetMode};
 use crate::observer::WriteOp;
-use crate::request;
+use crate::request::{self, Request};
 use crate::stream::{self, StreamConn, StreamMode, ValueReader, ValueWriter};
 use crate::{Item, StoreStatus};
 
@@ -108,14 +108,14 @@ impl Client {
 
     async fn retrieve(&self, kind: GetKind, exptime: i32, key: &[u8]) -> Result<Option<Item>> {
         let idx = self.route_classic(key)?;
-        let mut b = Vec::with_capacity(key.len() + 16);
-        request::get(&mut b, kind, exptime, [key]);
-        let frames = self.inner.exec(idx, b, Expect::UntilEnd, self.inner.opts.request_timeout).await?;
+        let req = Request::Get { kind, exptime, keys: key };
+        let frames = self.inner.send(idx, &req, self.inner.opts.request_timeout).await?;
         let mut found = None;
         for f in frames {
             match f {
                 Reply::Value(item) if item.key == key => found = Some(item),
-                Reply::End => {}
+                // The end of a text get, or of a binary one (its NOOP).
+                Reply::End | Reply::Meta { status: MetaStatus::NoOp, .. } => {}
                 Reply::Error(e) => return Err(e),
                 other => return Err(self.inner.unexpected(idx, &other)),
             }
@@ -211,9 +211,10 @@ impl Client {
                 let inner = self.inner.clone();
                 let task_keys = chunk.clone();
                 let handle = tasks.spawn(async move {
-                    let mut b = Vec::new();
-                    request::get(&mut b, kind, exptime, task_keys.iter().map(Vec::as_slice));
-                    inner.exec(idx, b, Expect::UntilEnd, inner.opts.request_timeout).await
+                    // The keys were checked: none has a space.
+                    let keys = task_keys.join(&b' ');
+                    let req = Request::Get { kind, exptime, keys: &keys };
+                    inner.send(idx, &req, inner.opts.request_timeout).await
                 });
                 asked.insert(handle.id(), chunk);
             }
@@ -258,9 +259,8 @@ impl Client {
         cas: u64,
     ) -> Result<StoreStatus> {
         let idx = self.route_classic(key)?;
-        let mut b = Vec::new();
-        request::store(&mut b, cmd, key, flags, exptime, cas, value);
-        let status = match self.inner.one(idx, b).await? {
+        let req = Request::Store { cmd, key, flags, exptime, cas, data: value };
+        let status = match self.inner.one(idx, &req).await? {
             Reply::Stored => StoreStatus::Stored,
             Reply::NotStored => StoreStatus::NotStored,
             Reply::Exists => StoreStatus::Exists,
@@ -344,9 +344,7 @@ impl Client {
     pub async fn delete(&self, key: impl AsRef<[u8]>) -> Result<bool> {
         let key = key.as_ref();
         let idx = self.route_classic(key)?;
-        let mut b = Vec::new();
-        request::delete(&mut b, key);
-        match self.inner.one(idx, b).await? {
+        match self.inner.one(idx, &Request::Delete { key }).await? {
             Reply::Deleted => {
                 self.inner.ack(idx, key, WriteOp::Delete, None, None, 0, 0);
                 Ok(true)
@@ -358,9 +356,7 @@ impl Client {
 
     async fn arith(&self, incr: bool, key: &[u8], delta: u64) -> Result<Option<u64>> {
         let idx = self.route_classic(key)?;
-        let mut b = Vec::new();
-        request::arith(&mut b, incr, key, delta);
-        match self.inner.one(idx, b).await? {
+        match self.inner.one(idx, &Request::Arith { incr, key, delta }).await? {
             Reply::Number(n) => {
                 let op = if incr { WriteOp::Incr } else { WriteOp::Decr };
                 self.inner.ack(idx, key, op, None, Some(n.to_string().as_bytes()), 0, 0);
@@ -386,9 +382,7 @@ impl Client {
     pub async fn touch(&self, key: impl AsRef<[u8]>, exptime: i32) -> Result<bool> {
         let key = key.as_ref();
         let idx = self.route_classic(key)?;
-        let mut b = Vec::new();
-        request::touch(&mut b, key, exptime);
-        match self.inner.one(idx, b).await? {
+        match self.inner.one(idx, &Request::Touch { key, exptime }).await? {
             Reply::Touched => {
                 self.inner.ack(idx, key, WriteOp::Touch, None, None, 0, exptime);
                 Ok(true)
@@ -477,35 +471,38 @@ impl Client {
     /// `mn` on every server: a round trip that proves each connection is
     /// in step (everything sent before it has been answered).
     pub async fn meta_noop(&self) -> PerServer<()> {
-        self.each(
-            |_| b"mn\r\n".to_vec(),
-            Expect::One,
-            None,
-            |inner, idx, frames| match frames.into_iter().next() {
-                Some(Reply::Meta { status: MetaStatus::NoOp, .. }) => Ok(()),
-                Some(Reply::Error(e)) => Err(e),
-                Some(r) => Err(inner.unexpected(idx, &r)),
-                None => Err(inner.protocol(idx, "empty reply")),
-            },
-        )
+        self.each(&Request::MetaNoop, None, |inner, idx, frames| match frames.into_iter().next() {
+            Some(Reply::Meta { status: MetaStatus::NoOp, .. }) => Ok(()),
+            Some(Reply::Error(e)) => Err(e),
+            Some(r) => Err(inner.unexpected(idx, &r)),
+            None => Err(inner.protocol(idx, "empty reply")),
+        })
         .await
     }
 
     // ---- server-wide commands -------------------------------------------
 
-    /// Run one request on every server concurrently.
+    /// Run one request on every server concurrently, each in its
+    /// server's protocol.
     async fn each<T: Send + 'static>(
         &self,
-        encode: impl Fn(usize) -> Vec<u8>,
-        expect: Expect,
+        req: &Request<'_>,
         timeout: Option<Duration>,
         decode: fn(&Inner, usize, Vec<Reply>) -> Result<T>,
     ) -> PerServer<T> {
         let timeout = timeout.unwrap_or(self.inner.opts.request_timeout);
         let mut tasks = JoinSet::new();
-        for idx in 0..self.inner.servers.len() {
+        let mut results: Vec<Option<Result<T>>> = (0..self.inner.servers.len()).map(|_| None).collect();
+        for (idx, result) in results.iter_mut().enumerate() {
             let inner = self.inner.clone();
-            let bytes = encode(idx);
+            let mut bytes = Vec::new();
+            let expect = match request::encode(req, inner.proto(idx), &mut bytes) {
+                Ok(e) => e,
+                Err(e) => {
+                    *result = Some(Err(e));
+                    continue;
+                }
+            };
             tasks.spawn(async move {
                 let r = match inner.exec(idx, bytes, expect, timeout).await {
                     Ok(frames) => decode(&inner, idx, frames),
@@ -514,7 +511,6 @@ impl Client {
                 (idx, r)
             });
         }
-        let mut results: Vec<Option<Result<T>>> = (0..self.inner.servers.len()).map(|_| None).collect();
         while let Some(done) = tasks.join_next().await {
             if let Ok((idx, r)) = done {
                 results[idx] = Some(r);
@@ -535,15 +531,8 @@ impl Client {
     /// error if any failed (the others are still flushed).
     pub async fn flush_all(&self, delay: Option<i32>) -> Result<()> {
         let results = self
-            .each(
-                |_| {
-                    let mut b = Vec::new();
-                    request::flush_all(&mut b, delay);
-                    b
-                },
-                Expect::One,
-                None,
-                |inner, idx, frames| match frames.into_iter().next() {
+            .each(&Request::FlushAll { delay: delay.unwrap_or(0) }, None, |inner, idx, frames| {
+                match frames.into_iter().next() {
                     Some(Reply::Ok) => {
                         inner.ack(idx, b"", WriteOp::FlushAll, None, None, 0, 0);
                         Ok(())
@@ -551,52 +540,38 @@ impl Client {
                     Some(Reply::Error(e)) => Err(e),
                     Some(r) => Err(inner.unexpected(idx, &r)),
                     None => Err(inner.protocol(idx, "empty reply")),
-                },
-            )
+                }
+            })
             .await;
         results.into_iter().map(|(_, r)| r).collect::<Result<Vec<()>>>().map(|_| ())
     }
 
     /// `version` of every server.
     pub async fn version(&self) -> PerServer<String> {
-        self.each(
-            |_| b"version\r\n".to_vec(),
-            Expect::One,
-            None,
-            |inner, idx, frames| match frames.into_iter().next() {
-                Some(Reply::Version(v)) => Ok(v),
-                Some(Reply::Error(e)) => Err(e),
-                Some(r) => Err(inner.unexpected(idx, &r)),
-                None => Err(inner.protocol(idx, "empty reply")),
-            },
-        )
+        self.each(&Request::Version, None, |inner, idx, frames| match frames.into_iter().next() {
+            Some(Reply::Version(v)) => Ok(v),
+            Some(Reply::Error(e)) => Err(e),
+            Some(r) => Err(inner.unexpected(idx, &r)),
+            None => Err(inner.protocol(idx, "empty reply")),
+        })
         .await
     }
 
     /// `stats [args]` of every server, as (name, value) pairs in server
     /// order.
     pub async fn stats(&self, args: &str) -> PerServer<Vec<(String, String)>> {
-        let mut b = Vec::new();
-        if let Err(e) = request::stats(&mut b, args) {
-            return self.servers().into_iter().map(|s| (s, Err(e.clone()))).collect();
-        }
-        self.each(
-            move |_| b.clone(),
-            Expect::UntilEnd,
-            None,
-            |inner, idx, frames| {
-                let mut out = Vec::new();
-                for f in frames {
-                    match f {
-                        Reply::Stat(k, v) => out.push((k, v)),
-                        Reply::End => {}
-                        Reply::Error(e) => return Err(e),
-                        r => return Err(inner.unexpected(idx, &r)),
-                    }
+        self.each(&Request::Stats { args: args.as_bytes() }, None, |inner, idx, frames| {
+            let mut out = Vec::new();
+            for f in frames {
+                match f {
+                    Reply::Stat(k, v) => out.push((k, v)),
+                    Reply::End => {}
+                    Reply::Error(e) => return Err(e),
+                    r => return Err(inner.unexpected(idx, &r)),
                 }
-                Ok(out)
-            },
-        )
+            }
+            Ok(out)
+        })
         .await
     }
 
@@ -605,27 +580,22 @@ impl Client {
     /// (or the request timeout, if longer).
     pub async fn metadump(&self) -> PerServer<Vec<DumpEntry>> {
         let timeout = self.inner.opts.request_timeout.max(Duration::from_secs(30));
-        self.each(
-            |_| b"lru_crawler metadump all\r\n".to_vec(),
-            Expect::Lines,
-            Some(timeout),
-            |inner, idx, frames| {
-                let mut out = Vec::new();
-                for f in frames {
-                    match f {
-                        Reply::Line(l) => {
-                            if let Some(e) = DumpEntry::parse(&l) {
-                                out.push(e);
-                            }
+        self.each(&Request::LruCrawler { args: b"metadump all" }, Some(timeout), |inner, idx, frames| {
+            let mut out = Vec::new();
+            for f in frames {
+                match f {
+                    Reply::Line(l) => {
+                        if let Some(e) = DumpEntry::parse(&l) {
+                            out.push(e);
                         }
-                        Reply::End => {}
-                        Reply::Error(e) => return Err(e),
-                        r => return Err(inner.unexpected(idx, &r)),
                     }
+                    Reply::End => {}
+                    Reply::Error(e) => return Err(e),
+                    r => return Err(inner.unexpected(idx, &r)),
                 }
-                Ok(out)
-            },
-        )
+            }
+            Ok(out)
+        })
         .await
     }
 
@@ -634,6 +604,7 @@ impl Client {
     /// A connection of its own to `key`'s server, for one streamed value.
     async fn stream_conn(&self, key: &[u8]) -> Result<StreamConn> {
         let idx = self.route_classic(key)?;
+        self.inner.text_only(idx, crate::binary::NO_STREAM)?;
         let server = &self.inner.servers[idx];
         server.alive()?;
         StreamConn::take(stream::Target {

@@ -8,12 +8,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::builder::{DeadServerPolicy, Options};
+use crate::binary;
 use crate::cluster;
 use crate::conn::{Conn, Expect, Health, HealthConfig, Reply};
 use crate::error::{Error, Result, ServerName};
 use crate::ketama::{Continuum, Node};
 use crate::meta::MetaResponse;
 use crate::observer::{WriteAck, WriteObserver, WriteOp};
+use crate::request::{Proto, Request};
 use crate::stream::StreamPool;
 use crate::transport::Connector;
 
@@ -250,6 +252,9 @@ impl Inner {
         }
         let start = self.leader_or_any(l);
         for i in (0..self.servers.len()).map(|i| (start + i) % self.servers.len()) {
+            if self.text_only(i, binary::NO_CLUSTER).is_err() {
+                continue;
+            }
             let Ok(frames) =
                 self.exec_on(i, b"cluster map\r\n".to_vec(), Expect::Lines, self.opts.request_timeout).await
             else {
@@ -277,9 +282,30 @@ impl Inner {
         l.groups.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
+    /// The protocol `idx`'s connections speak.
+    pub(super) fn proto(&self, idx: usize) -> Proto {
+        self.servers[idx].connector.proto()
+    }
+
+    /// Refuse a text-only command (`what`: see `binary.rs`) to a server
+    /// that speaks binary, before anything is sent.
+    pub(super) fn text_only(&self, idx: usize, what: &'static str) -> Result<()> {
+        match self.proto(idx) {
+            Proto::Text => Ok(()),
+            Proto::Binary => Err(Error::Unsupported(what)),
+        }
+    }
+
+    /// Encode a classic request in `idx`'s protocol and run it.
+    pub(super) async fn send(&self, idx: usize, req: &Request<'_>, timeout: Duration) -> Result<Vec<Reply>> {
+        let mut b = Vec::new();
+        let expect = crate::request::encode(req, self.proto(idx), &mut b)?;
+        self.exec(idx, b, expect, timeout).await
+    }
+
     /// One request whose reply is one frame; error frames become errors.
-    pub(super) async fn one(&self, idx: usize, bytes: Vec<u8>) -> Result<Reply> {
-        let mut frames = self.exec(idx, bytes, Expect::One, self.opts.request_timeout).await?;
+    pub(super) async fn one(&self, idx: usize, req: &Request<'_>) -> Result<Reply> {
+        let mut frames = self.send(idx, req, self.opts.request_timeout).await?;
         match frames.pop() {
             Some(Reply::Error(e)) => Err(e),
             Some(r) => Ok(r),
@@ -314,6 +340,7 @@ impl Inner {
     /// A meta command: appends `mn` after quiet ones so their (possibly
     /// absent) reply has an end.
     pub(super) async fn meta(&self, idx: usize, mut bytes: Vec<u8>, quiet: bool) -> Result<MetaResponse> {
+        self.text_only(idx, binary::NO_META)?;
         let expect = if quiet {
             bytes.extend_from_slice(b"mn\r\n");
             Expect::UntilNoop

@@ -8,12 +8,14 @@
 //! runs in every group in turn (each with its own retries), and `status`
 //! shows every group.
 
-use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::io;
 use std::time::{Duration, Instant};
 
 use clap::Subcommand;
+use recall_client::transport::Dialer;
 use recall_proto::cluster_admin::{Admin, AdminCmd, Member, Status};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::runtime::Runtime;
 
 /// How long one admin command may take to answer: a node spends up to
 /// the cluster's `timeout_ms` (5 s by default) on it, plus a forwarding
@@ -110,9 +112,12 @@ impl From<io::Error> for Failed {
 }
 
 /// One node, asked one command per connection, about one group (`None`:
-/// the only group of a cluster of one).
+/// the only group of a cluster of one). Connections come from the
+/// client's transports (TLS, unix sockets, the `-Y` login).
 struct Node<'a> {
     addr: &'a str,
+    rt: &'a Runtime,
+    dialer: &'a Dialer,
     connect: Duration,
     say: &'a dyn Fn(String),
     group: Option<u16>,
@@ -122,36 +127,16 @@ impl Node<'_> {
     /// Send `cmd`; return the reply's lines without `END` (one line for
     /// a one-line reply).
     fn ask(&self, cmd: &Admin<'_>) -> Result<Vec<String>, Failed> {
-        let with = |e: io::Error| Failed(format!("{}: {e}", self.addr));
-        let addr = self
-            .addr
-            .to_socket_addrs()
-            .map_err(with)?
-            .next()
-            .ok_or_else(|| Failed(format!("{}: no address", self.addr)))?;
-        let mut s = TcpStream::connect_timeout(&addr, self.connect).map_err(with)?;
-        s.set_read_timeout(Some(ANSWER_WITHIN)).map_err(with)?;
         let mut line = Vec::new();
         AdminCmd { admin: *cmd, group: self.group }.render(&mut line);
-        s.write_all(&line).map_err(with)?;
-        let mut r = BufReader::new(s);
-        let mut lines = Vec::new();
-        loop {
-            let mut l = String::new();
-            let n = (&mut r).take(LINE_MAX).read_line(&mut l).map_err(with)?;
-            if n == 0 || !l.ends_with('\n') {
-                return Err(Failed(format!("{}: the reply ended early", self.addr)));
+        let asked = self.rt.block_on(async {
+            let s = self.dialer.connect_text(self.addr, self.connect).await.map_err(|e| Failed(e.to_string()))?;
+            match tokio::time::timeout(ANSWER_WITHIN, exchange(s, &line)).await {
+                Ok(r) => r.map_err(|e| Failed(format!("{}: {e}", self.addr))),
+                Err(_) => Err(Failed(format!("{}: no answer within {ANSWER_WITHIN:?}", self.addr))),
             }
-            let l = l.trim_end_matches(['\r', '\n']).to_string();
-            if l == "END" {
-                return Ok(lines);
-            }
-            let one_line = lines.is_empty() && !l.starts_with("STATUS") && !l.starts_with("PLACEMENT");
-            lines.push(l);
-            if one_line {
-                return Ok(lines);
-            }
-        }
+        })?;
+        asked.ok_or_else(|| Failed(format!("{}: the reply ended early", self.addr)))
     }
 
     /// Where errors are about: the node, and the group if one is named.
@@ -204,10 +189,45 @@ impl Node<'_> {
     }
 }
 
-/// Run one `recall cluster` subcommand against the node at `addr`;
-/// `say` prints a line of its output.
-pub fn run(cmd: &ClusterCmd, addr: &str, connect: Duration, say: &dyn Fn(String)) -> Result<(), Failed> {
-    let node = Node { addr, connect, say, group: None };
+/// Send one admin command; the reply's lines without `END` (one line for
+/// a one-line reply), or `None` if the connection closed mid-reply.
+async fn exchange(s: recall_client::transport::TextStream, line: &[u8]) -> io::Result<Option<Vec<String>>> {
+    let mut r = BufReader::new(s);
+    r.get_mut().write_all(line).await?;
+    r.get_mut().flush().await?;
+    let mut lines = Vec::new();
+    loop {
+        let mut l = String::new();
+        let n = (&mut r).take(LINE_MAX).read_line(&mut l).await?;
+        if n == 0 || !l.ends_with('\n') {
+            return Ok(None);
+        }
+        let l = l.trim_end_matches(['\r', '\n']).to_string();
+        if l == "END" {
+            return Ok(Some(lines));
+        }
+        let one_line = lines.is_empty() && !l.starts_with("STATUS") && !l.starts_with("PLACEMENT");
+        lines.push(l);
+        if one_line {
+            return Ok(Some(lines));
+        }
+    }
+}
+
+/// Run one `recall cluster` subcommand against the node at `addr`,
+/// connecting through `dialer`; `say` prints a line of its output.
+pub fn run(
+    cmd: &ClusterCmd,
+    addr: &str,
+    dialer: &Dialer,
+    connect: Duration,
+    say: &dyn Fn(String),
+) -> Result<(), Failed> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failed(format!("cannot start runtime: {e}")))?;
+    let node = Node { addr, rt: &rt, dialer, connect, say, group: None };
     match cmd {
         ClusterCmd::Status { group } => match group {
             Some(g) => status(&node.in_group(*g)),
