@@ -7,6 +7,8 @@
 //! ```text
 //! cargo run --release -p recall-client --example crash_harness -- --cycles 1000 --seed 1
 //! cargo run --release -p recall-client --example crash_harness -- --cycles 20 --no-replay   # must fail
+//! cargo run --release -p recall-client --example crash_harness -- --cycles 100 --seed 2 --replay-crash
+//! cargo run --release -p recall-client --example crash_harness -- --cycles 10 --replay-crash --forget-cut-replays   # must fail
 //! ```
 //!
 //! Options: `--cycles N` (default 20), `--seed S` (1), `--tasks N` (4),
@@ -20,7 +22,14 @@
 //! snapshot after rename, or replay-after-N with N random from 1 to 60, and
 //! the harness waits up to the snapshot interval + 2 s for the instance to
 //! crash there by itself before restarting it normally; the summary counts
-//! armed and fired ones), `--kill-clients` (every other kill, cycles 0, 2,
+//! armed and fired ones), `--replay-crash` (every restart arms
+//! replay-after-N, N from 1 to 20, so that each instance crashes in the
+//! middle of the clients' replays to it and they must replay everything
+//! again to the next one; a recovery there that the grace period ends with
+//! a client missing fails the run), `--forget-cut-replays` (its negative
+//! control: the clients drop the entries of a replay that fails, as a
+//! client would that took a cut replay for a finished one; the checker
+//! must report the losses), `--kill-clients` (every other kill, cycles 0, 2,
 //! 4, ..., also kills one client at random at the same moment: its tasks
 //! are aborted mid-operation and its memory dropped, as when its process
 //! dies; each client keeps a spill file, and a new client is started on
@@ -247,6 +256,10 @@ pub struct Config {
     /// a recovery that the grace period ends with a client missing fails
     /// the run: every client must replay to the next instance in time.
     pub replay_crash: bool,
+    /// The durable clients drop the entries of a replay that fails
+    /// (`DurableBuilder::forget_cut_replays`): with `replay_crash`, the
+    /// negative control, which must lose writes.
+    pub forget_cut_replays: bool,
     /// Every other kill (cycles 0, 2, 4, ...) also kills one client.
     pub kill_clients: bool,
     /// Each client keeps a spill file (`SpillSync::Os`).
@@ -289,6 +302,7 @@ impl Config {
             replay: true,
             failpoints: true,
             replay_crash: false,
+            forget_cut_replays: false,
             kill_clients: false,
             spill: false,
             verbose: false,
@@ -445,7 +459,8 @@ async fn run_async(cfg: &Config) -> Result<Report, String> {
             .retry_backoff(Duration::from_millis(10), Duration::from_millis(100))
             .max_entries(cfg.max_entries)
             .backpressure_timeout(Duration::from_secs(5))
-            .replay(cfg.replay);
+            .replay(cfg.replay)
+            .forget_cut_replays(cfg.forget_cut_replays);
         if cfg.spill {
             b = b.spill_file(spills.0.join(format!("client{i}.spill")), SpillSync::Os);
         }
@@ -732,6 +747,7 @@ fn main() {
             "--no-replay" => cfg.replay = false,
             "--no-failpoints" => cfg.failpoints = false,
             "--replay-crash" => cfg.replay_crash = true,
+            "--forget-cut-replays" => cfg.forget_cut_replays = true,
             "--kill-clients" => cfg.kill_clients = true,
             "--no-spill" => no_spill = true,
             "--plain-writer" => cfg.plain_writer = true,

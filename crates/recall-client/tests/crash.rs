@@ -4,7 +4,9 @@
 //! armed, where the server then crashes by itself), and check every key
 //! against the ledger after each replay; then the same with a client killed
 //! along with the server at every other kill (with and without spill
-//! files). The long run is the `crash_harness` example (see
+//! files), with every instance crashing in the middle of the clients'
+//! replays to it (with and without clients that forget a cut replay).
+//! The long run is the `crash_harness` example (see
 //! `docs/benchmarks/durability.md`); `CRASH_SEED` picks another seed here.
 
 #[path = "../examples/crash_harness.rs"]
@@ -174,4 +176,43 @@ fn meta_e_mode_without_replay_reports_lost_writes() {
     });
     assert_eq!(r.others.e_refused, cfg.cycles as u64 * cfg.plain_keys as u64, "{summary}");
     assert!(r.violations.iter().any(|v| v.contains("lost")), "{summary}");
+}
+
+/// Every restart arms `replay-after-N` (N from 1 to 20): each instance
+/// crashes in the middle of the clients' replays to it, and every client
+/// must replay everything again to the next instance, inside its grace
+/// period, with no acknowledged write lost.
+#[test]
+fn an_interrupted_replay_completes_on_the_next_instance() {
+    let (cfg, r, summary) = run(|c| {
+        c.cycles = 4;
+        c.replay_crash = true;
+    });
+    assert!(r.violations.is_empty(), "{summary}\n{}", r.violations.join("\n"));
+    assert_eq!(r.cycles, cfg.cycles);
+    assert!(r.grace_expiries.is_empty(), "a client did not replay to the next instance in time: {summary}");
+    assert_eq!(r.replay_after_snapshot(), 0, "{summary}");
+    // The run must have cut replays: a fired failpoint is a crash after
+    // the N-th replayed record, before its reply and before any fence.
+    let (armed, fired) = r.failpoints.get("replay-after-N").copied().unwrap_or_default();
+    assert_eq!(armed, cfg.cycles, "every restart arms it: {summary}");
+    assert!(fired > 0, "no replay was cut: {summary}");
+    assert!(r.replays() >= cfg.cycles as u64, "{summary}");
+    assert_eq!(r.statuses.iter().map(|s| s.dropped_unreplayed).sum::<u64>(), 0, "{summary}");
+}
+
+/// Its negative control: the same crashes with clients that drop what a
+/// cut replay was sending (as if it had finished) must lose acknowledged
+/// writes, and the checker must say so.
+#[test]
+fn clients_that_forget_a_cut_replay_lose_writes() {
+    let (_, r, summary) = run(|c| {
+        c.cycles = 3;
+        c.replay_crash = true;
+        c.forget_cut_replays = true;
+    });
+    let (_, fired) = r.failpoints.get("replay-after-N").copied().unwrap_or_default();
+    assert!(fired > 0, "no replay was cut: {summary}");
+    assert!(r.statuses.iter().map(|s| s.dropped_unreplayed).sum::<u64>() > 0, "{summary}");
+    assert!(!r.violations.is_empty(), "clients that forget a cut replay must lose acknowledged writes: {summary}");
 }

@@ -9,7 +9,9 @@
 //! arguments on the same port ([`Recalld::restart`]), so a data directory
 //! given in the arguments is reused. With `-s PATH` it listens on that
 //! unix socket instead and says `listening on unix:PATH`
-//! ([`Recalld::unix_path`]).
+//! ([`Recalld::unix_path`]). With `--metrics-addr IP:0` it also reads
+//! the `metrics listening on` line printed before that one
+//! ([`Recalld::metrics_addr`]).
 //!
 //! ```no_run
 //! let mut srv = recall_testkit::Recalld::start(["--data-dir", "/tmp/d"]).expect("recalld");
@@ -111,11 +113,11 @@ impl Spawn {
     /// Start it and wait until it listens; `Err` carries its stderr if it
     /// exits instead (a taken port, a refused data directory).
     pub fn start(self) -> Result<Recalld, String> {
-        let (child, listen, exited) = self.launch(self.port, &[])?;
-        Ok(Recalld { child: Some(child), listen, exited, spawn: self })
+        let l = self.launch(self.port, &[])?;
+        Ok(Recalld { child: Some(l.child), listen: l.listen, metrics: l.metrics, exited: l.exited, spawn: self })
     }
 
-    fn launch(&self, port: u16, extra_env: &[(&str, &str)]) -> Result<(Child, Listen, Receiver<()>), String> {
+    fn launch(&self, port: u16, extra_env: &[(&str, &str)]) -> Result<Launched, String> {
         let bin = self.bin.clone().unwrap_or_else(recalld_bin);
         // memcached's port rule: -1 asks for a free port (0 is no TCP).
         let port = if port == 0 { "-1".to_string() } else { port.to_string() };
@@ -131,10 +133,13 @@ impl Spawn {
         let stdout = child.stdout.take().ok_or("no stdout")?;
         let mut stderr = child.stderr.take().ok_or("no stderr")?;
         let mut lines = BufReader::new(stdout).lines();
+        let mut metrics = None;
         let addr = loop {
             match lines.next() {
                 Some(Ok(line)) => {
-                    if let Some(a) = line.strip_prefix("listening on ") {
+                    if let Some(a) = line.strip_prefix("metrics listening on http://") {
+                        metrics = a.strip_suffix("/metrics").and_then(|a| a.parse().ok());
+                    } else if let Some(a) = line.strip_prefix("listening on ") {
                         if let Some(path) = a.strip_prefix("unix:") {
                             break Listen::Unix(path.into());
                         }
@@ -164,8 +169,16 @@ impl Spawn {
             let _ = tx.send(());
         });
         std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-        Ok((child, addr, exited))
+        Ok(Launched { child, listen: addr, metrics, exited })
     }
+}
+
+/// A process [`Spawn::launch`] started, and what it printed.
+struct Launched {
+    child: Child,
+    listen: Listen,
+    metrics: Option<SocketAddr>,
+    exited: Receiver<()>,
 }
 
 /// A running recalld (or one killed and not yet restarted). Killed on drop.
@@ -173,6 +186,8 @@ impl Spawn {
 pub struct Recalld {
     child: Option<Child>,
     listen: Listen,
+    /// The metrics endpoint's address, if it printed one.
+    metrics: Option<SocketAddr>,
     /// Disconnected (or sent to) when the server's stdout closes.
     exited: Receiver<()>,
     spawn: Spawn,
@@ -200,6 +215,12 @@ impl Recalld {
             Listen::Tcp(a) => *a,
             Listen::Unix(p) => panic!("recalld listens on the unix socket {}, not TCP", p.display()),
         }
+    }
+
+    /// The address of its metrics endpoint (`--metrics-addr`), as the
+    /// running process printed it (with port 0, a new one each restart).
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics
     }
 
     /// The unix socket it listens on (`-s`), if it does.
@@ -270,10 +291,11 @@ impl Recalld {
         };
         for _ in 0..40 {
             match self.spawn.launch(port, env) {
-                Ok((child, listen, exited)) => {
-                    debug_assert_eq!(listen, self.listen);
-                    self.child = Some(child);
-                    self.exited = exited;
+                Ok(l) => {
+                    debug_assert_eq!(l.listen, self.listen);
+                    self.child = Some(l.child);
+                    self.metrics = l.metrics;
+                    self.exited = l.exited;
                     return Ok(());
                 }
                 Err(e) if e.contains("in use") => last = e,

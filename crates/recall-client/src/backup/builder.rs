@@ -26,6 +26,9 @@ pub(super) struct Cfg {
     pub(super) max_bytes: usize,
     pub(super) backpressure_timeout: Duration,
     pub(super) replay: bool,
+    /// A replay that fails drops what it was sending (the negative control
+    /// of the crash harness's interrupted-replay mode).
+    pub(super) forget_cut_replays: bool,
     /// Connections a replay uses at once (`replay_batch` only).
     pub(super) replay_connections: usize,
     pub(super) fence_key: Vec<u8>,
@@ -77,6 +80,7 @@ impl Default for DurableBuilder {
                 max_bytes: 256 << 20,
                 backpressure_timeout: Duration::from_secs(10),
                 replay: true,
+                forget_cut_replays: false,
                 replay_connections: 2,
                 fence_key: b"__recall_backup_fence".to_vec(),
                 client_id: String::new(),
@@ -180,6 +184,17 @@ impl DurableBuilder {
     /// show the loss without replay.
     pub fn replay(mut self, on: bool) -> Self {
         self.cfg.replay = on;
+        self
+    }
+    /// Drop the entries of a replay that fails (the server crashed in the
+    /// middle of it, or restarted before its fence) instead of sending them
+    /// again to the next instance (default false). On, the writes that
+    /// replay carried are lost if the instance it was cut on never
+    /// snapshotted them: only for tests that must show that loss (the
+    /// crash harness's `--forget-cut-replays`). Counted in
+    /// `BackupStatus::dropped_unreplayed`.
+    pub fn forget_cut_replays(mut self, on: bool) -> Self {
+        self.cfg.forget_cut_replays = on;
         self
     }
     /// How many connections a replay sends its batches over at once

@@ -125,7 +125,15 @@ async fn poll_locked(node: &Node, cfg: &Cfg, guard: &mut Option<Ctl>) -> Result<
                 return Ok(());
             }
             Step::Replay => {
-                replay(node, cfg, ctl, d).await?;
+                if let Err(e) = replay(node, cfg, ctl, d).await {
+                    // Normally the entries stay, and the next instance gets
+                    // them all again (see `WriteBackup::needs_replay`).
+                    if cfg.forget_cut_replays {
+                        let n = node.log().log.drop_unreplayed(d.instance);
+                        node.counters.dropped.fetch_add(n as u64, Ordering::Relaxed);
+                    }
+                    return Err(e);
+                }
                 node.ready_instance.store(d.instance, Ordering::Release);
             }
             Step::DropUnreplayed => {

@@ -185,6 +185,7 @@ mod tests {
             max_bytes: 1 << 20,
             backpressure_timeout: Duration::from_secs(60),
             replay: true,
+            forget_cut_replays: false,
             replay_connections: 1,
             fence_key: b"fence".to_vec(),
             client_id: "c".into(),

@@ -64,7 +64,8 @@ pub struct BackupStatus {
     /// and were done again on the control connection, one `replay` command
     /// per entry (e.g. no extra connection could be opened).
     pub replay_fallbacks: u64,
-    /// Entries dropped unreplayed because replay is turned off.
+    /// Entries dropped unreplayed because replay is turned off (or, with
+    /// `forget_cut_replays`, because a replay failed).
     pub dropped_unreplayed: u64,
     pub snapshots_requested: u64,
     /// Writes that had to wait for room in the backup.

@@ -1,18 +1,25 @@
 //! The metrics endpoint's HTTP/1.1 server: one request per connection,
 //! answered and closed, which is what a Prometheus scrape is.
 //!
-//! Memory is bounded: at most [`MAX_CONNS`] connections at once (more are
-//! closed at once), each reading at most [`MAX_HEAD`] bytes of request
-//! head for at most [`READ_TIMEOUT`]. The head is parsed by httparse.
+//! Memory is bounded: at most [`MAX_CONNS`] connections at once, each
+//! reading at most [`MAX_HEAD`] bytes of request head for at most
+//! [`READ_TIMEOUT`], then writing its reply for at most [`WRITE_TIMEOUT`].
+//! A connection past the bound closes the oldest one rather than being
+//! closed itself: clients that stall mid-head or never read their reply
+//! would otherwise hold every slot until their timeouts and turn every
+//! scrape away meanwhile; this way a scrape, done in milliseconds, is
+//! refused only if [`MAX_CONNS`] newer connections arrive while it runs.
+//! The head is parsed by httparse.
 //! Answers: `GET`/`HEAD /metrics` 200; another path 404; another method
 //! 405; a head that does not parse 400; one too large 431.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::task::AbortHandle;
 
 use super::{Metrics, CONTENT_TYPE};
 
@@ -28,7 +35,8 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serve scrapes on `listener` until the runtime stops.
 pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
-    let slots = Arc::new(Semaphore::new(MAX_CONNS));
+    // The live connections' tasks, oldest first.
+    let mut live: VecDeque<AbortHandle> = VecDeque::with_capacity(MAX_CONNS + 1);
     loop {
         let stream = match listener.accept().await {
             Ok((s, _)) => s,
@@ -40,15 +48,20 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
                 continue;
             }
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            // Too many at once: close this one rather than queue it.
-            continue;
-        };
+        live.retain(|t| !t.is_finished());
+        if live.len() >= MAX_CONNS {
+            // Too many at once: the oldest goes (see the module docs). The
+            // aborted task drops its socket and buffers the next time this
+            // runtime gets to it, a moment from now.
+            if let Some(oldest) = live.pop_front() {
+                oldest.abort();
+            }
+        }
         let metrics = metrics.clone();
-        tokio::spawn(async move {
-            let _slot = slot;
+        let task = tokio::spawn(async move {
             let _ = tokio::time::timeout(WRITE_TIMEOUT + READ_TIMEOUT, answer(stream, &metrics)).await;
         });
+        live.push_back(task.abort_handle());
     }
 }
 

@@ -46,6 +46,13 @@ impl Server {
             Process::Memcached(c) => c,
         }
     }
+    /// recalld's metrics endpoint (`--metrics-addr`), if it has one.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        match &self.process {
+            Process::Recalld(r) => r.metrics_addr(),
+            Process::Memcached(_) => None,
+        }
+    }
     pub fn connect(&self) -> TcpStream {
         let s = TcpStream::connect(self.addr).expect("connect");
         s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
