@@ -479,7 +479,13 @@ impl Node {
                             transport.clone(),
                         ),
                         machine,
-                        proposer: propose::Proposer::new(raft.clone(), handle.clone(), not_leader.clone(), id),
+                        proposer: propose::Proposer::new(
+                            raft.clone(),
+                            handle.clone(),
+                            not_leader.clone(),
+                            id,
+                            if cfg.log_dir.is_some() { propose::LINGER } else { std::time::Duration::ZERO },
+                        ),
                         read_barrier: read::Reads::new(
                             raft.clone(),
                             handle.clone(),
