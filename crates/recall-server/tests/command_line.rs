@@ -79,11 +79,12 @@ fn a_warning_is_printed_once_without_colour_codes_into_a_pipe() {
 /// the other programs it shows are listed here by name).
 #[test]
 fn the_operator_s_guide_names_only_flags_recalld_has() {
-    const OTHER_PROGRAMS: [&str; 4] = [
-        "--deb",    // scripts/release
-        "--group",  // recall cluster ...
-        "--locked", // cargo install
-        "--path",   // cargo install
+    const OTHER_PROGRAMS: [&str; 5] = [
+        "--deb",            // scripts/release
+        "--group",          // recall cluster ...
+        "--locked",         // cargo install
+        "--path",           // cargo install
+        "--sasl-auth-file", // recall (the client's SASL login)
     ];
     let o = recalld(&["--help"]);
     let help = String::from_utf8_lossy(&o.stdout);
