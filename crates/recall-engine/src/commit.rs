@@ -27,6 +27,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::op::Refusal;
 use crate::replicated::Applied;
+use crate::wake_relay::HomeWaker;
 
 /// A resolver dropped without an outcome (the group shut down).
 const DROPPED: &str = "SERVER_ERROR cluster failed; the write may or may not have been applied";
@@ -34,7 +35,7 @@ const DROPPED: &str = "SERVER_ERROR cluster failed; the write may or may not hav
 #[derive(Default)]
 struct State {
     outcome: Option<Result<Applied, Refusal>>,
-    waker: Option<Waker>,
+    waker: Option<HomeWaker>,
     /// The waiter let go before the outcome was known (counted in
     /// `unresolved` until it is).
     abandoned: bool,
@@ -98,7 +99,10 @@ impl Shared {
             }
         };
         self.ready.notify_all();
-        for w in waker.into_iter().chain(watchers) {
+        if let Some(w) = waker {
+            w.wake();
+        }
+        for w in watchers {
             w.wake();
         }
     }
@@ -178,7 +182,7 @@ impl Future for Commit {
         match st.outcome {
             Some(o) => Poll::Ready(o),
             None => {
-                st.waker = Some(cx.waker().clone());
+                HomeWaker::register(&mut st.waker, cx);
                 Poll::Pending
             }
         }

@@ -26,6 +26,7 @@ pub mod stats;
 mod text;
 pub mod ticket;
 pub mod transcript;
+pub mod wake_relay;
 pub mod watch;
 pub mod write_path;
 
@@ -42,6 +43,7 @@ pub use replicated::{AdminReply, Applied, Cause, ClusterMap, ForwardFailed, Park
 pub use session::{Processed, ProtocolChoice, Session};
 pub use stats::{Counters, Registry};
 pub use ticket::{Answer, Ticket};
+pub use wake_relay::WakeRelay;
 pub use write_path::{Barrier, Observer, Observers};
 
 /// The version string `version` reports. recall speaks the protocol of

@@ -19,10 +19,12 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
+
+use crate::wake_relay::HomeWaker;
 
 struct Shared<T> {
     state: Mutex<State<T>>,
@@ -32,7 +34,7 @@ struct Shared<T> {
 struct State<T> {
     /// `Some(None)`: the answering side went away without an answer.
     answer: Option<Option<T>>,
-    waker: Option<Waker>,
+    waker: Option<HomeWaker>,
 }
 
 /// The runtime's end: answer it once. Dropping it unanswered wakes the
@@ -112,7 +114,7 @@ impl<T> Future for Ticket<T> {
         match st.answer.take() {
             Some(a) => Poll::Ready(a),
             None => {
-                st.waker = Some(cx.waker().clone());
+                HomeWaker::register(&mut st.waker, cx);
                 Poll::Pending
             }
         }

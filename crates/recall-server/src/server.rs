@@ -523,7 +523,11 @@ impl Worker {
             latency: self.latency.as_ref().map(|l| l.register()),
         };
         let tls = self.tls;
+        // Commits resolved on the group's thread wake this worker once per
+        // batch, not once per connection (recall_engine::wake_relay).
+        let relay = recall_engine::WakeRelay::install();
         rt.block_on(async move {
+            tokio::spawn(relay.run());
             while let Some((s, via)) = rx.recv().await {
                 let mut cx = cx.clone();
                 cx.choice = via.protocol.unwrap_or(cx.choice);
