@@ -16,6 +16,7 @@ use recall_persist::wal::Wal;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::backlog::{Backlog, Turn, Unsent};
+use crate::deadline::Deadline;
 
 /// Read buffer growth step while an unfinished request waits for the rest
 /// of its bytes.
@@ -97,6 +98,7 @@ where
     let mut verbose =
         crate::verbose::enabled().then(|| crate::verbose::Verbose::new(row.as_ref().map_or(0, |r| r.id())));
     let mut stop = cx.stop.clone();
+    let mut deadline = Deadline::default();
     loop {
         // Run a turn only when its replies fit in the socket's backlog;
         // until then, wait holding no replies (see `backlog.rs`). With
@@ -174,7 +176,7 @@ where
             h.observe(t.elapsed());
         }
         if let Action::Forward { len, binary, group } = action {
-            match Box::pin(forward(cx, &mut stream, &mut session, &buf[..len], binary, group)).await {
+            match Box::pin(forward(cx, &mut stream, &mut session, &mut deadline, &buf[..len], binary, group)).await {
                 // The next turn (the next hop) waits for room in the
                 // client's socket as a local reply's turn does, so a client
                 // that does not read stops forwarding before a hop, not in
@@ -203,7 +205,7 @@ where
             Action::Shutdown => return (action, CloseReason::Shutdown),
             _ => return (action, CloseReason::Normal),
         }
-        if settle_stopped(engine, &mut session, b).await {
+        if settle_stopped(engine, &mut session, &mut deadline, b).await {
             continue;
         }
         if done.more {
@@ -285,6 +287,7 @@ async fn forward<S>(
     cx: &ConnCtx,
     stream: &mut S,
     session: &mut Session,
+    deadline: &mut Deadline,
     req: &[u8],
     binary: bool,
     group: usize,
@@ -301,7 +304,7 @@ where
     // whoever this node sees leading the group by then.
     let now_leads = || cx.engine.cluster_map().and_then(|m| m.group_leader_elsewhere(group).map(str::to_string));
     if split.is_none() {
-        if let Some(reply) = raft_port_hop(cx, group, binary, req).await {
+        if let Some(reply) = raft_port_hop(cx, deadline, group, binary, req).await {
             let bytes = match reply {
                 Ok(bytes) => bytes,
                 Err(line) => error_reply(binary, req, &line),
@@ -335,14 +338,20 @@ where
 /// its way; nothing was proposed) sends it once more, to whoever this node
 /// sees leading by then; that second reply is the reply. `None`: not a
 /// request that goes this way, or no other node is known to lead.
-async fn raft_port_hop(cx: &ConnCtx, group: usize, binary: bool, req: &[u8]) -> Option<Result<Vec<u8>, String>> {
+async fn raft_port_hop(
+    cx: &ConnCtx,
+    deadline: &mut Deadline,
+    group: usize,
+    binary: bool,
+    req: &[u8],
+) -> Option<Result<Vec<u8>, String>> {
     use recall_engine::ForwardFailed;
-    let mut reply = await_hop(cx, cx.engine.forward_to_leader(group, binary, req)?).await;
+    let mut reply = await_hop(cx, deadline, cx.engine.forward_to_leader(group, binary, req)?).await;
     if let Ok(bytes) = &reply {
         if recall_proto::forward::not_leader_reply(bytes, binary).is_some() {
             if let Some(again) = cx.engine.forward_to_leader(group, binary, req) {
                 tracing::debug!(group, "forwarded write refused: not leader; once more");
-                reply = await_hop(cx, again).await;
+                reply = await_hop(cx, deadline, again).await;
             }
         }
     }
@@ -356,15 +365,16 @@ async fn raft_port_hop(cx: &ConnCtx, group: usize, binary: bool, req: &[u8]) -> 
 
 async fn await_hop(
     cx: &ConnCtx,
+    deadline: &mut Deadline,
     t: recall_engine::Ticket<Result<Vec<u8>, recall_engine::ForwardFailed>>,
 ) -> Result<Vec<u8>, recall_engine::ForwardFailed> {
     use recall_engine::ForwardFailed;
     // The lane bounds each call by the same timeout; this is the backstop
     // should the runtime drop the request unanswered.
-    match tokio::time::timeout(cx.engine.commit_timeout() * 2, t).await {
-        Ok(Some(r)) => r,
-        Ok(None) => Err(ForwardFailed::Lost("the cluster runtime stopped".into())),
-        Err(_) => Err(ForwardFailed::Lost("no reply in time".into())),
+    match deadline.within(cx.engine.commit_timeout() * 2, t).await {
+        Some(Some(r)) => r,
+        Some(None) => Err(ForwardFailed::Lost("the cluster runtime stopped".into())),
+        None => Err(ForwardFailed::Lost("no reply in time".into())),
     }
 }
 
@@ -466,9 +476,14 @@ async fn settle_durable(engine: &Arc<Engine>, wal: &Option<Arc<Wal>>, b: recall_
 ///   and the request's reply is rendered when the session runs it again.
 /// * `recovery`: a write waits for the end of recovery (see the engine's
 ///   session).
-async fn settle_stopped(engine: &Arc<Engine>, session: &mut Session, b: recall_engine::Barrier) -> bool {
+async fn settle_stopped(
+    engine: &Arc<Engine>,
+    session: &mut Session,
+    deadline: &mut Deadline,
+    b: recall_engine::Barrier,
+) -> bool {
     if b.parked {
-        if Box::pin(tokio::time::timeout(engine.commit_timeout(), session.settle_parked())).await.is_err() {
+        if Box::pin(deadline.within(engine.commit_timeout(), session.settle_parked())).await.is_none() {
             session.parked_timed_out();
         }
         return true;

@@ -9,6 +9,7 @@ pub mod backlog;
 pub mod config;
 pub mod conn;
 pub mod daemon;
+mod deadline;
 pub mod forward;
 pub mod front_tier;
 pub mod limits;
