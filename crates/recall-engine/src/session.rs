@@ -184,6 +184,9 @@ pub struct Session {
     /// barrier, a membership command), which the connection awaits; the
     /// next `process` runs it again with its answer.
     pending: Option<crate::Parked>,
+    /// A streamed value's write parked with `pending`: its bytes were
+    /// consumed, so it is kept here to run again.
+    streamed: Option<crate::text::StreamedWrite>,
     /// The groups whose read barrier passed in the call that parked: the
     /// input is passed again unchanged, and nothing was read meanwhile,
     /// so every read in it still arrived before those barriers.
@@ -220,6 +223,7 @@ impl Session {
             conn: 0,
             await_cluster: false,
             pending: None,
+            streamed: None,
             fresh: Default::default(),
         }
     }
@@ -283,6 +287,15 @@ impl Session {
         }
     }
 
+    /// Keep a streamed write that parked on `wait` (see `run`).
+    fn park_streamed(&mut self, w: crate::text::StreamedWrite, wait: crate::Wait, fresh: crate::execute::FreshGroups) {
+        if let crate::Wait::Parked(p) = wait {
+            self.pending = Some(p);
+            self.streamed = Some(w);
+            self.fresh = fresh;
+        }
+    }
+
     /// Never forward (a transport without a proxy hop: UDP).
     pub fn no_forwarding(&mut self) {
         self.forward = false;
@@ -341,6 +354,18 @@ impl Session {
         };
         let read_fresh = std::mem::take(&mut self.fresh);
         let mut cx = Cx { counters: &counters, barrier, read_fresh, not_leader: None, conn: self.conn, wait };
+        // A streamed write that parked runs again first, with its answer
+        // (it may park once more: decided again after a barrier).
+        if let Some(w) = self.streamed.take() {
+            let mark = out.mark();
+            engine.run_streamed(&w, &mut cx, out);
+            if matches!(cx.wait, crate::Wait::Parked(_)) {
+                out.reset_to(mark);
+                self.park_streamed(w, std::mem::replace(&mut cx.wait, idle()), cx.read_fresh);
+                return (0, Action::Continue);
+            }
+            cx.wait = idle();
+        }
         let mut pos = 0;
         // Replies past this many bytes in `out` stop the call.
         let limit = out.wire_len().saturating_add(budget);
@@ -361,11 +386,15 @@ impl Session {
                     None => return (pos, Action::Continue),
                     Some(end) => {
                         if let Some(st) = self.stream.take() {
-                            // Its bytes are gone from the input: it cannot
-                            // run again, so it waits for its commit here.
-                            let wait = std::mem::replace(&mut cx.wait, crate::Wait::Block);
-                            engine.store_streamed(st, end, &mut cx, out);
-                            cx.wait = wait;
+                            let mark = out.mark();
+                            if let Some(w) = engine.store_streamed(st, end, &mut cx, out) {
+                                // Parked on its commit. Its bytes are gone
+                                // from the input, so the session keeps the
+                                // write itself and runs it again first.
+                                out.reset_to(mark);
+                                self.park_streamed(w, std::mem::replace(&mut cx.wait, idle()), cx.read_fresh);
+                                return (pos, Action::Continue);
+                            }
                         }
                         continue;
                     }

@@ -192,14 +192,17 @@ impl Engine {
         Action::Continue
     }
 
-    /// Store a value that arrived as a stream (see `session.rs`).
+    /// Store a value that arrived as a stream (see `session.rs`). In
+    /// cluster mode the write may park on its commit: then it is returned,
+    /// for the session to keep (its bytes are gone from the input) and run
+    /// again with its answer ([`Engine::run_streamed`]).
     pub(crate) fn store_streamed(
         &self,
         st: crate::session::StreamIn,
         end: crate::session::StreamEnd,
         cx: &mut Cx<'_>,
         out: &mut Out,
-    ) {
+    ) -> Option<StreamedWrite> {
         let mark = out.mark();
         if let crate::session::StreamEnd::BadChunk = end {
             reply::text_status(out, Status::BadChunk, None);
@@ -221,24 +224,63 @@ impl Engine {
             let built = st.builder.finish();
             // The write accounts for the item itself, evicting as needed.
             drop(st.reserved);
-            let big;
-            let small;
-            let data = if built.len() <= recall_store::BIG_THRESHOLD {
+            let value = if built.len() <= recall_store::BIG_THRESHOLD {
                 // Small streamed values are stored inline, like any other.
-                small = built.to_vec();
-                Data::Bytes(&small)
+                StreamedValue::Small(built.to_vec())
             } else {
-                big = std::sync::Arc::new(built);
-                Data::Big(&big)
+                StreamedValue::Big(std::sync::Arc::new(built))
             };
-            let op = classic_write(st.cmd, &st.key, data, st.flags, st.exptime, st.cas);
-            self.prefix.set(&st.key);
-            self.execute(&Op::Write(op), cx, |o| render(out, o, st.timestamps));
+            let w = StreamedWrite {
+                cmd: st.cmd,
+                key: st.key,
+                value,
+                flags: st.flags,
+                exptime: st.exptime,
+                cas: st.cas,
+                noreply: st.noreply,
+                timestamps: st.timestamps,
+            };
+            self.prefix.set(&w.key);
+            self.run_streamed(&w, cx, out);
+            return matches!(cx.wait, crate::Wait::Parked(_)).then_some(w);
         }
         if st.noreply {
             out.reset_to(mark);
         }
+        None
     }
+
+    /// Run a streamed value's write (again, with its answer, after it
+    /// parked).
+    pub(crate) fn run_streamed(&self, w: &StreamedWrite, cx: &mut Cx<'_>, out: &mut Out) {
+        let mark = out.mark();
+        let data = match &w.value {
+            StreamedValue::Small(v) => Data::Bytes(v),
+            StreamedValue::Big(b) => Data::Big(b),
+        };
+        let op = classic_write(w.cmd, &w.key, data, w.flags, w.exptime, w.cas);
+        self.execute(&Op::Write(op), cx, |o| render(out, o, w.timestamps));
+        if w.noreply {
+            out.reset_to(mark);
+        }
+    }
+}
+
+/// A streamed value received whole, and the write that stores it.
+pub(crate) struct StreamedWrite {
+    cmd: StoreCmd,
+    key: Vec<u8>,
+    value: StreamedValue,
+    flags: u32,
+    exptime: i32,
+    cas: u64,
+    noreply: bool,
+    timestamps: bool,
+}
+
+enum StreamedValue {
+    Small(Vec<u8>),
+    Big(std::sync::Arc<recall_store::BigValue>),
 }
 
 /// A classic storage command (set/add/replace/append/prepend/cas) on the

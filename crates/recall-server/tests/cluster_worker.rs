@@ -8,7 +8,7 @@
 //! answers a read "no quorum" without waiting at all; a stopped one holds
 //! each call until openraft's AppendEntries timeout. A touch (decided and
 //! proposed like a write) and, once the lease has run out, a get each wait
-//! for the group on connection A; connection B, on the same worker, gets
+//! for the group on connection A, and so does a streamed `sset`'s write; connection B, on the same worker, gets
 //! its `version` at once, and A's request is answered only later, with
 //! the cluster's timeout error. Where the worker blocked on the group, B's
 //! reply (and A's own reply to the `version` before its request) came only
@@ -69,16 +69,35 @@ fn waits_alone(leader: SocketAddr, req: &str) -> String {
     reply
 }
 
-#[test]
-fn a_request_waiting_for_the_group_leaves_its_worker_free() {
+/// `sset s 0 0` with one three-byte frame and the tail frame.
+const SSET: &str = "sset s 0 0\r\n\u{0}\u{3}abc\u{0}\u{0}\r\n";
+
+/// Two nodes (`-t 1`), one key written, and the follower stopped: the
+/// cluster, its leader's client address and the follower's pid.
+fn stalled() -> (Cluster, SocketAddr, u32) {
     let c = Cluster::start_with_args(2, &[], &["-t", "1", "--cluster-timeout-ms", "4000"]);
     let l = c.leader();
     let leader = c.clients[l];
     assert_eq!(ask(leader, "set k 0 0 1\r\na\r\n"), "STORED\r\n");
+    // A streamed value (its bytes are consumed as they come, so the
+    // session keeps the write to run again) commits like any other.
+    assert_eq!(ask(leader, SSET), "STORED\r\n");
+    assert_eq!(ask(leader, "get s\r\n"), "VALUE s 0 3\r\nabc\r\nEND\r\n");
     let follower = c.nodes[1 - l].as_ref().and_then(|n| n.pid()).expect("the follower's pid");
     // SAFETY: a plain signal to a child process this test started.
     assert_eq!(unsafe { libc::kill(follower as i32, libc::SIGSTOP) }, 0);
     assert_eq!(stats(leader).get("cluster_role").map(String::as_str), Some("leader"));
+    (c, leader, follower)
+}
+
+fn resume(follower: u32) {
+    // SAFETY: as above; the cluster's teardown kills it either way.
+    unsafe { libc::kill(follower as i32, libc::SIGCONT) };
+}
+
+#[test]
+fn a_request_waiting_for_the_group_leaves_its_worker_free() {
+    let (_c, leader, follower) = stalled();
 
     // A touch is proposed and cannot commit: its connection waits for the
     // commit timeout.
@@ -90,6 +109,16 @@ fn a_request_waiting_for_the_group_leaves_its_worker_free() {
     // round, which cannot complete.
     let read = waits_alone(leader, "get k\r\n");
     assert!(read.starts_with("SERVER_ERROR cluster"), "the read's answer: {read:?}");
-    // SAFETY: as above; the cluster's teardown kills it either way.
-    unsafe { libc::kill(follower as i32, libc::SIGCONT) };
+    resume(follower);
+}
+
+/// A cluster of its own: after a write's commit times out, no write is
+/// decided until it resolves (`commit.rs`), so the touch above would
+/// leave this one refused at once.
+#[test]
+fn a_streamed_write_waiting_for_the_group_leaves_its_worker_free() {
+    let (_c, leader, follower) = stalled();
+    let streamed = waits_alone(leader, SSET);
+    assert_eq!(streamed, "SERVER_ERROR cluster timed out; the write may or may not have been applied\r\n");
+    resume(follower);
 }
