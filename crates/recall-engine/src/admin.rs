@@ -73,12 +73,10 @@ impl Engine {
             Command::ClusterForwarded => reply::line(out, b"OK"),
             Command::Durable => self.durable_line(out),
             // memcached's replies: OK, or the loader's error line as is.
-            Command::RefreshCerts => match self.gauges.tls.get() {
+            Command::RefreshCerts => match self.process.get().and_then(|p| p.refresh_certs(self.now())) {
                 None => reply::line(out, b"Error TLS not enabled"),
-                Some(tls) => match tls.refresh(self.now()) {
-                    Ok(()) => reply::line(out, b"OK"),
-                    Err(e) => reply::line(out, e.as_bytes()),
-                },
+                Some(Ok(())) => reply::line(out, b"OK"),
+                Some(Err(e)) => reply::line(out, e.as_bytes()),
             },
             Command::Snapshot => {
                 if self.durability.is_enabled() {

@@ -20,6 +20,7 @@ pub mod forwarded;
 mod meta;
 pub mod op;
 pub mod out;
+pub mod process;
 pub mod replicated;
 mod session;
 pub mod stats;
@@ -30,7 +31,7 @@ pub mod wake_relay;
 pub mod watch;
 pub mod write_path;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use recall_store::{Clock, DebugClock, Store, UnixSecs};
@@ -135,34 +136,21 @@ impl Default for EngineConfig {
     }
 }
 
-/// Server-wide gauges the server updates and `stats` reports.
-#[derive(Debug, Default)]
-pub struct ServerGauges {
-    pub curr_connections: AtomicU64,
-    pub total_connections: AtomicU64,
-    pub rejected_connections: AtomicU64,
-    pub max_connections: AtomicU64,
-    pub threads: AtomicU64,
-    pub accepting: AtomicBool,
-    /// Set once at start when the server serves TLS.
-    pub tls: std::sync::OnceLock<Arc<stats::TlsStats>>,
-}
-
 /// The engine shared by all workers.
 pub struct Engine {
     pub store: Store,
     clock: Arc<dyn Clock>,
     pub config: EngineConfig,
     pub registry: Registry,
-    pub gauges: ServerGauges,
     pub durability: durability::Durability,
     /// The write path's observers (the log, later the front cache): see
     /// `write_path.rs`.
     pub observers: Observers,
     /// `stats detail`: per-prefix counters (see `stats.rs`).
     pub prefix: stats::PrefixStats,
-    /// `stats conns`: the listeners and connections the server registers.
-    pub conns: Arc<stats::ConnTable>,
+    /// The serving process's connections and TLS (`process.rs`): set
+    /// once before serving.
+    process: std::sync::OnceLock<Arc<dyn process::Process>>,
     /// `watch`: the log watchers (see `watch.rs`).
     pub watchers: Arc<watch::Watchers>,
     /// Cluster mode (`replicated.rs`): set once before serving.
@@ -188,11 +176,10 @@ impl Engine {
             clock,
             config,
             registry: Registry::default(),
-            gauges: ServerGauges::default(),
             durability: durability::Durability::default(),
             observers: Observers::default(),
             prefix,
-            conns: Default::default(),
+            process: Default::default(),
             watchers,
             replication: Default::default(),
             front_tier: Default::default(),
@@ -210,6 +197,18 @@ impl Engine {
         let mut e = Engine::new(store, clock.clone(), config);
         e.debug_clock = Some(clock);
         e
+    }
+
+    /// Serve for `process`: `stats` reads its connections and TLS counters,
+    /// `refresh_certs` reloads its certificates (`process.rs`). Once,
+    /// before serving; a second call changes nothing.
+    pub fn serve_for(&self, process: Arc<dyn process::Process>) {
+        let _ = self.process.set(process);
+    }
+
+    /// The serving process's connection figures (zero without one).
+    pub fn connections(&self) -> process::Connections {
+        self.process.get().map(|p| p.connections()).unwrap_or_default()
     }
 
     /// `debugtime`: the test clock, when the engine has one.

@@ -212,204 +212,6 @@ impl PrefixStats {
     }
 }
 
-/// Reloads the server's certificates (`refresh_certs`); the error is the
-/// line to answer with, naming the file.
-pub type CertReload = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
-
-/// TLS counters (`-Z`), shared by every worker (a handshake can fail on
-/// any of them), and the server's certificate reload. `stats` reports the
-/// counters, in memcached's names, only when TLS is on, as memcached does.
-pub struct TlsStats {
-    /// `ssl_new_sessions` is reported only with `ssl_session_cache`.
-    session_cache: bool,
-    /// When the certificates were last loaded
-    /// (`time_since_server_cert_refresh`).
-    cert_loaded_at: std::sync::atomic::AtomicU32,
-    handshake_errors: AtomicU64,
-    proto_errors: AtomicU64,
-    new_sessions: AtomicU64,
-    reload: std::sync::OnceLock<CertReload>,
-}
-
-impl std::fmt::Debug for TlsStats {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TlsStats").field("session_cache", &self.session_cache).finish_non_exhaustive()
-    }
-}
-
-impl TlsStats {
-    pub fn new(session_cache: bool, cert_loaded_at: recall_store::UnixSecs) -> TlsStats {
-        TlsStats {
-            session_cache,
-            cert_loaded_at: std::sync::atomic::AtomicU32::new(cert_loaded_at),
-            handshake_errors: AtomicU64::new(0),
-            proto_errors: AtomicU64::new(0),
-            new_sessions: AtomicU64::new(0),
-            reload: std::sync::OnceLock::new(),
-        }
-    }
-
-    /// How `refresh_certs` reloads the certificates (set once by the server).
-    pub fn set_reload(&self, reload: CertReload) {
-        let _ = self.reload.set(reload);
-    }
-
-    /// Reload the certificates (`refresh_certs`, SIGHUP): new connections
-    /// use them, open ones keep theirs. On failure the old ones stay.
-    pub fn refresh(&self, now: recall_store::UnixSecs) -> Result<(), String> {
-        let reload = self.reload.get().ok_or("Error TLS certificates cannot be reloaded")?;
-        reload()?;
-        self.cert_loaded_at.store(now, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// A TLS handshake failed (bad certificate, no certificate when one is
-    /// required, not TLS at all, a protocol version below the minimum).
-    pub fn handshake_error(&self) {
-        self.handshake_errors.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// A TLS record was refused after the handshake.
-    pub fn proto_error(&self) {
-        self.proto_errors.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// The session cache stored a new session (a full handshake that a
-    /// client may resume later).
-    pub fn new_session(&self) {
-        self.new_sessions.fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn write(&self, out: &mut Vec<u8>, now: recall_store::UnixSecs) {
-        if self.session_cache {
-            stat(out, "ssl_new_sessions", self.new_sessions.load(Ordering::Relaxed));
-        }
-        stat(out, "ssl_handshake_errors", self.handshake_errors.load(Ordering::Relaxed));
-        stat(out, "ssl_proto_errors", self.proto_errors.load(Ordering::Relaxed));
-        let loaded = self.cert_loaded_at.load(Ordering::Relaxed);
-        stat(out, "time_since_server_cert_refresh", now.saturating_sub(loaded));
-    }
-}
-
-/// Where a listener or connection is, as `stats conns` prints it:
-/// `tcp:<ip:port>` or `unix:<path>`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Endpoint {
-    Tcp(std::net::SocketAddr),
-    /// A unix socket path; a connected client usually has none, and
-    /// memcached prints `<AF 1>` for it.
-    Unix(Arc<str>),
-}
-
-impl std::fmt::Display for Endpoint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Endpoint::Tcp(a) => write!(f, "tcp:{a}"),
-            Endpoint::Unix(p) if p.is_empty() => f.write_str("unix:<AF 1>"),
-            Endpoint::Unix(p) => write!(f, "unix:{p}"),
-        }
-    }
-}
-
-impl From<std::net::SocketAddr> for Endpoint {
-    fn from(a: std::net::SocketAddr) -> Self {
-        Endpoint::Tcp(a)
-    }
-}
-
-/// The listeners and open connections `stats conns` lists, in memcached's
-/// format. The server registers them: [`ConnTable::listening`] once per
-/// listening socket, [`ConnTable::open`] per accepted connection (the guard
-/// unregisters it when dropped) and [`ConnGuard::command`] when a request
-/// arrives. Ids stand in for memcached's file descriptors.
-#[derive(Debug, Default)]
-pub struct ConnTable {
-    next_id: AtomicU64,
-    listeners: Mutex<Vec<(u64, Endpoint)>>,
-    conns: Mutex<std::collections::BTreeMap<u64, ConnInfo>>,
-}
-
-#[derive(Debug)]
-struct ConnInfo {
-    addr: Endpoint,
-    listen: Endpoint,
-    last_cmd: Arc<std::sync::atomic::AtomicU32>,
-}
-
-/// One registered connection; dropping it removes the connection.
-#[derive(Debug)]
-pub struct ConnGuard {
-    table: Arc<ConnTable>,
-    id: u64,
-    peer: Endpoint,
-    last_cmd: Arc<std::sync::atomic::AtomicU32>,
-}
-
-impl ConnTable {
-    pub fn listening(&self, addr: impl Into<Endpoint>) {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.listeners.lock().push((id, addr.into()));
-    }
-
-    pub fn open(
-        self: &Arc<Self>,
-        addr: impl Into<Endpoint>,
-        listen: impl Into<Endpoint>,
-        now: recall_store::UnixSecs,
-    ) -> ConnGuard {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let last_cmd = Arc::new(std::sync::atomic::AtomicU32::new(now));
-        let peer: Endpoint = addr.into();
-        let info = ConnInfo { addr: peer.clone(), listen: listen.into(), last_cmd: last_cmd.clone() };
-        self.conns.lock().insert(id, info);
-        ConnGuard { table: self.clone(), id, peer, last_cmd }
-    }
-
-    /// `STAT <id>:addr tcp:<ip:port>` and the rest of memcached's lines
-    /// for every listener and connection (no `END`).
-    pub fn write(&self, out: &mut Vec<u8>, now: recall_store::UnixSecs) {
-        for (id, addr) in self.listeners.lock().iter() {
-            stat(out, &format!("{id}:addr"), addr);
-            stat(out, &format!("{id}:state"), "conn_listening");
-            stat(out, &format!("{id}:secs_since_last_cmd"), 0);
-        }
-        for (id, c) in self.conns.lock().iter() {
-            stat(out, &format!("{id}:addr"), &c.addr);
-            stat(out, &format!("{id}:listen_addr"), &c.listen);
-            stat(out, &format!("{id}:state"), "conn_parse_cmd");
-            let idle = now.saturating_sub(c.last_cmd.load(Ordering::Relaxed));
-            stat(out, &format!("{id}:secs_since_last_cmd"), idle);
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.listeners.lock().is_empty() && self.conns.lock().is_empty()
-    }
-}
-
-impl ConnGuard {
-    /// The connection's id, as `stats conns` lists it.
-    pub fn id(&self) -> u64 {
-        self.id
-    }
-
-    /// Where the client is.
-    pub fn peer(&self) -> &Endpoint {
-        &self.peer
-    }
-
-    /// A request arrived at `now`.
-    pub fn command(&self, now: recall_store::UnixSecs) {
-        self.last_cmd.store(now, Ordering::Relaxed);
-    }
-}
-
-impl Drop for ConnGuard {
-    fn drop(&mut self) {
-        self.table.conns.lock().remove(&self.id);
-    }
-}
-
 use recall_proto::reply::stat;
 
 use crate::{Engine, MEMCACHED_COMPAT_VERSION};
@@ -457,12 +259,10 @@ impl Engine {
                 stat(out, "ingest_bytes", self.store.ingest_bytes());
             }
             b"conns" => {
-                if self.conns.is_empty() {
+                if !self.process.get().is_some_and(|p| p.write_conns(out, self.now())) {
                     // A server that does not register its connections (an
                     // embedder, a test) still says how many there are.
-                    stat(out, "curr_connections", self.gauges.curr_connections.load(Ordering::Relaxed))
-                } else {
-                    self.conns.write(out, self.now());
+                    stat(out, "curr_connections", self.connections().curr)
                 }
             }
             b"reset" => {
@@ -571,7 +371,7 @@ impl Engine {
     /// table in docs/compat.md says which.
     fn stats_general(&self, out: &mut Vec<u8>) {
         use std::sync::atomic::Ordering::Relaxed;
-        let g = &self.gauges;
+        let g = self.connections();
         let s = self.store.stats();
         let (utime, stime) = rusage();
         stat(out, "pid", std::process::id());
@@ -583,11 +383,11 @@ impl Engine {
         stat(out, "pointer_size", usize::BITS);
         stat(out, "rusage_user", utime);
         stat(out, "rusage_system", stime);
-        stat(out, "max_connections", g.max_connections.load(Relaxed));
-        stat(out, "curr_connections", g.curr_connections.load(Relaxed));
-        stat(out, "total_connections", g.total_connections.load(Relaxed));
-        stat(out, "rejected_connections", g.rejected_connections.load(Relaxed));
-        stat(out, "connection_structures", g.curr_connections.load(Relaxed));
+        stat(out, "max_connections", g.max);
+        stat(out, "curr_connections", g.curr);
+        stat(out, "total_connections", g.total);
+        stat(out, "rejected_connections", g.rejected);
+        stat(out, "connection_structures", g.curr);
         // memcached's pooled response objects and 16 KiB read buffers:
         // recall's buffers belong to their connection, there is no pool.
         for name in NO_POOLS {
@@ -623,10 +423,10 @@ impl Engine {
                 "bytes_written" => {
                     stat(out, name, v);
                     stat(out, "limit_maxbytes", self.store.mem_limit());
-                    stat(out, "accepting_conns", u64::from(g.accepting.load(Relaxed)));
+                    stat(out, "accepting_conns", u64::from(g.accepting));
                     stat(out, "listen_disabled_num", 0);
                     stat(out, "time_in_listen_disabled_us", 0);
-                    stat(out, "threads", g.threads.load(Relaxed));
+                    stat(out, "threads", g.threads);
                 }
                 _ => stat(out, name, v),
             }
@@ -702,8 +502,8 @@ impl Engine {
             stat(out, "durable_tombstones_dropped", d.tombstones_dropped.load(Relaxed));
             stat(out, "durable_flushed_at", d.flushed_at.load(Relaxed));
         }
-        if let Some(tls) = g.tls.get() {
-            tls.write(out, self.now());
+        if let Some(p) = self.process.get() {
+            p.write_tls(out, self.now());
         }
         if let Some(rep) = self.replication.get() {
             for (name, v) in rep.stats() {

@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use recall_store::{ManualClock, Store, StoreConfig};
 
-use crate::stats::Endpoint;
 use crate::transcript;
 use crate::{Action, Engine, EngineConfig, ProtocolChoice, Session};
 
@@ -181,41 +180,6 @@ fn cache_memlimit_shows_in_stats_settings() {
         out,
         "OK\r\nSTAT maxbytes 104857600\r\nSTAT num_threads_per_udp 4\r\nSTAT stat_key_prefix :\r\nSTAT detail_enabled no\r\nEND\r\n"
     );
-}
-
-/// `stats conns` lists the registered listener and connections in
-/// memcached's format; a dropped connection leaves the list.
-#[test]
-fn stats_conns_lists_registered_connections() {
-    let clock = Arc::new(ManualClock::new(1_700_000_000));
-    let e = engine(clock.clone());
-    let listen: std::net::SocketAddr = "127.0.0.1:11211".parse().unwrap();
-    e.conns.listening(listen);
-    let peer = |s: &str| s.parse::<std::net::SocketAddr>().unwrap();
-    let a = e.conns.open(peer("127.0.0.1:40001"), listen, e.now());
-    let b = e.conns.open(peer("127.0.0.1:40002"), listen, e.now());
-    clock.advance(5);
-    b.command(e.now());
-    let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
-    let (out, _) = run(&mut s, &e, &mut Vec::new(), b"stats conns\r\n", usize::MAX);
-    assert_eq!(
-        String::from_utf8(out).unwrap(),
-        "STAT 0:addr tcp:127.0.0.1:11211\r\nSTAT 0:state conn_listening\r\nSTAT 0:secs_since_last_cmd 0\r\n\
-         STAT 1:addr tcp:127.0.0.1:40001\r\nSTAT 1:listen_addr tcp:127.0.0.1:11211\r\nSTAT 1:state conn_parse_cmd\r\nSTAT 1:secs_since_last_cmd 5\r\n\
-         STAT 2:addr tcp:127.0.0.1:40002\r\nSTAT 2:listen_addr tcp:127.0.0.1:11211\r\nSTAT 2:state conn_parse_cmd\r\nSTAT 2:secs_since_last_cmd 0\r\n\
-         END\r\n"
-    );
-    drop(a);
-    let (out, _) = run(&mut s, &e, &mut Vec::new(), b"stats conns\r\n", usize::MAX);
-    assert!(!String::from_utf8(out).unwrap().contains("40001"));
-    // A unix socket listener and an (unnamed) client, as memcached prints them.
-    let path: Arc<str> = "/run/recall.sock".into();
-    e.conns.listening(Endpoint::Unix(path.clone()));
-    let _c = e.conns.open(Endpoint::Unix("".into()), Endpoint::Unix(path), e.now());
-    let (out, _) = run(&mut s, &e, &mut Vec::new(), b"stats conns\r\n", usize::MAX);
-    let text = String::from_utf8(out).unwrap();
-    assert!(text.contains("STAT 3:addr unix:/run/recall.sock\r\nSTAT 3:state conn_listening\r\n"), "{text}");
-    assert!(text.contains("STAT 4:addr unix:<AF 1>\r\nSTAT 4:listen_addr unix:/run/recall.sock\r\n"), "{text}");
 }
 
 /// The names of the `STAT` lines a request answers.

@@ -8,8 +8,8 @@ use std::io::IoSlice;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::process::{ConnGuard, Endpoint};
 use bytes::BytesMut;
-use recall_engine::stats::{ConnGuard, Endpoint};
 use recall_engine::watch::{CloseReason, Transport};
 use recall_engine::{Action, Counters, Engine, Out, ProtocolChoice, Segment, Session};
 use recall_persist::wal::Wal;
@@ -40,6 +40,8 @@ const PRESSED_READ: usize = 2 * 1024;
 #[derive(Clone)]
 pub struct ConnCtx {
     pub engine: Arc<Engine>,
+    /// The server's connection gauges and `stats conns` table.
+    pub process: Arc<crate::process::ServerProcess>,
     pub counters: Arc<Counters>,
     pub choice: ProtocolChoice,
     pub idle: Option<Duration>,
@@ -94,9 +96,10 @@ where
     let mut buf = BytesMut::new();
     let mut out = Out::new();
     let mut backlog = Backlog::new(crate::listeners::NOTSENT_LOWAT as usize, engine.config.reply_budget);
-    // -vv: the commands and replies in the log (verbose.rs).
+    // -vv: the commands and replies in the log (verbose.rs); boxed, as it
+    // is rare and every connection's task would carry its room.
     let mut verbose =
-        crate::verbose::enabled().then(|| crate::verbose::Verbose::new(row.as_ref().map_or(0, |r| r.id())));
+        crate::verbose::enabled().then(|| Box::new(crate::verbose::Verbose::new(row.as_ref().map_or(0, |r| r.id()))));
     let mut stop = cx.stop.clone();
     let mut deadline = Deadline::default();
     loop {
@@ -205,7 +208,8 @@ where
             Action::Shutdown => return (action, CloseReason::Shutdown),
             _ => return (action, CloseReason::Normal),
         }
-        if settle_stopped(engine, &mut session, &mut deadline, b).await {
+        // Boxed: the rare waits must not grow every connection's task.
+        if (b.parked || b.recovery) && Box::pin(settle_stopped(engine, &mut session, &mut deadline, b)).await {
             continue;
         }
         if done.more {
@@ -483,13 +487,13 @@ async fn settle_stopped(
     b: recall_engine::Barrier,
 ) -> bool {
     if b.parked {
-        if Box::pin(deadline.within(engine.commit_timeout(), session.settle_parked())).await.is_none() {
+        if deadline.within(engine.commit_timeout(), session.settle_parked()).await.is_none() {
             session.parked_timed_out();
         }
         return true;
     }
     if b.recovery {
-        Box::pin(wait_for_recovery(engine)).await;
+        wait_for_recovery(engine).await;
         return true;
     }
     false

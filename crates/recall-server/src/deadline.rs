@@ -47,21 +47,24 @@ impl Deadline {
 mod tests {
     use super::*;
 
-    #[tokio::test(start_paused = true)]
-    async fn each_wait_gets_its_own_bound_from_its_start() {
-        let mut d = Deadline::default();
-        assert_eq!(d.within(Duration::from_secs(1), async { 7 }).await, Some(7));
-        // A wait that never ends is cut at its bound, counted from its own
-        // start, not from the first wait's.
-        tokio::time::advance(Duration::from_secs(5)).await;
-        let start = Instant::now();
-        assert_eq!(d.within(Duration::from_secs(2), std::future::pending::<()>()).await, None);
-        assert_eq!(start.elapsed(), Duration::from_secs(2));
-        // After one timed out, the next still gets its whole bound.
-        let slow = async {
-            tokio::time::sleep(Duration::from_millis(1500)).await;
-            3
-        };
-        assert_eq!(d.within(Duration::from_secs(2), slow).await, Some(3));
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap()
+    }
+
+    #[test]
+    fn each_wait_is_cut_at_its_own_bound_and_the_next_gets_a_whole_one() {
+        rt().block_on(async {
+            let mut d = Deadline::default();
+            assert_eq!(d.within(Duration::from_secs(60), async { 7 }).await, Some(7));
+            // A wait that never ends is cut at its bound.
+            assert_eq!(d.within(Duration::from_millis(20), std::future::pending::<()>()).await, None);
+            // After one timed out, the next is bounded from its own start:
+            // a wait longer than the last bound but within its own ends.
+            let slow = async {
+                tokio::time::sleep(Duration::from_millis(40)).await;
+                3
+            };
+            assert_eq!(d.within(Duration::from_secs(60), slow).await, Some(3));
+        });
     }
 }

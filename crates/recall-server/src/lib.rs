@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod notify;
 pub mod persist;
 mod portfile;
+pub mod process;
 pub mod schedule;
 pub mod server;
 pub mod tls;

@@ -8,7 +8,7 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use recall_engine::stats::Endpoint;
+use crate::process::Endpoint;
 
 use recall_engine::ProtocolChoice;
 

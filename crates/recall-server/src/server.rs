@@ -18,11 +18,10 @@
 //! docs/design/threading.md for the measurements behind it.
 
 use std::io::Write as _;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use recall_engine::stats::Endpoint;
+use crate::process::{Endpoint, ServerProcess};
 use recall_engine::{Action, Engine, EngineConfig, ProtocolChoice};
 use recall_store::{Clock, PolicyConfig, SlruConfig, Store, StoreConfig, SystemClock};
 use tokio::sync::{mpsc, Notify};
@@ -65,14 +64,10 @@ pub fn build_engine(cfg: &Config, clock: Arc<dyn Clock>) -> Engine {
         lru_crawler: !cfg.no_lru_crawler,
         lru_maintainer: !cfg.no_lru_maintainer,
     };
-    let e = match cfg.debug_time {
+    match cfg.debug_time {
         true => Engine::with_debug_time(store, clock, ecfg),
         false => Engine::new(store, clock, ecfg),
-    };
-    e.gauges.max_connections.store(cfg.max_connections as u64, Ordering::Relaxed);
-    e.gauges.threads.store(cfg.effective_threads() as u64, Ordering::Relaxed);
-    e.gauges.accepting.store(true, Ordering::Relaxed);
-    e
+    }
 }
 
 /// Run the server until SIGINT/SIGTERM/SIGUSR1 or an enabled `shutdown` command.
@@ -123,10 +118,13 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
     let mut engine = build_engine(&cfg, clock.clone());
     engine.config.auth = auth;
     let engine = Arc::new(engine);
+    // What `stats` reports of this process's connections and TLS.
+    let process = Arc::new(ServerProcess::new(cfg.max_connections as u64, cfg.effective_threads() as u64));
+    engine.serve_for(process.clone());
     // A certificate problem stops the start, naming the file.
     let tls = if cfg.ssl_enabled && cfg.unix_socket.is_none() {
         let t = Tls::load(&cfg, engine.now()).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-        let _ = engine.gauges.tls.set(t.stats().clone());
+        process.serve_tls(t.stats().clone());
         Some(t)
     } else {
         None
@@ -186,7 +184,7 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
         };
     let locals = bound.iter().map(|(b, _)| b.endpoint()).collect::<std::io::Result<Vec<_>>>()?;
     for l in &locals {
-        engine.conns.listening(l.clone());
+        process.conns.listening(l.clone());
     }
     // The first listener is the one the "listening on" line shows; with
     // `-p 0` there may be none (memcached then serves UDP alone, or
@@ -208,6 +206,7 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
         senders.push(tx);
         let w = Worker {
             engine: engine.clone(),
+            process: process.clone(),
             choice,
             idle,
             wal: wal.clone(),
@@ -331,8 +330,8 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
 
     let pid_file = cfg.pid_file.clone();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let max_conns = cfg.max_connections as u64;
     let acceptor_engine = engine.clone();
+    let acceptor_process = process.clone();
     // Borrowed, not moved into the loop: a worker's runtime (and every
     // connection on it) ends when its channel closes, and a graceful stop
     // must keep them running until their replies are out.
@@ -391,14 +390,10 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
         loop {
             tokio::select! {
                 Some((stream, via)) = accepted.recv() => {
-                    let g = &engine.gauges;
-                    if g.curr_connections.load(Ordering::Relaxed) >= max_conns {
-                        g.rejected_connections.fetch_add(1, Ordering::Relaxed);
+                    if !acceptor_process.admit() {
                         stream.refuse();
                         continue;
                     }
-                    g.curr_connections.fetch_add(1, Ordering::Relaxed);
-                    g.total_connections.fetch_add(1, Ordering::Relaxed);
                     let _ = to_workers[next % to_workers.len()].send((stream, via));
                     next = next.wrapping_add(1);
                 }
@@ -415,7 +410,7 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
                         Some(Err(e)) => tracing::error!("SIGHUP: could not reload the auth file, keeping its users: {e}"),
                         None => {}
                     }
-                    match engine.gauges.tls.get().map(|t| t.refresh(engine.now())) {
+                    match acceptor_process.tls().map(|t| t.refresh(engine.now())) {
                         Some(Ok(())) => tracing::info!("SIGHUP: TLS certificates reloaded"),
                         Some(Err(e)) => tracing::error!("SIGHUP: could not reload TLS certificates: {e}"),
                         None => {}
@@ -432,13 +427,13 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
     }
     // Stop accepting: the listeners (tasks of this runtime) close with it,
     // and so do connections accepted but not yet handed to a worker.
-    engine.gauges.accepting.store(false, Ordering::Relaxed);
+    process.stop_accepting();
     drop(rt);
     // SIGINT, SIGTERM and `shutdown` do not wait for replies in flight
     // (memcached does the same); a graceful stop does, for a bounded time.
     if graceful {
         let _ = stop_tx.send(true);
-        drain(&engine, DRAIN_LIMIT, Duration::from_millis(5));
+        drain(&process, DRAIN_LIMIT, Duration::from_millis(5));
     }
     drop(senders);
     // With a data directory, a last snapshot makes a clean stop lose
@@ -463,10 +458,10 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(10);
 /// Wait until every connection has closed (each closes once its replies
 /// are out, when told to stop), polling every `every`, at most `limit`.
 /// Returns whether they all did.
-fn drain(engine: &Engine, limit: Duration, every: Duration) -> bool {
+fn drain(process: &ServerProcess, limit: Duration, every: Duration) -> bool {
     let deadline = std::time::Instant::now() + limit;
     loop {
-        let open = engine.gauges.curr_connections.load(Ordering::Relaxed);
+        let open = process.open_connections();
         if open == 0 {
             tracing::info!("graceful stop: every connection finished");
             return true;
@@ -482,6 +477,7 @@ fn drain(engine: &Engine, limit: Duration, every: Duration) -> bool {
 /// One worker thread: its runtime and what its connections share.
 struct Worker {
     engine: Arc<Engine>,
+    process: Arc<ServerProcess>,
     choice: ProtocolChoice,
     idle: Option<Duration>,
     wal: Option<Arc<Wal>>,
@@ -515,6 +511,7 @@ impl Worker {
         let cx = ConnCtx {
             counters: self.engine.registry.register(),
             engine: self.engine,
+            process: self.process,
             choice: self.choice,
             idle: self.idle,
             wal: self.wal,
@@ -536,7 +533,7 @@ impl Worker {
                 tokio::spawn(async move {
                     let tls = tls.as_ref().filter(|_| via.tls != ListenTls::None).map(|t| (t, via.tls));
                     let action = serve(&cx, s, tls).await;
-                    cx.engine.gauges.curr_connections.fetch_sub(1, Ordering::Relaxed);
+                    cx.process.closed();
                     if action == Action::Shutdown {
                         shutdown.notify_one();
                     }
@@ -554,7 +551,7 @@ async fn serve(cx: &ConnCtx, accepted: Accepted, tls: Option<(&Tls, ListenTls)>)
         Accepted::Tcp(s) => {
             let Ok(stream) = tokio::net::TcpStream::from_std(s) else { return Action::Close };
             let row = match (stream.peer_addr(), stream.local_addr()) {
-                (Ok(peer), Ok(local)) => Some(cx.engine.conns.open(peer, local, now)),
+                (Ok(peer), Ok(local)) => Some(cx.process.conns.open(peer, local, now)),
                 _ => None,
             };
             match tls {
@@ -576,7 +573,7 @@ async fn serve(cx: &ConnCtx, accepted: Accepted, tls: Option<(&Tls, ListenTls)>)
         Accepted::Unix(s) => {
             let Ok(stream) = tokio::net::UnixStream::from_std(s) else { return Action::Close };
             let (peer, local) = unix_endpoints(&stream);
-            let row = Some(cx.engine.conns.open(peer, local, now));
+            let row = Some(cx.process.conns.open(peer, local, now));
             Box::pin(connection(cx, stream, row)).await
         }
     }
@@ -602,6 +599,7 @@ mod tests {
         let cx = ConnCtx {
             counters: engine.registry.register(),
             engine,
+            process: Default::default(),
             choice: ProtocolChoice::Auto,
             idle: None,
             wal: None,
@@ -612,7 +610,7 @@ mod tests {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let task = serve(&cx, Accepted::Tcp(c), None);
-        // 1,520 bytes in a debug build (7,320 before the boxing); less
+        // About 2 KiB in a debug build (7,320 before the boxing); less
         // in a release build.
         let size = std::mem::size_of_val(&task);
         assert!(size <= 2048, "a plain TCP connection's task is {size} bytes");

@@ -18,11 +18,13 @@
 use std::io;
 use std::path::Path;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use recall_engine::stats::TlsStats;
+use recall_proto::reply::stat;
+use recall_store::UnixSecs;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{NoServerSessionStorage, ServerSessionMemoryCache, StoresServerSessions, WebPkiClientVerifier};
@@ -286,5 +288,84 @@ impl AsyncWrite for TlsConn {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Reloads the server's certificates (`refresh_certs`); the error is the
+/// line to answer with, naming the file.
+pub type CertReload = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+/// TLS counters (`-Z`), shared by every worker (a handshake can fail on
+/// any of them), and the server's certificate reload. `stats` reports the
+/// counters, in memcached's names, only when TLS is on, as memcached does.
+pub struct TlsStats {
+    /// `ssl_new_sessions` is reported only with `ssl_session_cache`.
+    session_cache: bool,
+    /// When the certificates were last loaded
+    /// (`time_since_server_cert_refresh`).
+    cert_loaded_at: AtomicU32,
+    handshake_errors: AtomicU64,
+    proto_errors: AtomicU64,
+    new_sessions: AtomicU64,
+    reload: std::sync::OnceLock<CertReload>,
+}
+
+impl std::fmt::Debug for TlsStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsStats").field("session_cache", &self.session_cache).finish_non_exhaustive()
+    }
+}
+
+impl TlsStats {
+    pub fn new(session_cache: bool, cert_loaded_at: UnixSecs) -> TlsStats {
+        TlsStats {
+            session_cache,
+            cert_loaded_at: AtomicU32::new(cert_loaded_at),
+            handshake_errors: AtomicU64::new(0),
+            proto_errors: AtomicU64::new(0),
+            new_sessions: AtomicU64::new(0),
+            reload: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// How `refresh_certs` reloads the certificates (set once by the server).
+    pub fn set_reload(&self, reload: CertReload) {
+        let _ = self.reload.set(reload);
+    }
+
+    /// Reload the certificates (`refresh_certs`, SIGHUP): new connections
+    /// use them, open ones keep theirs. On failure the old ones stay.
+    pub fn refresh(&self, now: UnixSecs) -> Result<(), String> {
+        let reload = self.reload.get().ok_or("Error TLS certificates cannot be reloaded")?;
+        reload()?;
+        self.cert_loaded_at.store(now, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// A TLS handshake failed (bad certificate, no certificate when one is
+    /// required, not TLS at all, a protocol version below the minimum).
+    pub fn handshake_error(&self) {
+        self.handshake_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A TLS record was refused after the handshake.
+    pub fn proto_error(&self) {
+        self.proto_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The session cache stored a new session (a full handshake that a
+    /// client may resume later).
+    pub fn new_session(&self) {
+        self.new_sessions.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn write(&self, out: &mut Vec<u8>, now: UnixSecs) {
+        if self.session_cache {
+            stat(out, "ssl_new_sessions", self.new_sessions.load(Ordering::Relaxed));
+        }
+        stat(out, "ssl_handshake_errors", self.handshake_errors.load(Ordering::Relaxed));
+        stat(out, "ssl_proto_errors", self.proto_errors.load(Ordering::Relaxed));
+        let loaded = self.cert_loaded_at.load(Ordering::Relaxed);
+        stat(out, "time_since_server_cert_refresh", now.saturating_sub(loaded));
     }
 }
