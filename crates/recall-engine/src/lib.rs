@@ -145,19 +145,19 @@ pub struct Engine {
     pub durability: durability::Durability,
     /// The write path's observers (the log, later the front cache): see
     /// `write_path.rs`.
-    pub observers: Observers,
+    observers: Observers,
     /// `stats detail`: per-prefix counters (see `stats.rs`).
-    pub prefix: stats::PrefixStats,
+    prefix: stats::PrefixStats,
     /// The serving process's connections and TLS (`process.rs`): set
     /// once before serving.
     process: std::sync::OnceLock<Arc<dyn process::Process>>,
     /// `watch`: the log watchers (see `watch.rs`).
-    pub watchers: Arc<watch::Watchers>,
+    watchers: Arc<watch::Watchers>,
     /// Cluster mode (`replicated.rs`): set once before serving.
     pub(crate) replication: replicated::Slot,
     /// A tier in front of the server that answers GETs itself (the XDP
     /// front tier): set once before serving; `stats` counts its hits.
-    pub front_tier: std::sync::OnceLock<Arc<dyn stats::FrontTierStats>>,
+    front_tier: std::sync::OnceLock<Arc<dyn stats::FrontTierStats>>,
     started: UnixSecs,
     verbosity: AtomicU64,
     /// The test option `-o debug_time` (memcached-debug's `debugtime`):
@@ -204,6 +204,23 @@ impl Engine {
     /// before serving; a second call changes nothing.
     pub fn serve_for(&self, process: Arc<dyn process::Process>) {
         let _ = self.process.set(process);
+    }
+
+    /// Install the write path's observers, once, before serving (false if
+    /// a list was already installed; see `write_path.rs`).
+    pub fn install_observers(&self, list: Vec<Arc<dyn Observer>>) -> bool {
+        self.observers.install(list)
+    }
+
+    /// `watch`'s registry of watchers (see `watch.rs`).
+    pub fn watchers(&self) -> &Arc<watch::Watchers> {
+        &self.watchers
+    }
+
+    /// A tier in front that answers GETs itself: `stats` counts its hits
+    /// as gets. Once, before serving (false if one was set).
+    pub fn set_front_tier(&self, tier: Arc<dyn stats::FrontTierStats>) -> bool {
+        self.front_tier.set(tier).is_ok()
     }
 
     /// The serving process's connection figures (zero without one).

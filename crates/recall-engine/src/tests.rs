@@ -223,7 +223,7 @@ fn front_tier_hits_count_as_gets() {
     let e = engine(Arc::new(ManualClock::new(1_700_000_000)));
     let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
     run(&mut s, &e, &mut Vec::new(), b"set k 0 0 1\r\nv\r\nget k\r\nget nope\r\n", usize::MAX);
-    assert!(e.front_tier.set(Arc::new(Tier)).is_ok());
+    assert!(e.set_front_tier(Arc::new(Tier)));
     let (out, _) = run(&mut s, &e, &mut Vec::new(), b"stats\r\n", usize::MAX);
     let out = String::from_utf8(out).unwrap();
     let val = |k: &str| -> u64 {

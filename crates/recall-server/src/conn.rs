@@ -70,7 +70,7 @@ where
         Endpoint::Tcp(a) => (Some(*a), Transport::Tcp),
         Endpoint::Unix(_) => (None, Transport::Local),
     };
-    let watchers = cx.engine.watchers.clone();
+    let watchers = cx.engine.watchers().clone();
     watchers.conn_new(peer, transport, row.id());
     let id = row.id();
     let (action, reason) = serve(cx, stream, Some(row)).await;

@@ -113,7 +113,7 @@ impl FrontTierStats for FrontTierSlot {
 
 /// Register the slot's counters with the engine's `stats`.
 pub fn register_stats(engine: &Engine, slot: &Arc<FrontTierSlot>) {
-    let _ = engine.front_tier.set(slot.clone());
+    let _ = engine.set_front_tier(slot.clone());
 }
 
 #[cfg(test)]

@@ -241,7 +241,7 @@ impl Persist {
             observers.insert(0, Arc::new(WalObserver(w.clone())));
         }
         observers.extend(more);
-        if !engine.observers.install(observers) {
+        if !engine.install_observers(observers) {
             return Err(io::Error::other("the engine's write path already has observers"));
         }
         Ok((Arc::new(Persist { cfg, engine, wal, write_count, _lock: lock }), loaded))

@@ -150,7 +150,7 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
             .spawn(move || runner.run(&crate::persist::SystemMonotonic))?;
         Some(p)
     } else {
-        if !more_observers.is_empty() && !engine.observers.install(more_observers) {
+        if !more_observers.is_empty() && !engine.install_observers(more_observers) {
             return Err(std::io::Error::other("the engine's write path already has observers"));
         }
         None

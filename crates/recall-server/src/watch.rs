@@ -20,7 +20,7 @@ pub(crate) async fn serve<S>(engine: &Arc<Engine>, stream: &mut S, streams: u8) 
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let w = match engine.watchers.add(streams) {
+    let w = match engine.watchers().add(streams) {
         Ok(w) => w,
         Err(WatchError::TooMany) => {
             let refused = write_flushed(stream, b"WATCHER_TOO_MANY log watcher limit reached\r\n").await;
@@ -31,7 +31,7 @@ where
     struct Registered<'a>(&'a Engine, Arc<recall_engine::watch::Watcher>);
     impl Drop for Registered<'_> {
         fn drop(&mut self) {
-            self.0.watchers.remove(&self.1);
+            self.0.watchers().remove(&self.1);
         }
     }
     let reg = Registered(engine, w);
