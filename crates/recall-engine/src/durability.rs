@@ -46,42 +46,42 @@ use crate::Engine;
 
 #[derive(Debug, Default)]
 pub struct Durability {
-    pub enabled: AtomicBool,
-    pub instance: AtomicU64,
-    pub watermark: AtomicU64,
+    pub(crate) enabled: AtomicBool,
+    pub(crate) instance: AtomicU64,
+    pub(crate) watermark: AtomicU64,
     /// The watermark of the snapshot loaded at boot, fixed for this
     /// instance's life. Replays are judged against it, not against the live
     /// watermark: a snapshot of the new instance covers the new instance's
     /// writes, not the old-instance writes clients still have to replay.
-    pub recovery_floor: AtomicU64,
-    pub recovering: AtomicBool,
+    pub(crate) recovery_floor: AtomicU64,
+    pub(crate) recovering: AtomicBool,
     /// Something asked for a snapshot (a client's `snapshot`, a flush, the
     /// tombstone table filling up); the snapshot thread takes it.
-    pub snapshot_requested: AtomicBool,
+    pub(crate) snapshot_requested: AtomicBool,
     /// Wakes the snapshot thread (a request, recovery's end) and the
     /// connections waiting for a snapshot to cover a flush.
     events: Events,
-    pub replayed: AtomicU64,
-    pub replay_stale: AtomicU64,
+    pub(crate) replayed: AtomicU64,
+    pub(crate) replay_stale: AtomicU64,
     /// Writes that waited for the end of recovery (see the session's
     /// `hold`), counted once per wait.
-    pub held_writes: AtomicU64,
+    pub(crate) held_writes: AtomicU64,
     /// Registered clients that had not said `replay_done` when the grace
     /// period ended this instance's recovery (0: it ended otherwise, or has
     /// not ended). Their writes not yet replayed may be lost: held writes
     /// ran before them, and a snapshot may now promise past them.
-    pub grace_missed: AtomicU64,
+    pub(crate) grace_missed: AtomicU64,
     /// The registry loaded at boot names at least one client.
     awaiting_clients: AtomicBool,
     /// Test-only failpoint (`RECALL_FAILPOINT=replay-after-N`): abort the
     /// process right after the N-th replayed record (a `replay`, a
     /// `replay_delete`, or one record of a `replay_batch`, applied or
     /// stale). 0 = off.
-    pub abort_after_replays: AtomicU64,
+    pub(crate) abort_after_replays: AtomicU64,
     replays_seen: AtomicU64,
     /// The last immediate `flush_all`'s timestamp (0: none).
-    pub flushed_at: AtomicU64,
-    pub tombstones_dropped: AtomicU64,
+    pub(crate) flushed_at: AtomicU64,
+    pub(crate) tombstones_dropped: AtomicU64,
     tombstones: Tombstones,
     clients: Mutex<Clients>,
     /// Signalled when a registry save ends.
@@ -257,11 +257,73 @@ impl std::fmt::Display for RecoveryEnd {
     }
 }
 
+/// What a boot loaded from disk: the instance and the snapshot's
+/// timestamps, handed to [`Durability::boot`] once, before any request.
+#[derive(Debug, Clone, Copy)]
+pub struct Boot {
+    /// This instance's boot epoch.
+    pub instance: u64,
+    /// The loaded snapshot's watermark.
+    pub watermark: u64,
+    /// The loaded snapshot's replay floor (see `recovery_floor`).
+    pub recovery_floor: u64,
+    /// The last immediate `flush_all` the snapshot records (0: none).
+    pub flushed_at: u64,
+}
+
 /// Why the registry could not be changed.
 #[derive(Debug)]
 pub struct RegistryError(pub std::io::Error);
 
 impl Durability {
+    /// Turn durability on with what the boot loaded. Deletes the loaded
+    /// tombstones name are noted after this; recovery starts with
+    /// [`Durability::start_recovery`].
+    pub fn boot(&self, b: Boot) {
+        self.instance.store(b.instance, Ordering::Release);
+        self.watermark.store(b.watermark, Ordering::Release);
+        self.recovery_floor.store(b.recovery_floor, Ordering::Release);
+        self.flushed_at.store(b.flushed_at, Ordering::Release);
+        self.enabled.store(true, Ordering::Release);
+    }
+
+    /// Whether this instance waits for its clients to replay (a previous
+    /// instance existed).
+    pub fn start_recovery(&self, recovering: bool) {
+        self.recovering.store(recovering, Ordering::Release);
+    }
+
+    /// Arm the test-only failpoint: abort after the `n`-th replayed record.
+    pub fn abort_after_replays(&self, n: u64) {
+        self.abort_after_replays.store(n, Ordering::Release);
+    }
+
+    /// This instance's boot epoch (0 before [`Durability::boot`]).
+    pub fn instance(&self) -> u64 {
+        self.instance.load(Ordering::Acquire)
+    }
+
+    /// The newest announced snapshot watermark.
+    pub fn watermark(&self) -> u64 {
+        self.watermark.load(Ordering::Acquire)
+    }
+
+    /// The last immediate `flush_all`'s timestamp (0: none).
+    pub fn flushed_at(&self) -> u64 {
+        self.flushed_at.load(Ordering::Acquire)
+    }
+
+    /// Take the pending snapshot request, if there is one.
+    pub fn take_snapshot_request(&self) -> bool {
+        self.snapshot_requested.swap(false, Ordering::AcqRel)
+    }
+
+    /// Put back a request the snapshot thread could not serve yet (it is
+    /// backing off); unlike [`Durability::request_snapshot`], wakes nobody.
+    pub fn defer_snapshot_request(&self) {
+        self.snapshot_requested.store(true, Ordering::Release);
+    }
+
     pub fn is_enabled(&self) -> bool {
         self.enabled.load(Ordering::Acquire)
     }

@@ -138,11 +138,11 @@ impl Default for EngineConfig {
 
 /// The engine shared by all workers.
 pub struct Engine {
-    pub store: Store,
+    store: Store,
     clock: Arc<dyn Clock>,
-    pub config: EngineConfig,
-    pub registry: Registry,
-    pub durability: durability::Durability,
+    config: EngineConfig,
+    registry: Registry,
+    durability: durability::Durability,
     /// The write path's observers (the log, later the front cache): see
     /// `write_path.rs`.
     observers: Observers,
@@ -187,6 +187,28 @@ impl Engine {
             verbosity: AtomicU64::new(0),
             debug_clock: None,
         }
+    }
+
+    /// The store this engine serves. The runtimes that load it (a
+    /// snapshot, the log's replay, a Raft state machine) and read it for
+    /// a tier in front (the front tier's fills) go through here.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The settings the engine was built with.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Per-connection counters, summed by `stats`.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The crash story's state: instance, watermark, recovery, tombstones.
+    pub fn durability(&self) -> &durability::Durability {
+        &self.durability
     }
 
     /// An engine whose clock is `base` shifted by `debugtime` (the test

@@ -232,7 +232,7 @@ pub(crate) async fn serve_batch(
     reqs: Vec<Vec<u8>>,
 ) -> ForwardAnswer {
     // Counted in `stats` as every worker's requests are.
-    let counters = counters.get_or_init(|| engine.registry.register());
+    let counters = counters.get_or_init(|| engine.registry().register());
     let runs: Vec<_> = reqs
         .into_iter()
         .map(|req| {

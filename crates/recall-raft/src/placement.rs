@@ -76,7 +76,7 @@ impl Shown {
 
 /// This node's report (answer to [`network::Rpc::Report`]).
 pub(crate) fn report(serving: &Serving) -> NodeReport {
-    let store = &serving.engine.store;
+    let store = serving.engine.store();
     let led = serving
         .groups
         .iter()

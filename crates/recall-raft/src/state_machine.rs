@@ -150,7 +150,7 @@ impl StateMachine {
             // Every key changes: a snapshot being built must be past them.
             cut.wait_walked();
         }
-        let store = &self.engine.store;
+        let store = self.engine.store();
         let now = self.engine.now();
         if self.groups == 1 {
             store.flush_all(now, now);
@@ -195,7 +195,7 @@ impl StateMachine {
         let cause = Cause::from_code(effect.cause).ok_or(BadRecord::Cause(effect.cause))?;
         match cut {
             Some(cut) if r.is_flush() => cut.wait_walked(),
-            Some(cut) => cut.before_change(&self.engine.store, self.engine.now(), r.key),
+            Some(cut) => cut.before_change(self.engine.store(), self.engine.now(), r.key),
             None => {}
         }
         if r.is_flush() && self.groups > 1 {

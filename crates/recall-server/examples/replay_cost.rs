@@ -10,7 +10,6 @@
 //! N (default 16000) 64-byte keys and values, every run on a fresh engine;
 //! prints the median ns per record of REPS (default 9) runs of each.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -51,14 +50,19 @@ fn main() {
         last.1 += 1;
     }
     let engine = || {
-        let e = build_engine(&Config::default(), Arc::new(SystemClock::new()));
-        e.durability.enabled.store(true, Ordering::Release);
+        let e = build_engine(&Config::default(), Arc::new(SystemClock::new()), Default::default());
+        e.durability().boot(recall_engine::durability::Boot {
+            instance: 0,
+            watermark: 0,
+            recovery_floor: 0,
+            flushed_at: 0,
+        });
         e
     };
     let (mut batch_ns, mut wal_ns) = (Vec::new(), Vec::new());
     for _ in 0..reps {
         let e = engine();
-        let limits = Limits { item_size_max: e.config.item_size_max, ..Default::default() };
+        let limits = Limits { item_size_max: e.config().item_size_max, ..Default::default() };
         let t = Instant::now();
         for (body, count) in &batches {
             let recs = decode_batch(body, *count).expect("valid batch");
@@ -76,7 +80,7 @@ fn main() {
         for r in &records {
             // What the log replay does per record: copy out, apply.
             let (k, v) = (r.key.to_vec(), r.value.to_vec());
-            e.store.apply(&recall_store::Record { key: &k, value: &v, ..*r }, now);
+            e.store().apply(&recall_store::Record { key: &k, value: &v, ..*r }, now);
         }
         wal_ns.push(t.elapsed().as_nanos() as f64 / n as f64);
     }

@@ -95,7 +95,7 @@ where
     // reply, and given back while the connection waits (`read_some`).
     let mut buf = BytesMut::new();
     let mut out = Out::new();
-    let mut backlog = Backlog::new(crate::listeners::NOTSENT_LOWAT as usize, engine.config.reply_budget);
+    let mut backlog = Backlog::new(crate::listeners::NOTSENT_LOWAT as usize, engine.config().reply_budget);
     // -vv: the commands and replies in the log (verbose.rs); boxed, as it
     // is rare and every connection's task would carry its room.
     let mut verbose =
@@ -106,7 +106,7 @@ where
         // Run a turn only when its replies fit in the socket's backlog;
         // until then, wait holding no replies (see `backlog.rs`). With
         // nothing to run, read (a streaming value goes on arriving).
-        let mut turn = if buf.is_empty() { Turn::Run(engine.config.reply_budget) } else { backlog.turn() };
+        let mut turn = if buf.is_empty() { Turn::Run(engine.config().reply_budget) } else { backlog.turn() };
         let budget = loop {
             match turn {
                 Turn::Run(budget) => break budget,
@@ -506,7 +506,7 @@ async fn wait_for_snapshot(engine: &Arc<Engine>, ts: u64) {
     // On the blocking pool: the wait blocks on the engine's condition
     // variable, and the workers run one connection task per thread.
     let e = engine.clone();
-    let covered = tokio::task::spawn_blocking(move || e.durability.wait_watermark(ts, Duration::from_secs(10)))
+    let covered = tokio::task::spawn_blocking(move || e.durability().wait_watermark(ts, Duration::from_secs(10)))
         .await
         .unwrap_or(false);
     if !covered {
@@ -520,9 +520,9 @@ async fn wait_for_recovery(engine: &Arc<Engine>) {
     let e = engine.clone();
     // Bounded waits on the blocking pool, so a task never pins a blocking
     // thread for the whole grace period in one call.
-    while e.durability.is_recovering() {
+    while e.durability().is_recovering() {
         let e2 = e.clone();
-        let _ = tokio::task::spawn_blocking(move || e2.durability.wait_recovery_end(Duration::from_secs(1))).await;
+        let _ = tokio::task::spawn_blocking(move || e2.durability().wait_recovery_end(Duration::from_secs(1))).await;
     }
 }
 

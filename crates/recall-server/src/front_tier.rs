@@ -50,7 +50,7 @@ impl FrontTierSlot {
     /// later fills are capped at its time.
     pub fn tick(&self, engine: &Engine) {
         let Some(tier) = self.tier.get() else { return };
-        let at = engine.store.oldest_live();
+        let at = engine.store().oldest_live();
         if at != 0 && self.flush_at_seen.swap(at, Relaxed) != at {
             tier.clear();
         }
@@ -65,8 +65,8 @@ impl FrontTierSlot {
         let now = engine.now();
         // A delayed flush_all (memcached's `flush_all N`) kills every item
         // at its time: a cell must not outlive it.
-        let flush_at = engine.store.oldest_live();
-        engine.store.peek(key, now, |it| {
+        let flush_at = engine.store().oldest_live();
+        engine.store().peek(key, now, |it| {
             let Some(it) = it else { return };
             let Value::Inline(value) = it.value else { return };
             if it.binary_key {
@@ -77,7 +77,7 @@ impl FrontTierSlot {
                 until = Some(until.map_or(flush_at, |u| u.min(flush_at)));
             }
             let ttl = until.map(|u| Duration::from_secs(u64::from(u.saturating_sub(now))));
-            tier.fill(&Fill { key, flags: it.flags, cas: it.cas, value, ttl }, engine.store.flushes_done());
+            tier.fill(&Fill { key, flags: it.flags, cas: it.cas, value, ttl }, engine.store().flushes_done());
         });
     }
 }

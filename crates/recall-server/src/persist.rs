@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use recall_engine::durability::{RecoveryEnd, SaveClients};
+use recall_engine::durability::{Boot, RecoveryEnd, SaveClients};
 use recall_engine::Engine;
 use recall_persist::failpoint::{self, Crash};
 use recall_persist::fsutil::{write_atomically_at, FailAt};
@@ -73,7 +73,7 @@ impl Observer for WriteCount {
     fn observe(&self, m: &Mutation<'_>) -> Barrier {
         if m.ts >= self.at.load(Ordering::Relaxed) && self.at.swap(u64::MAX, Ordering::AcqRel) != u64::MAX {
             if let Some(e) = self.engine.upgrade() {
-                e.durability.nudge();
+                e.durability().nudge();
             }
         }
         Barrier::default()
@@ -141,7 +141,7 @@ impl Persist {
         std::fs::create_dir_all(&cfg.dir)?;
         let lock = lock_dir(&cfg.dir)?;
         let ep = epoch::bump(&cfg.dir)?;
-        engine.store.raise_cas_floor(epoch::base(ep));
+        engine.store().raise_cas_floor(epoch::base(ep));
         let path = cfg.dir.join(SNAPSHOT_FILE);
         let mut loaded = Loaded { epoch: ep, items: 0, watermark: 0, replay_floor: 0, flushed_at: 0 };
         // Deletes to remember once durability is on (snapshot tombstones and
@@ -159,14 +159,14 @@ impl Persist {
             let sum = snapshot::read(io::BufReader::new(File::open(&path)?), |r: Record| {
                 if r.tombstone {
                     // After the items: removes a copy taken before the delete.
-                    engine.store.apply(&r.as_record(), now);
+                    engine.store().apply(&r.as_record(), now);
                     tombstones.push((r.key, r.ts));
                     return;
                 }
                 if (r.exptime != 0 && r.exptime <= now) || r.ts <= head.flushed_at {
                     return;
                 }
-                engine.store.apply(&r.as_record(), now);
+                engine.store().apply(&r.as_record(), now);
             })
             .map_err(bad)?;
             loaded.items = sum.items;
@@ -195,12 +195,12 @@ impl Persist {
                 }
                 if r.key.is_empty() {
                     // A logged flush_all: everything before it is gone.
-                    engine.store.flush_all(now, now);
+                    engine.store().flush_all(now, now);
                     loaded.flushed_at = loaded.flushed_at.max(r.ts);
                     tombstones.retain(|(_, ts)| *ts > r.ts);
                     return;
                 }
-                engine.store.apply(&r.as_record(), now);
+                engine.store().apply(&r.as_record(), now);
                 if r.tombstone {
                     tombstones.push((r.key, r.ts));
                 }
@@ -214,24 +214,25 @@ impl Persist {
         } else {
             None
         };
-        let d = &engine.durability;
-        d.instance.store(ep, Ordering::Release);
-        d.watermark.store(loaded.watermark, Ordering::Release);
-        d.recovery_floor.store(loaded.replay_floor, Ordering::Release);
-        d.flushed_at.store(loaded.flushed_at, Ordering::Release);
-        d.enabled.store(true, Ordering::Release);
+        let d = engine.durability();
+        d.boot(Boot {
+            instance: ep,
+            watermark: loaded.watermark,
+            recovery_floor: loaded.replay_floor,
+            flushed_at: loaded.flushed_at,
+        });
         for (key, ts) in tombstones {
             if ts > loaded.replay_floor && ts > loaded.flushed_at {
                 d.note_delete(&key, ts);
             }
         }
         // A previous instance existed: its clients may hold writes to replay.
-        d.recovering.store(ep > 1, Ordering::Release);
+        d.start_recovery(ep > 1);
         let registry = clients::load(&cfg.dir)?;
         let dir = cfg.dir.clone();
         d.install_clients(registry, SaveClients(Box::new(move |ids| clients::save(&dir, ids, FailAt::None))));
         if let Some(Crash::ReplayAfter(n)) = cfg.failpoint {
-            d.abort_after_replays.store(n, Ordering::Release);
+            d.abort_after_replays(n);
         }
         // The write path's observers: the log (when there is one) and the
         // write count that wakes the snapshot thread.
@@ -254,10 +255,10 @@ impl Persist {
 
     /// Take a snapshot now; returns its watermark.
     pub fn snapshot_now(&self, fail: FailAt) -> io::Result<u64> {
-        let store = &self.engine.store;
-        let d = &self.engine.durability;
+        let store = self.engine.store();
+        let d = self.engine.durability();
         // Before the watermark: see `floor_for_snapshot`.
-        let recovering = d.recovering.load(Ordering::Acquire);
+        let recovering = d.is_recovering();
         // Rotate first: every record in the older segments was appended
         // before the watermark below is read, so the snapshot covers them.
         let covered_segments = match &self.wal {
@@ -267,13 +268,13 @@ impl Persist {
         let watermark = store.current_cas();
         let replay_floor = d.floor_for_snapshot(watermark, recovering);
         let header = Header {
-            instance: d.instance.load(Ordering::Acquire),
+            instance: d.instance(),
             watermark,
             created: self.engine.now() as u64,
             replay_floor,
             // A flush during the copy is skipped below, and its own
             // snapshot (requested by the flush) records it.
-            flushed_at: d.flushed_at.load(Ordering::Acquire),
+            flushed_at: d.flushed_at(),
         };
         let now = self.engine.now();
         let at = |step: FailAt| {
@@ -289,7 +290,7 @@ impl Persist {
             let mut sw = snapshot::Writer::new(w, header)?;
             let mut err = None;
             store.for_each(now, |v| {
-                if err.is_none() && v.cas > d.flushed_at.load(Ordering::Relaxed) {
+                if err.is_none() && v.cas > d.flushed_at() {
                     let r = match v.value {
                         Value::Inline(b) => sw.record(v.key, b, v.flags, v.exptime, v.cas, false),
                         Value::Big(big) => {
@@ -333,13 +334,13 @@ impl Persist {
             after_writes: self.cfg.after_writes,
             grace: self.cfg.recovery_grace,
         };
-        let d = &self.engine.durability;
+        let d = self.engine.durability();
         let started = clock.now();
         let mut last = started;
         // Count writes from this boot's first timestamp, not from the loaded
         // watermark: the epoch jump would otherwise look like a flood of
         // writes and trigger a snapshot at once.
-        let mut last_cas = self.engine.store.current_cas().max(d.watermark.load(Ordering::Acquire));
+        let mut last_cas = self.engine.store().current_cas().max(d.watermark());
         self.arm_write_count(last_cas);
         // Failed snapshots in a row, and when the last one failed.
         let mut failures = 0u32;
@@ -355,15 +356,15 @@ impl Persist {
             let seen = Seen {
                 since_boot: now.saturating_duration_since(started),
                 since_snapshot: now.saturating_duration_since(last),
-                written: self.engine.store.current_cas().saturating_sub(last_cas),
-                requested: d.snapshot_requested.swap(false, Ordering::AcqRel),
-                recovering: d.recovering.load(Ordering::Acquire),
+                written: self.engine.store().current_cas().saturating_sub(last_cas),
+                requested: d.take_snapshot_request(),
+                recovering: d.is_recovering(),
                 backoff_left,
             };
             let p = schedule::plan(&sched, &seen);
             if seen.requested && !p.snapshot {
                 // Backing off: the request waits for the next try.
-                d.snapshot_requested.store(true, Ordering::Release);
+                d.defer_snapshot_request();
             }
             if p.end_recovery {
                 d.end_recovery_by_grace();

@@ -246,7 +246,7 @@ mod tests {
         let b = p.conns.open(peer("127.0.0.1:40002"), listen, e.now());
         clock.advance(5);
         b.command(e.now());
-        let mut s = Session::new(&e, e.registry.register(), ProtocolChoice::Auto);
+        let mut s = Session::new(&e, e.registry().register(), ProtocolChoice::Auto);
         let out = stats_conns(&mut s, &e);
         assert_eq!(
             out.clone(),

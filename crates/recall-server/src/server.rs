@@ -34,8 +34,9 @@ use crate::tls::Tls;
 use crate::udp;
 use recall_persist::wal::Wal;
 
-/// Build the engine a configuration describes.
-pub fn build_engine(cfg: &Config, clock: Arc<dyn Clock>) -> Engine {
+/// Build the engine a configuration describes, with the credentials `run`
+/// loaded (file reads, which can fail).
+pub fn build_engine(cfg: &Config, clock: Arc<dyn Clock>, auth: recall_engine::auth::AuthConfig) -> Engine {
     let store = Store::new(StoreConfig {
         mem_limit: (cfg.memory_limit_mb as usize) << 20,
         evict: !cfg.disable_evictions,
@@ -59,8 +60,7 @@ pub fn build_engine(cfg: &Config, clock: Arc<dyn Clock>) -> Engine {
         dump_enabled: !cfg.disable_dumping,
         watch_enabled: !cfg.disable_watch,
         prefix_delimiter: cfg.prefix_delimiter.unwrap_or(b':'),
-        // `run` loads the credentials (file reads, which can fail).
-        auth: Default::default(),
+        auth,
         lru_crawler: !cfg.no_lru_crawler,
         lru_maintainer: !cfg.no_lru_maintainer,
     };
@@ -115,9 +115,7 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
         println!("metrics listening on http://{}/metrics", l.local_addr()?);
     }
     let clock = Arc::new(SystemClock::new());
-    let mut engine = build_engine(&cfg, clock.clone());
-    engine.config.auth = auth;
-    let engine = Arc::new(engine);
+    let engine = Arc::new(build_engine(&cfg, clock.clone(), auth));
     // What `stats` reports of this process's connections and TLS.
     let process = Arc::new(ServerProcess::new(cfg.max_connections as u64, cfg.effective_threads() as u64));
     engine.serve_for(process.clone());
@@ -405,7 +403,7 @@ pub fn run(cfg: Config) -> std::io::Result<()> {
                     break;
                 }
                 _ = sighup.recv() => {
-                    match crate::auth::reload_auth_file(&cfg, &engine.config.auth) {
+                    match crate::auth::reload_auth_file(&cfg, &engine.config().auth) {
                         Some(Ok(())) => tracing::info!("SIGHUP: auth file {} reloaded", cfg.auth_file.as_deref().unwrap_or(std::path::Path::new("")).display()),
                         Some(Err(e)) => tracing::error!("SIGHUP: could not reload the auth file, keeping its users: {e}"),
                         None => {}
@@ -507,9 +505,9 @@ impl Worker {
         };
         // With `-Y`, the hop's connections log in with this node's own
         // entry of the auth file (the cluster's nodes share it).
-        let login = self.engine.config.auth.ascii.clone();
+        let login = self.engine.config().auth.ascii.clone();
         let cx = ConnCtx {
-            counters: self.engine.registry.register(),
+            counters: self.engine.registry().register(),
             engine: self.engine,
             process: self.process,
             choice: self.choice,
@@ -597,7 +595,7 @@ mod tests {
             EngineConfig::default(),
         ));
         let cx = ConnCtx {
-            counters: engine.registry.register(),
+            counters: engine.registry().register(),
             engine,
             process: Default::default(),
             choice: ProtocolChoice::Auto,

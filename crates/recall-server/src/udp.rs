@@ -58,7 +58,7 @@ pub fn serve(
     wal: Option<Arc<recall_persist::wal::Wal>>,
     tier: Option<Arc<FrontTierSlot>>,
 ) {
-    let counters = engine.registry.register();
+    let counters = engine.registry().register();
     let mut buf = vec![0u8; 64 * 1024];
     let mut out = Out::new();
     loop {
@@ -90,7 +90,7 @@ pub fn serve(
                 // A write during recovery waits (see the engine's session);
                 // UDP requests are single datagrams, so the wait holds this
                 // listener; the rest of the datagram runs after it.
-                while !engine.durability.wait_recovery_end(Duration::from_secs(1)) {}
+                while !engine.durability().wait_recovery_end(Duration::from_secs(1)) {}
                 b.recovery = false;
                 continue;
             }
@@ -104,7 +104,7 @@ pub fn serve(
                 continue;
             }
         }
-        if b.snapshot > 0 && wal.is_none() && !engine.durability.wait_watermark(b.snapshot, Duration::from_secs(10)) {
+        if b.snapshot > 0 && wal.is_none() && !engine.durability().wait_watermark(b.snapshot, Duration::from_secs(10)) {
             tracing::error!(ts = b.snapshot, "flush_all over UDP: no snapshot covers it after 10 s; replying anyway");
         }
         for d in frame(id, &out.flatten()) {

@@ -179,7 +179,7 @@ impl StateMachine {
             None => format!("--{n}"),
         };
         let meta = SnapshotMeta { last_log_id: applied.last, last_membership: applied.membership.clone(), snapshot_id };
-        let cut = Arc::new(Cut::new(&self.engine.store));
+        let cut = Arc::new(Cut::new(self.engine.store()));
         applied.cut = Some(cut.clone());
         (meta, cut)
     }
@@ -191,7 +191,7 @@ impl StateMachine {
     /// the Raft thread.
     fn write_at_cut(&self, meta: &snapshot_file::Meta, cut: &Cut) -> io::Result<bool> {
         let now = self.engine.now();
-        let walk = |sw: &mut snapshot_file::Items<'_>| cut.walk(&self.engine.store, now, |k| self.owns(k), sw);
+        let walk = |sw: &mut snapshot_file::Items<'_>| cut.walk(self.engine.store(), now, |k| self.owns(k), sw);
         let newer = |cur: &Option<Stored>| cur.as_ref().is_some_and(|c| c.meta.last_log_id > meta.last_log_id);
         let Some(dir) = &self.dir else {
             let bytes = snapshot_file::encode_with(now, meta, walk)?;

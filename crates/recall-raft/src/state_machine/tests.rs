@@ -61,7 +61,7 @@ async fn transfer(snap: Snapshot<TypeConfig>, to: &mut Arc<StateMachine>) -> Res
 /// key → (value, flags, cas) of every live item.
 fn items(e: &Engine) -> Vec<(Vec<u8>, Vec<u8>, u32, u64)> {
     let mut v = Vec::new();
-    e.store.for_each(e.now(), |it| v.push((it.key.to_vec(), it.value.to_vec(), it.flags, it.cas)));
+    e.store().for_each(e.now(), |it| v.push((it.key.to_vec(), it.value.to_vec(), it.flags, it.cas)));
     v.sort();
     v
 }
@@ -92,7 +92,7 @@ async fn effects_apply_at_their_log_index_and_a_snapshot_rebuilds_the_same_store
     let snap = sm.build_snapshot().await.expect("snapshot");
     assert_eq!(snap.meta.last_log_id.map(|l| l.index), Some(8));
     let b = engine();
-    b.store.apply(&value(b"stale", b"gone after install").as_record(), b.now());
+    b.store().apply(&value(b"stale", b"gone after install").as_record(), b.now());
     let mut sm_b = StateMachine::new(b.clone(), GroupId::default(), 1);
     transfer(snap, &mut sm_b).await.expect("installed");
     assert_eq!(items(&b), got, "the same items, flags and timestamps");
@@ -102,7 +102,7 @@ async fn effects_apply_at_their_log_index_and_a_snapshot_rebuilds_the_same_store
     let flush = OwnedRecord { tombstone: true, ..Default::default() };
     sm_b.apply(vec![entry(9, flush), entry(10, value(b"k3", b"3"))]).await.expect("applied");
     assert_eq!(items(&b).iter().map(|i| (i.0.clone(), i.3)).collect::<Vec<_>>(), [(b"k3".to_vec(), ts(10))]);
-    assert!(b.store.read(b"k2", b.now(), ReadOpts::default(), |r| matches!(r, recall_store::Read::Miss { .. })));
+    assert!(b.store().read(b"k2", b.now(), ReadOpts::default(), |r| matches!(r, recall_store::Read::Miss { .. })));
 }
 
 /// A snapshot built with a log directory is on disk when the builder
@@ -189,7 +189,7 @@ async fn a_damaged_effect_or_snapshot_is_an_error_not_a_guess() {
     let mut data = bytes_of(snap).await;
     data.truncate(data.len() - 1);
     let b = engine();
-    b.store.apply(&value(b"kept", b"v").as_record(), b.now());
+    b.store().apply(&value(b"kept", b"v").as_record(), b.now());
     let mut sm_b = StateMachine::new(b.clone(), GroupId::default(), 1);
     assert!(sm_b.install_snapshot(&meta, Box::new(SnapshotData::Buf(Cursor::new(data)))).await.is_err());
     assert_eq!(items(&b).len(), 1, "a refused snapshot leaves the store as it was");
@@ -231,7 +231,7 @@ fn snapshot_items(items: &[u8]) -> std::collections::BTreeMap<Vec<u8>, (Vec<u8>,
 async fn a_snapshot_walked_while_effects_apply_is_the_state_at_its_cut() {
     let a = engine();
     let mut sm = StateMachine::new(a.clone(), GroupId::default(), 1);
-    let store = &a.store;
+    let store = &a.store();
     let keys: Vec<Vec<u8>> = (0..64).map(|i| format!("key{i}").into_bytes()).collect();
     let shard = |k: &[u8]| store.shard_of_key(k);
     assert!((0..4).all(|s| keys.iter().filter(|k| shard(k) == s).count() >= 4), "keys in every shard");
@@ -411,13 +411,13 @@ async fn groups_apply_into_one_store_and_snapshot_only_their_own_slots() {
     // replaces group 1's items only.
     let snap = sm1.build_snapshot().await.expect("snapshot");
     let b = engine();
-    b.store.apply(&value(&k0, b"group 0 keeps it").as_record(), b.now());
-    b.store.apply(&value(&key_in(1, 2)[..], b"stale").as_record(), b.now());
+    b.store().apply(&value(&k0, b"group 0 keeps it").as_record(), b.now());
+    b.store().apply(&value(&key_in(1, 2)[..], b"stale").as_record(), b.now());
     let other_of_1 = (0..).map(|i| format!("x{i}").into_bytes()).find(|k| {
         use recall_proto::cluster::{group_of_slot, slot_of};
         group_of_slot(slot_of(k), 2) == 1
     });
-    b.store.apply(&value(&other_of_1.clone().unwrap(), b"gone").as_record(), b.now());
+    b.store().apply(&value(&other_of_1.clone().unwrap(), b"gone").as_record(), b.now());
     let mut sm_b1 = StateMachine::new(b.clone(), g1, 2);
     transfer(snap, &mut sm_b1).await.expect("installed");
     let got: Vec<(Vec<u8>, Vec<u8>)> = items(&b).into_iter().map(|(k, v, _, _)| (k, v)).collect();

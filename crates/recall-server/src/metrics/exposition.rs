@@ -477,7 +477,12 @@ mod tests {
         let store =
             Store::new(StoreConfig { policy: PolicyConfig { kind, ..Default::default() }, ..Default::default() });
         let e = Engine::new(store, Arc::new(ManualClock::new(1_700_000_000)), EngineConfig::default());
-        e.durability.enabled.store(true, std::sync::atomic::Ordering::Relaxed);
+        e.durability().boot(recall_engine::durability::Boot {
+            instance: 0,
+            watermark: 0,
+            recovery_floor: 0,
+            flushed_at: 0,
+        });
         Arc::new(e)
     }
 
@@ -534,7 +539,7 @@ mod tests {
         assert!(before.contains("memcached_commands_total{command=\"get\",status=\"miss\"} 0\n"), "{before}");
         assert!(before.contains("recall_prio_items{class=\"permanent\"} 0\n"), "{before}");
         // A miss, counted where `stats` counts it, shows up in the next scrape.
-        let c = e.registry.register();
+        let c = e.registry().register();
         c.get_misses.incr();
         w.observe(std::time::Duration::from_micros(30));
         let after = render(&e);
