@@ -40,18 +40,23 @@ pub const PPM: u32 = 1_000_000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AdaptiveConfig {
     /// The least and the most of the bytes the small queue may be given
-    /// (ppm): below 1% new items have no time to be hit even once; past
-    /// half, main is too short to hold a working set through a scan.
+    /// (ppm): below 1% new items have no time to be hit even once; main
+    /// keeps at least a tenth, room for the items hit more than once
+    /// that it is there to hold. Within them the ghost hits alone decide,
+    /// as ARC's target ranges over its whole cache.
     pub min_small_ppm: u32,
     pub max_small_ppm: u32,
     /// The most one ghost hit moves the share (ppm): a burst of ghost hits
-    /// of large items moves it by at most this each.
+    /// of large items moves it by at most this each. It leaves room for
+    /// ARC's weight: when most evictions leave from small, a hit in
+    /// main's ghost weighs tens of items, and a bound of one item's worth
+    /// would let small's many hits win by count alone.
     pub max_step_ppm: u32,
 }
 
 impl Default for AdaptiveConfig {
     fn default() -> Self {
-        AdaptiveConfig { min_small_ppm: 10_000, max_small_ppm: 500_000, max_step_ppm: 10_000 }
+        AdaptiveConfig { min_small_ppm: 10_000, max_small_ppm: 900_000, max_step_ppm: 50_000 }
     }
 }
 
@@ -123,6 +128,14 @@ mod tests {
         assert_eq!(next_share(&CFG, 15_000, Origin::Main, 1 << 30, 1 << 20, [0, 0]), 10_000);
         // An empty store (nothing queued yet) is not a division by zero.
         assert_eq!(next_share(&CFG, 100_000, Origin::Small, 10, 0, [0, 0]), 110_000);
+    }
+
+    #[test]
+    fn the_defaults_are_one_to_ninety_percent_by_at_most_five() {
+        let d = AdaptiveConfig::default();
+        assert_eq!((d.min_small_ppm, d.max_small_ppm, d.max_step_ppm), (10_000, 900_000, 50_000));
+        assert_eq!(d.clamp(0), 10_000);
+        assert_eq!(d.clamp(PPM), 900_000);
     }
 
     proptest! {
