@@ -213,6 +213,7 @@ impl PrefixStats {
 }
 
 use recall_proto::reply::stat;
+use recall_store::PolicyKind;
 
 use crate::{Engine, MEMCACHED_COMPAT_VERSION};
 
@@ -257,6 +258,12 @@ impl Engine {
                 // arriving (docs/design/connection-memory.md); `bytes`
                 // counts stored items.
                 stat(out, "ingest_bytes", self.store.ingest_bytes());
+                // The default policy's counters (see `stats_general`).
+                if self.store.policy_kind() == PolicyKind::Adaptive {
+                    for (name, v) in self.store.stats().policy.named(PolicyKind::Adaptive) {
+                        stat(out, name, v);
+                    }
+                }
             }
             b"conns" => {
                 if !self.process.get().is_some_and(|p| p.write_conns(out, self.now())) {
@@ -473,9 +480,15 @@ impl Engine {
         stat(out, "lrutail_reflocked", 0);
         // memcached prints these with its maintainer thread only (the
         // segmented LRU's moves are memcached's keys; another policy's
-        // counters are recall's and stay).
-        let kind = self.store.policy_kind();
-        if self.config.lru_maintainer || kind != recall_store::PolicyKind::SegmentedLru {
+        // counters are recall's and stay). The default policy prints
+        // memcached's keys, as the segmented LRU does (0: it has no
+        // segments), so the default `stats` is memcached's; its own
+        // counters are under `stats recall`.
+        let kind = match self.store.policy_kind() {
+            PolicyKind::Adaptive => PolicyKind::SegmentedLru,
+            kind => kind,
+        };
+        if self.config.lru_maintainer || kind != PolicyKind::SegmentedLru {
             for (name, v) in s.policy.named(kind) {
                 stat(out, name, v);
             }

@@ -206,7 +206,20 @@ fn general_stats_keys_are_current_memcached_s() {
     assert_eq!(want.len(), 93);
     let e = engine(Arc::new(ManualClock::new(1_700_000_000)));
     assert_eq!(stat_names(&e, b"stats\r\n"), want);
-    assert_eq!(stat_names(&e, b"stats recall\r\n"), ["recall_version", "recall_cas_last", "ingest_bytes"]);
+    // The default policy's counters follow recall's own keys.
+    assert_eq!(
+        stat_names(&e, b"stats recall\r\n"),
+        [
+            "recall_version",
+            "recall_cas_last",
+            "ingest_bytes",
+            "s3fifo_moves_to_main",
+            "s3fifo_main_reinserts",
+            "s3fifo_ghost_hits",
+            "s3fifo_ghost_hits_main",
+            "s3fifo_small_share_ppm"
+        ]
+    );
 }
 
 /// A front tier's hits are gets the workers never saw: `stats` adds them

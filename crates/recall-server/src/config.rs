@@ -615,7 +615,7 @@ mod tests {
 
     #[test]
     fn eviction_policy_from_file_key_and_dash_o() {
-        assert_eq!(Config::default().policy, PolicyKind::SegmentedLru);
+        assert_eq!(Config::default().policy, PolicyKind::Adaptive);
         for kind in PolicyKind::ALL {
             let (c, w) = Config::from_cli(&cli(&["-o", &format!("policy={kind}")])).unwrap();
             assert_eq!((c.policy, w.len()), (kind, 0));

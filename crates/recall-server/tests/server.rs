@@ -139,7 +139,7 @@ fn eviction_keeps_memory_bounded() {
 /// between the writes survive, and `stats settings` names the policy.
 #[test]
 fn every_eviction_policy_runs_a_workload() {
-    for policy in ["slru", "sieve", "s3fifo", "prioritized", "prioritized-adaptive"] {
+    for policy in ["adaptive", "slru", "sieve", "s3fifo", "prioritized", "prioritized-adaptive"] {
         let s = recalld(&["-m", "2", "-o", &format!("policy={policy}")]);
         let mut c = s.connect();
         let settings = String::from_utf8(roundtrip(&mut c, b"stats settings\r\n", b"END\r\n")).unwrap();

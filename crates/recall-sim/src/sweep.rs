@@ -75,7 +75,9 @@ pub fn working_set(trace: &Trace) -> u64 {
     let reference = Store::new(StoreConfig {
         mem_limit: 1 << 20,
         shards: 1,
-        policy: PolicyConfig { kind: PolicyKind::default(), ..PolicyConfig::default() },
+        // memcached's policy, not recalld's default: the same bytes whatever
+        // the default is.
+        policy: PolicyConfig { kind: PolicyKind::SegmentedLru, ..PolicyConfig::default() },
         ..StoreConfig::default()
     });
     trace.working_set(|k, v| reference.footprint(k, v))

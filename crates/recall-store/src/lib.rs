@@ -43,8 +43,8 @@ pub use clock::{Clock, DebugClock, ManualClock, SystemClock, UnixSecs};
 pub use ingest::Reservation;
 pub use item::footprint;
 pub use policy::{
-    Admit, Age, Class, Policy, PolicyConfig, PolicyCounters, PolicyKind, PrioConfig, S3Fifo, S3FifoConfig,
-    SegmentedLru, Sieve, SieveConfig, SlruConfig,
+    AdaptiveConfig, Admit, Age, Class, Policy, PolicyConfig, PolicyCounters, PolicyKind, PrioConfig, S3Fifo,
+    S3FifoConfig, SegmentedLru, Sieve, SieveConfig, SlruConfig,
 };
 /// The mutation record every layer shares (`recall-record`): what
 /// [`Store::apply`] takes.

@@ -117,7 +117,9 @@ impl Engine {
             put("hits_to_cold", c);
             put("hits_to_temp", 0);
         }
-        if !slru {
+        // The default policy keeps memcached's keys here too (its own are
+        // under `stats recall`).
+        if !slru && kind != PolicyKind::Adaptive {
             for (name, v) in s.policy.named(kind) {
                 put(name, v);
             }
@@ -176,7 +178,14 @@ mod tests {
     #[test]
     fn slab_and_item_values_are_derived_from_the_store() {
         let clock = Arc::new(ManualClock::new(1_700_000_000));
-        let e = engine(clock.clone());
+        // The segmented LRU, whose segments `stats items` counts.
+        let store = Store::new(StoreConfig {
+            mem_limit: 64 << 20,
+            shards: 4,
+            policy: PolicyConfig { kind: PolicyKind::SegmentedLru, ..PolicyConfig::default() },
+            ..Default::default()
+        });
+        let e = Engine::new(store, clock.clone(), EngineConfig::default());
         let mut input = Vec::new();
         for i in 0..10 {
             input.extend_from_slice(format!("set k{i} 0 0 100\r\n{}\r\n", "x".repeat(100)).as_bytes());

@@ -171,6 +171,16 @@ const RECALL: &[Plain] = &[
     ),
     c("s3fifo_main_reinserts", "recall_s3fifo_main_reinserts", "S3-FIFO: main-queue items given another pass."),
     c("s3fifo_ghost_hits", "recall_s3fifo_ghost_hits", "S3-FIFO: inserts of keys the ghost queue remembered."),
+    c(
+        "s3fifo_ghost_hits_main",
+        "recall_s3fifo_ghost_hits_main",
+        "Adaptive S3-FIFO: ghost hits of keys evicted from the main queue.",
+    ),
+    g(
+        "s3fifo_small_share_ppm",
+        "recall_s3fifo_small_share_ppm",
+        "Adaptive S3-FIFO: the small queue's share of the bytes now, parts per million.",
+    ),
     g(
         "number_permanent_protected",
         "recall_prio_protected_items",
@@ -491,7 +501,13 @@ mod tests {
     #[test]
     fn every_numeric_stat_is_exported_or_listed() {
         let known = exported_stats();
-        for kind in [PolicyKind::SegmentedLru, PolicyKind::Sieve, PolicyKind::S3Fifo, PolicyKind::Prioritized] {
+        for kind in [
+            PolicyKind::Adaptive,
+            PolicyKind::SegmentedLru,
+            PolicyKind::Sieve,
+            PolicyKind::S3Fifo,
+            PolicyKind::Prioritized,
+        ] {
             let e = engine(kind);
             let mut pairs = e.stat_pairs(b"");
             pairs.extend(e.stat_pairs(b"recall"));

@@ -66,7 +66,8 @@ impl Default for Procedure {
             zipf: 0.95,
             mix: (30, 1, 14),
             main_mem: 8 << 20,
-            main_policy: PolicyKind::default(),
+            // memcached's, as in the paper (and the CLI's default).
+            main_policy: PolicyKind::SegmentedLru,
             requests: 100_000,
             max_value: 1 << 20,
             seed: 0,

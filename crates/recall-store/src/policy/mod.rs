@@ -11,7 +11,9 @@
 //! `on_access`) is a match and a direct, inlinable call, not a virtual one.
 //! Which variant is built comes from [`StoreConfig::policy`](crate::StoreConfig).
 //!
-//! * [`SegmentedLru`] (`slru.rs`): memcached's HOT/WARM/COLD LRU, the default.
+//! * [`S3Fifo`] run adaptive (`adaptive.rs`), the default: S3-FIFO whose
+//!   small queue's share moves with its ghost hits, as ARC sizes its lists.
+//! * [`SegmentedLru`] (`slru.rs`): memcached's HOT/WARM/COLD LRU.
 //! * [`Sieve`] (`sieve.rs`): one FIFO, a visited bit and a sweeping hand.
 //! * [`S3Fifo`] (`s3fifo.rs`): small and main FIFOs and a ghost of hashes.
 //! * [`Prioritized`] (`prioritized.rs`): seed 003's permanent /
@@ -35,6 +37,7 @@
 //! where they mean the same thing, and a shard's candidate no longer
 //! depends on its own few items' share.
 
+pub mod adaptive;
 mod ghost;
 mod list;
 mod prioritized;
@@ -43,6 +46,8 @@ mod sieve;
 mod slru;
 pub mod tuner;
 
+pub use adaptive::AdaptiveConfig;
+pub use ghost::Origin;
 pub use list::NIL;
 pub use prioritized::{PrioConfig, PrioShared, Prioritized};
 pub use s3fifo::{S3Fifo, S3FifoConfig, S3FifoShared};
@@ -236,7 +241,12 @@ pub trait Policy: Send + 'static {
 /// Which policy a store is built with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PolicyKind {
+    /// The adaptive S3-FIFO (`adaptive.rs`): it is the best of LRU,
+    /// S3-FIFO and SIEVE on traces of one-hit wonders, scans and Zipf, and
+    /// follows the segmented LRU where the popular set moves
+    /// (docs/benchmarks/hit-ratio.md).
     #[default]
+    Adaptive,
     SegmentedLru,
     Sieve,
     S3Fifo,
@@ -245,7 +255,8 @@ pub enum PolicyKind {
 }
 
 impl PolicyKind {
-    pub const ALL: [PolicyKind; 5] = [
+    pub const ALL: [PolicyKind; 6] = [
+        PolicyKind::Adaptive,
         PolicyKind::SegmentedLru,
         PolicyKind::Sieve,
         PolicyKind::S3Fifo,
@@ -256,6 +267,7 @@ impl PolicyKind {
     /// The name used in configuration (`-o policy=...`) and `stats settings`.
     pub fn name(self) -> &'static str {
         match self {
+            PolicyKind::Adaptive => "adaptive",
             PolicyKind::SegmentedLru => "slru",
             PolicyKind::Sieve => "sieve",
             PolicyKind::S3Fifo => "s3fifo",
@@ -287,14 +299,18 @@ pub struct PolicyConfig {
     pub kind: PolicyKind,
     pub slru: SlruConfig,
     pub sieve: SieveConfig,
+    /// S3-FIFO's queues and ghost, and the adaptive S3-FIFO's starting
+    /// share.
     pub s3fifo: S3FifoConfig,
+    pub adaptive: AdaptiveConfig,
     /// Both prioritized policies (the adaptive one starts from it).
     pub prio: PrioConfig,
 }
 
 /// Store-wide policy state, built once per store and given to every
 /// shard's policy: the prioritized policies' class totals, shares and
-/// tuner, S3-FIFO's queue bytes, the segmented LRU's segment sizes;
+/// tuner, S3-FIFO's queue bytes (and the adaptive one's share), the
+/// segmented LRU's segment sizes;
 /// nothing for SIEVE.
 #[derive(Debug, Clone)]
 pub struct PolicyShared {
@@ -314,7 +330,11 @@ impl PolicyShared {
             PolicyKind::PrioritizedAdaptive => Some(PrioShared::new(&cfg.prio, true, slack)),
             _ => None,
         };
-        let s3fifo = (cfg.kind == PolicyKind::S3Fifo).then(|| S3FifoShared::new(cfg.s3fifo));
+        let s3fifo = match cfg.kind {
+            PolicyKind::S3Fifo => Some(S3FifoShared::new(cfg.s3fifo)),
+            PolicyKind::Adaptive => Some(S3FifoShared::adaptive(cfg.s3fifo, cfg.adaptive)),
+            _ => None,
+        };
         let slru = (cfg.kind == PolicyKind::SegmentedLru).then(|| SlruShared::new(cfg.slru));
         PolicyShared { prio, s3fifo, slru }
     }
@@ -364,6 +384,13 @@ pub struct PolicyCounters {
     pub s3fifo_main_reinserts: u64,
     /// S3-FIFO: inserts whose key the ghost remembered (straight to main).
     pub s3fifo_ghost_hits: u64,
+    /// Adaptive S3-FIFO: those of the ghost hits whose item had left main
+    /// (the others had left small).
+    pub s3fifo_main_ghost_hits: u64,
+    /// Adaptive S3-FIFO: the small queue's share now (ppm). A store-wide
+    /// setting, not a count: summing shards keeps the largest, which is
+    /// every shard's.
+    pub s3fifo_small_share_ppm: u64,
     /// Prioritized, per class (permanent, temporary-low, temporary-high):
     /// items now, hits (accesses: gets, touches, in-place incr), and
     /// evictions.
@@ -413,6 +440,13 @@ impl PolicyCounters {
                 ("s3fifo_main_reinserts", self.s3fifo_main_reinserts),
                 ("s3fifo_ghost_hits", self.s3fifo_ghost_hits),
             ],
+            PolicyKind::Adaptive => vec![
+                ("s3fifo_moves_to_main", self.s3fifo_moves_to_main),
+                ("s3fifo_main_reinserts", self.s3fifo_main_reinserts),
+                ("s3fifo_ghost_hits", self.s3fifo_ghost_hits),
+                ("s3fifo_ghost_hits_main", self.s3fifo_main_ghost_hits),
+                ("s3fifo_small_share_ppm", self.s3fifo_small_share_ppm),
+            ],
             PolicyKind::Prioritized | PolicyKind::PrioritizedAdaptive => {
                 const NUMBER: [&str; 3] = ["number_permanent", "number_temp_low", "number_temp_high"];
                 const HITS: [&str; 3] = ["hits_to_permanent", "hits_to_temp_low", "hits_to_temp_high"];
@@ -453,6 +487,8 @@ impl std::ops::AddAssign for PolicyCounters {
         self.s3fifo_moves_to_main += o.s3fifo_moves_to_main;
         self.s3fifo_main_reinserts += o.s3fifo_main_reinserts;
         self.s3fifo_ghost_hits += o.s3fifo_ghost_hits;
+        self.s3fifo_main_ghost_hits += o.s3fifo_main_ghost_hits;
+        self.s3fifo_small_share_ppm = self.s3fifo_small_share_ppm.max(o.s3fifo_small_share_ppm);
         for c in 0..3 {
             self.prio_items[c] += o.prio_items[c];
             self.prio_hits[c] += o.prio_hits[c];
@@ -474,6 +510,7 @@ impl std::ops::AddAssign for PolicyCounters {
 pub enum AnyPolicy {
     SegmentedLru(SegmentedLru),
     Sieve(Sieve),
+    /// S3-FIFO, static or adaptive (the adaptive one's shared state says).
     S3Fifo(S3Fifo),
     /// Both prioritized kinds (the adaptive one has a tuner in its shared
     /// state).
@@ -498,7 +535,7 @@ impl AnyPolicy {
         match (cfg.kind, &shared.prio, &shared.s3fifo, &shared.slru) {
             (PolicyKind::SegmentedLru, _, _, Some(s)) => AnyPolicy::SegmentedLru(SegmentedLru::with_shared(s)),
             (PolicyKind::Sieve, ..) => AnyPolicy::Sieve(Sieve::new(cfg.sieve)),
-            (PolicyKind::S3Fifo, _, Some(s), _) => AnyPolicy::S3Fifo(S3Fifo::with_shared(s)),
+            (PolicyKind::S3Fifo | PolicyKind::Adaptive, _, Some(s), _) => AnyPolicy::S3Fifo(S3Fifo::with_shared(s)),
             (PolicyKind::Prioritized | PolicyKind::PrioritizedAdaptive, Some(p), ..) => {
                 AnyPolicy::Prioritized(Prioritized::new(p))
             }
@@ -512,6 +549,7 @@ impl AnyPolicy {
         match self {
             AnyPolicy::SegmentedLru(_) => PolicyKind::SegmentedLru,
             AnyPolicy::Sieve(_) => PolicyKind::Sieve,
+            AnyPolicy::S3Fifo(p) if p.shared().is_adaptive() => PolicyKind::Adaptive,
             AnyPolicy::S3Fifo(_) => PolicyKind::S3Fifo,
             AnyPolicy::Prioritized(p) if p.shared().is_adaptive() => PolicyKind::PrioritizedAdaptive,
             AnyPolicy::Prioritized(_) => PolicyKind::Prioritized,

@@ -31,11 +31,16 @@
 //! main item. Deciding per shard made a shard of two items (1024 shards, a
 //! small cache) offer its small item almost always, however small the
 //! store's small queues were.
+//!
+//! The adaptive S3-FIFO (`adaptive.rs`) is this policy with the small
+//! share in [`S3FifoShared`] moved by ghost hits, and main's evictions
+//! remembered by the ghost too.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
-use super::ghost::{Ghost, GHOST_BYTES};
+use super::adaptive::{self, AdaptiveConfig, PPM};
+use super::ghost::{Ghost, Origin, GHOST_BYTES};
 use super::list::{Lists, NIL, NONE};
 use super::{fifo_rank, Admit, Age, Policy, PolicyCounters};
 
@@ -64,17 +69,54 @@ const SMALL_LANE: usize = 0;
 const MAIN_LANE: usize = 1;
 
 /// Store-wide S3-FIFO state: the bytes in every shard's small and main
-/// queues, which decide the lane every eviction takes.
+/// queues and the small queue's share, which decide the lane every
+/// eviction takes; for the adaptive S3-FIFO also the keys every shard's
+/// ghost remembers, by origin, which weigh the share's steps.
 #[derive(Debug)]
 pub struct S3FifoShared {
     cfg: S3FifoConfig,
+    /// The adaptive S3-FIFO's bounds; `None` for S3-FIFO's static share.
+    adaptive: Option<AdaptiveConfig>,
     /// Small's and main's bytes, summed over shards.
     bytes: [AtomicU64; 2],
+    /// The small queue's share of the bytes (ppm): `small_pct`, or where
+    /// the adaptive rule has moved it.
+    small_ppm: AtomicU32,
+    /// Keys the shards' ghosts remember, evicted from small and from main.
+    remembered: [AtomicU64; 2],
 }
 
 impl S3FifoShared {
+    /// S3-FIFO, its small share fixed at `cfg.small_pct`.
     pub fn new(cfg: S3FifoConfig) -> Arc<S3FifoShared> {
-        Arc::new(S3FifoShared { cfg, bytes: Default::default() })
+        Self::build(cfg, None)
+    }
+
+    /// The adaptive S3-FIFO: the small share starts at `cfg.small_pct` and
+    /// moves within `acfg`'s bounds.
+    pub fn adaptive(cfg: S3FifoConfig, acfg: AdaptiveConfig) -> Arc<S3FifoShared> {
+        Self::build(cfg, Some(acfg))
+    }
+
+    fn build(cfg: S3FifoConfig, adaptive: Option<AdaptiveConfig>) -> Arc<S3FifoShared> {
+        let start = cfg.small_pct.min(100) * (PPM / 100);
+        let start = adaptive.map_or(start, |a| a.clamp(start));
+        Arc::new(S3FifoShared {
+            cfg,
+            adaptive,
+            bytes: Default::default(),
+            small_ppm: AtomicU32::new(start),
+            remembered: Default::default(),
+        })
+    }
+
+    pub fn is_adaptive(&self) -> bool {
+        self.adaptive.is_some()
+    }
+
+    /// The small queue's share now (ppm).
+    pub fn small_share_ppm(&self) -> u32 {
+        self.small_ppm.load(Relaxed)
     }
 
     /// Small while the store's small queues hold their share of the bytes
@@ -82,10 +124,36 @@ impl S3FifoShared {
     pub fn lane(&self) -> usize {
         let small = self.bytes[0].load(Relaxed);
         let main = self.bytes[1].load(Relaxed);
-        if small > 0 && (main == 0 || small * 100 >= (small + main) * self.cfg.small_pct as u64) {
+        let share = self.small_ppm.load(Relaxed) as u128;
+        if small > 0 && (main == 0 || small as u128 * PPM as u128 >= (small + main) as u128 * share) {
             SMALL_LANE
         } else {
             MAIN_LANE
+        }
+    }
+
+    /// An item of `size` bytes evicted from `origin` came back: the
+    /// adaptive rule moves the small share (S3-FIFO's stays).
+    fn on_ghost_hit(&self, origin: Origin, size: u64) {
+        let Some(acfg) = self.adaptive else { return };
+        let total = self.bytes[0].load(Relaxed) + self.bytes[1].load(Relaxed);
+        let remembered = [self.remembered[0].load(Relaxed), self.remembered[1].load(Relaxed)];
+        // The closure is pure, so a retry after another shard's step
+        // applies this step to that one's result.
+        let _ = self.small_ppm.fetch_update(Relaxed, Relaxed, |share| {
+            Some(adaptive::next_share(&acfg, share, origin, size, total, remembered))
+        });
+    }
+
+    /// A shard's ghost went from remembering `before` keys (by origin) to
+    /// `after`.
+    fn remembered_moved(&self, before: [u64; 2], after: [u64; 2]) {
+        for o in 0..2 {
+            if after[o] >= before[o] {
+                self.remembered[o].fetch_add(after[o] - before[o], Relaxed);
+            } else {
+                self.remembered[o].fetch_sub(before[o] - after[o], Relaxed);
+            }
         }
     }
 
@@ -161,7 +229,13 @@ impl S3Fifo {
     pub fn emptied(&self) -> Self {
         self.shared.sub(SMALL, self.small_bytes);
         self.shared.sub(MAIN, self.main_bytes);
+        self.shared.remembered_moved(self.ghost.remembered(), [0, 0]);
         S3Fifo { counters: self.counters, ..Self::with_shared(&self.shared) }
+    }
+
+    /// The store-wide state this shard's S3-FIFO is part of.
+    pub fn shared(&self) -> &Arc<S3FifoShared> {
+        &self.shared
     }
 
     fn bytes(&mut self, list: u8) -> &mut u64 {
@@ -229,11 +303,20 @@ impl Policy for S3Fifo {
         let n = self.lists.node(slot);
         n.bits = 0;
         n.extra.size = admit.size.min(u32::MAX as usize) as u32;
-        if self.ghost.take(admit.hash) {
-            self.counters.s3fifo_ghost_hits += 1;
-            self.push(MAIN, slot);
-        } else {
-            self.push(SMALL, slot);
+        let before = self.ghost.remembered();
+        match self.ghost.take_from(admit.hash) {
+            Some(origin) => {
+                self.counters.s3fifo_ghost_hits += 1;
+                if origin == Origin::Main {
+                    self.counters.s3fifo_main_ghost_hits += 1;
+                }
+                if self.shared.is_adaptive() {
+                    self.shared.remembered_moved(before, self.ghost.remembered());
+                    self.shared.on_ghost_hit(origin, admit.size as u64);
+                }
+                self.push(MAIN, slot);
+            }
+            None => self.push(SMALL, slot),
         }
     }
 
@@ -268,10 +351,22 @@ impl Policy for S3Fifo {
         }
     }
 
+    /// S3-FIFO remembers items evicted from small; the adaptive one also
+    /// those evicted from main, whose return says main was too short.
     fn on_evict(&mut self, slot: u32, hash: u64) {
-        if self.lists.known(slot) && self.unlink(slot) == SMALL {
-            let cap = self.items() * self.cfg.ghost_pct as usize / 100;
-            self.ghost.push(hash, cap.max(1));
+        if !self.lists.known(slot) {
+            return;
+        }
+        let origin = match self.unlink(slot) {
+            SMALL => Origin::Small,
+            MAIN if self.shared.is_adaptive() => Origin::Main,
+            _ => return,
+        };
+        let cap = self.items() * self.cfg.ghost_pct as usize / 100;
+        let before = self.ghost.remembered();
+        self.ghost.push_from(hash, origin, cap.max(1));
+        if self.shared.is_adaptive() {
+            self.shared.remembered_moved(before, self.ghost.remembered());
         }
     }
 
@@ -349,13 +444,14 @@ impl Policy for S3Fifo {
     }
 
     fn counters(&self) -> PolicyCounters {
-        self.counters
+        PolicyCounters { s3fifo_small_share_ppm: self.shared.small_share_ppm() as u64, ..self.counters }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn admit(hash: u64) -> Admit {
         Admit { hash, size: 100, class: super::super::Class::Permanent, seq: 0 }
@@ -529,5 +625,125 @@ mod tests {
         p.on_remove(0);
         p.on_remove(0);
         assert_eq!((p.small_bytes, p.main_bytes), (0, 0));
+    }
+
+    fn adaptive() -> S3Fifo {
+        S3Fifo::with_shared(&S3FifoShared::adaptive(S3FifoConfig::default(), AdaptiveConfig::default()))
+    }
+
+    #[test]
+    fn adaptive_ghost_hits_move_the_small_share_both_ways() {
+        let mut p = adaptive();
+        assert_eq!(p.shared().small_share_ppm(), 100_000, "it starts at small_pct");
+        for s in 0..10 {
+            p.on_insert(s, admit(s as u64));
+        }
+        // 0 leaves small unhit; it comes back: small was too short.
+        assert_eq!(evict(&mut p), 0);
+        p.on_insert(10, admit(0));
+        assert_eq!(p.queue_of(10), MAIN);
+        let grown = p.shared().small_share_ppm();
+        assert!(grown > 100_000, "{grown}");
+        // 10, main's only item, leaves main unhit; it comes back: main was
+        // too short.
+        assert_eq!(p.victim_in(MAIN_LANE, 0), Some(10));
+        p.on_evict(10, 0);
+        assert_eq!(p.ghost.remembered(), [0, 1]);
+        assert_eq!(p.shared().remembered.each_ref().map(|r| r.load(Relaxed)), [0, 1]);
+        p.on_insert(11, admit(0));
+        assert_eq!(p.queue_of(11), MAIN);
+        assert!(p.shared().small_share_ppm() < grown);
+        let c = p.counters();
+        assert_eq!((c.s3fifo_ghost_hits, c.s3fifo_main_ghost_hits), (2, 1));
+        assert_eq!(c.s3fifo_small_share_ppm, p.shared().small_share_ppm() as u64);
+    }
+
+    #[test]
+    fn static_s3fifo_keeps_its_share_and_forgets_mains_evictions() {
+        let mut p = S3Fifo::default();
+        p.on_insert(0, admit(0));
+        p.on_access(0);
+        assert_eq!(p.victim(0), Some(0));
+        assert_eq!(p.queue_of(0), MAIN);
+        p.on_evict(0, 0);
+        p.on_insert(1, admit(0));
+        assert_eq!(p.queue_of(1), SMALL, "a key evicted from main is not remembered");
+        assert_eq!(p.shared().small_share_ppm(), 100_000);
+    }
+
+    #[test]
+    fn adaptive_costs_what_s3fifo_costs_per_item() {
+        assert_eq!(adaptive().overhead_per_slot(), S3Fifo::default().overhead_per_slot());
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert(u32, u64, usize),
+        Access(u32),
+        Replace(u32, usize),
+        Remove(u32),
+        Evict(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0..64u32, 0..48u64, 1..5000usize).prop_map(|(s, h, z)| Op::Insert(s, h, z)),
+            (0..64u32).prop_map(Op::Access),
+            (0..64u32, 1..5000usize).prop_map(|(s, z)| Op::Replace(s, z)),
+            (0..64u32).prop_map(Op::Remove),
+            (0..3usize).prop_map(Op::Evict),
+        ]
+    }
+
+    proptest! {
+        /// Any sequence of calls keeps the adaptive S3-FIFO's books: the
+        /// queue bytes are the tracked items' sizes, the store-wide totals
+        /// and ghost counts are the shard's, the share stays in its bounds,
+        /// and a victim is a tracked item of its lane.
+        #[test]
+        fn adaptive_keeps_its_books(ops in proptest::collection::vec(op(), 1..400)) {
+            let mut p = adaptive();
+            let mut sizes: std::collections::HashMap<u32, usize> = Default::default();
+            for (clock, o) in ops.into_iter().enumerate() {
+                match o {
+                    Op::Insert(s, h, z) => {
+                        if sizes.contains_key(&s) {
+                            p.on_remove(s);
+                        }
+                        p.on_insert(s, Admit { size: z, ..admit(h) });
+                        sizes.insert(s, z);
+                    }
+                    Op::Access(s) => p.on_access(s),
+                    Op::Replace(s, z) => {
+                        if let Some(old) = sizes.get_mut(&s) {
+                            *old = z;
+                            p.on_replace(s, Admit { size: z, ..admit(s as u64) });
+                        }
+                    }
+                    Op::Remove(s) => {
+                        p.on_remove(s);
+                        sizes.remove(&s);
+                    }
+                    Op::Evict(lane) => {
+                        let v = if lane == 2 { p.victim(clock as u64) } else { p.victim_in(lane, clock as u64) };
+                        if let Some(v) = v {
+                            prop_assert!(sizes.contains_key(&v), "victim {v} is not tracked");
+                            p.on_evict(v, v as u64 % 48);
+                            sizes.remove(&v);
+                        } else {
+                            prop_assert!(lane != 2 || sizes.is_empty());
+                        }
+                    }
+                }
+                let total: usize = sizes.values().sum();
+                prop_assert_eq!((p.small_bytes + p.main_bytes) as usize, total);
+                prop_assert_eq!(p.items(), sizes.len());
+                let shared = p.shared().clone();
+                prop_assert_eq!([shared.bytes[0].load(Relaxed), shared.bytes[1].load(Relaxed)], [p.small_bytes, p.main_bytes]);
+                prop_assert_eq!(shared.remembered.each_ref().map(|r| r.load(Relaxed)), p.ghost.remembered());
+                let share = shared.small_share_ppm();
+                prop_assert!((10_000..=900_000).contains(&share), "{}", share);
+            }
+        }
     }
 }
