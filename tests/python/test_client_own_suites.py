@@ -118,7 +118,13 @@ def log_dir(root: Path) -> Path:
 def test_pylibmc_own_suite():
     root = sdist("pylibmc")
     logs = log_dir(root)
-    proc = run_in_namespace(root, root, ["tests"], logs)
+    # Left out: test_invalid_flags_returned_2 compares the interpreter-wide
+    # reference count of the interned string "key" before and after a
+    # client-side serialization error; any other object of the process
+    # that lets go of "key" in between moves it by one (seen once in CI,
+    # passing on reruns). It tests pylibmc's C extension, not the server.
+    deselect = "--deselect=tests/test_serialization.py::SerializationTests::test_invalid_flags_returned_2"
+    proc = run_in_namespace(root, root, ["tests", deselect], logs)
     assert_passed(proc, logs)
 
 
