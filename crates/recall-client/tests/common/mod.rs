@@ -10,7 +10,7 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use recall_testkit::Recalld;
@@ -175,22 +175,5 @@ pub fn holder(servers: &[&Server], key: &str) -> Vec<usize> {
             out.push(i);
         }
     }
-    out
-}
-
-/// `recall --server NODE cluster ARGS...` (the admin CLI against one
-/// cluster node).
-pub fn recall_cluster(node: SocketAddr, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_recall"))
-        .args(["--server", &node.to_string(), "cluster"])
-        .args(args)
-        .output()
-        .expect("run recall")
-}
-
-/// The stdout of a `recall` run that must have succeeded.
-pub fn ok(o: &Output) -> String {
-    let out = String::from_utf8_lossy(&o.stdout).to_string();
-    assert!(o.status.success(), "recall failed: {}{out}", String::from_utf8_lossy(&o.stderr));
     out
 }
