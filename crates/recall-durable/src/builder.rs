@@ -45,7 +45,7 @@ pub(super) struct Cfg {
 /// ```no_run
 /// # async fn demo() -> Result<(), recall_client::Error> {
 /// use std::time::Duration;
-/// use recall_client::backup::DurableClient;
+/// use recall_durable::DurableClient;
 ///
 /// let db = DurableClient::builder()
 ///     .server("10.0.0.1:11211")

@@ -99,7 +99,7 @@ fn text(b: &[u8]) -> String {
 /// Decode one reply line from the front of `buf`.
 ///
 /// ```
-/// use recall_client::backup::ctl_reply::{decode, CtlReply, Decoded, Durable, DurableState};
+/// use recall_durable::ctl_reply::{decode, CtlReply, Decoded, Durable, DurableState};
 ///
 /// let d = decode(b"DURABLE 3 3298534883330 recovering\r\nOK\r\n").unwrap();
 /// let durable = Durable { instance: 3, watermark: 3298534883330, state: DurableState::Recovering };

@@ -146,7 +146,7 @@ impl<'a> Entry<'a> {
 /// The write-backup log of one server; see the module docs.
 ///
 /// ```
-/// use recall_client::backup::{Entry, WriteBackup};
+/// use recall_durable::{Entry, WriteBackup};
 ///
 /// let i1 = 1u64 << 40; // timestamps of instance 1
 /// let mut log = WriteBackup::new();
