@@ -86,7 +86,7 @@
 //!   requests and their replies in the binary protocol, for `-S` servers.
 //! * [`transport`]: TCP, unix sockets and TLS under every connection, and
 //!   the login (`-S` SASL PLAIN, `-Y` text token) a server may ask for.
-//! * [`conn`]: one pipelined connection (a writer and a reader task) and the
+//! * `conn`: one pipelined connection (a writer and a reader task) and the
 //!   per-server failure accounting.
 //! * `client`: routing, pools and the typed API.
 //! * [`raw`]: the connections, failure accounting and key checks under
