@@ -1,7 +1,7 @@
 //! Streamed values (`sset`/`sget`, seed 004) against a real recalld (the
 //! `recall put-file` / `get-file` commands are tested in recall-cli).
 
-mod common;
+use recall_testkit::servers as common;
 
 use std::time::Duration;
 

@@ -1,4 +1,6 @@
-//! Real servers on ephemeral ports for the integration tests.
+//! Real servers on ephemeral ports for the client crates' integration
+//! tests (recall-client, recall-cli): recalld or Debian's memcached behind
+//! one [`Server`], a server that never answers, and raw-socket probes.
 //!
 //! recalld is started by recall-testkit (`-p -1`, then it reads the
 //! `listening on ADDR` line), so there is no port race. memcached can't do
@@ -6,14 +8,12 @@
 //! answers (retrying on a new port if it lost the race). Never fixed ports,
 //! never sleeps for readiness.
 
-#![allow(dead_code)]
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use recall_testkit::Recalld;
+use crate::Recalld;
 
 pub struct Server {
     pub addr: SocketAddr,
