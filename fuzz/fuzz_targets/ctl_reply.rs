@@ -1,4 +1,4 @@
-//! `recall_client::backup::ctl_reply::decode`, the control connection's
+//! `recall_durable::ctl_reply::decode`, the control connection's
 //! reply lines (`DURABLE ...`, `REPLAYED a s e`, `HD c<ts>`, ...).
 //!
 //! Input: byte 0 is the piece size - 1; the rest is a stream of lines fed
@@ -11,7 +11,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use recall_client::backup::ctl_reply::{decode, CtlReply, Decoded, DurableState};
+use recall_durable::ctl_reply::{decode, CtlReply, Decoded, DurableState};
 
 fn run(input: &[u8], piece: usize) -> (Vec<CtlReply>, String) {
     let mut replies = Vec::new();

@@ -19,7 +19,7 @@ per server, which is why it is not used.)  Two things check that claim:
    count), which is recall-client's DeadServerPolicy::Redistribute.
 
 2. The recorded vectors, crates/recall-client/tests/data/ketama_vectors.json,
-   which crates/recall-client/tests/ketama.rs (and cli.rs, through `recall
+   which crates/recall-client/tests/ketama.rs (and crates/recall-cli/tests/cli.rs, through `recall
    ketama-place`) check without any server.  Their server names are fixed
    (127.0.0.2-4 on ports 11311-11313, and one set on 11211 for
    libmemcached's rule of leaving ":11211" out of the hashed name), because
@@ -248,7 +248,7 @@ def _build_recall_cli() -> Path:
     if cargo is None:
         pytest.fail("no `recall` binary and no cargo to build one (set RECALL_CLI)", pytrace=False)
     r = subprocess.run(
-        [cargo, "build", "-p", "recall-client", "--bin", "recall", "--message-format=json-render-diagnostics"],
+        [cargo, "build", "-p", "recall-cli", "--bin", "recall", "--message-format=json-render-diagnostics"],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -256,13 +256,13 @@ def _build_recall_cli() -> Path:
         timeout=900,
     )
     if r.returncode != 0:
-        pytest.fail(f"cargo build -p recall-client --bin recall failed:\n{r.stderr[-3000:]}", pytrace=False)
+        pytest.fail(f"cargo build -p recall-cli --bin recall failed:\n{r.stderr[-3000:]}", pytrace=False)
     for line in r.stdout.splitlines():
         msg = json.loads(line)
         if msg.get("reason") == "compiler-artifact" and msg.get("target", {}).get("name") == "recall":
             if msg.get("executable"):
                 return Path(msg["executable"])
-    pytest.fail("cargo built recall-client but reported no `recall` executable", pytrace=False)
+    pytest.fail("cargo built recall-cli but reported no `recall` executable", pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-//! `--backup`: the load through recall-client's `DurableClient` against a
+//! `--backup`: the load through recall-durable's `DurableClient` against a
 //! real recalld with a data directory (client backup, seed 000).
 
 use std::io::{BufRead, BufReader, Write};

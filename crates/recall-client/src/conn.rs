@@ -40,7 +40,7 @@ use crate::Item;
 
 /// Which frame ends the reply to a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Expect {
+pub enum Expect {
     /// The first frame (storage, delete, arith, touch, version, meta...).
     One,
     /// `END` or an error (get family, stats).
@@ -53,7 +53,7 @@ pub(crate) enum Expect {
 
 /// A decoded frame, owned, with errors already typed.
 #[derive(Debug)]
-pub(crate) enum Reply {
+pub enum Reply {
     Stored,
     NotStored,
     Exists,
@@ -98,7 +98,7 @@ struct Shared {
 
 /// A handle on a pipelined connection; clones share the connection.
 #[derive(Clone)]
-pub(crate) struct Conn {
+pub struct Conn {
     shared: Arc<Shared>,
     tx: mpsc::Sender<Job>,
 }
@@ -149,7 +149,7 @@ impl Shared {
 impl Conn {
     /// Connect (transport, handshake and login) with a timeout and start
     /// the reader and writer tasks. Must be called inside a tokio runtime.
-    pub(crate) async fn connect(
+    pub async fn connect(
         connector: &Connector,
         server: &ServerName,
         health: &Arc<Health>,
@@ -181,12 +181,12 @@ impl Conn {
         Ok(Conn { shared, tx })
     }
 
-    pub(crate) fn is_broken(&self) -> bool {
+    pub fn is_broken(&self) -> bool {
         lock(&self.shared.state).broken.is_some()
     }
 
     /// Send one request (already encoded) and wait for its reply frames.
-    pub(crate) async fn request(&self, bytes: Vec<u8>, expect: Expect, timeout: Duration) -> Result<Vec<Reply>> {
+    pub async fn request(&self, bytes: Vec<u8>, expect: Expect, timeout: Duration) -> Result<Vec<Reply>> {
         // As `tokio::time::timeout` does: a timeout too long to add (say
         // `Duration::MAX`) means no deadline to speak of.
         let now = tokio::time::Instant::now();
@@ -446,7 +446,7 @@ fn own(server: &ServerName, f: Frame<'_>) -> Result<Reply> {
 /// back-off expires, requests go through again (no separate prober: the
 /// next request *is* the probe); one more failure marks it dead again at
 /// once with a longer back-off, and one success clears everything.
-pub(crate) struct Health {
+pub struct Health {
     /// Consecutive failures; read without the lock on the success path.
     failures: AtomicU32,
     inner: Mutex<HealthInner>,
@@ -454,7 +454,7 @@ pub(crate) struct Health {
 }
 
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct HealthConfig {
+pub struct HealthConfig {
     pub failure_limit: u32,
     pub retry_base: Duration,
     pub retry_max: Duration,
@@ -468,7 +468,7 @@ struct HealthInner {
 }
 
 impl Health {
-    pub(crate) fn new(cfg: HealthConfig) -> Health {
+    pub fn new(cfg: HealthConfig) -> Health {
         Health { failures: AtomicU32::new(0), inner: Mutex::new(HealthInner { dead_until: None, level: 0 }), cfg }
     }
 

@@ -111,11 +111,13 @@ impl Error {
         matches!(self, Error::Server { message, .. } if message.starts_with("object too large"))
     }
 
-    pub(crate) fn io(server: &ServerName, e: io::Error) -> Error {
+    /// A connection error of `server` (for crates on [`crate::raw`]).
+    pub fn io(server: &ServerName, e: io::Error) -> Error {
         Error::Connection { server: server.clone(), source: Arc::new(e) }
     }
 
-    pub(crate) fn closed(server: &ServerName) -> Error {
+    /// The server closed the connection (for crates on [`crate::raw`]).
+    pub fn closed(server: &ServerName) -> Error {
         Error::io(server, io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed by server"))
     }
 }

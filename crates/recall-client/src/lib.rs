@@ -2,8 +2,9 @@
 //!
 //! A client for recall and memcached over the text and meta protocols
 //! (and the binary one for SASL servers), on
-//! tokio, with a small blocking wrapper ([`blocking::Client`]), and the
-//! `recall` command-line tool built on it.
+//! tokio, with a small blocking wrapper ([`blocking::Client`]). The write
+//! backup (`DurableClient`) is recall-durable, built on this crate's
+//! connections; the `recall` command-line tool is recall-cli.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), recall_client::Error> {
@@ -63,10 +64,10 @@
 //!
 //! * [`WriteObserver`]: registered on the client and called for every
 //!   acknowledged write, with the CAS when the server returned one. The
-//!   write backup does not go through it: [`DurableClient`] (module
-//!   [`backup`]) sends its own meta writes, because it needs the
-//!   timestamp of every write and must read back the results of
-//!   append/incr before recording them.
+//!   write backup does not go through it: recall-durable's `DurableClient`
+//!   sends its own meta writes, because it needs the timestamp of every
+//!   write and must read back the results of append/incr before recording
+//!   them.
 //! * [`Client::set_stream`] / [`Client::get_stream`]: streaming values
 //!   (seed 004) as `AsyncWrite`/`AsyncRead` over `sset`/`sget` frames, in
 //!   constant memory; see [`stream`].
@@ -88,15 +89,12 @@
 //! * `conn`: one pipelined connection (a writer and a reader task) and the
 //!   per-server failure accounting.
 //! * `client`: routing, pools and the typed API.
-//! * [`backup`]: the write-backup log and [`DurableClient`], which keeps
-//!   acknowledged writes until the server's snapshot covers them and
-//!   replays them after a server crash.
+//! * [`raw`]: the connections, failure accounting and key checks under
+//!   [`Client`], for crates that send their own commands on them
+//!   (recall-durable).
 
-pub mod backup;
 mod binary;
 pub mod blocking;
-#[cfg(feature = "cli")]
-pub mod cli;
 mod client;
 pub mod cluster;
 pub mod codec;
@@ -105,11 +103,11 @@ mod error;
 pub mod ketama;
 pub mod meta;
 mod observer;
+pub mod raw;
 mod request;
 pub mod stream;
 pub mod transport;
 
-pub use backup::{BackupStatus, DurableClient, WriteBackup, Written};
 pub use client::{Client, ClientBuilder, DeadServerPolicy, DumpEntry, MultiGet, PerServer, ServerSpec};
 pub use codec::{MetaReturn, MetaStatus};
 pub use error::{Error, Result, ServerName, TimeoutPhase};

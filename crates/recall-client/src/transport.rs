@@ -170,7 +170,6 @@ impl Transport {
         }
     }
 
-    #[cfg(test)]
     pub(crate) fn plain() -> Transport {
         Transport { tls: None, login: None }
     }
@@ -221,7 +220,7 @@ fn read_certs(path: &Path) -> std::result::Result<Vec<CertificateDer<'static>>, 
 /// One server's endpoint with the client's transport: what opens its
 /// connections.
 #[derive(Clone)]
-pub(crate) struct Connector {
+pub struct Connector {
     endpoint: Arc<Endpoint>,
     transport: Arc<Transport>,
 }
@@ -231,9 +230,9 @@ impl Connector {
         Connector { endpoint: Arc::new(endpoint), transport }
     }
 
-    /// A plain TCP connector for `host:port`, for unit tests.
-    #[cfg(test)]
-    pub(crate) fn tcp(addr: &str) -> Connector {
+    /// A plain TCP connector for `host:port` (no TLS, no login), as unit
+    /// tests of the crates on [`crate::raw`] want.
+    pub fn tcp(addr: &str) -> Connector {
         let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h).trim_matches(['[', ']']).to_string();
         Connector::new(Endpoint::Tcp { addr: addr.to_string(), host }, Arc::new(Transport::plain()))
     }
@@ -244,7 +243,7 @@ impl Connector {
     }
 
     /// Connect, run the TLS handshake and the login, all within `timeout`.
-    pub(crate) async fn connect(&self, server: &ServerName, timeout: Duration) -> Result<Stream> {
+    pub async fn connect(&self, server: &ServerName, timeout: Duration) -> Result<Stream> {
         match tokio::time::timeout(timeout, self.open(server)).await {
             Ok(r) => r,
             Err(_) => Err(Error::Timeout { server: server.clone(), phase: TimeoutPhase::Connect, after: timeout }),
@@ -410,7 +409,7 @@ impl AsyncWrite for TextStream {
 }
 
 /// A connected stream of any transport.
-pub(crate) enum Stream {
+pub enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
     Tls(Box<TlsStream<TcpStream>>),
@@ -452,7 +451,7 @@ impl Stream {
 
     /// Split for a reader and a writer task. TCP and unix sockets split
     /// without a lock; TLS shares its session state behind tokio's.
-    pub(crate) fn into_split(self) -> (ReadHalf, WriteHalf) {
+    pub fn into_split(self) -> (ReadHalf, WriteHalf) {
         match self {
             Stream::Tcp(s) => {
                 let (r, w) = s.into_split();
@@ -470,13 +469,13 @@ impl Stream {
     }
 }
 
-pub(crate) enum ReadHalf {
+pub enum ReadHalf {
     Tcp(tokio::net::tcp::OwnedReadHalf),
     Unix(tokio::net::unix::OwnedReadHalf),
     Tls(tokio::io::ReadHalf<TlsStream<TcpStream>>),
 }
 
-pub(crate) enum WriteHalf {
+pub enum WriteHalf {
     Tcp(tokio::net::tcp::OwnedWriteHalf),
     Unix(tokio::net::unix::OwnedWriteHalf),
     Tls(tokio::io::WriteHalf<TlsStream<TcpStream>>),

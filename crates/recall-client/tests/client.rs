@@ -1,7 +1,7 @@
 //! recall-client against real servers: recalld and Debian's memcached on
 //! ephemeral ports.
 
-mod common;
+use recall_testkit::servers as common;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -33,7 +33,7 @@ struct Args {
     #[arg(long, value_delimiter = ',', required_unless_present = "stats")]
     servers: Vec<String>,
     #[command(flatten)]
-    transport: recall_client::cli::TransportArgs,
+    transport: recall_cli::TransportArgs,
     /// Regular files up to this many bytes are cached whole.
     #[arg(long, default_value_t = 1 << 20)]
     max_file_size: u64,

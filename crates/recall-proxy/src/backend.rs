@@ -8,8 +8,8 @@
 
 use std::time::Duration;
 
-use recall_client::backup::SpillSync as ClientSpillSync;
-use recall_client::{Client, DurableClient, Item, Result, StoreStatus};
+use recall_client::{Client, Item, Result, StoreStatus};
+use recall_durable::{DurableClient, SpillSync as ClientSpillSync};
 use recall_proto::StoreCmd;
 
 use crate::config::{Backup, Config, SpillSync};

@@ -1,5 +1,5 @@
 //! `recall-proxy`: the memcached text and meta protocol in front, recall's
-//! write backup ([`recall_client::DurableClient`]) behind, so that an
+//! write backup ([`recall_durable::DurableClient`]) behind, so that an
 //! unmodified memcached client gets its acknowledged writes replayed after
 //! a server crash. See docs/design/proxy.md for what survives which crash.
 

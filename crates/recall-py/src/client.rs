@@ -7,8 +7,8 @@ use std::time::Duration;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
-use recall_client::backup::SpillSync;
-use recall_client::{Client, DurableClient, Error, Item, StoreStatus};
+use recall_client::{Client, Error, Item, StoreStatus};
+use recall_durable::{DurableClient, SpillSync};
 use tokio::io::AsyncWriteExt;
 use tokio::runtime::Runtime;
 

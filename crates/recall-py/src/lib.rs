@@ -1,8 +1,8 @@
 //! `recall._native`: the Rust half of the `recall` Python package.
 //!
 //! One class, [`client::NativeClient`], drives recall-client's async
-//! [`recall_client::Client`] (or, for a durable client, its
-//! [`recall_client::DurableClient`]) on a private tokio runtime, with the
+//! [`recall_client::Client`] (or, for a durable client,
+//! [`recall_durable::DurableClient`]) on a private tokio runtime, with the
 //! GIL released for as long as a call waits on the network. It speaks bytes
 //! and small status codes only; the pymemcache-compatible surface (key
 //! prefixes, encodings, serializers, `noreply`, return values) is the Python

@@ -22,6 +22,7 @@
 
 pub mod cluster;
 pub mod mount;
+pub mod servers;
 
 use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, BufReader, Read};

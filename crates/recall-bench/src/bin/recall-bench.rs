@@ -8,7 +8,7 @@
 //! recall-bench --workload etc --rate 100000 --protocol meta --conns 16 --preload
 //! # multiget of 10 keys, pipeline depth 4
 //! recall-bench --multiget 10 --pipeline 4 --ratio 1:0
-//! # sets through recall-client's write backup (seed 000), 8 connections
+//! # sets through recall-durable's write backup (seed 000), 8 connections
 //! recall-bench --backup --conns 8 --ratio 0:1 --json
 //! # the trivial server ("the limit")
 //! recall-bench trivial-server -p 0 -t 1
@@ -176,7 +176,7 @@ struct LoadArgs {
     /// Charge the server's CPU time (from /proc/PID/stat) to the run.
     #[arg(long)]
     server_pid: Option<u32>,
-    /// Send the load through recall-client's `DurableClient` (client-side
+    /// Send the load through recall-durable's `DurableClient` (client-side
     /// write backup; the server needs `--data-dir`): the generator's CPU
     /// then includes the backup's. Closed loop, one request in flight per
     /// connection.

@@ -1,4 +1,4 @@
-//! `--backup`: the same workload through recall-client's [`DurableClient`]
+//! `--backup`: the same workload through recall-durable's [`DurableClient`]
 //! (seed 000's client-side write backup), so the client's share of a
 //! durable write is measured with the server's.
 //!
@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use recall_client::backup::DurableClient;
+use recall_durable::DurableClient;
 
 use super::{cpu_report, measured, new_histogram, snapshot, split, Counts, LoadConfig, LoadError, Measured};
 use super::{PreloadReport, Stop};

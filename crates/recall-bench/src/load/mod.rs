@@ -331,7 +331,7 @@ pub struct LoadConfig {
     pub server_pid: Option<u32>,
     /// Print a progress line to stderr every second.
     pub progress: bool,
-    /// Drive the load through recall-client's `DurableClient` (client-side
+    /// Drive the load through recall-durable's `DurableClient` (client-side
     /// write backup, seed 000) instead of the event-loop generator; see
     /// [`backup`](self::backup).
     pub backup: bool,

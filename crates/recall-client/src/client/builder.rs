@@ -205,7 +205,7 @@ impl ClientBuilder {
     }
 
     /// Whether the connections will speak binary (a SASL login).
-    pub(crate) fn speaks_binary(&self) -> bool {
+    pub fn speaks_binary(&self) -> bool {
         matches!(self.login, Some(Login::SaslPlain { .. }))
     }
 
@@ -274,7 +274,7 @@ impl ClientBuilder {
 
     /// What every new pooled connection is checked with before its first
     /// request (the durable client's: see `ConnectCheck`).
-    pub(crate) fn connect_check(mut self, check: Arc<dyn ConnectCheck>) -> Self {
+    pub fn connect_check(mut self, check: Arc<dyn ConnectCheck>) -> Self {
         self.check = Some(check);
         self
     }

@@ -24,7 +24,7 @@ mod pool;
 
 pub use builder::{ClientBuilder, DeadServerPolicy, ServerSpec};
 pub use dump::DumpEntry;
-pub(crate) use pool::ConnectCheck;
+pub use pool::ConnectCheck;
 use pool::Inner;
 
 /// A memcached/recall client: cheap to clone (clones share pools), usable
@@ -87,7 +87,7 @@ impl Client {
 
     /// What opens each server's connections, in [`Client::servers`]' order
     /// (the durable client's control connections use the same transport).
-    pub(crate) fn connectors(&self) -> Vec<crate::transport::Connector> {
+    pub fn connectors(&self) -> Vec<crate::transport::Connector> {
         self.inner.servers.iter().map(|s| s.connector.clone()).collect()
     }
 

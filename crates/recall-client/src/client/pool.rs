@@ -22,9 +22,9 @@ use crate::transport::Connector;
 /// Asked after a new pooled connection is opened, before it carries its
 /// first request: an error fails that request unsent and drops the
 /// connection (the next request opens another and asks again). The
-/// durable client's (`backup/fresh.rs`): a new connection may reach a
+/// durable client's (recall-durable's `fresh.rs`): a new connection may reach a
 /// restarted server this client has not replayed to yet.
-pub(crate) trait ConnectCheck: Send + Sync {
+pub trait ConnectCheck: Send + Sync {
     fn check<'a>(
         &'a self,
         server: &'a ServerName,

@@ -2,7 +2,7 @@
 
 ``recall.Client`` has pymemcache's Client interface; ``recall.DurableClient``
 adds the write backup and the replay after a server restart. Both are
-recall-client (Rust) underneath, with the GIL released while they wait on
+recall-client and recall-durable (Rust) underneath, with the GIL released while they wait on
 the network.
 """
 

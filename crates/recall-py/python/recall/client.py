@@ -1,5 +1,5 @@
 """recall.Client and recall.DurableClient: pymemcache's Client interface
-over recall-client (the Rust crate, through ``recall._native``).
+over recall-client and recall-durable (the Rust crates, through ``recall._native``).
 
 What lives here is what pymemcache users expect of the interface: key
 prefixes and encodings, serializers (``serde`` objects or the older
