@@ -103,9 +103,9 @@
 //!   stays; if it holds a value (the server lost it, or evicted it), the
 //!   value must not be replayed, and an older value in the snapshot must
 //!   not come back either, so the client stamps a tombstone with a fresh
-//!   timestamp (`ms <key> 0 c T-1`: an already expired empty value). The
-//!   crash harness caught the first version, which simply dropped the
-//!   entry.
+//!   timestamp (`ms <key> 0 c T-1`: an already expired empty value).
+//!   Dropping the entry instead would let that older value come back,
+//!   which the crash harness's key checks see.
 //! * **Writes wait while a restart is suspected** (a write failed at the
 //!   connection level, a poll failed, an acknowledgement came from an
 //!   unseen instance, or the client started on a spill file with entries)
