@@ -830,6 +830,16 @@ impl RaftNetwork<TypeConfig> for Client {
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
         self.rpc(Rpc::Vote(req), option).await
     }
+
+    /// After a peer was unreachable, try it again one heartbeat later, not
+    /// openraft's default 500 ms: a node that restarts is fed the entries
+    /// it missed that much sooner, and until it has them it cannot win an
+    /// election, so a leader lost in that window costs extra vote rounds
+    /// (docs/benchmarks/cluster-failover.md). A retry to a dead peer is one
+    /// refused or timed-out dial per heartbeat.
+    fn backoff(&self) -> openraft::network::Backoff {
+        openraft::network::Backoff::new(std::iter::repeat(Duration::from_millis(crate::timing::HEARTBEAT_MS)))
+    }
 }
 
 #[cfg(test)]
