@@ -38,6 +38,7 @@ mod gate;
 mod group;
 pub mod incarnation;
 pub mod log_disk;
+mod log_format;
 mod log_store;
 mod membership;
 pub mod network;

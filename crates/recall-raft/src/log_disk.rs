@@ -10,11 +10,10 @@
 //!   log without an id is a new node interrupted before writing its id.
 //! * `raft.vote`: the last vote, replaced atomically (temp file, fsync,
 //!   rename, directory fsync) before `save_vote` returns.
-//! * `raft.log`: what happened to the log, in order, each a frame
-//!   `len u32 LE | crc32c u32 LE | bincode body`: a batch of entries
+//! * `raft.log`: what happened to the log, in order: a batch of entries
 //!   appended, a truncation (conflicting entries dropped from an index
 //!   on), or a purge (entries up to a log id dropped: they are in the
-//!   snapshot).
+//!   snapshot), in the layout `log_format.rs` describes.
 //! * `raft-snapshot.snap`: the newest snapshot (`snapshot_file.rs`).
 //!
 //! **Compaction.** A purge (openraft asks for one after a snapshot is on
@@ -40,58 +39,34 @@
 //! the reader are unchanged): an append lands in blocks the file system
 //! already reserved instead of allocating as it goes, and the log stays
 //! in few extents. Where the file system cannot (`EOPNOTSUPP`), appends
-//! allocate as before. The size still grows with each append, so an
-//! `fdatasync` still records the new length.
+//! allocate as before. (The file's length is sealed ahead of the frames
+//! in steps of [`GROW`], `log_format.rs`, so appends do not change it.)
 //!
-//! **Reading back.** Frames are read in order. The first one that does not
-//! decode is a *torn tail* when no valid frame follows it anywhere (a crash
-//! in the middle of an unsynced write: none of it was reported flushed);
-//! the file is cut there. Anything else is *damage*, and the node refuses
-//! to start, naming the file and offset: frames after it may hold
-//! acknowledged entries.
+//! **Layout and reading back**: `log_format.rs` (the sealed length, torn
+//! tails, damage, and a file cut short).
 
-use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read as _, Write as _};
+use std::io::{self, Read as _};
+use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use openraft::storage::LogFlushed;
-use openraft::{Entry, LogId, Vote};
+use openraft::{LogId, Vote};
 use recall_persist::fsutil::{write_atomically, FailAt};
-use serde::{Deserialize, Serialize};
+use recall_persist::wal_format::{trailer, TRAILER};
 
 use recall_placement::Stage;
 
+pub(crate) use crate::log_format::LogWrite;
+use crate::log_format::{codec, frame, sealed_file, HEADER};
+pub use crate::log_format::{read, replay, Back, Entries, Replayed, GROW};
+#[cfg(test)]
+use crate::log_format::{FRAME, MAGIC};
 use crate::write_path::WritePath;
 use crate::{NodeId, TypeConfig};
-
-/// `len u32 | crc32c u32` before each body.
-const FRAME: usize = 8;
-
-/// One change to the log, as the file records it (read back).
-#[derive(Debug, Deserialize)]
-enum LogOp {
-    Append(Vec<Entry<TypeConfig>>),
-    /// Entries from this index on are gone.
-    Truncate(u64),
-    /// Entries up to this log id are gone (in the snapshot).
-    Purged(LogId<NodeId>),
-}
-
-/// [`LogOp`] as it is written, borrowing the entries (serde writes a slice
-/// and a `Vec` alike, so the two are one format).
-#[derive(Debug, Serialize)]
-pub(crate) enum LogWrite<'e> {
-    Append(&'e [Entry<TypeConfig>]),
-    Truncate(u64),
-    Purged(LogId<NodeId>),
-}
-
-/// The log's entries by index.
-pub type Entries = BTreeMap<u64, Entry<TypeConfig>>;
 
 /// What a directory held at start.
 #[derive(Debug, Default)]
@@ -114,21 +89,46 @@ pub(crate) struct Disk {
 /// Blocks allocated ahead of the log file's end (see the module note).
 pub const PREALLOCATE: u64 = 64 << 20;
 
-/// The file appends go to, its length, and how far its blocks are
-/// allocated.
+/// The file appends go to, where its frames end, its sealed length, and
+/// how far its blocks are allocated.
 struct LogFile {
     file: File,
+    /// The end of the frames: the next one is written here.
     len: u64,
+    /// The file's length, which its trailer names.
+    sealed: u64,
     /// `u64::MAX` once the file system refused to preallocate.
     allocated: u64,
 }
 
 impl LogFile {
-    fn new(file: File) -> io::Result<LogFile> {
-        let len = file.metadata()?.len();
-        let mut f = LogFile { file, len, allocated: len };
+    /// A file read back with [`read`]: frames end at `len`, the trailer
+    /// ends at `sealed`.
+    fn new(file: File, len: u64, sealed: u64) -> io::Result<LogFile> {
+        let mut f = LogFile { file, len, sealed, allocated: len };
         f.allocate_ahead();
         Ok(f)
+    }
+
+    /// Seal a longer file before a frame that would reach the trailer: the
+    /// new trailer is written and synced first, so the length on disk
+    /// covers every frame ever reported flushed. Nothing of the frame is
+    /// written if this fails.
+    fn make_room(&mut self, n: u64) -> io::Result<()> {
+        let need = self.len + n + TRAILER as u64;
+        if need <= self.sealed {
+            return Ok(());
+        }
+        let sealed = need.div_ceil(GROW) * GROW;
+        self.file.write_all_at(&trailer(sealed), sealed - TRAILER as u64)?;
+        self.file.sync_data()?;
+        // The old trailer is room now. Its zeros reach the disk with the
+        // next sync, as the frame written over it does; a crash before
+        // that leaves it after the last frame, where reading back zeroes
+        // it as a torn tail.
+        let old = self.sealed - TRAILER as u64;
+        self.sealed = sealed;
+        self.file.write_all_at(&[0u8; TRAILER], old)
     }
 
     /// Allocate the next [`PREALLOCATE`] bytes once the end comes within
@@ -152,7 +152,8 @@ impl LogFile {
     }
 
     fn append(&mut self, frame: &[u8]) -> io::Result<()> {
-        self.file.write_all(frame)?;
+        self.make_room(frame.len() as u64)?;
+        self.file.write_all_at(frame, self.len)?;
         self.len += frame.len() as u64;
         self.allocate_ahead();
         Ok(())
@@ -205,10 +206,6 @@ fn named(p: &Path, e: impl std::fmt::Display) -> io::Error {
     io::Error::other(format!("{}: {e}", p.display()))
 }
 
-fn codec() -> impl bincode::Options {
-    bincode::DefaultOptions::new()
-}
-
 impl Disk {
     /// Open (or create) `dir` for node `id`: check whose it is, read the
     /// vote and the log back, and start the flusher. `snapshot` is the
@@ -248,20 +245,17 @@ impl Disk {
                 // An empty log without an id is a new node that crashed
                 // between the two steps below: nothing was written to it,
                 // so nothing was acknowledged, and it starts again.
-                let log_len = match std::fs::metadata(&log_path) {
-                    Ok(m) => m.len(),
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+                let held = match std::fs::read(&log_path) {
+                    Ok(d) => d,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
                     Err(e) => return Err(named(&log_path, e)),
                 };
-                if log_len > 0 || vote_path.exists() {
+                if !(held.is_empty() || held == sealed_file(&[])) || vote_path.exists() {
                     return Err(named(&id_path, "missing beside a Raft log: refusing to guess whose log it is"));
                 }
-                // A new node: the log file first, then the id that makes
-                // the directory count as "had a log".
-                File::create(&log_path)
-                    .map_err(|e| named(&log_path, e))?
-                    .sync_all()
-                    .map_err(|e| named(&log_path, e))?;
+                // A new node: the (sealed, empty) log file first, then the
+                // id that makes the directory count as "had a log".
+                write_atomically(&log_path, FailAt::None, |w| w.write_all(&sealed_file(&[])))?;
                 write_atomically(&id_path, FailAt::None, |w| writeln!(w, "{id}"))?;
             }
             Err(e) => return Err(named(&id_path, e)),
@@ -273,20 +267,47 @@ impl Disk {
         };
         let mut data = Vec::new();
         File::open(&log_path).and_then(|mut f| f.read_to_end(&mut data)).map_err(|e| named(&log_path, e))?;
-        let (mut log, purged, good) = replay(&data).map_err(|(at, why)| {
-            named(&log_path, format!("damaged at byte {at}: {why}; frames after it may hold acknowledged entries"))
-        })?;
+        if data.is_empty() {
+            // Every log this layout writes holds its header and trailer
+            // from the start, so an empty one with an id was cut to
+            // nothing.
+            return Err(named(
+                &log_path,
+                format!(
+                    "node {id}'s log is empty: it was cut and lost what it acknowledged; \
+                     start it under a new id (and remove the old one from the group)"
+                ),
+            ));
+        }
+        let back = read(&data).map_err(|(at, why)| named(&log_path, format!("at byte {at}: {why}")))?;
+        let Back { mut log, purged, end, dirty, sealed } = back;
         let last_purged = from_snapshot(&mut log, purged, snapshot).map_err(|why| named(&log_path, why))?;
-        let file = OpenOptions::new().append(true).open(&log_path).map_err(|e| named(&log_path, e))?;
-        if good < data.len() {
+        let (end, dirty, sealed) = match sealed {
+            Some(sealed) => (end, dirty, sealed),
+            None => {
+                // The layout without a trailer: rewrite it sealed (its
+                // good frames as they are, without a torn tail), so a cut
+                // from now on is seen.
+                tracing::info!(
+                    file = %log_path.display(),
+                    torn = dirty - end,
+                    "raft log: rewriting in the sealed layout"
+                );
+                let file = sealed_file(&data[..end]);
+                write_atomically(&log_path, FailAt::None, |w| w.write_all(&file))?;
+                (HEADER + end, HEADER + end, file.len())
+            }
+        };
+        let file = OpenOptions::new().read(true).write(true).open(&log_path).map_err(|e| named(&log_path, e))?;
+        if dirty > end {
             tracing::warn!(
                 file = %log_path.display(),
-                at = good,
-                dropped = data.len() - good,
-                "raft log: cutting a torn tail (a write the crash interrupted; never reported flushed)"
+                at = end,
+                dropped = dirty - end,
+                "raft log: zeroing a torn tail (a write the crash interrupted; never reported flushed)"
             );
-            file.set_len(good as u64).map_err(|e| named(&log_path, e))?;
-            file.sync_all().map_err(|e| named(&log_path, e))?;
+            file.write_all_at(&vec![0; dirty - end], end as u64).map_err(|e| named(&log_path, e))?;
+            file.sync_data().map_err(|e| named(&log_path, e))?;
         }
         let flush = Arc::new(Flusher {
             pending: Mutex::new(Pending::default()),
@@ -300,7 +321,7 @@ impl Disk {
         });
         let f = flush.clone();
         std::thread::Builder::new().name("recall-raft-log".into()).spawn(move || f.run())?;
-        let file = LogFile::new(file).map_err(|e| named(&flush.path, e))?;
+        let file = LogFile::new(file, end as u64, sealed as u64).map_err(|e| named(&flush.path, e))?;
         let disk = Disk { dir: dir.to_path_buf(), file: Mutex::new(file), flush, rewrites: AtomicU64::new(0) };
         Ok((Arc::new(disk), Recovered { log, vote, last_purged }))
     }
@@ -315,18 +336,18 @@ impl Disk {
     pub fn rewrite(&self, purged: LogId<NodeId>, log: &Entries) -> io::Result<()> {
         let path = &self.flush.path;
         let mut file = self.file.lock().expect("log file lock");
-        write_atomically(path, FailAt::None, |w| {
-            w.write_all(&frame(&LogWrite::Purged(purged))?)?;
-            let entries: Vec<_> = log.values().cloned().collect();
-            // Frames of a few entries, as appends write them.
-            for chunk in entries.chunks(32) {
-                w.write_all(&frame(&LogWrite::Append(chunk))?)?;
-            }
-            Ok(())
-        })?;
-        let new = OpenOptions::new().append(true).open(path).map_err(|e| named(path, e))?;
+        let mut frames = frame(&LogWrite::Purged(purged))?;
+        let entries: Vec<_> = log.values().cloned().collect();
+        // Frames of a few entries, as appends write them.
+        for chunk in entries.chunks(32) {
+            frames.extend_from_slice(&frame(&LogWrite::Append(chunk))?);
+        }
+        let sealed = sealed_file(&frames);
+        write_atomically(path, FailAt::None, |w| w.write_all(&sealed))?;
+        let new = OpenOptions::new().read(true).write(true).open(path).map_err(|e| named(path, e))?;
         *self.flush.file.lock().expect("flusher file lock") = Arc::new(new.try_clone().map_err(|e| named(path, e))?);
-        *file = LogFile::new(new).map_err(|e| named(path, e))?;
+        let end = (HEADER + frames.len()) as u64;
+        *file = LogFile::new(new, end, sealed.len() as u64).map_err(|e| named(path, e))?;
         self.rewrites.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -439,22 +460,6 @@ impl<D: Done> Flusher<D> {
     }
 }
 
-/// One op as a frame: `len | crc32c | body`.
-fn frame(op: &LogWrite<'_>) -> io::Result<Vec<u8>> {
-    use bincode::Options as _;
-    let body = codec().serialize(op).map_err(io::Error::other)?;
-    let len = u32::try_from(body.len()).map_err(|_| io::Error::other("a log batch over 4 GiB"))?;
-    let mut frame = Vec::with_capacity(FRAME + body.len());
-    frame.extend_from_slice(&len.to_le_bytes());
-    frame.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
-    frame.extend_from_slice(&body);
-    Ok(frame)
-}
-
-/// The log a restart goes on from: the snapshot's state (its last log id
-/// `snapshot`), then the entries after it, which must follow it without a
-/// hole (a log without a snapshot starts at the beginning: index 0, the
-/// initial membership, or 1). Entries the snapshot covers are dropped.
 /// Returns the last log id dropped (openraft's "last purged").
 fn from_snapshot(
     log: &mut Entries,
@@ -495,66 +500,9 @@ fn decode_vote(b: &[u8]) -> Result<Vote<NodeId>, String> {
     codec().reject_trailing_bytes().deserialize(body).map_err(|e| format!("bad vote: {e}"))
 }
 
-/// The frame at `i`: its op and where it ends, or why it is not one.
-fn frame_at(data: &[u8], i: usize) -> Result<(LogOp, usize), &'static str> {
-    use bincode::Options as _;
-    let head = data.get(i..i + FRAME).ok_or("frame header cut short")?;
-    let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
-    let crc = u32::from_le_bytes(head[4..].try_into().expect("4 bytes"));
-    let body = data.get(i + FRAME..i + FRAME + len).ok_or("frame cut short")?;
-    if crc32c::crc32c(body) != crc {
-        return Err("checksum mismatch");
-    }
-    let op = codec().reject_trailing_bytes().deserialize(body).map_err(|_| "bad frame body")?;
-    Ok((op, i + FRAME + len))
-}
-
-/// The log ops replayed: the entries, the last purge, and the length of
-/// the good prefix.
-pub type Replayed = (Entries, Option<LogId<NodeId>>, usize);
-
-/// Replay the file's ops into a log. Returns the log, the last log id
-/// purged, and the length of the good prefix (shorter than `data` for a
-/// torn tail), or the offset and kind of damage (fuzzed:
-/// `fuzz/fuzz_targets/raft_log.rs`).
-pub fn replay(data: &[u8]) -> Result<Replayed, (usize, &'static str)> {
-    let mut log = BTreeMap::new();
-    let mut purged = None;
-    let mut at = 0;
-    while at < data.len() {
-        match frame_at(data, at) {
-            Ok((op, end)) => {
-                match op {
-                    LogOp::Append(es) => {
-                        for e in es {
-                            log.insert(e.log_id.index, e);
-                        }
-                    }
-                    LogOp::Truncate(from) => {
-                        log.split_off(&from);
-                    }
-                    LogOp::Purged(upto) => {
-                        log = log.split_off(&(upto.index + 1));
-                        purged = purged.max(Some(upto));
-                    }
-                }
-                at = end;
-            }
-            Err(why) => {
-                // A torn tail has no valid frame after it; damage does.
-                if (at + 1..data.len()).any(|j| frame_at(data, j).is_ok()) {
-                    return Err((at, why));
-                }
-                return Ok((log, purged, at));
-            }
-        }
-    }
-    Ok((log, purged, at))
-}
-
 #[cfg(test)]
 mod tests {
-    use openraft::{CommittedLeaderId, EntryPayload, LogId};
+    use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
 
     use super::*;
     use crate::Effect;
@@ -730,8 +678,8 @@ mod tests {
     }
 
     /// The file's blocks are allocated ahead of its end, its length is
-    /// that of what was written, and it reads back; a rewrite allocates
-    /// ahead again.
+    /// the sealed room, and it reads back; a rewrite allocates ahead
+    /// again.
     #[test]
     fn the_log_file_is_preallocated_and_reads_back() {
         use std::os::unix::fs::MetadataExt as _;
@@ -743,7 +691,7 @@ mod tests {
             assert!(disk.preallocated(), "fallocate works on this file system");
             disk.write(&LogWrite::Append(&[entry(1, 1), entry(1, 2)]), None).unwrap();
             let m = std::fs::metadata(&path).unwrap();
-            assert!(m.len() < 1000, "the length is what was written: {}", m.len());
+            assert_eq!(m.len(), GROW, "the length is the sealed room");
             assert!(m.blocks() * 512 >= PREALLOCATE, "{} bytes allocated", m.blocks() * 512);
             let rest: Entries = [(2, entry(1, 2))].into();
             disk.rewrite(LogId::new(CommittedLeaderId::new(1, 1), 1), &rest).unwrap();
@@ -780,5 +728,133 @@ mod tests {
         let err = Disk::open(&dir, 4, None).err().unwrap().to_string();
         assert!(err.contains("raft.id") && err.contains("missing"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn dir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("recall-raft-log-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    /// Appends of `n` entries of `size` bytes each, one frame apiece, and
+    /// the file's frames' ends (each a place a cut could land on).
+    fn fill(dir: &Path, n: u64, size: usize) -> Vec<usize> {
+        let (disk, _) = Disk::open(dir, 2, None).unwrap();
+        let mut ends = Vec::new();
+        for i in 1..=n {
+            let e = Entry {
+                log_id: LogId::new(CommittedLeaderId::new(1, 1), i),
+                payload: EntryPayload::Normal(crate::Batch(vec![Effect { cause: 1, record: vec![i as u8; size] }])),
+            };
+            disk.write(&LogWrite::Append(&[e]), None).unwrap();
+            ends.push(disk.file.lock().unwrap().len as usize);
+        }
+        ends
+    }
+
+    /// A file cut anywhere, even exactly between two frames, is refused
+    /// with the file and what is missing; the whole file reads back.
+    #[test]
+    fn a_log_cut_short_is_refused_even_between_frames() {
+        let d = dir("cut");
+        let ends = fill(&d, 20, 100);
+        let path = d.join("raft.log");
+        let whole = std::fs::read(&path).unwrap();
+        for cut in [ends[10], ends[19], ends[19] + 1, whole.len() - 1, 20, HEADER] {
+            std::fs::write(&path, &whole[..cut]).unwrap();
+            let err = Disk::open(&d, 2, None).err().unwrap().to_string();
+            assert!(err.contains("raft.log") && err.contains("cut"), "cut at {cut}: {err}");
+        }
+        std::fs::write(&path, b"").unwrap();
+        let err = Disk::open(&d, 2, None).err().unwrap().to_string();
+        assert!(err.contains("raft.log") && err.contains("empty"), "{err}");
+        std::fs::write(&path, &whole).unwrap();
+        let (_disk, rec) = Disk::open(&d, 2, None).unwrap();
+        assert_eq!(rec.log.len(), 20);
+        drop(_disk);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A crash in the middle of a frame's write leaves part of it before
+    /// the room: every such prefix starts, without it, and zeroed, so the
+    /// next start finds nothing torn and appends go on where it was.
+    #[test]
+    fn a_torn_tail_is_zeroed_and_the_log_goes_on() {
+        let d = dir("torn");
+        let ends = fill(&d, 5, 300);
+        let path = d.join("raft.log");
+        let whole = std::fs::read(&path).unwrap();
+        let last = ends[3]..ends[4];
+        for cut in [1, 7, 8, 9, last.len() / 2, last.len() - 1] {
+            let mut torn = whole.clone();
+            torn[last.start + cut..last.end].fill(0);
+            std::fs::write(&path, &torn).unwrap();
+            {
+                let (disk, rec) = Disk::open(&d, 2, None).unwrap();
+                assert_eq!(rec.log.len(), 4, "torn at {cut}");
+                assert_eq!(std::fs::read(&path).unwrap()[last.clone()], vec![0; last.len()][..]);
+                disk.write(&LogWrite::Append(&[entry(1, 5)]), None).unwrap();
+            }
+            let (_disk, rec) = Disk::open(&d, 2, None).unwrap();
+            assert_eq!(indexes(&rec.log), [(1, 1), (1, 2), (1, 3), (1, 4), (1, 5)], "torn at {cut}");
+        }
+        // A damaged frame with a good one after it is refused, with where.
+        let mut damaged = whole.clone();
+        damaged[ends[1] + FRAME] ^= 0xff;
+        std::fs::write(&path, &damaged).unwrap();
+        let err = Disk::open(&d, 2, None).err().unwrap().to_string();
+        assert!(err.contains(&format!("at byte {}", ends[1])) && err.contains("damaged"), "{err}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// Appends past the first room grow the sealed length, and the log
+    /// reads back whole; an old trailer a crash left in the room (the new
+    /// one was synced, its zeroing was not) reads as a torn tail.
+    #[test]
+    fn the_sealed_length_grows_ahead_of_the_frames() {
+        let d = dir("grow");
+        let ends = fill(&d, 12, 1 << 20);
+        let path = d.join("raft.log");
+        let len = std::fs::metadata(&path).unwrap().len();
+        assert!(len > GROW * 3 && len.is_multiple_of(GROW) && len >= *ends.last().unwrap() as u64, "{len}");
+        {
+            let (_disk, rec) = Disk::open(&d, 2, None).unwrap();
+            assert_eq!(rec.log.len(), 12);
+        }
+        let mut f = std::fs::read(&path).unwrap();
+        let end = *ends.last().unwrap();
+        f[end + 100..end + 100 + TRAILER].copy_from_slice(&trailer((end + 100 + TRAILER) as u64));
+        std::fs::write(&path, &f).unwrap();
+        let (_disk, rec) = Disk::open(&d, 2, None).unwrap();
+        assert_eq!(rec.log.len(), 12);
+        drop(_disk);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A log in the layout without a trailer is read with its own rule
+    /// (a torn tail cut) and rewritten sealed, so a later cut is seen.
+    #[test]
+    fn a_log_without_a_trailer_is_read_and_rewritten_sealed() {
+        let d = dir("legacy");
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("raft.id"), "2\n").unwrap();
+        let mut old = frame(&LogWrite::Append(&[entry(1, 1), entry(1, 2)]));
+        old.extend(frame(&LogWrite::Append(&[entry(1, 3)])));
+        let torn = frame(&LogWrite::Append(&[entry(1, 4)]));
+        old.extend_from_slice(&torn[..torn.len() / 2]);
+        std::fs::write(d.join("raft.log"), &old).unwrap();
+        {
+            let (disk, rec) = Disk::open(&d, 2, None).unwrap();
+            assert_eq!(indexes(&rec.log), [(1, 1), (1, 2), (1, 3)]);
+            assert!(std::fs::read(d.join("raft.log")).unwrap().starts_with(MAGIC));
+            disk.write(&LogWrite::Append(&[entry(1, 4)]), None).unwrap();
+        }
+        let (_disk, rec) = Disk::open(&d, 2, None).unwrap();
+        assert_eq!(rec.log.len(), 4);
+        drop(_disk);
+        let f = std::fs::read(d.join("raft.log")).unwrap();
+        std::fs::write(d.join("raft.log"), &f[..f.len() - 1]).unwrap();
+        assert!(Disk::open(&d, 2, None).err().unwrap().to_string().contains("cut"));
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -52,8 +52,23 @@ fn stat(addr: SocketAddr, name: &str) -> u64 {
 }
 
 /// Bytes of the files in `dir`.
+/// What the directory's files hold: for `raft.log`, the bytes up to its
+/// last frame, not the room after it (a hole until written, its length
+/// sealed ahead with a 16-byte trailer at the end).
 fn dir_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir).expect("log dir").map(|e| e.expect("entry").metadata().expect("metadata").len()).sum()
+    std::fs::read_dir(dir)
+        .expect("log dir")
+        .map(|e| {
+            let e = e.expect("entry");
+            if e.file_name() == "raft.log" {
+                let data = std::fs::read(e.path()).expect("raft.log");
+                let frames = &data[..data.len().saturating_sub(16)];
+                frames.iter().rposition(|b| *b != 0).map_or(0, |last| last as u64 + 1)
+            } else {
+                e.metadata().expect("metadata").len()
+            }
+        })
+        .sum()
 }
 
 /// Probe until node `i` has applied at least `index`.
