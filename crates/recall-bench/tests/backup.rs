@@ -26,6 +26,7 @@ fn config(server: std::net::SocketAddr, stop: Stop) -> LoadConfig {
         server_pid: None,
         progress: false,
         backup: true,
+        cluster: false,
     }
 }
 

@@ -10,6 +10,8 @@
 //! recall-bench --multiget 10 --pipeline 4 --ratio 1:0
 //! # sets through recall-durable's write backup (seed 000), 8 connections
 //! recall-bench --backup --conns 8 --ratio 0:1 --json
+//! # a recall cluster: each key to its group's leader
+//! recall-bench --cluster -s 127.0.0.1:11211 --workload ycsb-a --preload
 //! # the trivial server ("the limit")
 //! recall-bench trivial-server -p 0 -t 1
 //! ```
@@ -182,6 +184,12 @@ struct LoadArgs {
     /// connection.
     #[arg(long)]
     backup: bool,
+    /// `--server` is a node of a replicated recall cluster: read its
+    /// `cluster map` and send each key to its group's leader (one socket
+    /// per node on every connection), following leaders as they move, so
+    /// no request pays a forward hop. One key per request.
+    #[arg(long)]
+    cluster: bool,
     /// Print the report as JSON on stdout.
     #[arg(long)]
     json: bool,
@@ -235,6 +243,17 @@ fn workload(a: &LoadArgs) -> WorkloadSpec {
 
 fn print_human(r: &Report) {
     println!("server    {}", r.server);
+    if let Some(c) = &r.cluster {
+        println!(
+            "cluster   {} nodes, {} groups, leaders per node {:?}, {} maps read ({} failed), {} leader moves seen",
+            c.nodes.len(),
+            c.groups,
+            c.leaders_per_node,
+            c.map_refreshes,
+            c.failed_refreshes,
+            c.leader_changes
+        );
+    }
     println!("workload  {}", r.workload);
     println!(
         "load      {} loop, {} protocol, multiget {}, {} threads, {} conns, pipeline {}{}",
@@ -310,6 +329,7 @@ fn run_load(a: &LoadArgs) -> Result<(), String> {
         server_pid: a.server_pid,
         progress: !a.quiet,
         backup: a.backup,
+        cluster: a.cluster,
     };
     let report = load::run(&cfg).map_err(|e| e.to_string())?;
     if a.json {

@@ -20,6 +20,7 @@ use rand::SeedableRng;
 use rand_distr::{Distribution, Exp};
 
 use super::proto::{self, OutQueue, Protocol, Reply, ReplyParser};
+use super::route::Route;
 use super::sys::{now_ns, TimerFd};
 use super::LoadError;
 use crate::workload::{Op, OpKind, Workload};
@@ -57,6 +58,16 @@ pub(crate) struct Shared {
     pub read_buf: usize,
     /// Set by a failing thread so the others stop early.
     pub abort: AtomicBool,
+    /// `--cluster`: each connection is a lane of one socket per node, and
+    /// each key goes to its group's leader (`route.rs`).
+    pub route: Option<Arc<Route>>,
+}
+
+impl Shared {
+    /// Sockets per lane: one per node with a route, else one.
+    fn nodes(&self) -> usize {
+        self.route.as_ref().map_or(1, |r| r.nodes().len())
+    }
 }
 
 /// Live counters a thread publishes for the progress display.
@@ -175,14 +186,26 @@ impl Gen {
         op
     }
 
-    /// Queues one request on `conn`; false when the workload has ended.
-    fn issue(&mut self, conn: &mut Conn, intended: u64, sent: u64) -> bool {
-        let Some(op) = self.next() else {
-            return false;
+    /// Queues one request of lane `lane` on the socket of its key's node
+    /// (`nodes` sockets a lane, in `route`'s order); the socket's index, or
+    /// None when the workload has ended.
+    fn issue(
+        &mut self,
+        conns: &mut [Conn],
+        lane: usize,
+        route: Option<&Route>,
+        intended: u64,
+        sent: u64,
+    ) -> Option<usize> {
+        let op = self.next()?;
+        op.write_key(&mut self.key);
+        let idx = match route {
+            Some(r) => lane * r.nodes().len() + r.node_of(&self.key),
+            None => lane,
         };
+        let conn = &mut conns[idx];
         let pattern: &[u8] = &self.pattern;
         let out = &mut conn.out;
-        op.write_key(&mut self.key);
         let len = op.value_size as usize;
         let mut keys = 1;
         let mut expect_len = op.value_size;
@@ -240,7 +263,7 @@ impl Gen {
             }
         };
         conn.inflight.push_back(InFlight { intended, sent, kind, keys: keys as u32, hits: 0, expect_len, op });
-        true
+        Some(idx)
     }
 }
 
@@ -278,6 +301,11 @@ struct Worker<'a> {
     completed_total: u64,
     measured: u64,
     dirty: Vec<usize>,
+    /// Requests in flight per lane (over its sockets).
+    lane_inflight: Vec<usize>,
+    /// Closed loop: requests each lane may send now (replies taken since
+    /// its last issue).
+    freed: Vec<usize>,
 }
 
 fn closed_err(what: &str) -> LoadError {
@@ -289,6 +317,29 @@ impl Worker<'_> {
         if !conns[i].dirty {
             conns[i].dirty = true;
             self.dirty.push(i);
+        }
+    }
+
+    /// Queue lane `lane`'s next request; false when the workload ended.
+    fn issue(&mut self, conns: &mut [Conn], lane: usize, intended: u64, sent: u64) -> bool {
+        match self.gen.issue(conns, lane, self.shared.route.as_deref(), intended, sent) {
+            Some(i) => {
+                self.lane_inflight[lane] += 1;
+                self.mark_dirty(conns, i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Closed loop: refill lane `lane` for the replies it took.
+    fn refill(&mut self, conns: &mut [Conn], lane: usize) {
+        let now = now_ns();
+        while self.freed[lane] > 0 {
+            self.freed[lane] -= 1;
+            if self.stopping || self.lane_inflight[lane] >= self.shared.pipeline || !self.issue(conns, lane, now, now) {
+                self.freed[lane] = 0;
+            }
         }
     }
 
@@ -305,7 +356,7 @@ impl Worker<'_> {
         Ok(())
     }
 
-    fn on_readable(&mut self, conn: &mut Conn) -> Result<(), LoadError> {
+    fn on_readable(&mut self, conn: &mut Conn, lane: usize) -> Result<(), LoadError> {
         loop {
             let space = conn.inbuf.len() - conn.in_end;
             let n = match conn.stream.read(&mut conn.inbuf[conn.in_end..]) {
@@ -317,7 +368,7 @@ impl Worker<'_> {
             };
             conn.in_end += n;
             let now = now_ns();
-            self.process_input(conn, now)?;
+            self.process_input(conn, lane, now)?;
             // A short read drained the socket (as tokio assumes); the next
             // arrival raises a new edge.
             if n < space {
@@ -326,13 +377,13 @@ impl Worker<'_> {
         }
     }
 
-    fn process_input(&mut self, conn: &mut Conn, now: u64) -> Result<(), LoadError> {
+    fn process_input(&mut self, conn: &mut Conn, lane: usize, now: u64) -> Result<(), LoadError> {
         loop {
             let (used, reply) =
                 conn.parser.parse(&conn.inbuf[conn.in_start..conn.in_end]).map_err(|e| LoadError(e.to_string()))?;
             conn.in_start += used;
             match reply {
-                Some(r) => self.on_reply(conn, r, now)?,
+                Some(r) => self.on_reply(conn, lane, r, now)?,
                 None if used == 0 || conn.in_start == conn.in_end => break,
                 None => {}
             }
@@ -348,7 +399,7 @@ impl Worker<'_> {
         Ok(())
     }
 
-    fn on_reply(&mut self, conn: &mut Conn, reply: Reply, now: u64) -> Result<(), LoadError> {
+    fn on_reply(&mut self, conn: &mut Conn, lane: usize, reply: Reply, now: u64) -> Result<(), LoadError> {
         let Some(front) = conn.inflight.front_mut() else {
             return Err(LoadError(format!("unsolicited reply {reply:?}")));
         };
@@ -382,6 +433,7 @@ impl Worker<'_> {
             (kind, r) => return Err(LoadError(format!("reply {r:?} does not answer a {kind:?} request"))),
         }
         let done = conn.inflight.pop_front().expect("front exists");
+        self.lane_inflight[lane] -= 1;
         self.completed_total += 1;
         // Replies past the quota (already in the same read) are not counted.
         if now >= self.measure_from && self.quota.is_none_or(|q| self.measured < q) {
@@ -411,18 +463,25 @@ impl Worker<'_> {
         if !error && done.keys == 1 && done.hits == 0 && matches!(done.kind, ReqKind::Get | ReqKind::MetaGet) {
             self.gen.workload.on_miss(&done.op);
         }
-        if self.closed_loop && !self.stopping && conn.inflight.len() < self.shared.pipeline {
-            self.gen.issue(conn, now, now);
+        // The next request may go to another socket of the lane: the
+        // event loop sends it once this read is parsed.
+        if self.closed_loop && !self.stopping {
+            self.freed[lane] += 1;
         }
         Ok(())
     }
 }
 
-fn connect(shared: &Shared, n: usize, poll: &Poll) -> Result<Vec<Conn>, LoadError> {
-    let mut conns = Vec::with_capacity(n);
-    for i in 0..n {
-        let s = std::net::TcpStream::connect(shared.addr)
-            .map_err(|e| LoadError(format!("connect to {}: {e}", shared.addr)))?;
+/// `lanes` lanes of sockets: socket `lane * nodes + node` goes to `node`.
+fn connect(shared: &Shared, lanes: usize, poll: &Poll) -> Result<Vec<Conn>, LoadError> {
+    let addrs: Vec<SocketAddr> = match &shared.route {
+        Some(r) => r.nodes().to_vec(),
+        None => vec![shared.addr],
+    };
+    let mut conns = Vec::with_capacity(lanes * addrs.len());
+    for i in 0..lanes * addrs.len() {
+        let addr = addrs[i % addrs.len()];
+        let s = std::net::TcpStream::connect(addr).map_err(|e| LoadError(format!("connect to {addr}: {e}")))?;
         s.set_nodelay(true)?;
         s.set_nonblocking(true)?;
         let mut stream = TcpStream::from_std(s);
@@ -489,7 +548,11 @@ fn event_loop(
         completed_total: 0,
         measured: 0,
         dirty: Vec::with_capacity(conns.len()),
+        lane_inflight: vec![0; conns.len() / shared.nodes()],
+        freed: vec![0; conns.len() / shared.nodes()],
     };
+    let nodes = shared.nodes();
+    let lanes = conns.len() / nodes;
 
     let mut timer = None;
     let mut schedule = None;
@@ -510,16 +573,15 @@ fn event_loop(
                     Exp::new(1.0 / gap_ns).map_err(|e| LoadError(e.to_string()))?,
                 )),
             },
-            rr: plan.index % conns.len().max(1),
+            rr: plan.index % lanes.max(1),
         });
     } else {
-        for i in 0..conns.len() {
+        for lane in 0..lanes {
             for _ in 0..shared.pipeline {
-                if w.stopping || !w.gen.issue(&mut conns[i], start, start) {
+                if w.stopping || !w.issue(&mut conns, lane, start, start) {
                     break;
                 }
             }
-            w.mark_dirty(&mut conns, i);
         }
     }
 
@@ -556,7 +618,8 @@ fn event_loop(
             }
             let i = ev.token().0;
             if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                w.on_readable(&mut conns[i])?;
+                w.on_readable(&mut conns[i], i / nodes)?;
+                w.refill(&mut conns, i / nodes);
                 if !conns[i].out.is_empty() {
                     w.mark_dirty(&mut conns, i);
                 }
@@ -567,24 +630,22 @@ fn event_loop(
         }
         if let Some(sched) = schedule.as_mut() {
             let now = now_ns();
-            let n = conns.len();
             'due: while !w.stopping && !w.gen.exhausted && sched.next_due() <= now {
                 let mut chosen = None;
-                for k in 0..n {
-                    let i = (sched.rr + k) % n;
-                    if conns[i].inflight.len() < shared.pipeline {
-                        chosen = Some(i);
+                for k in 0..lanes {
+                    let lane = (sched.rr + k) % lanes;
+                    if w.lane_inflight[lane] < shared.pipeline {
+                        chosen = Some(lane);
                         break;
                     }
                 }
                 // Every connection is full: the request waits (its latency
                 // still counts from its scheduled time).
-                let Some(i) = chosen else { break 'due };
-                sched.rr = (i + 1) % n;
-                if !w.gen.issue(&mut conns[i], sched.next_due(), now) {
+                let Some(lane) = chosen else { break 'due };
+                sched.rr = (lane + 1) % lanes;
+                if !w.issue(&mut conns, lane, sched.next_due(), now) {
                     break;
                 }
-                w.mark_dirty(&mut conns, i);
                 sched.advance();
             }
             let due = sched.next_due();

@@ -26,6 +26,7 @@ mod backup;
 pub mod client;
 pub mod proto;
 mod report;
+pub mod route;
 pub mod sys;
 pub mod trivial;
 
@@ -40,6 +41,8 @@ pub use client::Timetable;
 pub use proto::Protocol;
 use report::{cpu_report, measured, snapshot, Snapshot};
 pub use report::{CpuReport, Latency, Measured, PreloadReport, Report};
+pub use route::ClusterReport;
+use route::{Refresher, Route};
 
 use crate::workload::etc::{EtcConfig, EtcMode, EtcSizes, EtcWorkload};
 use crate::workload::fixed::{FixedConfig, FixedWorkload, Popularity};
@@ -335,6 +338,10 @@ pub struct LoadConfig {
     /// write backup, seed 000) instead of the event-loop generator; see
     /// [`backup`](self::backup).
     pub backup: bool,
+    /// `server` is a node of a replicated recall cluster: learn the nodes
+    /// and each group's leader from its `cluster map`, and send each key to
+    /// its group's leader ([`route`]).
+    pub cluster: bool,
 }
 
 impl LoadConfig {
@@ -364,6 +371,11 @@ impl LoadConfig {
         }
         if self.backup {
             backup::validate(self)?;
+        }
+        if self.cluster && (self.backup || self.multiget > 1) {
+            // A multiget's keys belong to several groups, and the backup
+            // client routes by its own map.
+            return bad("--cluster sends one key per request: not with --multiget or --backup");
         }
         Ok(())
     }
@@ -454,7 +466,7 @@ fn run_phase(
     Ok(PhaseResult { stats, begin, end })
 }
 
-fn preload(cfg: &LoadConfig, pattern: &Arc<Vec<u8>>) -> Result<PreloadReport, LoadError> {
+fn preload(cfg: &LoadConfig, pattern: &Arc<Vec<u8>>, route: Option<&Arc<Route>>) -> Result<PreloadReport, LoadError> {
     let keys = cfg.workload.key_count();
     // ETC's cap is 1 MB but its typical value is a few hundred bytes.
     let big = match cfg.workload {
@@ -473,6 +485,7 @@ fn preload(cfg: &LoadConfig, pattern: &Arc<Vec<u8>>) -> Result<PreloadReport, Lo
         pattern: pattern.clone(),
         read_buf: 64 * 1024,
         abort: Default::default(),
+        route: route.cloned(),
     });
     // Thread t stores a contiguous share of the key ids over its
     // connections.
@@ -515,14 +528,20 @@ pub fn run(cfg: &LoadConfig) -> Result<Report, LoadError> {
     let pattern = Arc::new(proto::value_pattern(cfg.workload.max_value_size() as usize));
     // Fail on a bad workload before touching the server.
     cfg.workload.build(cfg.seed, 0, cfg.threads)?;
+    let route = if cfg.cluster { Some(Arc::new(Route::fetch(cfg.server)?)) } else { None };
+    // Leaders may move during the run (placement): follow them.
+    let refresher = route.as_ref().map(|r| Refresher::start(r.clone())).transpose()?;
     let (preload, measured) = if cfg.backup {
         backup::run(cfg, &pattern)?
     } else {
-        let preload = if cfg.preload || cfg.preload_only { Some(preload(cfg, &pattern)?) } else { None };
-        (preload, if cfg.preload_only { None } else { Some(measure(cfg, &pattern)?) })
+        let route = route.as_ref();
+        let preload = if cfg.preload || cfg.preload_only { Some(preload(cfg, &pattern, route)?) } else { None };
+        (preload, if cfg.preload_only { None } else { Some(measure(cfg, &pattern, route)?) })
     };
+    drop(refresher);
     Ok(Report {
         server: cfg.server.to_string(),
+        cluster: route.map(|r| r.report()),
         workload: cfg.workload.describe(),
         protocol: cfg.protocol.as_str(),
         multiget: cfg.multiget,
@@ -540,7 +559,7 @@ pub fn run(cfg: &LoadConfig) -> Result<Report, LoadError> {
     })
 }
 
-fn measure(cfg: &LoadConfig, pattern: &Arc<Vec<u8>>) -> Result<Measured, LoadError> {
+fn measure(cfg: &LoadConfig, pattern: &Arc<Vec<u8>>, route: Option<&Arc<Route>>) -> Result<Measured, LoadError> {
     let big = cfg.workload.max_value_size() as usize > 64 * 1024;
     let shared = Arc::new(Shared {
         addr: cfg.server,
@@ -556,6 +575,7 @@ fn measure(cfg: &LoadConfig, pattern: &Arc<Vec<u8>>) -> Result<Measured, LoadErr
         pattern: pattern.clone(),
         read_buf: if big { 256 * 1024 } else { 64 * 1024 },
         abort: Default::default(),
+        route: route.cloned(),
     });
     let mut plans = Vec::new();
     for t in 0..cfg.threads {

@@ -127,6 +127,9 @@ pub struct Measured {
 pub struct Report {
     /// Server address.
     pub server: String,
+    /// `--cluster`: the nodes, and what the map said during the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<super::ClusterReport>,
     /// Workload description.
     pub workload: String,
     /// `text` or `meta`.
