@@ -52,6 +52,9 @@ const FUSE_BIG_WRITES: u32 = 1 << 5;
 /// is private to its ABI features).
 const FUSE_DO_READDIRPLUS: u32 = 1 << 13;
 const FUSE_READDIRPLUS_AUTO: u32 = 1 << 14;
+/// FUSE_POSIX_ACL; fuser names it only under its `abi-7-26` feature, and
+/// the kernel honours it whatever protocol minor fuser declares.
+const FUSE_POSIX_ACL: u32 = 1 << 20;
 
 /// Settings of one mount.
 #[derive(Debug, Clone)]
@@ -265,6 +268,18 @@ impl Filesystem for RecallFs {
         // `ls -l` or `find -type` need no lookup per name; adaptive, so a
         // listing nobody stats afterwards stays a plain readdir.
         let _ = config.add_capabilities(FUSE_DO_READDIRPLUS | FUSE_READDIRPLUS_AUTO);
+        // POSIX ACLs: the kernel checks a file's ACLs itself (the mount
+        // has default_permissions; without this flag it checks the mode
+        // bits alone), so an ACL entry that grants or denies what the mode
+        // bits do not is honoured as on the backing file system. The ACLs
+        // are the backing file's, read with getxattr. The kernel keeps
+        // them only while it keeps the attributes: it drops them at every
+        // attribute refresh (a stat or permission check after the
+        // timeout, a lookup's revalidation, each readdirplus entry), so a
+        // change behind the mount's back is enforced within
+        // --attr-timeout-ms, and `ls -l` still asks every listed file for
+        // system.posix_acl_access (docs/design/recall-fs.md).
+        let _ = config.add_capabilities(FUSE_POSIX_ACL);
         Ok(())
     }
 

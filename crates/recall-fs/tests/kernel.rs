@@ -1,10 +1,17 @@
 //! The kernel's caches with the default attribute timeout: an open of an
 //! unchanged file keeps the pages the kernel holds (a re-read never
 //! reaches recall-fs), and any change — through the mount or behind its
-//! back — makes the next open drop them.
+//! back — makes the next open drop them. POSIX ACLs, which the kernel
+//! keeps and checks itself, follow a change behind the mount's back.
 
+use std::ffi::CString;
 use std::fs::{self, OpenOptions};
-use std::os::unix::fs::FileExt;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use recall_testkit::Recalld;
 
@@ -69,4 +76,104 @@ fn unchanged_files_keep_their_pages_and_changed_ones_do_not() {
     fs::write(&f, b"three\n").unwrap();
     assert_eq!(fs::metadata(&f).unwrap().len(), 6);
     assert_eq!(fs::read(&f).unwrap(), b"three\n");
+}
+
+/// A POSIX ACL as the `system.posix_acl_*` xattrs carry it (version 2,
+/// then tag, permission bits and id per entry, sorted by tag and id).
+fn acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in entries {
+        v.extend(tag.to_le_bytes());
+        v.extend(perm.to_le_bytes());
+        v.extend(id.to_le_bytes());
+    }
+    v
+}
+
+const ACL_ACCESS: &str = "system.posix_acl_access";
+const NO_ID: u32 = u32::MAX;
+const USER_OBJ: u16 = 0x01;
+const USER: u16 = 0x02;
+const GROUP_OBJ: u16 = 0x04;
+const MASK: u16 = 0x10;
+const OTHER: u16 = 0x20;
+
+fn cpath(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).unwrap()
+}
+
+/// getxattr(2): the value, or the errno.
+fn get_xattr(p: &Path, name: &str) -> Result<Vec<u8>, i32> {
+    let (p, name) = (cpath(p), CString::new(name).unwrap());
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: NUL-terminated strings; `buf` is valid for its length.
+    let n = unsafe { libc::getxattr(p.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap());
+    }
+    buf.truncate(n as usize);
+    Ok(buf)
+}
+
+fn set_xattr(p: &Path, name: &str, value: &[u8]) {
+    let (p, name) = (cpath(p), CString::new(name).unwrap());
+    // SAFETY: NUL-terminated strings; `value` is valid for its length.
+    let rc = unsafe { libc::setxattr(p.as_ptr(), name.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    assert_eq!(rc, 0, "setxattr: {}", std::io::Error::last_os_error());
+}
+
+/// Can user `uid` open `p` for reading? (A child process of that uid:
+/// the kernel checks the mount's permissions itself.)
+fn readable_by(uid: u32, p: &Path) -> bool {
+    Command::new("cat").arg(p).uid(uid).gid(uid).stdout(Stdio::null()).stderr(Stdio::null()).status().unwrap().success()
+}
+
+/// The kernel keeps a file's ACLs (FUSE_POSIX_ACL) and checks them
+/// itself: an ACL granting what the mode bits do not is honoured, and one
+/// changed behind the mount's back (only the ctime moves: same mode, same
+/// size) is seen, and enforced, once the attributes are asked again.
+#[test]
+fn acls_are_enforced_and_a_change_behind_the_mount_reaches_the_kernel() {
+    if !fuse_available() {
+        return;
+    }
+    let backing = TempDir::new("backing");
+    let b = backing.0.join("f");
+    fs::write(&b, b"private\n").unwrap();
+    fs::set_permissions(&b, fs::Permissions::from_mode(0o600)).unwrap();
+    // Owner rw, user 1234 r, group none, mask r, others none: mode 0640.
+    let grant =
+        acl(&[(USER_OBJ, 6, NO_ID), (USER, 4, 1234), (GROUP_OBJ, 0, NO_ID), (MASK, 4, NO_ID), (OTHER, 0, NO_ID)]);
+    set_xattr(&b, ACL_ACCESS, &grant);
+    let m = Mount::start_with(&backing.0, "", &["--attr-timeout-ms", "100", "--allow-other"]);
+    let f = m.path("f");
+    assert!(readable_by(1234, &f), "the ACL grants user 1234 read");
+    assert!(!readable_by(1235, &f), "nothing grants user 1235 read");
+    assert_eq!(get_xattr(&f, ACL_ACCESS), Ok(grant.clone()));
+
+    // Behind the mount's back: 1234 loses read, 1235 gets it; the mask,
+    // so the mode, stays.
+    let swap = acl(&[
+        (USER_OBJ, 6, NO_ID),
+        (USER, 0, 1234),
+        (USER, 4, 1235),
+        (GROUP_OBJ, 0, NO_ID),
+        (MASK, 4, NO_ID),
+        (OTHER, 0, NO_ID),
+    ]);
+    set_xattr(&b, ACL_ACCESS, &swap);
+    assert_eq!(fs::metadata(&b).unwrap().permissions().mode() & 0o7777, 0o640);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        // A stat reaches recall-fs once the attributes time out; it then
+        // tells the kernel to drop the ACL it holds.
+        let _ = fs::metadata(&f).unwrap();
+        if get_xattr(&f, ACL_ACCESS) == Ok(swap.clone()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the kernel kept the old ACL");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!readable_by(1234, &f), "the new ACL denies user 1234");
+    assert!(readable_by(1235, &f), "the new ACL grants user 1235");
 }
