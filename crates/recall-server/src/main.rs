@@ -159,3 +159,20 @@ fn init_logging(cli: &Cli, verbosity: u8) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(all(test, not(any(target_env = "msvc", feature = "system-allocator"))))]
+mod tests {
+    /// The store counts an item's allocation against `-m` at the size its
+    /// rule says jemalloc hands out; here jemalloc, this binary's
+    /// allocator, answers for itself.
+    #[test]
+    fn the_stores_allocation_sizes_are_what_jemalloc_hands_out() {
+        let sizes = (1..=4096).chain((4097..=2 << 20).step_by(509)).chain([60 * 1024 + 16, 1 << 20, (1 << 20) + 1]);
+        for n in sizes {
+            let b = vec![0u8; n].into_boxed_slice();
+            // SAFETY: a live allocation of the global allocator (jemalloc).
+            let usable = unsafe { tikv_jemallocator::usable_size(b.as_ptr()) };
+            assert_eq!(recall_store::item::alloc_size(n), usable, "a request of {n} bytes");
+        }
+    }
+}
