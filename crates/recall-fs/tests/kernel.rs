@@ -4,9 +4,7 @@
 //! back — makes the next open drop them. POSIX ACLs, which the kernel
 //! keeps and checks itself, follow a change behind the mount's back.
 
-use std::ffi::CString;
 use std::fs::{self, OpenOptions};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -16,7 +14,7 @@ use std::time::{Duration, Instant};
 use recall_testkit::Recalld;
 
 mod common;
-use common::{fuse_available, settle, Mount, TempDir};
+use common::{fuse_available, get_xattr, set_xattr, settle, Mount, TempDir};
 
 #[test]
 fn unchanged_files_keep_their_pages_and_changed_ones_do_not() {
@@ -97,30 +95,6 @@ const USER: u16 = 0x02;
 const GROUP_OBJ: u16 = 0x04;
 const MASK: u16 = 0x10;
 const OTHER: u16 = 0x20;
-
-fn cpath(p: &Path) -> CString {
-    CString::new(p.as_os_str().as_bytes()).unwrap()
-}
-
-/// getxattr(2): the value, or the errno.
-fn get_xattr(p: &Path, name: &str) -> Result<Vec<u8>, i32> {
-    let (p, name) = (cpath(p), CString::new(name).unwrap());
-    let mut buf = vec![0u8; 4096];
-    // SAFETY: NUL-terminated strings; `buf` is valid for its length.
-    let n = unsafe { libc::getxattr(p.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error().raw_os_error().unwrap());
-    }
-    buf.truncate(n as usize);
-    Ok(buf)
-}
-
-fn set_xattr(p: &Path, name: &str, value: &[u8]) {
-    let (p, name) = (cpath(p), CString::new(name).unwrap());
-    // SAFETY: NUL-terminated strings; `value` is valid for its length.
-    let rc = unsafe { libc::setxattr(p.as_ptr(), name.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
-    assert_eq!(rc, 0, "setxattr: {}", std::io::Error::last_os_error());
-}
 
 /// Can user `uid` open `p` for reading? (A child process of that uid:
 /// the kernel checks the mount's permissions itself.)

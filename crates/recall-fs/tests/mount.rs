@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use recall_testkit::Recalld;
 
 mod common;
-use common::{fuse_available, settle, Mount, TempDir};
+use common::{cpath, fuse_available, get_xattr, set_xattr, settle, Mount, TempDir};
 
 fn set_mtime(path: &Path, t: SystemTime) {
     File::options()
@@ -532,35 +532,6 @@ fn big_files_are_cached_in_chunks_and_partial_reads_hit() {
     srv.kill9();
     assert_eq!(fs::read(&f).unwrap(), changed, "read from the backing file");
     assert!(m.stat("fallbacks") >= 1);
-}
-
-fn cpath(p: &Path) -> std::ffi::CString {
-    std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap()
-}
-
-/// getxattr(2): the value, or the errno.
-fn get_xattr(p: &Path, name: &str) -> Result<Vec<u8>, i32> {
-    let (p, name) = (cpath(p), std::ffi::CString::new(name).unwrap());
-    // SAFETY: NUL-terminated strings; a null buffer of 0 asks for the size.
-    let n = unsafe { libc::getxattr(p.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error().raw_os_error().unwrap());
-    }
-    let mut buf = vec![0u8; n as usize];
-    // SAFETY: `buf` is valid for its length.
-    let n = unsafe { libc::getxattr(p.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error().raw_os_error().unwrap());
-    }
-    buf.truncate(n as usize);
-    Ok(buf)
-}
-
-fn set_xattr(p: &Path, name: &str, value: &[u8]) {
-    let (p, name) = (cpath(p), std::ffi::CString::new(name).unwrap());
-    // SAFETY: NUL-terminated strings; `value` is valid for its length.
-    let rc = unsafe { libc::setxattr(p.as_ptr(), name.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
-    assert_eq!(rc, 0, "setxattr: {}", std::io::Error::last_os_error());
 }
 
 fn list_xattr(p: &Path) -> Vec<String> {

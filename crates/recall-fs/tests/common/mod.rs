@@ -157,3 +157,33 @@ impl Drop for Mount {
         let _ = Command::new("fusermount3").arg("-u").arg("-z").arg(&self.mnt).stderr(Stdio::null()).status();
     }
 }
+
+/// A path as the C string libc's calls take.
+pub fn cpath(p: &Path) -> std::ffi::CString {
+    std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap()
+}
+
+/// getxattr(2): the value, or the errno.
+pub fn get_xattr(p: &Path, name: &str) -> Result<Vec<u8>, i32> {
+    let (p, name) = (cpath(p), std::ffi::CString::new(name).unwrap());
+    // SAFETY: NUL-terminated strings; a null buffer of 0 asks for the size.
+    let n = unsafe { libc::getxattr(p.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap());
+    }
+    let mut buf = vec![0u8; n as usize];
+    // SAFETY: `buf` is valid for its length.
+    let n = unsafe { libc::getxattr(p.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap());
+    }
+    buf.truncate(n as usize);
+    Ok(buf)
+}
+
+pub fn set_xattr(p: &Path, name: &str, value: &[u8]) {
+    let (p, name) = (cpath(p), std::ffi::CString::new(name).unwrap());
+    // SAFETY: NUL-terminated strings; `value` is valid for its length.
+    let rc = unsafe { libc::setxattr(p.as_ptr(), name.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    assert_eq!(rc, 0, "setxattr: {}", std::io::Error::last_os_error());
+}
