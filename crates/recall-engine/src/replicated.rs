@@ -663,14 +663,18 @@ impl Engine {
 
     /// Send a request another node leads to that node on the cluster's
     /// connection, if it is one that goes that way (see
-    /// [`Replicator::forward`]; `None`: take the client-port hop).
+    /// [`Replicator::forward`]; `None`: take the client-port hop). With
+    /// `reads_too`, the pure reads go that way as well (their reply then
+    /// comes whole, up to [`crate::forwarded::REPLY_MAX`]): for a node
+    /// whose client-port hop cannot reach the leader.
     pub fn forward_to_leader(
         &self,
         group: usize,
         binary: bool,
         req: &[u8],
+        reads_too: bool,
     ) -> Option<Ticket<Result<Vec<u8>, ForwardFailed>>> {
-        if !crate::forwarded::forwardable(binary, req) || req.len() > crate::forwarded::REQUEST_MAX {
+        if !(reads_too || crate::forwarded::forwardable(binary, req)) || req.len() > crate::forwarded::REQUEST_MAX {
             return None;
         }
         self.replicator()?.forward(group, req.to_vec())

@@ -250,8 +250,10 @@ pub(crate) async fn serve_batch(
 /// Run one forwarded request (a whole text or meta request with its
 /// data, or one binary packet) and return its reply's bytes. Its commit
 /// is awaited here, within the engine's commit timeout (past it the reply
-/// says the outcome is unknown, as a client's would).
-async fn serve(engine: &Engine, counters: Arc<Counters>, req: &[u8]) -> Vec<u8> {
+/// says the outcome is unknown, as a client's would). Also how a node
+/// whose client-port hop is off runs the part of a split get that it
+/// leads itself (recall-server's `conn.rs`).
+pub async fn serve(engine: &Engine, counters: Arc<Counters>, req: &[u8]) -> Vec<u8> {
     let mut session = Session::forwarded(engine, counters);
     let mut out = Out::new();
     let mut pos = 0;

@@ -70,6 +70,7 @@ use recall_engine::op::Refusal;
 use recall_engine::{AdminReply, Cause, ClusterMap, Engine, Ready, Replicator, Resolver, Ticket};
 use serde::{Deserialize, Serialize};
 
+pub use forward::serve as serve_forwarded;
 pub(crate) use group::Group;
 
 pub type NodeId = u64;

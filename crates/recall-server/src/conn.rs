@@ -307,8 +307,17 @@ where
     // Where a second hop goes when the leader refused and named nobody:
     // whoever this node sees leading the group by then.
     let now_leads = || cx.engine.cluster_map().and_then(|m| m.group_leader_elsewhere(group).map(str::to_string));
+    // Without the client-port hop (`-Z`: the leaders' client ports speak
+    // TLS only), every forwarded request goes on the Raft port, reads too,
+    // and a split get's runs one after the other.
+    let reads_too = cx.forward.is_none();
+    if let Some(runs) = split.as_ref().filter(|_| reads_too) {
+        let bytes = split_on_raft_port(cx, deadline, runs).await;
+        stream.write_all(&bytes).await.map_err(|_| Action::Close)?;
+        return Ok(Some(bytes.len()));
+    }
     if split.is_none() {
-        if let Some(reply) = raft_port_hop(cx, deadline, group, binary, req).await {
+        if let Some(reply) = raft_port_hop(cx, deadline, group, binary, req, reads_too).await {
             let bytes = match reply {
                 Ok(bytes) => bytes,
                 Err(line) => error_reply(binary, req, &line),
@@ -348,12 +357,13 @@ async fn raft_port_hop(
     group: usize,
     binary: bool,
     req: &[u8],
+    reads_too: bool,
 ) -> Option<Result<Vec<u8>, String>> {
     use recall_engine::ForwardFailed;
-    let mut reply = await_hop(cx, deadline, cx.engine.forward_to_leader(group, binary, req)?).await;
+    let mut reply = await_hop(cx, deadline, cx.engine.forward_to_leader(group, binary, req, reads_too)?).await;
     if let Ok(bytes) = &reply {
         if recall_proto::forward::not_leader_reply(bytes, binary).is_some() {
-            if let Some(again) = cx.engine.forward_to_leader(group, binary, req) {
+            if let Some(again) = cx.engine.forward_to_leader(group, binary, req, reads_too) {
                 tracing::debug!(group, "forwarded write refused: not leader; once more");
                 reply = await_hop(cx, deadline, again).await;
             }
@@ -365,6 +375,29 @@ async fn raft_port_hop(
             format!("SERVER_ERROR cluster forward failed ({e}); the request may or may not have been applied")
         }
     }))
+}
+
+/// A split get's runs ([`crate::forward::split_get`]) on the Raft port,
+/// one after the other; a run of groups this node leads runs here. The
+/// reply: every run's values and one `END`, or the first run's reply that
+/// is not values (a refusal, an error line) alone. Held whole, as each
+/// run's reply comes whole.
+async fn split_on_raft_port(cx: &ConnCtx, deadline: &mut Deadline, runs: &[crate::forward::Run]) -> Vec<u8> {
+    const END: &[u8] = b"END\r\n";
+    let mut out = Vec::new();
+    for run in runs {
+        let reply = match raft_port_hop(cx, deadline, run.group, false, &run.req, true).await {
+            Some(Ok(bytes)) => bytes,
+            Some(Err(line)) => return error_reply(false, &run.req, &line),
+            None => recall_raft::serve_forwarded(&cx.engine, cx.counters.clone(), &run.req).await,
+        };
+        match reply.strip_suffix(END) {
+            Some(values) => out.extend_from_slice(values),
+            None => return reply,
+        }
+    }
+    out.extend_from_slice(END);
+    out
 }
 
 async fn await_hop(

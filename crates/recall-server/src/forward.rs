@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use recall_engine::auth::CredentialCell;
+use recall_proto::cluster::{group_of_slot, slot_of};
 use recall_proto::forward::{binary_marker, not_leader_reply, ReplyFramer, TEXT_MARKER};
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -343,13 +344,24 @@ async fn connect(leader: &str, login: Option<&CredentialCell>) -> std::io::Resul
 
 /// A text multi-key get (`get`, `gets`, `gat`, `gats`) whose keys belong
 /// to groups led by different nodes, split into runs of consecutive keys
-/// with one leader: each run's leader's client address and its request,
-/// in the request's order. `None` when the request goes whole (not such a
+/// with one leader: each run's leader's client address, the group of its
+/// first key and its request, in the request's order. `None` when the request goes whole (not such a
 /// get, one group, one leader for every key, or a key whose group has no
 /// leader known: the request then gets its refusal). A run of keys this
 /// node leads goes to this node's own client port (on a forwarded
 /// connection, which answers them here).
-pub fn split_get(map: &recall_proto::cluster::ClusterMap, req: &[u8]) -> Option<Vec<(String, Vec<u8>)>> {
+/// One run of a split get.
+#[derive(Debug, PartialEq)]
+pub struct Run {
+    /// The client address of the node that leads the run's keys.
+    pub leader: String,
+    /// The group of the run's first key (its leader leads every group of
+    /// the run's keys).
+    pub group: usize,
+    pub req: Vec<u8>,
+}
+
+pub fn split_get(map: &recall_proto::cluster::ClusterMap, req: &[u8]) -> Option<Vec<Run>> {
     if map.groups.len() <= 1 {
         return None;
     }
@@ -363,12 +375,13 @@ pub fn split_get(map: &recall_proto::cluster::ClusterMap, req: &[u8]) -> Option<
         _ => return None,
     };
     let (prefix, keys) = rest.split_at_checked(before_keys)?;
-    let mut runs: Vec<(&str, Vec<&[u8]>)> = Vec::new();
+    let groups = map.group_count();
+    let mut runs: Vec<(&str, usize, Vec<&[u8]>)> = Vec::new();
     for key in keys {
         let leader = map.leader_addr_of_key(key)?;
         match runs.last_mut() {
-            Some((l, ks)) if *l == leader => ks.push(key),
-            _ => runs.push((leader, vec![key])),
+            Some((l, _, ks)) if *l == leader => ks.push(key),
+            _ => runs.push((leader, group_of_slot(slot_of(key), groups), vec![key])),
         }
     }
     if runs.len() < 2 {
@@ -383,7 +396,11 @@ pub fn split_get(map: &recall_proto::cluster::ClusterMap, req: &[u8]) -> Option<
         r.extend_from_slice(b"\r\n");
         r
     };
-    Some(runs.into_iter().map(|(leader, keys)| (leader.to_string(), request(&keys))).collect())
+    Some(
+        runs.into_iter()
+            .map(|(leader, group, keys)| Run { leader: leader.to_string(), group, req: request(&keys) })
+            .collect(),
+    )
 }
 
 impl Forwarder {
@@ -395,13 +412,9 @@ impl Forwarder {
     /// failure, or a reply that is not values (a refusal), before anything
     /// reached the client is the error line; after, the connection must
     /// close (`Failed::Close`). The bytes written to `client`.
-    pub async fn forward_split<C: AsyncWrite + Unpin>(
-        &self,
-        runs: &[(String, Vec<u8>)],
-        client: &mut C,
-    ) -> Result<usize, Failed> {
+    pub async fn forward_split<C: AsyncWrite + Unpin>(&self, runs: &[Run], client: &mut C) -> Result<usize, Failed> {
         let mut sent = 0;
-        for (leader, req) in runs {
+        for Run { leader, req, .. } in runs {
             let mut run = RunValues { client: &mut *client, values: None, held: Vec::new(), written: 0 };
             let mut out = self.run(leader, req, &mut run, sent).await?;
             if let Err(reply) = &out {
@@ -469,17 +482,18 @@ mod split_tests {
         let (k0, k1, k2, k3) = (key_in(0), key_in(1), key_in(2), key_in(3));
         let req = format!("gets {k0} {k3} {k1} {k0}\r\n");
         let runs = split_get(&map, req.as_bytes()).expect("split");
-        let runs: Vec<(String, String)> = runs.into_iter().map(|(l, r)| (l, String::from_utf8(r).unwrap())).collect();
+        let runs: Vec<(String, usize, String)> =
+            runs.into_iter().map(|r| (r.leader, r.group, String::from_utf8(r.req).unwrap())).collect();
         assert_eq!(
             runs,
             [
-                ("a:1".to_string(), format!("gets {k0} {k3}\r\n")),
-                ("b:1".to_string(), format!("gets {k1}\r\n")),
-                ("a:1".to_string(), format!("gets {k0}\r\n")),
+                ("a:1".to_string(), 0, format!("gets {k0} {k3}\r\n")),
+                ("b:1".to_string(), 1, format!("gets {k1}\r\n")),
+                ("a:1".to_string(), 0, format!("gets {k0}\r\n")),
             ]
         );
         let gat = split_get(&map, format!("gat 10 {k1} {k3}\r\n").as_bytes()).expect("split");
-        assert_eq!(gat[1].1, format!("gat 10 {k3}\r\n").into_bytes());
+        assert_eq!((gat[1].group, &gat[1].req), (3, &format!("gat 10 {k3}\r\n").into_bytes()));
         // Whole: one leader for every key, a key of a group without a
         // leader, one key, not a get, one group.
         for req in [format!("get {k0} {k3}\r\n"), format!("get {k0} {k2}\r\n"), format!("get {k1}\r\n")] {
@@ -502,7 +516,7 @@ mod hop_tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
-    use super::Forwarder;
+    use super::{Forwarder, Run};
 
     /// A stand-in leader on loopback: it takes `cluster forwarded`, then
     /// answers every request with `answer(request)` and the marker's `MN`.
@@ -613,11 +627,12 @@ mod hop_tests {
             let (new, _) = fake(|_| "VALUE zz 0 1\r\nz\r\nEND\r\n".into()).await;
             let named = not_leader_line(&new);
             let (old, _) = fake(move |_| format!("{named}\r\n")).await;
+            let run = |leader: &String, req: &[u8]| Run { leader: leader.clone(), group: 0, req: req.to_vec() };
             let runs = [
-                (a.clone(), b"get aa bb\r\n".to_vec()),
-                (empty, b"get cc\r\n".to_vec()),
-                (old, b"get zz\r\n".to_vec()),
-                (a, b"get dd\r\n".to_vec()),
+                run(&a, b"get aa bb\r\n"),
+                run(&empty, b"get cc\r\n"),
+                run(&old, b"get zz\r\n"),
+                run(&a, b"get dd\r\n"),
             ];
             let f = Forwarder::new(Duration::from_secs(10));
             let mut client = Vec::new();

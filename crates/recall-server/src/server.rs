@@ -513,7 +513,13 @@ impl Worker {
             choice: self.choice,
             idle: self.idle,
             wal: self.wal,
-            forward: self.forward_timeout.map(|t| Arc::new(crate::forward::Forwarder::new(t).with_login(login))),
+            // With `-Z` the leaders' client ports speak TLS only, which the
+            // client-port hop does not: every forwarded request then goes
+            // on the Raft port (`conn::forward`).
+            forward: self
+                .forward_timeout
+                .filter(|_| self.tls.is_none())
+                .map(|t| Arc::new(crate::forward::Forwarder::new(t).with_login(login))),
             stop: self.stop,
             latency: self.latency.as_ref().map(|l| l.register()),
         };

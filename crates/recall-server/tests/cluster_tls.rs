@@ -3,8 +3,10 @@
 //! authenticate each other elects a leader, replicates and forwards; a
 //! peer without the cluster's certificate (another CA's, a self-signed
 //! one, plain TCP) is refused at the Raft port and counted in
-//! `cluster_peer_refused`. The certificates are made fresh by the test
-//! (rcgen), so no key is committed.
+//! `cluster_peer_refused`. With TLS on the client port (`-Z`), a node
+//! forwards every request, reads too, on the Raft port, as the leaders'
+//! client ports take no plain connection. The certificates are made fresh
+//! by the test (rcgen), so no key is committed.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -13,7 +15,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa, KeyPair};
-use recall_testkit::cluster::{ask, stats, Cluster};
+use recall_proto::cluster::{group_of_slot, slot_of};
+use recall_testkit::cluster::{ask, stats, Cluster, DEADLINE};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
@@ -22,8 +25,8 @@ struct Pki {
 }
 
 impl Pki {
-    fn new() -> Pki {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cluster-tls-{}", std::process::id()));
+    fn new(name: &str) -> Pki {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("test dir");
         Pki { dir }
@@ -129,7 +132,7 @@ fn wait_refused(addr: SocketAddr, n: u64) -> u64 {
 
 #[test]
 fn a_tls_cluster_serves_and_refuses_peers_without_the_cluster_s_certificate() {
-    let pki = Pki::new();
+    let pki = Pki::new("cluster-tls");
     let ca = pki.ca("cluster-ca");
     let other = pki.ca("other-ca");
     pki.node("node", Some(&ca));
@@ -182,4 +185,67 @@ fn tls_settings_come_all_together() {
     ]);
     let Err(err) = r else { panic!("recalld started with --cluster-tls-cert alone") };
     assert!(err.contains("tls_cert, tls_key and tls_ca"), "{err}");
+}
+
+/// One request over TLS (`-Z`) to a client port, and its reply: up to
+/// `END` for values and stats, a meta value's two lines, else its first
+/// line.
+fn tls_ask(pki: &Pki, addr: SocketAddr, req: &str) -> String {
+    let mut s = pki.dial(addr, "node");
+    s.write_all(req.as_bytes()).and_then(|_| s.flush()).expect("send over TLS");
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let whole = if reply.starts_with(b"VALUE ") || reply.starts_with(b"STAT ") {
+            reply.ends_with(b"END\r\n")
+        } else if reply.starts_with(b"VA ") {
+            reply.windows(2).filter(|w| w == b"\r\n").count() == 2
+        } else {
+            reply.ends_with(b"\r\n")
+        };
+        if whole {
+            return String::from_utf8_lossy(&reply).into_owned();
+        }
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => return String::from_utf8_lossy(&reply).into_owned(),
+            Ok(n) => reply.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+#[test]
+fn with_client_tls_reads_a_node_does_not_serve_go_to_the_leader_on_the_raft_port() {
+    let pki = Pki::new("client-tls");
+    let ca = pki.ca("cluster-ca");
+    pki.node("node", Some(&ca));
+    let opts = format!("ssl_chain_cert={},ssl_key={}", pki.path("node.pem"), pki.path("node.key"));
+    // Reads at the leader only, so every read at a node that does not lead
+    // its key's group is forwarded; two groups, so a get of a key of each
+    // is split between their leaders (or partly run where it arrives).
+    let c = Cluster::start_with_args(3, &[], &["-Z", "-o", &opts, "--cluster-read", "leader", "--cluster-groups", "2"]);
+    let key = |g: usize| (0..).map(|i| format!("k{i}")).find(|k| group_of_slot(slot_of(k.as_bytes()), 2) == g).unwrap();
+    let (a, b) = (key(0), key(1));
+
+    // Written through node 1 once both groups have a leader (the writes go
+    // on the Raft port already).
+    let start = Instant::now();
+    for k in [&a, &b] {
+        while tls_ask(&pki, c.clients[0], &format!("set {k} 0 0 3\r\nv{k}\r\n"))[..] != *"STORED\r\n" {
+            assert!(start.elapsed() < DEADLINE, "no leader took {k}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let (va, vb) = (format!("VALUE {a} 0 3\r\nv{a}\r\n"), format!("VALUE {b} 0 3\r\nv{b}\r\n"));
+    for (i, &addr) in c.clients.iter().enumerate() {
+        assert_eq!(tls_ask(&pki, addr, &format!("get {a}\r\n")), format!("{va}END\r\n"), "node {}", i + 1);
+        assert_eq!(tls_ask(&pki, addr, &format!("get {b}\r\n")), format!("{vb}END\r\n"), "node {}", i + 1);
+        assert_eq!(
+            tls_ask(&pki, addr, &format!("get {b} {a} missing\r\n")),
+            format!("{vb}{va}END\r\n"),
+            "node {}: a get split across the groups",
+            i + 1
+        );
+        let mg = tls_ask(&pki, addr, &format!("mg {a} v\r\n"));
+        assert_eq!(mg, format!("VA 3\r\nv{a}\r\n"), "node {}", i + 1);
+    }
 }
