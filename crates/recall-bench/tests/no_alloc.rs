@@ -3,44 +3,15 @@
 //! allocator checks it; counts are per thread so the test harness's own
 //! threads cannot interfere.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
 use recall_bench::workload::adversary::{AdversaryConfig, AdversaryKind, AdversaryWorkload, OneHitWonders};
 use recall_bench::workload::etc::{EtcConfig, EtcMode, EtcWorkload};
 use recall_bench::workload::fixed::{FixedConfig, FixedWorkload, Popularity};
 use recall_bench::workload::ycsb::{YcsbConfig, YcsbWorkload};
 use recall_bench::workload::{Arrival, OpKind, Workload};
-
-struct Counting;
-
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // try_with: thread-local storage may be gone during thread exit.
-        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
-        System.alloc(layout)
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout)
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
-        System.realloc(ptr, layout, new_size)
-    }
-}
+use recall_testkit::alloc::{allocations, Counting};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
-
-fn allocations() -> u64 {
-    ALLOCATIONS.with(Cell::get)
-}
 
 /// Runs `n` ops, reporting every other `Get` as a miss, after a warm-up
 /// that lets the key buffer and fill queue reach their steady capacity.

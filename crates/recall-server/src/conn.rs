@@ -141,7 +141,7 @@ where
         if out.capacity() == 0 && !buf.is_empty() {
             // Enough for a request-reply client's turn; a bigger turn grows
             // it by doubling.
-            out = Out::with_capacity(FIRST_READ);
+            out = crate::buffers::reply(FIRST_READ);
         }
         let started = cx.latency.as_ref().map(|_| std::time::Instant::now());
         let done = session.process_within(engine, &buf, &mut out, budget);
@@ -441,8 +441,8 @@ fn error_reply(binary: bool, req: &[u8], line: &str) -> Vec<u8> {
 /// a reply buffer's allocation (memcached lends its read buffers from a
 /// per-thread cache the same way), nor an empty 256 KiB streaming buffer
 /// in the middle of a streamed value (the value's own bytes are counted
-/// against `-m`: the session reserves them). The allocator's thread cache
-/// hands the same buffers to the next connection that reads.
+/// against `-m`: the session reserves them). The worker keeps a few of
+/// them for the next connection that reads (`buffers.rs`).
 async fn read_some<S: AsyncRead + Unpin>(
     stream: &mut S,
     buf: &mut BytesMut,
@@ -451,6 +451,9 @@ async fn read_some<S: AsyncRead + Unpin>(
     most: usize,
 ) -> std::io::Result<usize> {
     std::future::poll_fn(|cx| {
+        if buf.capacity() == 0 && room == FIRST_READ {
+            *buf = crate::buffers::read_buffer(FIRST_READ);
+        }
         if buf.capacity() - buf.len() < room / 4 {
             // Up to `room` first, then by doubling: a long request that
             // started in a 4 KiB buffer ends in the same power of two as
@@ -472,10 +475,10 @@ async fn read_some<S: AsyncRead + Unpin>(
             std::task::Poll::Ready(Err(e)) => std::task::Poll::Ready(Err(e)),
             std::task::Poll::Pending => {
                 if buf.is_empty() && buf.capacity() > 0 {
-                    *buf = BytesMut::new();
+                    crate::buffers::give_read(std::mem::take(buf), FIRST_READ);
                 }
                 if out.capacity() > 0 {
-                    *out = Out::new();
+                    crate::buffers::give_reply(std::mem::take(out));
                 }
                 std::task::Poll::Pending
             }

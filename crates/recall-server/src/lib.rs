@@ -6,6 +6,7 @@
 
 pub mod auth;
 pub mod backlog;
+mod buffers;
 pub mod config;
 pub mod conn;
 pub mod daemon;

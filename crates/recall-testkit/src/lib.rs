@@ -20,6 +20,7 @@
 //! srv.restart().expect("same port, same data directory");
 //! ```
 
+pub mod alloc;
 pub mod cluster;
 pub mod mount;
 pub mod servers;
