@@ -30,7 +30,8 @@ pub const REPLY_TOO_LARGE: &[u8] = b"SERVER_ERROR cluster reply too large to for
 /// `mg`; binary GET, GETQ, GETK, GETKQ), which a follower serves itself
 /// (follower reads) and, when it cannot, forwards on the client-port hop,
 /// which streams their values as they come instead of holding a whole
-/// batch's answer.
+/// batch's answer (a node without that hop sends them on the Raft port
+/// too: [`crate::Engine::forward_to_leader`]'s `reads_too`).
 pub fn forwardable(binary: bool, req: &[u8]) -> bool {
     if binary {
         use recall_proto::binary::opcode as op;

@@ -20,7 +20,8 @@
 //!
 //! Every forwarded request goes this way except the pure reads
 //! (`recall_engine::forwarded::forwardable`), whose values the client-port
-//! hop streams: a batch's answer is sent whole. A batch's answer waits for
+//! hop streams: a batch's answer is sent whole. A node without that hop
+//! (`-Z`, `-S`: recall-server's `conn.rs`) sends its reads this way too. A batch's answer waits for
 //! its slowest request; most are writes, which commit together, and with
 //! [`LINES`] calls in flight a slow one (a membership change) holds up
 //! only the requests that arrived with it.

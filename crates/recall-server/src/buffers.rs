@@ -11,8 +11,8 @@
 //! buffers from a per-thread cache the same way.
 //!
 //! Only buffers of the first read's size and replies up to [`REPLY_MAX`]
-//! are kept, at most [`KEPT`] of each per worker (about 160 KiB), so the
-//! memory of a burst of large requests still goes back to the system.
+//! are kept, at most [`KEPT`] of each per worker (at most 160 KiB), so
+//! the memory of a burst of large requests still goes back to the system.
 
 use std::cell::RefCell;
 
@@ -42,7 +42,9 @@ pub fn read_buffer(size: usize) -> BytesMut {
 /// dropped). The room its consumed requests took is reclaimed first: the
 /// buffer is the connection's alone once it is empty.
 pub fn give_read(mut buf: BytesMut, size: usize) {
-    if buf.is_empty() && buf.try_reclaim(size) && buf.capacity() == size {
+    // Exactly `size`: not a grown buffer whose consumed requests left
+    // `size` of its room (it would pin the larger allocation).
+    if buf.is_empty() && buf.try_reclaim(size) && buf.capacity() == size && !buf.try_reclaim(size + 1) {
         READS.with(|r| {
             let mut r = r.borrow_mut();
             if r.len() < KEPT {
@@ -89,6 +91,12 @@ mod tests {
         full.extend_from_slice(b"get");
         give_read(full, 4096);
         give_read(BytesMut::with_capacity(1 << 20), 4096);
+        // A grown buffer whose room left is 4096 is not kept either.
+        let mut grown = BytesMut::with_capacity(8192);
+        grown.extend_from_slice(&[b'x'; 4096]);
+        bytes::Buf::advance(&mut grown, 4096);
+        assert_eq!(grown.capacity(), 4096);
+        give_read(grown, 4096);
         assert!(READS.with(|r| r.borrow().is_empty()));
         for _ in 0..2 * KEPT {
             give_read(BytesMut::with_capacity(4096), 4096);

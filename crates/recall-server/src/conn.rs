@@ -312,9 +312,7 @@ where
     // and a split get's runs one after the other.
     let reads_too = cx.forward.is_none();
     if let Some(runs) = split.as_ref().filter(|_| reads_too) {
-        let bytes = split_on_raft_port(cx, deadline, runs).await;
-        stream.write_all(&bytes).await.map_err(|_| Action::Close)?;
-        return Ok(Some(bytes.len()));
+        return split_on_raft_port(cx, stream, deadline, runs).await.map(Some);
     }
     if split.is_none() {
         if let Some(reply) = raft_port_hop(cx, deadline, group, binary, req, reads_too).await {
@@ -378,26 +376,40 @@ async fn raft_port_hop(
 }
 
 /// A split get's runs ([`crate::forward::split_get`]) on the Raft port,
-/// one after the other; a run of groups this node leads runs here. The
-/// reply: every run's values and one `END`, or the first run's reply that
-/// is not values (a refusal, an error line) alone. Held whole, as each
-/// run's reply comes whole.
-async fn split_on_raft_port(cx: &ConnCtx, deadline: &mut Deadline, runs: &[crate::forward::Run]) -> Vec<u8> {
+/// one after the other; a run of groups this node leads runs here. Each
+/// run's values are written as its reply comes (so at most one run's
+/// reply, 8 MiB, is held), its `END` taken off, and one `END` ends them.
+/// A run's reply that is not values (a refusal, an error line) is the
+/// reply if nothing went out yet; after, the connection closes, as a half
+/// reply cannot be finished with an error (and a split `gat` may have
+/// touched the earlier runs' keys). The bytes written.
+async fn split_on_raft_port<S: AsyncWrite + Unpin>(
+    cx: &ConnCtx,
+    stream: &mut S,
+    deadline: &mut Deadline,
+    runs: &[crate::forward::Run],
+) -> Result<usize, Action> {
     const END: &[u8] = b"END\r\n";
-    let mut out = Vec::new();
+    let mut sent = 0;
     for run in runs {
         let reply = match raft_port_hop(cx, deadline, run.group, false, &run.req, true).await {
             Some(Ok(bytes)) => bytes,
-            Some(Err(line)) => return error_reply(false, &run.req, &line),
+            Some(Err(line)) => error_reply(false, &run.req, &line),
             None => recall_raft::serve_forwarded(&cx.engine, cx.counters.clone(), &run.req).await,
         };
-        match reply.strip_suffix(END) {
-            Some(values) => out.extend_from_slice(values),
-            None => return reply,
+        let (bytes, last) = match reply.strip_suffix(END) {
+            Some(values) => (values, false),
+            None if sent == 0 => (&reply[..], true),
+            None => return Err(Action::Close),
+        };
+        stream.write_all(bytes).await.map_err(|_| Action::Close)?;
+        sent += bytes.len();
+        if last {
+            return Ok(sent);
         }
     }
-    out.extend_from_slice(END);
-    out
+    stream.write_all(END).await.map_err(|_| Action::Close)?;
+    Ok(sent + END.len())
 }
 
 async fn await_hop(

@@ -342,14 +342,6 @@ async fn connect(leader: &str, login: Option<&CredentialCell>) -> std::io::Resul
     Ok(conn)
 }
 
-/// A text multi-key get (`get`, `gets`, `gat`, `gats`) whose keys belong
-/// to groups led by different nodes, split into runs of consecutive keys
-/// with one leader: each run's leader's client address, the group of its
-/// first key and its request, in the request's order. `None` when the request goes whole (not such a
-/// get, one group, one leader for every key, or a key whose group has no
-/// leader known: the request then gets its refusal). A run of keys this
-/// node leads goes to this node's own client port (on a forwarded
-/// connection, which answers them here).
 /// One run of a split get.
 #[derive(Debug, PartialEq)]
 pub struct Run {
@@ -361,6 +353,15 @@ pub struct Run {
     pub req: Vec<u8>,
 }
 
+/// A text multi-key get (`get`, `gets`, `gat`, `gats`) whose keys belong
+/// to groups led by different nodes, split into runs of consecutive keys
+/// with one leader: each run's leader's client address, the group of its
+/// first key and its request, in the request's order. `None` when the
+/// request goes whole (not such a get, one group, one leader for every
+/// key, or a key whose group has no leader known: the request then gets
+/// its refusal). On the client-port hop a run of keys this node leads
+/// goes to this node's own client port (on a forwarded connection, which
+/// answers them here); on the Raft port it runs here (`conn.rs`).
 pub fn split_get(map: &recall_proto::cluster::ClusterMap, req: &[u8]) -> Option<Vec<Run>> {
     if map.groups.len() <= 1 {
         return None;

@@ -506,6 +506,7 @@ impl Worker {
         // With `-Y`, the hop's connections log in with this node's own
         // entry of the auth file (the cluster's nodes share it).
         let login = self.engine.config().auth.ascii.clone();
+        let sasl = self.engine.config().auth.sasl.is_some();
         let cx = ConnCtx {
             counters: self.engine.registry().register(),
             engine: self.engine,
@@ -513,12 +514,13 @@ impl Worker {
             choice: self.choice,
             idle: self.idle,
             wal: self.wal,
-            // With `-Z` the leaders' client ports speak TLS only, which the
-            // client-port hop does not: every forwarded request then goes
-            // on the Raft port (`conn::forward`).
+            // With `-Z` the leaders' client ports speak TLS only, and with
+            // `-S` binary SASL only, neither of which the client-port hop
+            // does: every forwarded request then goes on the Raft port
+            // (`conn::forward`). The cluster's nodes are configured alike.
             forward: self
                 .forward_timeout
-                .filter(|_| self.tls.is_none())
+                .filter(|_| self.tls.is_none() && !sasl)
                 .map(|t| Arc::new(crate::forward::Forwarder::new(t).with_login(login))),
             stop: self.stop,
             latency: self.latency.as_ref().map(|l| l.register()),

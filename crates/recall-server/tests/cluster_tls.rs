@@ -188,15 +188,15 @@ fn tls_settings_come_all_together() {
 }
 
 /// One request over TLS (`-Z`) to a client port, and its reply: up to
-/// `END` for values and stats, a meta value's two lines, else its first
-/// line.
+/// `END` for values, stats and the cluster map, a meta value's two lines,
+/// else its first line.
 fn tls_ask(pki: &Pki, addr: SocketAddr, req: &str) -> String {
     let mut s = pki.dial(addr, "node");
     s.write_all(req.as_bytes()).and_then(|_| s.flush()).expect("send over TLS");
     let mut reply = Vec::new();
     let mut buf = [0u8; 16 * 1024];
     loop {
-        let whole = if reply.starts_with(b"VALUE ") || reply.starts_with(b"STAT ") {
+        let whole = if reply.starts_with(b"VALUE ") || reply.starts_with(b"STAT ") || reply.starts_with(b"MAP ") {
             reply.ends_with(b"END\r\n")
         } else if reply.starts_with(b"VA ") {
             reply.windows(2).filter(|w| w == b"\r\n").count() == 2
@@ -234,6 +234,28 @@ fn with_client_tls_reads_a_node_does_not_serve_go_to_the_leader_on_the_raft_port
             assert!(start.elapsed() < DEADLINE, "no leader took {k}");
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+    // The two groups' leaders are spread over two nodes (the g-th member
+    // leads group g once elected), so a get of both keys is split at every
+    // node: between two other nodes at one, with a run of its own at the
+    // other two.
+    let group_leaders = || {
+        let map = tls_ask(&pki, c.clients[0], "cluster map\r\n");
+        let leaders: Vec<String> = map
+            .lines()
+            .filter(|l| l.starts_with("GROUP "))
+            .filter_map(|l| l.split(' ').skip_while(|w| *w != "leader").nth(1).map(str::to_string))
+            .collect();
+        leaders
+    };
+    let start = Instant::now();
+    loop {
+        let l = group_leaders();
+        if l.len() == 2 && !l.contains(&"0".to_string()) && l[0] != l[1] {
+            break;
+        }
+        assert!(start.elapsed() < DEADLINE, "the groups' leaders were not spread: {l:?}");
+        std::thread::sleep(Duration::from_millis(50));
     }
     let (va, vb) = (format!("VALUE {a} 0 3\r\nv{a}\r\n"), format!("VALUE {b} 0 3\r\nv{b}\r\n"));
     for (i, &addr) in c.clients.iter().enumerate() {
