@@ -12,7 +12,7 @@ use recall_client::{Client, Item, Result, StoreStatus};
 use recall_durable::{DurableClient, SpillSync as ClientSpillSync};
 use recall_proto::StoreCmd;
 
-use crate::config::{Backup, Config, SpillSync};
+use crate::config::{Backup, Config, Routing, SpillSync};
 
 #[derive(Clone)]
 pub enum Backend {
@@ -54,7 +54,8 @@ impl Backend {
             Backup::Off => {
                 let mut b = Client::builder()
                     .request_timeout(cfg.request_timeout)
-                    .retry_backoff(cfg.retry_backoff, cfg.retry_backoff * 30);
+                    .retry_backoff(cfg.retry_backoff, cfg.retry_backoff * 30)
+                    .cluster(cfg.routing == Routing::Cluster);
                 for s in &cfg.servers {
                     b = b.server(s);
                 }

@@ -22,6 +22,18 @@ pub enum Backup {
     Off,
 }
 
+/// Where each request goes among `--servers`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Routing {
+    /// libmemcached's weighted ketama over the servers.
+    Ketama,
+    /// The servers are nodes of one replicated recall cluster: each
+    /// request goes to its key's group leader as `cluster map` names it,
+    /// asked again whenever a reply says the leader moved or a node failed
+    /// (recall-client's cluster mode).
+    Cluster,
+}
+
 /// When the spill file's appends are durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -54,6 +66,12 @@ pub struct Cli {
     /// `on`: write backup and replay; `off`: plain forwarding.
     #[arg(long, value_enum)]
     pub backup: Option<Backup>,
+    /// The servers are nodes of one replicated recall cluster (any of
+    /// them; the rest are learned from `cluster map`): each request goes
+    /// to its key's leader. The cluster replicates every write, so the
+    /// backup defaults to off here, and `--backup on` is refused.
+    #[arg(long)]
+    pub cluster: bool,
     /// The backup's spill file: entries survive kill -9 of the proxy, and a
     /// proxy restarted on it replays them. Without it the backup lives in
     /// the proxy's memory only.
@@ -89,6 +107,7 @@ struct File {
     listen: Option<String>,
     servers: Option<Vec<String>>,
     backup: Option<Backup>,
+    cluster: Option<bool>,
     spill_file: Option<PathBuf>,
     spill_sync: Option<SpillSync>,
     client_id: Option<String>,
@@ -102,6 +121,7 @@ struct File {
 pub struct Config {
     pub listen: SocketAddr,
     pub servers: Vec<String>,
+    pub routing: Routing,
     pub backup: Backup,
     pub spill: Option<(PathBuf, SpillSync)>,
     pub client_id: Option<String>,
@@ -133,7 +153,21 @@ impl Config {
             (None, Some(_)) => return Err("--spill-sync needs --spill-file".into()),
             (None, None) => None,
         };
-        let backup = cli.backup.or(file.backup).unwrap_or(Backup::On);
+        let routing = if cli.cluster || file.cluster.unwrap_or(false) { Routing::Cluster } else { Routing::Ketama };
+        let backup = match (routing, cli.backup.or(file.backup)) {
+            // The durable client's backup and replay follow a fixed ring
+            // of servers, each restarted on its own data; a cluster's
+            // writes are on a majority of its nodes before they are
+            // acknowledged, and its leaders move.
+            (Routing::Cluster, Some(Backup::On)) => {
+                return Err("--cluster routes to a replicated cluster, which keeps every acknowledged write on a \
+                            majority of its nodes: the write backup is not for it (use --backup off, the default \
+                            with --cluster)"
+                    .into())
+            }
+            (Routing::Cluster, _) => Backup::Off,
+            (Routing::Ketama, b) => b.unwrap_or(Backup::On),
+        };
         if backup == Backup::Off && spill.is_some() {
             return Err("--spill-file keeps the write backup's entries: it needs --backup on".into());
         }
@@ -149,6 +183,7 @@ impl Config {
         Ok(Config {
             listen: parse_listen(&listen)?,
             servers,
+            routing,
             backup,
             spill,
             client_id: cli.client_id.or(file.client_id),
@@ -210,5 +245,10 @@ mod tests {
         let c = Config::load(cli(&["--servers", "a:1,b:2", "--listen", "127.0.0.1:-1"])).unwrap();
         assert_eq!(c.servers.len(), 2);
         assert_eq!(c.listen.port(), 0);
+        assert_eq!((c.routing, c.backup), (Routing::Ketama, Backup::On));
+        let c = Config::load(cli(&["--servers", "a:1", "--cluster"])).unwrap();
+        assert_eq!((c.routing, c.backup), (Routing::Cluster, Backup::Off));
+        let e = Config::load(cli(&["--servers", "a:1", "--cluster", "--backup", "on"])).unwrap_err();
+        assert!(e.contains("--backup off"), "{e}");
     }
 }

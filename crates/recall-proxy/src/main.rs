@@ -52,7 +52,7 @@ async fn run(cfg: Config) -> Result<(), String> {
     if let Some(p) = &cfg.port_file {
         write_port_file(p, addr).map_err(|e| format!("--port-file {}: {e}", p.display()))?;
     }
-    println!("recall-proxy listening on {addr}, backup {:?}", cfg.backup);
+    println!("recall-proxy listening on {addr}, backup {:?}, routing {:?}", cfg.backup, cfg.routing);
     let _ = std::io::stdout().flush();
     let shared = Arc::new(Shared { backend, connections: AtomicUsize::new(0), started: Instant::now() });
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
