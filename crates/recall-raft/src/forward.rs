@@ -21,10 +21,10 @@
 //! Every forwarded request goes this way except the pure reads
 //! (`recall_engine::forwarded::forwardable`), whose values the client-port
 //! hop streams: a batch's answer is sent whole. A node without that hop
-//! (`-Z`, `-S`: recall-server's `conn.rs`) sends its reads this way too. A batch's answer waits for
-//! its slowest request; most are writes, which commit together, and with
-//! [`LINES`] calls in flight a slow one (a membership change) holds up
-//! only the requests that arrived with it.
+//! (`-Z`, `-S`: recall-server's `conn.rs`) sends its reads this way too.
+//! A batch's answer waits for its slowest request; most are writes, which
+//! commit together, and with [`LINES`] calls in flight a slow one (a
+//! membership change) holds up only the requests that arrived with it.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;

@@ -2,7 +2,7 @@
 //!
 //! A connection gives its buffers back whenever it waits for its client
 //! (`conn.rs`'s `read_some`), so an idle connection holds none. Given
-//! back to the allocator, that cost two allocations per request at one
+//! back to the allocator, that costs two allocations per request at one
 //! request in flight per connection (the read buffer and the reply
 //! buffer, taken again when the next request arrives). Given back here,
 //! the next connection of the worker that reads takes them: a worker

@@ -307,9 +307,10 @@ where
     // Where a second hop goes when the leader refused and named nobody:
     // whoever this node sees leading the group by then.
     let now_leads = || cx.engine.cluster_map().and_then(|m| m.group_leader_elsewhere(group).map(str::to_string));
-    // Without the client-port hop (`-Z`: the leaders' client ports speak
-    // TLS only), every forwarded request goes on the Raft port, reads too,
-    // and a split get's runs one after the other.
+    // Without the client-port hop (`-Z` or `-S`: the leaders' client ports
+    // take no plain connection, `server.rs`), every forwarded request goes
+    // on the Raft port, reads too, and a split get's runs one after the
+    // other.
     let reads_too = cx.forward.is_none();
     if let Some(runs) = split.as_ref().filter(|_| reads_too) {
         return split_on_raft_port(cx, stream, deadline, runs).await.map(Some);
@@ -389,7 +390,7 @@ async fn split_on_raft_port<S: AsyncWrite + Unpin>(
     deadline: &mut Deadline,
     runs: &[crate::forward::Run],
 ) -> Result<usize, Action> {
-    const END: &[u8] = b"END\r\n";
+    use crate::forward::END;
     let mut sent = 0;
     for run in runs {
         let reply = match raft_port_hop(cx, deadline, run.group, false, &run.req, true).await {

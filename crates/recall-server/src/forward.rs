@@ -150,7 +150,8 @@ struct RunValues<'a, C> {
     written: usize,
 }
 
-const END: &[u8] = b"END\r\n";
+/// The line that ends a get's values.
+pub(crate) const END: &[u8] = b"END\r\n";
 
 impl<C: AsyncWrite + Unpin> RunValues<'_, C> {
     /// The run's reply is complete: `Ok` if it was values (or none) and
