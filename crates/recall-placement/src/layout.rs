@@ -1,6 +1,7 @@
 //! A new cluster's layout: which R of the N nodes hold each group, and
-//! which of them leads it. Today every group has every node as a member;
-//! placement needs R < N, so that a replica can move at all.
+//! which of them leads it (`--cluster-replicas R`, used by the
+//! bootstrapping node). Placement needs R < N, so that a replica can move
+//! at all.
 //!
 //! Greedy and deterministic: group by group, the leader is the node
 //! leading fewest groups so far (then holding fewest replicas, then the

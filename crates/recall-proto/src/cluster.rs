@@ -204,8 +204,16 @@ impl ClusterMap {
 /// order, each starting where the one before ended).
 fn parse_group(f: &[&[u8]], index: usize) -> Result<GroupMap, BadMap> {
     let num = |t: &[u8]| std::str::from_utf8(t).ok().and_then(|s| s.parse::<u64>().ok());
-    let [b"GROUP", g, b"slots", range, b"leader", leader, b"term", term, b"members", members] = f else {
-        return Err(BadMap("bad GROUP line"));
+    // A node outside the group knows no members ("members " with nothing
+    // after it, which a reader that trims the line sees as "members").
+    let (g, range, leader, term, members) = match f {
+        [b"GROUP", g, b"slots", range, b"leader", leader, b"term", term, b"members", members] => {
+            (g, range, leader, term, *members)
+        }
+        [b"GROUP", g, b"slots", range, b"leader", leader, b"term", term, b"members"] => {
+            (g, range, leader, term, &b""[..])
+        }
+        _ => return Err(BadMap("bad GROUP line")),
     };
     if num(g) != Some(index as u64) || index >= GROUPS_MAX {
         return Err(BadMap("groups out of order"));
@@ -305,6 +313,17 @@ mod tests {
         assert!(parse(bad.strip_suffix("\r\nEND\r\n").unwrap()).is_err());
         let short = text.replace("slots 3072-4095", "slots 3072-4000");
         assert!(parse(short.strip_suffix("\r\nEND\r\n").unwrap()).is_err());
+        // A node outside group 3 knows its leader but no members; the line
+        // reads back whether or not a reader trimmed its trailing space.
+        let mut outside = m.clone();
+        outside.groups[3].members.clear();
+        let mut out = Vec::new();
+        outside.render(&mut out);
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("GROUP 3 slots 3072-4095 leader 1 term 2 members \r\n"), "{text}");
+        assert_eq!(parse(text.strip_suffix("\r\nEND\r\n").unwrap()).unwrap(), outside);
+        let trimmed: Vec<&str> = text.strip_suffix("\r\nEND\r\n").unwrap().split("\r\n").map(str::trim_end).collect();
+        assert_eq!(ClusterMap::parse(trimmed.iter().map(|l| l.as_bytes())).unwrap(), outside);
     }
 
     #[test]

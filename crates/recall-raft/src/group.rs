@@ -333,4 +333,11 @@ impl Group {
     pub(crate) fn leads(&self) -> bool {
         self.raft.metrics().borrow().state == ServerState::Leader
     }
+
+    /// Whether this node is a voter of the group as it knows it.
+    pub(crate) fn holds(&self) -> bool {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        m.membership_config.membership().voter_ids().any(|v| v == m.id)
+    }
 }

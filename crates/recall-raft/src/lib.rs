@@ -225,6 +225,11 @@ pub struct ClusterConfig {
     /// same on every node, for the cluster's life. With more than one,
     /// each group's log is in `log_dir/group-<g>`.
     pub groups: usize,
+    /// How many of `peers` hold each group (1 to all of them): with fewer
+    /// than all, the bootstrapping node lays the groups out
+    /// (`recall_placement::layout::initial`) and the other nodes forward a
+    /// group's requests to its leader (`removed.rs`).
+    pub replicas: usize,
     /// Mutual TLS on the Raft port (`transport.rs`); `None`: plain TCP.
     pub tls: Option<transport::TlsFiles>,
     /// Added to every log fsync on this node: emulation of a slower disk
@@ -287,6 +292,56 @@ pub struct Node {
     lanes: Arc<forward::Lanes>,
     /// Kept for the groups' tasks (dropped last).
     _rt: tokio::runtime::Runtime,
+}
+
+/// A new cluster's group held by `members` (its leader first), not by
+/// every peer: the leader initializes it (asked over
+/// [`network::Rpc::Init`], or this node itself) and so wins its first
+/// election. Nodes of a new cluster start at about the same time, so the
+/// leader is asked alone for the first few seconds; after that any member
+/// that answers initializes it, and if that is this node it hands the
+/// leadership to the leader as the start's spread does
+/// ([`membership::lead_at_start`]). Asked until one does; a member asked
+/// twice, or a second one after a lost answer, changes nothing
+/// (`network::initialize`).
+async fn bootstrap_group(
+    group: std::sync::Weak<Group>,
+    members: Vec<(NodeId, String)>,
+    ident: Arc<incarnation::Ident>,
+    raft_peers: Arc<BTreeMap<NodeId, String>>,
+) {
+    use std::time::{Duration, Instant};
+    let leader_alone_until = Instant::now() + Duration::from_secs(5);
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let Some(g) = group.upgrade() else { return };
+        let ask = if Instant::now() < leader_alone_until { &members[..1] } else { &members[..] };
+        for (id, _) in ask {
+            let done = if *id == ident.me {
+                network::initialize(&g.raft, members.clone()).await
+            } else {
+                let Some(addr) = raft_peers.get(id).and_then(|a| a.parse().ok()) else { continue };
+                let ttl = Duration::from_secs(2);
+                match network::request_init(&g.transport, &ident, (*id, addr), g.id.id, members.clone(), ttl).await {
+                    Ok(r) => r,
+                    Err(e) => Err(e.to_string()),
+                }
+            };
+            match done {
+                Ok(()) => {
+                    tracing::info!("cluster group {}: initialized by node {id}", g.id.id);
+                    if *id == ident.me && members[0].0 != ident.me {
+                        membership::lead_at_start(g, members[0].0).await;
+                    }
+                    return;
+                }
+                Err(e) => tracing::debug!("cluster group {}: initializing at node {id}: {e}", g.id.id),
+            }
+        }
+        drop(g);
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_millis(1000));
+    }
 }
 
 const NO_LEADER: &str = "SERVER_ERROR not leader; no leader elected yet";
@@ -358,6 +413,12 @@ impl Node {
         // every node learns a new member's client address from the log.
         let members: BTreeMap<NodeId, BasicNode> =
             cfg.peers.iter().map(|(id, p)| (*id, BasicNode { addr: format!("{}/{}", p.raft, p.client) })).collect();
+        // Fewer replicas than peers: each group's members and leader, the
+        // leader first (`recall_placement::layout::initial`), for the
+        // bootstrap below.
+        let ids: Vec<NodeId> = cfg.peers.keys().copied().collect();
+        let layout = (cfg.replicas.clamp(1, ids.len()) < ids.len())
+            .then(|| recall_placement::layout::initial(&ids, groups, cfg.replicas));
         let raft_peers: Arc<BTreeMap<NodeId, String>> =
             Arc::new(cfg.peers.iter().map(|(id, p)| (*id, p.raft.to_string())).collect());
         if let Some(dir) = &cfg.log_dir {
@@ -447,7 +508,7 @@ impl Node {
                 }
                 tokio::spawn(network::admit(serving.clone(), raft_peers.clone()));
             }
-            if cfg.bootstrap {
+            if cfg.bootstrap && layout.is_none() {
                 for (g, raft) in rafts.iter().enumerate() {
                     match raft.initialize(members.clone()).await {
                         Ok(()) => {}
@@ -511,7 +572,13 @@ impl Node {
             })
             .collect();
         let _ = leaders.set(groups.clone());
-        if cfg.bootstrap && groups.len() > 1 {
+        if let (true, Some(layout)) = (cfg.bootstrap, &layout) {
+            for (group, set) in groups.iter().zip(layout) {
+                let set: Vec<(NodeId, String)> =
+                    set.iter().filter_map(|id| members.get(id).map(|n| (*id, n.addr.clone()))).collect();
+                rt.spawn(bootstrap_group(Arc::downgrade(group), set, ident.clone(), raft_peers.clone()));
+            }
+        } else if cfg.bootstrap && groups.len() > 1 {
             // Spread the leaders: group g's on the g-th member (mod their
             // number), by handing over from whoever won its first election.
             let voters: Vec<NodeId> = cfg.peers.keys().copied().collect();
@@ -520,7 +587,7 @@ impl Node {
                 rt.spawn(membership::lead_at_start(group.clone(), target));
             }
         }
-        if groups.len() > 1 {
+        if groups.len() > 1 || layout.is_some() {
             for group in &groups {
                 rt.spawn(removed::find_leader(Arc::downgrade(group), raft_peers.clone()));
             }
@@ -689,6 +756,8 @@ impl Replicator for Node {
             lines.push(("cluster_groups", self.groups.len().to_string()));
             let led = self.groups.iter().filter(|g| g.leads()).count();
             lines.push(("cluster_groups_led", led.to_string()));
+            let held = self.groups.iter().filter(|g| g.holds()).count();
+            lines.push(("cluster_groups_held", held.to_string()));
         }
         // Snapshots that could not be written (a full disk): each is logged,
         // and the log is kept until one is (summed over the groups).

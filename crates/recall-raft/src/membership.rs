@@ -642,6 +642,7 @@ mod tests {
             emulated_fsync_delay: Duration::ZERO,
             placement: recall_placement::PlacementMode::Even,
             groups: 1,
+            replicas: 1,
             tls: None,
         };
         crate::Node::start(engine(), cfg).expect("node starts")

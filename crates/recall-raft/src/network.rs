@@ -113,6 +113,13 @@ pub enum Rpc {
     /// order. Needs a hello, as it changes the data. Last, so the variants
     /// before it keep their wire tags.
     Forward(Vec<Vec<u8>>),
+    /// A new cluster's bootstrap, for a group the bootstrapping node does
+    /// not hold (`--cluster-replicas` below the peers): the receiver, one
+    /// of these members (`(id, "RAFT_ADDR/CLIENT_ADDR")`), initializes the
+    /// call's group with them, unless its log of the group is not empty.
+    /// Answered with `Result<(), String>`; needs a hello, as it changes the
+    /// group. Last, so the variants before it keep their wire tags.
+    Init(Vec<(NodeId, String)>),
 }
 
 /// One node as it reports itself to placement ([`Rpc::Report`]).
@@ -378,6 +385,7 @@ async fn serve_conn(sock: Stream, serving: &Serving) -> io::Result<()> {
             }
             Rpc::Vote(r) => encode(&raft.vote(r).await)?,
             Rpc::Snapshot(r) => encode(&raft.install_snapshot(r).await)?,
+            Rpc::Init(members) => encode(&initialize(raft, members).await)?,
             Rpc::Transfer(to) => {
                 let group = serving.full.get().and_then(|g| g.get(usize::from(call.group))?.upgrade());
                 let done = match group {
@@ -390,6 +398,20 @@ async fn serve_conn(sock: Stream, serving: &Serving) -> io::Result<()> {
         write_frame(&mut sock, &reply).await?;
     }
     Ok(())
+}
+
+/// Initialize `raft`'s group with `members`: `Ok` too when it was
+/// initialized before (its log is not empty), so a bootstrap that asks
+/// again, or asks a second member after no answer from the first, changes
+/// nothing (members initialized with the same membership agree).
+pub(crate) async fn initialize(raft: &Raft, members: Vec<(NodeId, String)>) -> Result<(), String> {
+    let members: BTreeMap<NodeId, openraft::BasicNode> =
+        members.into_iter().map(|(id, addr)| (id, openraft::BasicNode { addr })).collect();
+    match raft.initialize(members).await {
+        Ok(()) => Ok(()),
+        Err(RaftError::APIError(openraft::error::InitializeError::NotAllowed(_))) => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Say hello to `to` at `addr` on a connection of its own, within `ttl`:
@@ -516,17 +538,43 @@ pub async fn request_report(transport: &Transport, addr: SocketAddr, ttl: Durati
 pub async fn request_transfer(
     transport: &Transport,
     ident: &Ident,
-    (to_node, addr): (NodeId, SocketAddr),
+    callee: (NodeId, SocketAddr),
     group: u16,
     to: NodeId,
     ttl: Duration,
 ) -> io::Result<Result<(), String>> {
+    request_greeted(transport, ident, callee, Call { group, rpc: Rpc::Transfer(to) }, ttl).await
+}
+
+/// Ask the node at `addr`, one of `members`, to initialize `group` with
+/// them ([`Rpc::Init`]), after a hello from `ident`; errors as
+/// [`request_transfer`]'s.
+pub async fn request_init(
+    transport: &Transport,
+    ident: &Ident,
+    callee: (NodeId, SocketAddr),
+    group: u16,
+    members: Vec<(NodeId, String)>,
+    ttl: Duration,
+) -> io::Result<Result<(), String>> {
+    request_greeted(transport, ident, callee, Call { group, rpc: Rpc::Init(members) }, ttl).await
+}
+
+/// One call that changes the callee's state, on a connection of its own
+/// that begins with `ident`'s hello, and its answer, within `ttl`.
+async fn request_greeted<T: DeserializeOwned>(
+    transport: &Transport,
+    ident: &Ident,
+    (callee, addr): (NodeId, SocketAddr),
+    call: Call,
+    ttl: Duration,
+) -> io::Result<T> {
     let call = async {
         let mut s = BufReader::new(transport.connect(addr).await?);
-        if let Err(why) = hello(&mut s, ident, to_node).await? {
+        if let Err(why) = hello(&mut s, ident, callee).await? {
             return Err(io::Error::new(io::ErrorKind::PermissionDenied, why));
         }
-        write_frame(&mut s, &encode(&Call { group, rpc: Rpc::Transfer(to) })?).await?;
+        write_frame(&mut s, &encode(&call)?).await?;
         match read_frame(&mut s).await? {
             Some(reply) => decode(&reply),
             None => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed")),
@@ -973,6 +1021,7 @@ mod tests {
         assert_eq!(encode(&Call { group: 1, rpc: Rpc::Report }).unwrap(), [1, 7]);
         assert_eq!(encode(&Call { group: 1, rpc: Rpc::ReadIndex }).unwrap(), [1, 9]);
         assert_eq!(encode(&Call { group: 1, rpc: Rpc::Forward(vec![b"x".to_vec()]) }).unwrap(), [1, 10, 1, 1, b'x']);
+        assert_eq!(encode(&Call { group: 1, rpc: Rpc::Init(vec![(2, "a".into())]) }).unwrap(), [1, 11, 1, 2, 1, b'a']);
         let refused: Greeting = Err(crate::incarnation::Refused { stale: 2, why: "node 2 ran before".into() });
         assert_eq!(encode(&refused).unwrap(), [&[1, 2, 17][..], b"node 2 ran before"].concat());
     }

@@ -60,7 +60,7 @@ fn bad_values_name_the_setting_and_the_value() {
         let cli = Cli::try_parse_from(std::iter::once("recalld").chain(args.iter().copied())).expect("flags parse");
         Config::from_cli(&cli).map(|_| ()).expect_err("refused").0
     };
-    let flags: [(&[&str], &[&str]); 9] = [
+    let flags: [(&[&str], &[&str]); 10] = [
         (&["--durability", "fsync"], &["invalid durability: fsync", "client-backup"]),
         (&["-B", "udp"], &["binding protocol: udp", "ascii"]),
         (&["-I", "lots"], &["invalid max item size: lots"]),
@@ -70,6 +70,10 @@ fn bad_values_name_the_setting_and_the_value() {
         (&["-s", "/tmp/r.sock", "-a", "0800"], &["(-a)", "\"0800\""]),
         (&["--cluster-read", "eventually"], &["--cluster-read", "\"eventually\""]),
         (&["--cluster-node-id", "1", "--cluster-peer", "1=nowhere"], &["cluster peer \"1=nowhere\""]),
+        (
+            &["--cluster-node-id", "1", "--cluster-peer", "1=127.0.0.1:7001/127.0.0.1:1234", "--cluster-replicas", "2"],
+            &["replicas is 2, more than the 1 peers", "--cluster-replicas"],
+        ),
     ];
     for (args, says) in flags {
         let e = refused(args);

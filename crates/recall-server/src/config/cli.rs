@@ -142,6 +142,10 @@ pub struct Cli {
     /// every node (default 1).
     #[arg(long = "cluster-groups", value_name = "G")]
     pub cluster_groups: Option<usize>,
+    /// Cluster mode: how many peers hold each group (default 0: every
+    /// peer); the bootstrapping node lays the groups out over them.
+    #[arg(long = "cluster-replicas", value_name = "R")]
+    pub cluster_replicas: Option<usize>,
     /// Cluster mode: where leaders and replicas go: even (default), leaders
     /// or alor (docs/design/placement.md).
     #[arg(long = "cluster-placement", value_name = "MODE")]

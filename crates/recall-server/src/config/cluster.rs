@@ -40,6 +40,10 @@ pub struct ClusterSection {
     /// Raft groups the keyspace's slots are split into: the same on every
     /// node, for the cluster's life (1: one group of every key).
     pub groups: usize,
+    /// How many of the peers hold each group (0: every peer). Read by the
+    /// bootstrapping node, which chooses each group's members and leader
+    /// (docs/design/placement.md, "Default group count").
+    pub replicas: usize,
     /// Where leaders and replicas go: even (ED), leaders (LMO) or alor
     /// (config/placement.rs).
     pub placement: recall_placement::PlacementMode,
@@ -106,6 +110,7 @@ impl Default for ClusterSection {
             read: ReadMode::Linearizable,
             snapshot_entries: recall_raft::SNAPSHOT_ENTRIES,
             groups: 1,
+            replicas: 0,
             placement: recall_placement::PlacementMode::Even,
             emulated_fsync_delay_us: 0,
             tls_cert: None,
@@ -154,6 +159,14 @@ impl ClusterSection {
                 self.groups
             )));
         }
+        if self.replicas > peers.len() {
+            return Err(ConfigError(format!(
+                "cluster: replicas is {}, more than the {} peers (--cluster-replicas; 0: every peer)",
+                self.replicas,
+                peers.len()
+            )));
+        }
+        let replicas = if self.replicas == 0 { peers.len() } else { self.replicas };
         let tls = match (&self.tls_cert, &self.tls_key, &self.tls_ca) {
             (None, None, None) => None,
             (Some(cert), Some(key), Some(ca)) => {
@@ -176,6 +189,7 @@ impl ClusterSection {
             reads: self.read,
             snapshot_entries: self.snapshot_entries,
             groups: self.groups,
+            replicas,
             tls,
             emulated_fsync_delay: self.placement()?.emulated_fsync_delay.unwrap_or_default(),
             placement: self.placement()?.mode,
@@ -199,6 +213,9 @@ impl ClusterSection {
         }
         if let Some(v) = cli.cluster_groups {
             self.groups = v;
+        }
+        if let Some(v) = cli.cluster_replicas {
+            self.replicas = v;
         }
         if let Some(v) = &cli.cluster_read {
             self.read = ReadMode::parse_text(v)?;

@@ -231,6 +231,7 @@ const RECALL: &[Plain] = &[
     g("cluster_log_purged_index", "recall_cluster_log_purged_index", "The Raft log is purged up to this index."),
     g("cluster_groups", "recall_cluster_groups", "Raft groups the keyspace is split into."),
     g("cluster_groups_led", "recall_cluster_groups_led", "Raft groups this node leads."),
+    g("cluster_groups_held", "recall_cluster_groups_held", "Raft groups this node is a voter of."),
     g(
         "cluster_heartbeat_us_mean",
         "recall_cluster_heartbeat_us_mean",
