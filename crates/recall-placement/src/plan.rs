@@ -33,6 +33,16 @@
 //!    node toward the high-water mark, and data that left a full node does
 //!    not flow straight back).
 //!
+//! **The placement group** (`placement_group`, group 0 in recalld):
+//! placement runs on its leader, and the runtime's state (every operator
+//! in flight) is lost when that leadership moves. So a transfer of the
+//! group is planned only when nothing is in flight and is the round's only
+//! operator; a move never takes the group off its leader (the source's
+//! other groups move instead; once the leadership moved for its own
+//! reasons, the group can move too). Without this a transfer of group 0
+//! cut moves of other groups half-way, leaving learners and extra voters
+//! that rule 0 takes minutes to clear.
+//!
 //! Why it converges: a move that satisfies Eq. 1 lowers `Σ S_n²/W_n`
 //! strictly (by more than `S_M²(1/W_A + 1/W_B)`), and there are finitely
 //! many layouts, so with fixed weights moves stop; weights change only when
@@ -76,6 +86,8 @@ pub struct PlannerConfig {
     /// its group is removed (rule 0). At a round a second, five minutes:
     /// longer than any membership step's timeout.
     pub leftover_rounds: u32,
+    /// The group whose leader runs placement (see the module note).
+    pub placement_group: Option<GroupNo>,
 }
 
 impl Default for PlannerConfig {
@@ -88,6 +100,7 @@ impl Default for PlannerConfig {
             max_operators: 4,
             max_moves: 1,
             leftover_rounds: 300,
+            placement_group: Some(0),
         }
     }
 }
@@ -159,12 +172,16 @@ impl Planner {
             PlacementMode::Leaders => (&speed, &ones),
             PlacementMode::Alor => (&speed, &speed),
         };
+        let touched: BTreeSet<GroupNo> =
+            view.groups().filter(|g| view.pending(g.id()).is_some()).map(GroupView::id).collect();
         let mut round = Round {
             c,
             projected: view.clone(),
-            touched: view.groups().filter(|g| view.pending(g.id()).is_some()).map(GroupView::id).collect(),
+            busy: !touched.is_empty(),
+            touched,
             ops: Vec::new(),
             moves_left: c.max_moves.saturating_sub(view.pending_moves()),
+            closed: false,
         };
         round.leftovers(due);
         if c.mode == PlacementMode::Alor {
@@ -188,14 +205,38 @@ struct Round {
     touched: BTreeSet<GroupNo>,
     ops: Vec<Operator>,
     moves_left: usize,
+    /// Operators were in flight when the round began.
+    busy: bool,
+    /// The placement group's leadership moves this round: nothing more.
+    closed: bool,
 }
 
 impl Round {
     fn room(&self) -> bool {
-        self.ops.len() < self.c.max_operators
+        !self.closed && self.ops.len() < self.c.max_operators
     }
 
+    /// Whether `op` moves the placement group's leadership.
+    fn moves_placement(&self, op: &Operator) -> bool {
+        Some(op.group()) == self.c.placement_group
+            && op.steps().iter().any(|s| matches!(s, crate::operator::Step::TransferLeader(_)))
+    }
+
+    /// Whether the placement group's leadership may move in this round:
+    /// nothing in flight, nothing planned before it.
+    fn placement_may_move(&self) -> bool {
+        !self.busy && self.ops.is_empty()
+    }
+
+    /// Add `op` to the round (one that moves the placement group's
+    /// leadership only when [`Round::placement_may_move`], and then alone).
     fn emit(&mut self, op: Operator) {
+        if self.moves_placement(&op) {
+            if !self.placement_may_move() {
+                return;
+            }
+            self.closed = true;
+        }
         self.projected.apply(&op);
         self.touched.insert(op.group());
         self.ops.push(op);
@@ -275,6 +316,9 @@ impl Round {
             let mut best: Option<(usize, GroupNo, NodeId)> = None;
             for g in self.free() {
                 let Some(l) = g.leader() else { continue };
+                if Some(g.id()) == self.c.placement_group && !self.placement_may_move() {
+                    continue;
+                }
                 let peers = self.candidates(&g).into_iter().filter(|&n| n != l && weight(w, n) == weight(w, l));
                 let Some(to) = self.least_leading(peers) else { continue };
                 let diff = count(l).saturating_sub(count(to));
@@ -312,7 +356,15 @@ impl Round {
         // Coldest first; among equally cold, the bigger group frees more.
         free.sort_by_key(|g| (g.accesses(), std::cmp::Reverse(g.bytes()), g.id()));
         for a in sources {
-            for g in free.iter().filter(|g| g.voters().any(|r| r.node() == a) && g.bytes() > 0) {
+            // Not the placement group off its leader: the move would hand
+            // placement over half-way (module note); the source's other
+            // groups go instead.
+            let movable = |g: &&GroupView| {
+                g.voters().any(|r| r.node() == a)
+                    && g.bytes() > 0
+                    && !(Some(g.id()) == self.c.placement_group && g.leader() == Some(a))
+            };
+            for g in free.iter().filter(movable) {
                 let sm = g.bytes() as f64;
                 let target = self
                     .projected

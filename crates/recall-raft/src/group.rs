@@ -334,8 +334,13 @@ impl Group {
         self.raft.metrics().borrow().state == ServerState::Leader
     }
 
-    /// Whether this node is a voter of the group as it knows it.
+    /// Whether this node is a voter of the group as far as it knows: its
+    /// membership lists it, and no peer told it it was removed (a removed
+    /// node keeps the membership it had: `removed.rs`).
     pub(crate) fn holds(&self) -> bool {
+        if self.removed.load(std::sync::atomic::Ordering::Relaxed) {
+            return false;
+        }
         let m = self.raft.metrics();
         let m = m.borrow();
         m.membership_config.membership().voter_ids().any(|v| v == m.id)

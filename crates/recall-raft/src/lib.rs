@@ -36,6 +36,7 @@ mod follower_read;
 mod forward;
 mod gate;
 mod group;
+mod group_sizes;
 pub mod incarnation;
 pub mod log_disk;
 mod log_format;
@@ -487,6 +488,7 @@ impl Node {
                 full: Default::default(),
                 leaders: leaders.clone(),
                 forwarded: Default::default(),
+                sizes: Default::default(),
             });
             tokio::spawn(network::serve(listener, serving.clone()));
             if incarnation != incarnation::DURABLE {
@@ -594,11 +596,15 @@ impl Node {
         }
         let _ = serving.full.set(groups.iter().map(Arc::downgrade).collect());
         let shown = Arc::new(placement::Shown::default());
+        if cfg.placement != recall_placement::PlacementMode::Even {
+            rt.spawn(placement::walk(Arc::downgrade(&serving), groups.len()));
+        }
         rt.spawn(placement::run(placement::Ctx {
             groups: groups.iter().map(Arc::downgrade).collect(),
             serving,
             shown: shown.clone(),
             mode: cfg.placement,
+            peers: Arc::new(members.iter().map(|(id, n)| (*id, n.addr.clone())).collect()),
         }));
         let placement = (cfg.placement, shown);
         let lanes = Arc::new(forward::Lanes::new(transport.clone(), ident.clone(), handle.clone(), cfg.timeout));

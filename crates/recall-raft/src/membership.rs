@@ -244,14 +244,52 @@ async fn propose(raft: &Raft, change: ChangeMembers<NodeId, BasicNode>, deadline
     }
 }
 
+/// A replica change of one group, as placement's executor asks it of the
+/// group's leader (`Group::change_for_placement`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Change {
+    /// Add node `id`, whose member address is `addr`
+    /// (`RAFT_ADDR/CLIENT_ADDR`), as a learner.
+    AddLearner { id: NodeId, addr: String },
+    /// Make learner `id` a voter once it caught up.
+    Promote(NodeId),
+    /// Remove node `id` (a voter or a learner; not the leader).
+    Remove(NodeId),
+}
+
 async fn add_node(raft: Raft, id: NodeId, addr: String, deadline: Instant) -> Line {
-    let m = settle(&raft, deadline).await?;
+    match add_learner(&raft, id, addr, deadline).await? {
+        Added::Voter => return Ok("OK".into()),
+        Added::Learner => {}
+    }
+    if let Err(m) = caught_up(&raft, id, deadline).await? {
+        return Ok(format!(
+            "CATCHING_UP {id} matched {} of {}",
+            matched(&m, id).unwrap_or(0),
+            m.last_log_index.unwrap_or(0)
+        ));
+    }
+    promote(&raft, id, deadline).await
+}
+
+/// What [`add_learner`] found or did.
+enum Added {
+    /// The node was a voter already.
+    Voter,
+    /// The node is a learner now (added, or one already).
+    Learner,
+}
+
+/// Add node `id` (at `addr`, `RAFT_ADDR/CLIENT_ADDR`) as a learner of the
+/// group this node leads, unless it is a member already.
+async fn add_learner(raft: &Raft, id: NodeId, addr: String, deadline: Instant) -> Result<Added, String> {
+    let m = settle(raft, deadline).await?;
     let ms = m.membership_config.membership();
     match ms.get_node(&id) {
         Some(n) if n.addr != addr => {
             return Err(format!("SERVER_ERROR cluster node {id} is a member at {}; remove it first", n.addr))
         }
-        Some(_) if ms.voter_ids().any(|v| v == id) => return Ok("OK".into()),
+        Some(_) if ms.voter_ids().any(|v| v == id) => return Ok(Added::Voter),
         Some(_) => {}
         None => {
             let add = raft.add_learner(id, BasicNode { addr }, false);
@@ -262,23 +300,27 @@ async fn add_node(raft: Raft, id: NodeId, addr: String, deadline: Instant) -> Li
             }
         }
     }
+    Ok(Added::Learner)
+}
+
+/// Wait until learner `id` is within [`CATCH_UP_SLACK`] entries of the
+/// leader's log, by `deadline`: `Ok(Err(metrics))` if it is not by then.
+async fn caught_up(raft: &Raft, id: NodeId, deadline: Instant) -> Result<Result<(), Metrics>, String> {
     let caught_up = |m: &Metrics| {
         let last = m.last_log_index.unwrap_or(0);
         matched(m, id).is_some_and(|i| i + CATCH_UP_SLACK >= last)
     };
     let wait = raft.wait(Some(deadline.saturating_duration_since(Instant::now())));
-    if let Err(e) = wait.metrics(caught_up, "the learner catches up").await {
-        let m = raft.metrics().borrow().clone();
-        return match e {
-            openraft::metrics::WaitError::Timeout(..) => Ok(format!(
-                "CATCHING_UP {id} matched {} of {}",
-                matched(&m, id).unwrap_or(0),
-                m.last_log_index.unwrap_or(0)
-            )),
-            openraft::metrics::WaitError::ShuttingDown => Err("SERVER_ERROR cluster node is shutting down".into()),
-        };
+    match wait.metrics(caught_up, "the learner catches up").await {
+        Ok(_) => Ok(Ok(())),
+        Err(openraft::metrics::WaitError::Timeout(..)) => Ok(Err(raft.metrics().borrow().clone())),
+        Err(openraft::metrics::WaitError::ShuttingDown) => Err("SERVER_ERROR cluster node is shutting down".into()),
     }
-    match propose(&raft, ChangeMembers::AddVoterIds(BTreeSet::from([id])), deadline).await {
+}
+
+/// Make learner `id` a voter.
+async fn promote(raft: &Raft, id: NodeId, deadline: Instant) -> Line {
+    match propose(raft, ChangeMembers::AddVoterIds(BTreeSet::from([id])), deadline).await {
         Proposed::Done => Ok("OK".into()),
         Proposed::InProgress => Err("SERVER_ERROR cluster another membership change began meanwhile; try again".into()),
         Proposed::Failed(e) => Err(e),
@@ -549,6 +591,31 @@ impl Group {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(e),
             Err(_) => Err("timed out".into()),
+        }
+    }
+
+    /// A replica change placement asked of this group's leader (the
+    /// executor's `AddLearner`, `Promote` and `RemoveReplica` steps, over
+    /// [`crate::network::Rpc::Change`] or on this node), by `deadline`: `Ok`
+    /// once the change is committed (a promotion: once the learner caught
+    /// up and the new membership is committed).
+    pub(crate) async fn change_for_placement(&self, change: Change, deadline: Instant) -> Result<(), String> {
+        if self.raft.metrics().borrow().state != ServerState::Leader {
+            return Err(format!("node {} does not lead group {}", self.raft.metrics().borrow().id, self.id.id));
+        }
+        match change {
+            Change::AddLearner { id, addr } => add_learner(&self.raft, id, addr, deadline).await.map(|_| ()),
+            Change::Promote(id) => {
+                if let Err(m) = caught_up(&self.raft, id, deadline).await? {
+                    return Err(format!(
+                        "node {id} did not catch up in time: matched {} of {}",
+                        matched(&m, id).unwrap_or(0),
+                        m.last_log_index.unwrap_or(0)
+                    ));
+                }
+                promote(&self.raft, id, deadline).await.map(|_| ())
+            }
+            Change::Remove(id) => remove_node(self.raft.clone(), id, deadline).await.map(|_| ()),
         }
     }
 

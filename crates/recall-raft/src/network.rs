@@ -120,6 +120,11 @@ pub enum Rpc {
     /// Answered with `Result<(), String>`; needs a hello, as it changes the
     /// group. Last, so the variants before it keep their wire tags.
     Init(Vec<(NodeId, String)>),
+    /// Placement's replica change (`placement.rs`): the receiver, if it
+    /// leads the call's group, adds a learner, promotes one, or removes a
+    /// member. Answered with `Result<(), String>`; needs a hello. Last, so
+    /// the variants before it keep their wire tags.
+    Change(crate::membership::Change),
 }
 
 /// One node as it reports itself to placement ([`Rpc::Report`]).
@@ -143,6 +148,11 @@ pub struct LedGroup {
     /// (voter, caught up) of every voter, the leader included.
     pub voters: Vec<(NodeId, bool)>,
     pub learners: Vec<NodeId>,
+    /// Its data on the leader (`group_sizes.rs`): the footprint of its
+    /// items, and how many were accessed lately (zero before the first
+    /// walk, and in `even` mode, which walks nothing).
+    pub bytes: u64,
+    pub recent: u64,
 }
 
 /// A group's leader as a node knows it ([`Rpc::Leader`]'s answer).
@@ -268,6 +278,9 @@ pub struct Serving {
     /// The `stats` counters of the requests other nodes forward here
     /// ([`Rpc::Forward`]), registered with the engine's on first use.
     pub(crate) forwarded: std::sync::OnceLock<Arc<recall_engine::Counters>>,
+    /// Each group's data on this node, as the newest walk found it
+    /// (`group_sizes.rs`), for [`Rpc::Report`].
+    pub(crate) sizes: crate::group_sizes::Sizes,
 }
 
 impl Serving {
@@ -386,6 +399,14 @@ async fn serve_conn(sock: Stream, serving: &Serving) -> io::Result<()> {
             Rpc::Vote(r) => encode(&raft.vote(r).await)?,
             Rpc::Snapshot(r) => encode(&raft.install_snapshot(r).await)?,
             Rpc::Init(members) => encode(&initialize(raft, members).await)?,
+            Rpc::Change(change) => {
+                let group = serving.full.get().and_then(|g| g.get(usize::from(call.group))?.upgrade());
+                let done = match group {
+                    Some(g) => g.change_for_placement(change, tokio::time::Instant::now() + CHANGE_BUDGET).await,
+                    None => Err("the node is starting or stopping".to_string()),
+                };
+                encode(&done)?
+            }
             Rpc::Transfer(to) => {
                 let group = serving.full.get().and_then(|g| g.get(usize::from(call.group))?.upgrade());
                 let done = match group {
@@ -558,6 +579,26 @@ pub async fn request_init(
     ttl: Duration,
 ) -> io::Result<Result<(), String>> {
     request_greeted(transport, ident, callee, Call { group, rpc: Rpc::Init(members) }, ttl).await
+}
+
+/// How long a replica change asked over [`Rpc::Change`] may take at the
+/// leader: a learner's catch-up copies a whole group. Under placement's
+/// 120 s step timeout (recall-placement's `RuntimeConfig`), so the leader's
+/// answer, not the caller's timeout, ends a slow step.
+pub(crate) const CHANGE_BUDGET: Duration = Duration::from_secs(100);
+
+/// Ask the leader of `group` at `addr` for a replica change
+/// ([`Rpc::Change`]), after a hello from `ident`; errors as
+/// [`request_transfer`]'s. Waits up to [`CHANGE_BUDGET`] and a little more.
+pub async fn request_change(
+    transport: &Transport,
+    ident: &Ident,
+    callee: (NodeId, SocketAddr),
+    group: u16,
+    change: crate::membership::Change,
+) -> io::Result<Result<(), String>> {
+    let ttl = CHANGE_BUDGET + Duration::from_secs(5);
+    request_greeted(transport, ident, callee, Call { group, rpc: Rpc::Change(change) }, ttl).await
 }
 
 /// One call that changes the callee's state, on a connection of its own
@@ -1022,6 +1063,8 @@ mod tests {
         assert_eq!(encode(&Call { group: 1, rpc: Rpc::ReadIndex }).unwrap(), [1, 9]);
         assert_eq!(encode(&Call { group: 1, rpc: Rpc::Forward(vec![b"x".to_vec()]) }).unwrap(), [1, 10, 1, 1, b'x']);
         assert_eq!(encode(&Call { group: 1, rpc: Rpc::Init(vec![(2, "a".into())]) }).unwrap(), [1, 11, 1, 2, 1, b'a']);
+        let change = crate::membership::Change::Promote(3);
+        assert_eq!(encode(&Call { group: 1, rpc: Rpc::Change(change) }).unwrap(), [1, 12, 1, 3]);
         let refused: Greeting = Err(crate::incarnation::Refused { stale: 2, why: "node 2 ran before".into() });
         assert_eq!(encode(&refused).unwrap(), [&[1, 2, 17][..], b"node 2 ran before"].concat());
     }

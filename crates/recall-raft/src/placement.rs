@@ -8,13 +8,13 @@
 //! rebuilt from reports on the new node (the design's "When the node
 //! running placement dies").
 //!
-//! The executor performs leader transfers (on the group's leader, over
-//! [`Rpc::Transfer`]). Replica moves are not wired to the membership code:
-//! every group has every node as a voter today, so the planner has no
-//! replica to move, and a move step it asked for would fail here with a
-//! reason, which the runtime handles as any failure (undo, avoid). Per
-//! group bytes and access counts are not reported yet (0), so the layout
-//! rules (Eq. 1, high-water) have nothing to act on.
+//! The executor performs every step on the group's leader: a leader
+//! transfer over [`Rpc::Transfer`], a replica change (add a learner,
+//! promote it once caught up, remove a member) over [`Rpc::Change`], or
+//! here when this node leads the group. Each node walks its store for its
+//! groups' bytes and recent accesses (`group_sizes.rs`) and its report
+//! carries them for the groups it leads, the input of the layout rules
+//! (Eq. 1, high-water).
 //!
 //! In `even` mode the component plans and shows (`cluster placement`) but
 //! executes nothing: the leaders stay where the start spread them, as
@@ -22,6 +22,7 @@
 //!
 //! [`Rpc::Report`]: crate::network::Rpc::Report
 //! [`Rpc::Transfer`]: crate::network::Rpc::Transfer
+//! [`Rpc::Change`]: crate::network::Rpc::Change
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -33,6 +34,7 @@ use recall_placement::{
     RuntimeConfig, Step,
 };
 
+use crate::membership::Change;
 use crate::network::{self, LedGroup, NodeReport, Serving};
 use crate::{Group, NodeId};
 
@@ -81,7 +83,7 @@ pub(crate) fn report(serving: &Serving) -> NodeReport {
         .groups
         .iter()
         .enumerate()
-        .filter_map(|(g, raft)| led_group(g as u16, &raft.metrics().borrow()))
+        .filter_map(|(g, raft)| led_group(g as u16, &raft.metrics().borrow(), serving.sizes.of(g)))
         .collect();
     NodeReport {
         id: serving.ident.me,
@@ -93,7 +95,11 @@ pub(crate) fn report(serving: &Serving) -> NodeReport {
 }
 
 /// A group's members as its leader sees them; `None` unless `m` leads.
-fn led_group(group: u16, m: &openraft::RaftMetrics<NodeId, openraft::BasicNode>) -> Option<LedGroup> {
+fn led_group(
+    group: u16,
+    m: &openraft::RaftMetrics<NodeId, openraft::BasicNode>,
+    size: crate::group_sizes::GroupSize,
+) -> Option<LedGroup> {
     if m.state != ServerState::Leader {
         return None;
     }
@@ -111,7 +117,13 @@ fn led_group(group: u16, m: &openraft::RaftMetrics<NodeId, openraft::BasicNode>)
             (v, matched.is_some_and(|i| i + CAUGHT_UP_LAG >= last))
         })
         .collect();
-    Some(LedGroup { group, voters, learners: membership.learner_ids().collect() })
+    Some(LedGroup {
+        group,
+        voters,
+        learners: membership.learner_ids().collect(),
+        bytes: size.bytes,
+        recent: size.recent,
+    })
 }
 
 /// Build the planner's view from the reports that came (`ids`: every
@@ -134,8 +146,7 @@ fn view(ids: &[NodeId], reports: &BTreeMap<NodeId, NodeReport>, groups: usize) -
     }
     for g in 0..groups {
         let led = reports.values().find_map(|r| r.led.iter().find(|l| usize::from(l.group) == g).map(|l| (r.id, l)));
-        // Bytes and accesses per group are not reported yet (module note).
-        let mut gv = GroupView::new(g, 0, 0);
+        let mut gv = GroupView::new(g, led.map_or(0, |(_, l)| l.bytes), led.map_or(0, |(_, l)| l.recent));
         if let Some((leader, l)) = led {
             for (node, caught_up) in &l.voters {
                 gv = gv.voter(*node, *caught_up);
@@ -156,6 +167,29 @@ pub(crate) struct Ctx {
     pub serving: Arc<Serving>,
     pub shown: Arc<Shown>,
     pub mode: PlacementMode,
+    /// The configured peers' member addresses (`RAFT_ADDR/CLIENT_ADDR`), for
+    /// a learner added on a node no group of this node's lists.
+    pub peers: Arc<BTreeMap<NodeId, String>>,
+}
+
+/// Walk this node's store for its groups' sizes every
+/// [`crate::group_sizes::EVERY`] while the node lives, on a blocking
+/// thread (a walk takes each shard's lock in turn).
+pub(crate) async fn walk(serving: Weak<Serving>, groups: usize) {
+    let mut tick = tokio::time::interval(crate::group_sizes::EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(s) = serving.upgrade() else { return };
+        let engine = s.engine.clone();
+        let sizes =
+            tokio::task::spawn_blocking(move || crate::group_sizes::measure(engine.store(), groups, engine.now()))
+                .await;
+        match sizes {
+            Ok(sizes) => s.sizes.set(sizes),
+            Err(e) => tracing::warn!("placement: walking the store for group sizes: {e}"),
+        }
+    }
 }
 
 /// Run placement while the node lives (its groups upgrade).
@@ -242,6 +276,10 @@ pub(crate) async fn run(ctx: Ctx) {
                         groups: ctx.groups.clone(),
                         serving: ctx.serving.clone(),
                         addr: leader.and_then(|l| addrs.get(&l).copied()),
+                        member: match step {
+                            Step::AddLearner(n) => member_addr(&ctx.groups, &ctx.peers, n),
+                            _ => None,
+                        },
                     };
                     tokio::spawn(async move {
                         let r = exec.step(group, leader, step).await;
@@ -266,20 +304,51 @@ pub(crate) async fn run(ctx: Ctx) {
     }
 }
 
+/// Node `id`'s member address (`RAFT_ADDR/CLIENT_ADDR`): as a group of
+/// this node's lists it, else as the configured peers do.
+fn member_addr(groups: &[Weak<Group>], peers: &BTreeMap<NodeId, String>, id: NodeId) -> Option<String> {
+    groups
+        .iter()
+        .filter_map(Weak::upgrade)
+        .find_map(|g| g.raft.metrics().borrow().membership_config.membership().get_node(&id).map(|n| n.addr.clone()))
+        .or_else(|| peers.get(&id).cloned())
+}
+
 /// What one step needs to run.
 struct Exec {
     groups: Vec<Weak<Group>>,
     serving: Arc<Serving>,
     /// The group's leader's Raft address.
     addr: Option<std::net::SocketAddr>,
+    /// An added learner's member address.
+    member: Option<String>,
 }
 
 impl Exec {
     async fn step(&self, group: usize, leader: Option<NodeId>, step: Step) -> Result<(), String> {
-        let Step::TransferLeader(to) = step else {
-            return Err(format!("{step}: replica moves are not wired to the membership code yet"));
-        };
         let leader = leader.ok_or("the group has no leader")?;
+        let change = match step {
+            Step::TransferLeader(to) => return self.transfer(group, leader, to).await,
+            Step::AddLearner(id) => {
+                let addr = self.member.clone().ok_or_else(|| format!("no member address known for node {id}"))?;
+                Change::AddLearner { id, addr }
+            }
+            Step::Promote(id) => Change::Promote(id),
+            Step::RemoveReplica(id) => Change::Remove(id),
+        };
+        if leader == self.serving.ident.me {
+            let g = self.groups.get(group).and_then(Weak::upgrade).ok_or("the node is stopping")?;
+            return g.change_for_placement(change, tokio::time::Instant::now() + network::CHANGE_BUDGET).await;
+        }
+        let addr = self.addr.ok_or("no Raft address for the group's leader")?;
+        let s = &self.serving;
+        match network::request_change(&s.transport, &s.ident, (leader, addr), group as u16, change).await {
+            Ok(r) => r,
+            Err(e) => Err(format!("asking node {leader}: {e}")),
+        }
+    }
+
+    async fn transfer(&self, group: usize, leader: NodeId, to: NodeId) -> Result<(), String> {
         if leader == self.serving.ident.me {
             let g = self.groups.get(group).and_then(Weak::upgrade).ok_or("the node is stopping")?;
             return g.transfer_for_placement(to).await;

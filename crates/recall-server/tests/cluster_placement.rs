@@ -171,3 +171,77 @@ fn leaders_leave_a_slowed_node_and_placement_survives_the_death_of_its_node() {
     drop(c);
     let _ = std::fs::remove_dir_all(logs[0].parent().unwrap());
 }
+
+/// `alor` moves data as well as leaders: four nodes, four groups of three
+/// replicas (`--cluster-replicas 3`), logs on disk, an equal amount of
+/// data in every group. Node 4 gets a large emulated fsync delay: it
+/// leads nothing, and replicas move off it by Eq. 1 (each move adds a
+/// learner on the node outside the group, promotes it once caught up, and
+/// removes node 4) until it holds one group, the fixed point for a node
+/// this much slower (the note in the body). Every group keeps three
+/// voters, and every key reads back through every node, the new members
+/// included.
+#[test]
+fn alor_moves_replicas_off_a_slowed_node_by_eq_1() {
+    let logs = dirs("alor", 4);
+    let extra = ["--cluster-groups", "4", "--cluster-replicas", "3", "--cluster-placement", "alor"];
+    let c = Cluster::start_with_args(4, &logs, &extra);
+    c.leader();
+    let held = |i: usize| stat_u64(c.clients[i], "cluster_groups_held");
+    until("node 4 holds three groups", || held(3) == Some(3), || format!("{:?}", held(3)));
+    // 100 values of 1 KiB per group, through every node.
+    let value = "x".repeat(1024);
+    let mut keys = Vec::new();
+    for i in 0..400 {
+        let k = format!("data{i}");
+        let start = Instant::now();
+        loop {
+            let r = ask(c.clients[i % 4], &format!("set {k} 0 0 {}\r\n{value}\r\n", value.len()));
+            if r == "STORED\r\n" {
+                break;
+            }
+            assert!(start.elapsed() < DEADLINE, "{k}: {r}");
+        }
+        keys.push(k);
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let w = writer(c.clients.clone(), stop.clone());
+    assert_eq!(ask(c.clients[3], "cluster emulate-fsync-delay 50000\r\n"), "OK\r\n");
+    // Node 4 weighs far below half of the others (its syncs take 50 ms,
+    // theirs well under 1 ms), so Eq. 1 moves a group off it while
+    // (S_4 - S_M) / W_4 > (S_B + S_M) / W_B: at 3 and 2 groups of equal
+    // size it holds, not at 1 (the left side is 0).
+    let placement = |c: &Cluster| lines_of(c.clients[0], "cluster placement\r\n");
+    until(
+        "node 4 holds one group and leads none",
+        || {
+            let l = leaders(c.clients[0]);
+            held(3) == Some(1) && l.len() == 4 && l.iter().all(|x| x.is_some_and(|id| id != 4))
+        },
+        || format!("held {:?}, leaders {:?}; {:?}", held(3), leaders(c.clients[0]), placement(&c)),
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    w.join().unwrap();
+    // Every group has three voters; the three others hold the rest.
+    let total: u64 = (0..4).map(|i| held(i).unwrap_or(0)).sum();
+    assert_eq!(total, 12, "twelve replicas in all: {:?}", (0..4).map(held).collect::<Vec<_>>());
+    let lines = recall_testkit::cluster::map_lines(c.clients[0]).expect("a map");
+    let m = recall_proto::cluster::ClusterMap::parse(lines.iter().map(|l| l.as_bytes())).expect("a map");
+    for node in 0..4 {
+        for k in &keys {
+            let want = format!("VALUE {k} 0 {}\r\n{value}\r\nEND\r\n", value.len());
+            let start = Instant::now();
+            let mut got = ask(c.clients[node], &format!("get {k}\r\n"));
+            while got.starts_with("SERVER_ERROR") && start.elapsed() < DEADLINE {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                got = ask(c.clients[node], &format!("get {k}\r\n"));
+            }
+            assert_eq!(got, want, "{k} through node {}; map {m:?}", node + 1);
+        }
+    }
+    let runner = leaders(c.clients[0])[0].expect("group 0 has a leader") as usize - 1;
+    let finished = stat_u64(c.clients[runner], "cluster_placement_operators_finished").unwrap_or(0);
+    assert!(finished >= 2, "two moves and the transfers finished: {finished}; {:?}", placement(&c));
+    drop(c);
+    let _ = std::fs::remove_dir_all(logs[0].parent().unwrap());
+}

@@ -1,5 +1,7 @@
 //! The planner's rules, asserted on the operators it emits.
 
+use std::time::Duration;
+
 use super::*;
 use crate::operator::{OperatorKind, Step};
 use crate::view::NodeView;
@@ -211,9 +213,8 @@ fn hysteresis_a_node_near_a_tier_edge_does_not_flap() {
     }
 }
 
-#[test]
-fn ed_spreads_leaders_piled_on_one_node() {
-    // After failovers every group is led by node 1.
+/// Three equal nodes, six groups of all three, every one led by node 1.
+fn piled_on_node_1() -> ClusterView {
     let mut v = ClusterView::new();
     for n in 1..=3 {
         v = v.with_node(NodeView::new(n, 0, GIB).with_speed(1000.0));
@@ -221,13 +222,58 @@ fn ed_spreads_leaders_piled_on_one_node() {
     for g in 0..6 {
         v = v.with_group(GroupView::new(g, 0, 0).led_by(1).voter(2, true).voter(3, true));
     }
-    let ops = planner(PlacementMode::Even).plan(&v).into_operators();
-    assert!(ops.iter().all(|o| o.reason() == Reason::LeaderBalance));
-    for op in &ops {
-        v.apply(op);
+    v
+}
+
+#[test]
+fn ed_spreads_leaders_piled_on_one_node() {
+    // After failovers every group is led by node 1.
+    let mut v = piled_on_node_1();
+    let mut p = planner(PlacementMode::Even);
+    for _ in 0..10 {
+        let ops = p.plan(&v).into_operators();
+        assert!(ops.iter().all(|o| o.reason() == Reason::LeaderBalance));
+        // Group 0's leader runs placement: its hand-over is a round alone.
+        assert!(ops.len() == 1 || ops.iter().all(|o| o.group() != 0), "{ops:?}");
+        for op in &ops {
+            v.apply(op);
+        }
     }
     assert_eq!(v.leader_counts().values().copied().collect::<Vec<_>>(), [2, 2, 2]);
     assert_eq!(planner(PlacementMode::Even).plan(&v).operators(), []);
+}
+
+#[test]
+fn the_placement_group_s_leadership_moves_only_with_nothing_else_in_flight() {
+    // Node 1 leads every group: leaderships leave it for nodes 2 and 3 by
+    // balance, and node 1 runs placement.
+    let v = piled_on_node_1();
+    // With an operator in flight (group 1's), the others go and group 0
+    // waits.
+    let mut rt = crate::OperatorRuntime::new(crate::RuntimeConfig::default());
+    let started = rt.submit(Duration::ZERO, [Operator::transfer(1, 2, Reason::LeaderBalance)]);
+    assert!(!started.is_empty());
+    let busy = planner(PlacementMode::Even).plan(&rt.annotate(Duration::from_secs(1), v.clone())).into_operators();
+    assert!(!busy.is_empty() && busy.iter().all(|o| o.group() != 0), "group 0 is held: {busy:?}");
+    // With nothing in flight, group 0's hand-over goes first, alone.
+    let idle = planner(PlacementMode::Even).plan(&v).into_operators();
+    assert_eq!(idle, [Operator::transfer(0, 2, Reason::LeaderBalance)]);
+    // A move never takes group 0 off its leader: nodes 1-3 hold groups 0-2
+    // and node 4 nothing, so by bytes (equal weights) a group of node 1's
+    // goes to node 4, and it is not group 0, which node 1 leads.
+    let mut m = ClusterView::new();
+    for n in 1..=4 {
+        m = m.with_node(NodeView::new(n, 0, GIB).with_speed(1000.0));
+    }
+    for g in 0..3u64 {
+        let mut gv = GroupView::new(g as usize, 100, 0).led_by(g + 1);
+        for n in (1..=3).filter(|n| *n != g + 1) {
+            gv = gv.voter(n, true);
+        }
+        m = m.with_group(gv);
+    }
+    let ops = planner(PlacementMode::Leaders).plan(&m).into_operators();
+    assert_eq!(ops.first(), Some(&Operator::moved(1, 1, 4, None, Reason::Layout)), "{ops:?}");
 }
 
 /// Plan and apply until nothing is left; the rounds it took.
@@ -329,7 +375,9 @@ fn a_move_never_fills_its_target_past_accept_below() {
     assert_eq!(planner(PlacementMode::Alor).plan(&v).operators(), []);
     let roomy = v.clone().with_node(NodeView::new(2, 0, GIB).with_speed(1000.0));
     let ops = planner(PlacementMode::Alor).plan(&roomy).into_operators();
-    assert_eq!(ops[0], Operator::moved(0, 1, 2, Some(2), Reason::Layout));
+    // Group 1, not group 0: a move never takes group 0, whose leader runs
+    // placement, off its leader.
+    assert_eq!(ops[0], Operator::moved(1, 1, 2, Some(2), Reason::Layout));
 }
 
 #[test]
