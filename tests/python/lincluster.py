@@ -14,6 +14,15 @@ for long runs (docs/benchmarks/cluster-linearizability.md):
 
     python tests/python/lincluster.py --rounds 20 --out /tmp/lin
     python tests/python/lincluster.py --stale --rounds 3 --out /tmp/lin-stale
+    python tests/python/lincluster.py --placement --rounds 3 --out /tmp/lin-alor
+
+--placement runs four nodes, four groups of three replicas and `alor`
+placement instead, and its nemesis makes placement move leaders and
+replicas while the clients run: a node's disk made slow by emulation
+(`cluster emulate-fsync-delay`) until it gave up a group, kill -9 of the
+node running placement (group 0's leader) and its restart, the disk made
+fast again until a group moved back to it, and a partition of group 0's
+leader.
 
 How outcomes are recorded (what an unknown outcome means is the point):
   * a set answered STORED, a delete answered DELETED or NOT_FOUND, an
@@ -231,14 +240,16 @@ def ask(addr: tuple[str, int], line: bytes, timeout: float = 2.0) -> bytes:
 
 
 class Cluster:
-    """Three recalld nodes (ids 1..3), logs on disk so a killed node
-    restarts under its id, Raft links through `Link`s."""
+    """`nodes` recalld nodes (ids 1..n, three by default), logs on disk so
+    a killed node restarts under its id, Raft links through `Link`s; `extra`
+    flags go to every node."""
 
-    def __init__(self, workdir: Path, read: str = "linearizable"):
+    def __init__(self, workdir: Path, read: str = "linearizable", nodes: int = 3, extra: tuple[str, ...] = ()):
         self.command = server_command_from_env()
         self.workdir = workdir
         self.read = read
-        self.ids = (1, 2, 3)
+        self.extra = list(extra)
+        self.ids = tuple(range(1, nodes + 1))
         self.client = {i: free_port() for i in self.ids}
         self.raft = {i: free_port() for i in self.ids}
         self.links = {(i, j): Link((HOST, self.raft[j])) for i in self.ids for j in self.ids if i != j}
@@ -257,7 +268,7 @@ class Cluster:
             argv += ["--cluster-peer", f"{j}={raft}/{HOST}:{self.client[j]}"]
         if i == 1 and 1 not in self.started:
             argv.append("--cluster-bootstrap")
-        return argv
+        return argv + self.extra
 
     def start(self, i: int) -> None:
         (self.workdir / f"node{i}").mkdir(parents=True, exist_ok=True)
@@ -301,7 +312,7 @@ class Cluster:
                 if len(head) == 7 and head[0] == b"MAP" and head[6] != b"0":
                     named[int(head[6])] = named.get(int(head[6]), 0) + 1
             for lead, votes in named.items():
-                if votes >= 2 and lead in self.procs:
+                if votes >= max(2, len(self.procs) // 2 + 1) and lead in self.procs:
                     return lead
             time.sleep(0.05)  # probing until an election settles
         return None
@@ -336,6 +347,37 @@ class Cluster:
             if not reply.endswith("try again") or time.monotonic() >= deadline:
                 return reply
             time.sleep(0.1)  # probing until the leader is old enough to hand over
+
+    def stat(self, i: int, name: str) -> str | None:
+        """One `stats` value of node i (None if it does not answer)."""
+        try:
+            with socket.create_connection(self.addr(i), timeout=2.0) as s:
+                s.sendall(b"stats\r\n")
+                buf = b""
+                while not buf.endswith(b"END\r\n"):
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        return None
+                    buf += chunk
+        except OSError:
+            return None
+        for line in buf.split(b"\r\n"):
+            f = line.split()
+            if len(f) == 3 and f[0] == b"STAT" and f[1] == name.encode():
+                return f[2].decode()
+        return None
+
+    def held(self, i: int) -> int | None:
+        v = self.stat(i, "cluster_groups_held")
+        return int(v) if v is not None else None
+
+    def until(self, what: str, ok, budget: float = 120.0) -> None:
+        """Probe `ok()` until it holds, or fail naming `what`."""
+        deadline = time.monotonic() + budget
+        while not ok():
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"{what}: not within {budget:.0f}s; logs in {self.workdir}")
+            time.sleep(0.2)  # probing until placement acted
 
     def stop(self) -> None:
         for i in list(self.procs):
@@ -626,6 +668,7 @@ def run(
     stale: bool = False,
     seed: int = 1,
     cas: bool = True,
+    placement: bool = False,
 ) -> Run:
     """Start a cluster, run clients under the nemesis, check the history.
 
@@ -639,10 +682,14 @@ def run(
     at the cut-off follower, the negative control. Without `cas`, the
     clients' gets are not followed by a cas (to tell a cas anomaly from
     the rest: docs/benchmarks/cluster-linearizability.md, "Two histories
-    the checker flags")."""
+    the checker flags"). With `placement`, the cluster and the nemesis of
+    the module note's --placement."""
     workdir.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
-    cluster = Cluster(workdir, read="stale" if stale else "linearizable")
+    if placement:
+        cluster = Cluster(workdir, nodes=4, extra=PLACEMENT_FLAGS)
+    else:
+        cluster = Cluster(workdir, read="stale" if stale else "linearizable")
     history = History()
     stop = threading.Event()
     faults: list[str] = []
@@ -668,7 +715,9 @@ def run(
             t.start()
         if not history.wait_ok(ops_per_phase, RECOVERY_BUDGET_S):
             raise RuntimeError("the cluster did not serve the clients")
-        for _ in range(rounds):
+        for _ in range(rounds if placement else 0):
+            placement_round(cluster, history, faults, phase, ops_per_phase)
+        for _ in range(0 if placement else rounds):
             lead = cluster.leader()
             if lead is None:
                 raise RuntimeError("no leader")
@@ -714,6 +763,66 @@ def run(
     return Run(path, len(history.ops), history.unknown, faults, verdict, code)
 
 
+# The placement run's cluster: four nodes, four groups of three, `alor`.
+PLACEMENT_FLAGS = ("--cluster-groups", "4", "--cluster-replicas", "3", "--cluster-placement", "alor")
+# The slow disk of the placement run (emulated): far slower than the
+# others', so Eq. 1 moves replicas off it and leader migration its leaders.
+SLOW_DISK_US = 50_000
+
+
+def busiest(cluster: Cluster) -> int:
+    """The node holding the most bytes, as `cluster placement` shows."""
+    best, most = cluster.ids[0], -1
+    for i in cluster.procs:
+        try:
+            with socket.create_connection(cluster.addr(i), timeout=2.0) as s:
+                s.sendall(b"cluster placement\r\n")
+                buf = b""
+                while not buf.endswith(b"END\r\n") and len(buf) < 1 << 20:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    buf += chunk
+        except OSError:
+            continue
+        for line in buf.decode(errors="replace").split("\r\n"):
+            if line.startswith("NODE "):
+                f = dict(x.split("=", 1) for x in line.split()[1:] if "=" in x)
+                if int(f.get("bytes", 0)) > most:
+                    best, most = int(f["node"]), int(f.get("bytes", 0))
+        if most >= 0:
+            break
+    return best
+
+
+def placement_round(cluster: Cluster, history: History, faults: list[str], phase, ops_per_phase: int) -> None:
+    """One round of the placement nemesis (module note): every change is
+    placement's own, made while the clients run."""
+    x = busiest(cluster)
+    before = cluster.held(x) or 0
+    faults.append(f"slow disk on node {x} (emulated {SLOW_DISK_US} us a sync; it held {before} groups)")
+    ask(cluster.addr(x), b"cluster emulate-fsync-delay %d" % SLOW_DISK_US)
+    cluster.until(f"node {x} gives up a group", lambda: (cluster.held(x) or before) < before)
+    if not history.wait_ok(ops_per_phase, RECOVERY_BUDGET_S):
+        raise RuntimeError(f"slow node {x}: fewer than {ops_per_phase} operations in {RECOVERY_BUDGET_S}s")
+    faults[-1] += f", then {cluster.held(x)}"
+    # Placement runs on group 0's leader: kill it while the moves go on.
+    lead = cluster.leader()
+    if lead is None:
+        raise RuntimeError("no leader of group 0")
+    phase(f"kill -9 node {lead}, which runs placement", lambda: cluster.kill(lead), lambda: cluster.start(lead))
+    low = cluster.held(x) or 0
+    faults.append(f"fast disk on node {x} again (it held {low} groups)")
+    ask(cluster.addr(x), b"cluster emulate-fsync-delay 0")
+    if not history.wait_ok(ops_per_phase, RECOVERY_BUDGET_S):
+        raise RuntimeError(f"fast node {x}: fewer than {ops_per_phase} operations in {RECOVERY_BUDGET_S}s")
+    lead = cluster.leader()
+    if lead is None:
+        raise RuntimeError("no leader of group 0")
+    phase(f"partition node {lead}, which runs placement", lambda: cluster.partition(lead), cluster.heal)
+    faults[-2] += f", then {cluster.held(x)}"
+
+
 def stale_probe(cluster: Cluster, history: History, follower: int, lead: int) -> None:
     """Cut `follower` off, then write each key through the leader and read
     it at the follower: with stale reads on, the follower still answers
@@ -737,13 +846,16 @@ def main() -> int:
     ap.add_argument("--stale", action="store_true", help="the negative control: --cluster-read stale")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--no-cas", action="store_true", help="gets without the cas after them")
+    ap.add_argument("--placement", action="store_true", help="4 nodes, alor placement moving replicas (module note)")
     ap.add_argument("--out", type=Path, help="keep the history, logs and HTML here (default: a temp dir)")
     a = ap.parse_args()
     out = a.out or Path(tempfile.mkdtemp(prefix="lincluster-"))
     out.mkdir(parents=True, exist_ok=True)
     checker = build_checker(out)
     start = time.monotonic()
-    r = run(out / "run", checker, a.rounds, a.clients, a.keys, a.ops_per_phase, a.stale, a.seed, not a.no_cas)
+    r = run(
+        out / "run", checker, a.rounds, a.clients, a.keys, a.ops_per_phase, a.stale, a.seed, not a.no_cas, a.placement
+    )
     print(f"faults: {len(r.faults)} ({', '.join(r.faults)})")
     print(f"operations: {r.ops} ({r.unknown} with unknown outcome) in {time.monotonic() - start:.0f}s")
     print(r.verdict)

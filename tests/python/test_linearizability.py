@@ -40,3 +40,14 @@ def test_stale_follower_reads_are_flagged(checker, tmp_path):
     assert r.returncode == 1, f"the checker did not flag stale reads: {r.verdict}\nhistory: {r.history}"
     assert "NOT linearizable" in r.verdict
     assert (tmp_path / "history.html").stat().st_size > 0
+
+
+def test_linearizable_while_placement_moves_leaders_and_replicas(checker, tmp_path):
+    # Four nodes, four groups of three replicas, alor: a slowed disk sends
+    # replicas and leaders off its node, the node running placement is
+    # killed mid-way, the disk recovers, and group 0's leader is cut off.
+    r = run(tmp_path, checker, rounds=1, clients=6, keys=8, ops_per_phase=40, placement=True)
+    assert len(r.faults) == 4, r.faults
+    assert r.ops > 8 * 40, r
+    assert r.returncode == 0, f"{r.verdict}\nhistory: {r.history} (logs beside it)"
+    assert "linearizable:" in r.verdict

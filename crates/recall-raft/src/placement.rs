@@ -167,8 +167,9 @@ pub(crate) struct Ctx {
     pub serving: Arc<Serving>,
     pub shown: Arc<Shown>,
     pub mode: PlacementMode,
-    /// The configured peers' member addresses (`RAFT_ADDR/CLIENT_ADDR`), for
-    /// a learner added on a node no group of this node's lists.
+    /// The configured peers' member addresses (`RAFT_ADDR/CLIENT_ADDR`):
+    /// asked for reports with the members, and the address of a learner
+    /// added on a node no group of this node's lists.
     pub peers: Arc<BTreeMap<NodeId, String>>,
 }
 
@@ -220,7 +221,9 @@ pub(crate) async fn run(ctx: Ctx) {
             active = true;
         }
         let now = origin.elapsed();
-        // Every member of any group, and a Raft address for each.
+        // Every member of any group this node knows, and a Raft address for
+        // each; then the configured peers, which with groups on R of the N
+        // nodes may share no group with this one.
         let mut addrs: BTreeMap<NodeId, std::net::SocketAddr> = BTreeMap::new();
         for g in ctx.groups.iter().filter_map(Weak::upgrade) {
             let m = g.raft.metrics().borrow().clone();
@@ -228,6 +231,13 @@ pub(crate) async fn run(ctx: Ctx) {
                 if let Some(a) = crate::membership::raft_addr_of(&m, id) {
                     addrs.entry(id).or_insert(a);
                 }
+            }
+        }
+        let members: std::collections::BTreeSet<NodeId> = addrs.keys().copied().collect();
+        for (id, member) in ctx.peers.iter() {
+            let raft = member.split_once('/').map_or(member.as_str(), |(raft, _)| raft);
+            if let Ok(a) = raft.parse() {
+                addrs.entry(*id).or_insert(a);
             }
         }
         let me = ctx.serving.ident.me;
@@ -245,9 +255,12 @@ pub(crate) async fn run(ctx: Ctx) {
                 }
             }
         }
-        let ids: Vec<NodeId> = addrs
-            .keys()
+        // In the view: the members, and the configured peers that answered
+        // (a peer that is gone for good is not a target for data).
+        let ids: Vec<NodeId> = members
+            .iter()
             .copied()
+            .chain(reports.keys().copied())
             .chain(std::iter::once(me))
             .collect::<std::collections::BTreeSet<_>>()
             .into_iter()
