@@ -60,6 +60,9 @@ pub enum Reason {
     HighWater,
     /// A learner with no operator in flight: a move that will not finish.
     Leftover,
+    /// More voters than the group's replica count, with no operator in
+    /// flight: a move whose removal step never ran.
+    ExtraVoter,
 }
 
 impl fmt::Display for Reason {
@@ -70,6 +73,7 @@ impl fmt::Display for Reason {
             Reason::Layout => f.write_str("data weight (Eq. 1)"),
             Reason::HighWater => f.write_str("memory high-water"),
             Reason::Leftover => f.write_str("leftover learner"),
+            Reason::ExtraVoter => f.write_str("extra voter"),
         }
     }
 }
@@ -106,6 +110,16 @@ impl Operator {
             group,
             kind: OperatorKind::Cleanup,
             reason: Reason::Leftover,
+            steps: vec![Step::RemoveReplica(node)],
+        }
+    }
+
+    /// Remove voter `node` of a group holding more than its replica count.
+    pub fn trim(group: GroupNo, node: NodeId) -> Operator {
+        Operator {
+            group,
+            kind: OperatorKind::Cleanup,
+            reason: Reason::ExtraVoter,
             steps: vec![Step::RemoveReplica(node)],
         }
     }

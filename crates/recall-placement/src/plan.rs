@@ -11,6 +11,11 @@
 //!    removed, so the group can change again. The rounds leave a learner
 //!    that someone else is adding (`recall cluster add-node`, which
 //!    promotes it once caught up) the time to finish.
+//!    An extra voter is left the same way (a move's new replica promoted,
+//!    its old one not yet removed): a group with more voters than
+//!    `replicas` for `leftover_rounds` rounds in a row, nothing in flight,
+//!    has one removed, never its leader: the lowest weight, then the most
+//!    loaded for its weight.
 //! 1. **Memory high-water** (`alor`): a node filled past `high_water` of its
 //!    memory weighs about zero (10^-6 of its weight, as in the paper), so
 //!    Eq. 1 holds toward any node with room; its coldest groups (fewest
@@ -88,6 +93,10 @@ pub struct PlannerConfig {
     pub leftover_rounds: u32,
     /// The group whose leader runs placement (see the module note).
     pub placement_group: Option<GroupNo>,
+    /// Voters a group should have (recalld's `--cluster-replicas`); a
+    /// group with more for `leftover_rounds` rounds loses one (rule 0).
+    /// `None`: never trimmed.
+    pub replicas: Option<usize>,
 }
 
 impl Default for PlannerConfig {
@@ -101,6 +110,7 @@ impl Default for PlannerConfig {
             max_moves: 1,
             leftover_rounds: 300,
             placement_group: Some(0),
+            replicas: None,
         }
     }
 }
@@ -135,11 +145,30 @@ pub struct Planner {
     /// (group, node) of learners with no operator in flight → rounds seen
     /// in a row.
     idle_learners: BTreeMap<(GroupNo, NodeId), u32>,
+    /// Groups with more voters than `replicas` and no operator in flight →
+    /// rounds seen in a row.
+    idle_extra: BTreeMap<GroupNo, u32>,
 }
 
 impl Planner {
     pub fn new(config: PlannerConfig) -> Planner {
-        Planner { config, weights: Weights::new(), idle_learners: BTreeMap::new() }
+        Planner { config, weights: Weights::new(), idle_learners: BTreeMap::new(), idle_extra: BTreeMap::new() }
+    }
+
+    /// Count this round's groups with extra voters; those seen
+    /// `leftover_rounds` in a row are due for a trim.
+    fn due_trims(&mut self, view: &ClusterView) -> Vec<GroupNo> {
+        let Some(r) = self.config.replicas else { return Vec::new() };
+        let seen: BTreeSet<GroupNo> = view
+            .groups()
+            .filter(|g| view.pending(g.id()).is_none() && !g.changing() && g.voters().count() > r)
+            .map(GroupView::id)
+            .collect();
+        self.idle_extra.retain(|g, _| seen.contains(g));
+        for g in seen {
+            *self.idle_extra.entry(g).or_default() += 1;
+        }
+        self.idle_extra.iter().filter(|(_, &n)| n >= self.config.leftover_rounds).map(|(g, _)| *g).collect()
     }
 
     /// Count this round's idle learners; those seen `leftover_rounds` in a
@@ -165,6 +194,7 @@ impl Planner {
     pub fn plan(&mut self, view: &ClusterView) -> Plan {
         let c = self.config;
         let due = self.due_learners(view);
+        let trims = self.due_trims(view);
         let speed = self.weights.observe(view, &c.hysteresis);
         let ones: BTreeMap<NodeId, f64> = view.nodes().map(|n| (n.id(), 1.0)).collect();
         let (leader_w, layout_w) = match c.mode {
@@ -184,6 +214,7 @@ impl Planner {
             closed: false,
         };
         round.leftovers(due);
+        round.trims(trims, &speed);
         if c.mode == PlacementMode::Alor {
             round.moves(layout_w, true);
         }
@@ -275,6 +306,28 @@ impl Round {
             }
             if !self.touched.contains(&g) {
                 self.emit(Operator::cleanup(g, n));
+            }
+        }
+    }
+
+    /// Groups with extra voters for `leftover_rounds`: one removed each,
+    /// not the leader; the lowest weight, then the most data for it.
+    fn trims(&mut self, due: Vec<GroupNo>, w: &BTreeMap<NodeId, f64>) {
+        let data = self.projected.data_bytes();
+        for gid in due {
+            if !self.room() {
+                return;
+            }
+            let Some(g) = self.projected.group(gid).cloned() else { continue };
+            if self.touched.contains(&gid) || g.leader().is_none() {
+                continue;
+            }
+            let load = |n: NodeId| data.get(&n).copied().unwrap_or(0) as f64 / weight(w, n);
+            let victim = g.voters().map(|r| r.node()).filter(|&n| Some(n) != g.leader()).min_by(|&a, &b| {
+                weight(w, a).total_cmp(&weight(w, b)).then(load(b).total_cmp(&load(a))).then(b.cmp(&a))
+            });
+            if let Some(n) = victim {
+                self.emit(Operator::trim(gid, n));
             }
         }
     }

@@ -605,6 +605,7 @@ impl Node {
             shown: shown.clone(),
             mode: cfg.placement,
             peers: Arc::new(members.iter().map(|(id, n)| (*id, n.addr.clone())).collect()),
+            replicas: layout.is_some().then_some(cfg.replicas),
         }));
         let placement = (cfg.placement, shown);
         let lanes = Arc::new(forward::Lanes::new(transport.clone(), ident.clone(), handle.clone(), cfg.timeout));

@@ -171,6 +171,11 @@ pub(crate) struct Ctx {
     /// asked for reports with the members, and the address of a learner
     /// added on a node no group of this node's lists.
     pub peers: Arc<BTreeMap<NodeId, String>>,
+    /// The groups' replica count when it is below the peers' (R of N):
+    /// a group with more voters for a while loses one (the planner's rule
+    /// 0). With every peer a replica, an added node is the operator's and
+    /// is kept.
+    pub replicas: Option<usize>,
 }
 
 /// Walk this node's store for its groups' sizes every
@@ -197,7 +202,7 @@ pub(crate) async fn walk(serving: Weak<Serving>, groups: usize) {
 pub(crate) async fn run(ctx: Ctx) {
     let origin = Instant::now();
     let new_runtime = || OperatorRuntime::new(RuntimeConfig::default());
-    let new_planner = || Planner::new(PlannerConfig { mode: ctx.mode, ..Default::default() });
+    let new_planner = || Planner::new(PlannerConfig { mode: ctx.mode, replicas: ctx.replicas, ..Default::default() });
     let (mut planner, mut runtime) = (new_planner(), new_runtime());
     let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel::<Event>();
     let mut active = false;

@@ -402,3 +402,34 @@ fn a_moved_leader_hands_over_before_its_replica_is_removed() {
         assert!(transfer < remove, "{op}");
     }
 }
+
+#[test]
+fn an_extra_voter_left_by_a_cut_move_is_trimmed_after_leftover_rounds() {
+    // Group 0 has four voters (a move promoted node 4 and its runtime died
+    // before removing node 3); three replicas is the count.
+    let mut v = ClusterView::new();
+    for (n, speed) in [(1, 1000.0), (2, 1000.0), (3, 100.0), (4, 1000.0)] {
+        v = v.with_node(NodeView::new(n, 0, GIB).with_speed(speed));
+    }
+    v = v.with_group(GroupView::new(0, 100, 0).led_by(1).voter(2, true).voter(3, true).voter(4, true));
+    let config = PlannerConfig { leftover_rounds: 3, replicas: Some(3), ..Default::default() };
+    let mut p = Planner::new(config);
+    for round in 1..3 {
+        let ops = p.plan(&v).into_operators();
+        assert!(ops.iter().all(|o| o.reason() != Reason::ExtraVoter), "round {round}: {ops:?}");
+    }
+    // The third round removes the slowest voter (node 3), never the leader.
+    let ops = p.plan(&v).into_operators();
+    assert_eq!(ops.first(), Some(&Operator::trim(0, 3)), "{ops:?}");
+    v.apply(&ops[0]);
+    assert_eq!(v.group(0).unwrap().voters().count(), 3);
+    assert!(Planner::new(config).plan(&v).operators().iter().all(|o| o.reason() != Reason::ExtraVoter));
+    // Without a replica count nothing is trimmed, and an operator in
+    // flight restarts the count.
+    let four = v.clone().with_group(GroupView::new(0, 100, 0).led_by(1).voter(2, true).voter(3, true).voter(4, true));
+    let mut free = Planner::new(PlannerConfig { leftover_rounds: 1, ..Default::default() });
+    assert!(free.plan(&four).operators().iter().all(|o| o.reason() != Reason::ExtraVoter));
+    let mut busy = Planner::new(PlannerConfig { leftover_rounds: 1, replicas: Some(3), ..Default::default() });
+    let pending = four.clone().with_pending(0, OperatorKind::Move);
+    assert!(busy.plan(&pending).operators().iter().all(|o| o.reason() != Reason::ExtraVoter));
+}
