@@ -42,7 +42,9 @@
 //! placement runs on its leader, and the runtime's state (every operator
 //! in flight) is lost when that leadership moves. So a transfer of the
 //! group is planned only when nothing is in flight and is the round's only
-//! operator; a move never takes the group off its leader (the source's
+//! operator (when its leader is slower than a caught-up replica, that
+//! hand-over comes first: a round plans nothing else while operators in
+//! flight drain); a move never takes the group off its leader (the source's
 //! other groups move instead; once the leadership moved for its own
 //! reasons, the group can move too). Without this a transfer of group 0
 //! cut moves of other groups half-way, leaving learners and extra voters
@@ -213,6 +215,9 @@ impl Planner {
             moves_left: c.max_moves.saturating_sub(view.pending_moves()),
             closed: false,
         };
+        if c.mode != PlacementMode::Even && round.placement_first(leader_w) {
+            return Plan { operators: round.ops, weights: speed };
+        }
         round.leftovers(due);
         round.trims(trims, &speed);
         if c.mode == PlacementMode::Alor {
@@ -330,6 +335,28 @@ impl Round {
                 self.emit(Operator::trim(gid, n));
             }
         }
+    }
+
+    /// The placement group's leader is slower than a caught-up replica of
+    /// it: hand it over now, alone, if nothing is in flight; else plan
+    /// nothing, so the operators in flight drain and the next round can
+    /// (module note). Whether the round is over.
+    fn placement_first(&mut self, w: &BTreeMap<NodeId, f64>) -> bool {
+        let Some(gid) = self.c.placement_group else { return false };
+        let Some(g) = self.projected.group(gid).cloned() else { return false };
+        let Some(l) = g.leader() else { return false };
+        let best = self.best_weight(&g, w);
+        if self.touched.contains(&gid) || g.changing() || best <= weight(w, l) {
+            return false;
+        }
+        if self.placement_may_move() {
+            let top = self.candidates(&g).into_iter().filter(|&n| weight(w, n) == best);
+            if let Some(to) = self.least_leading(top) {
+                self.emit(Operator::transfer(gid, to, Reason::FasterReplica { gap: best / weight(w, l) }));
+            }
+        }
+        self.closed = true;
+        true
     }
 
     /// Leader migration, largest gap first.

@@ -106,7 +106,11 @@ fn the_largest_gap_goes_first_and_the_rate_limit_holds() {
         .with_node(NodeView::new(3, 0, GIB).with_speed(100.0))
         .with_group(GroupView::new(0, 0, 0).led_by(2).voter(1, true))
         .with_group(GroupView::new(1, 0, 0).led_by(3).voter(1, true));
-    let mut p = Planner::new(PlannerConfig { mode: PlacementMode::Leaders, max_operators: 1, ..Default::default() });
+    // No placement group here: its leader would go first (the test after
+    // the next ones).
+    let config =
+        PlannerConfig { mode: PlacementMode::Leaders, max_operators: 1, placement_group: None, ..Default::default() };
+    let mut p = Planner::new(config);
     assert_eq!(p.plan(&v).operators(), [Operator::transfer(1, 1, Reason::FasterReplica { gap: 10.0 })]);
 }
 
@@ -432,4 +436,27 @@ fn an_extra_voter_left_by_a_cut_move_is_trimmed_after_leftover_rounds() {
     let mut busy = Planner::new(PlannerConfig { leftover_rounds: 1, replicas: Some(3), ..Default::default() });
     let pending = four.clone().with_pending(0, OperatorKind::Move);
     assert!(busy.plan(&pending).operators().iter().all(|o| o.reason() != Reason::ExtraVoter));
+}
+
+#[test]
+fn a_slow_placement_leader_drains_the_operators_in_flight_and_goes_first() {
+    // Node 1 leads every group and turns slow: with a move in flight (group
+    // 3's) nothing else starts, so the runtime drains; then group 0's
+    // hand-over comes alone, before the other groups' transfers.
+    let mut v = ClusterView::new();
+    for (n, speed) in [(1, 100.0), (2, 1000.0), (3, 1000.0)] {
+        v = v.with_node(NodeView::new(n, 0, GIB).with_speed(speed));
+    }
+    for g in 0..6 {
+        v = v.with_group(GroupView::new(g, 100, 0).led_by(1).voter(2, true).voter(3, true));
+    }
+    let mut p = planner(PlacementMode::Leaders);
+    assert_eq!(p.plan(&v.clone().with_pending(3, OperatorKind::Move)).operators(), []);
+    let ops = p.plan(&v).into_operators();
+    assert_eq!(ops.len(), 1, "{ops:?}");
+    assert_eq!((ops[0].group(), ops[0].transfer_target().is_some()), (0, true), "{ops:?}");
+    v.apply(&ops[0]);
+    // Then the others move, group 0 no longer among them.
+    let rest = p.plan(&v).into_operators();
+    assert!(!rest.is_empty() && rest.iter().all(|o| o.group() != 0), "{rest:?}");
 }
