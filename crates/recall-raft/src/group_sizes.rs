@@ -8,7 +8,8 @@
 //! and flushes change the bytes without passing the state machine. A walk
 //! holds each shard's lock while it visits the shard, as a snapshot does
 //! (`snapshot_cut.rs`), so it runs only where placement can act on it (not
-//! in `even` mode), on a blocking thread, every [`EVERY`].
+//! in `even` mode), on a blocking thread, every [`EVERY`]; a request or an
+//! apply on that shard waits for it.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -36,15 +37,14 @@ pub(crate) struct GroupSize {
 pub(crate) fn measure(store: &Store, groups: usize, now: UnixSecs) -> Vec<GroupSize> {
     let mut out = vec![GroupSize::default(); groups.max(1)];
     let since = now.saturating_sub(RECENT_SECS);
-    for shard in 0..store.shard_count() {
-        store.for_each_in_shard(shard, now, |item| {
-            let Some(it) = item else { return };
-            let g = if groups <= 1 { 0 } else { group_of_slot(slot_of(it.key), groups) };
-            let s = &mut out[g];
-            s.bytes += store.footprint(it.key.len(), it.value.len()) as u64;
-            s.recent += u64::from(it.atime >= since);
-        });
-    }
+    // `for_each` skips shards no key has reached (building them would undo
+    // the store's lazy start-up memory).
+    store.for_each(now, |it| {
+        let g = if groups <= 1 { 0 } else { group_of_slot(slot_of(it.key), groups) };
+        let s = &mut out[g];
+        s.bytes += store.footprint(it.key.len(), it.value.len()) as u64;
+        s.recent += u64::from(it.atime >= since);
+    });
     out
 }
 

@@ -32,6 +32,7 @@
 //! Layout, guarantees and what is not done yet:
 //! docs/design/replication.md.
 
+mod bootstrap;
 mod follower_read;
 mod forward;
 mod gate;
@@ -295,56 +296,6 @@ pub struct Node {
     _rt: tokio::runtime::Runtime,
 }
 
-/// A new cluster's group held by `members` (its leader first), not by
-/// every peer: the leader initializes it (asked over
-/// [`network::Rpc::Init`], or this node itself) and so wins its first
-/// election. Nodes of a new cluster start at about the same time, so the
-/// leader is asked alone for the first few seconds; after that any member
-/// that answers initializes it, and if that is this node it hands the
-/// leadership to the leader as the start's spread does
-/// ([`membership::lead_at_start`]). Asked until one does; a member asked
-/// twice, or a second one after a lost answer, changes nothing
-/// (`network::initialize`).
-async fn bootstrap_group(
-    group: std::sync::Weak<Group>,
-    members: Vec<(NodeId, String)>,
-    ident: Arc<incarnation::Ident>,
-    raft_peers: Arc<BTreeMap<NodeId, String>>,
-) {
-    use std::time::{Duration, Instant};
-    let leader_alone_until = Instant::now() + Duration::from_secs(5);
-    let mut backoff = Duration::from_millis(100);
-    loop {
-        let Some(g) = group.upgrade() else { return };
-        let ask = if Instant::now() < leader_alone_until { &members[..1] } else { &members[..] };
-        for (id, _) in ask {
-            let done = if *id == ident.me {
-                network::initialize(&g.raft, members.clone()).await
-            } else {
-                let Some(addr) = raft_peers.get(id).and_then(|a| a.parse().ok()) else { continue };
-                let ttl = Duration::from_secs(2);
-                match network::request_init(&g.transport, &ident, (*id, addr), g.id.id, members.clone(), ttl).await {
-                    Ok(r) => r,
-                    Err(e) => Err(e.to_string()),
-                }
-            };
-            match done {
-                Ok(()) => {
-                    tracing::info!("cluster group {}: initialized by node {id}", g.id.id);
-                    if *id == ident.me && members[0].0 != ident.me {
-                        membership::lead_at_start(g, members[0].0).await;
-                    }
-                    return;
-                }
-                Err(e) => tracing::debug!("cluster group {}: initializing at node {id}: {e}", g.id.id),
-            }
-        }
-        drop(g);
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_millis(1000));
-    }
-}
-
 const NO_LEADER: &str = "SERVER_ERROR not leader; no leader elected yet";
 pub(crate) const TIMED_OUT: &str = "SERVER_ERROR cluster timed out; the write may or may not have been applied";
 pub(crate) const FAILED: &str = "SERVER_ERROR cluster failed; the write may or may not have been applied";
@@ -578,7 +529,7 @@ impl Node {
             for (group, set) in groups.iter().zip(layout) {
                 let set: Vec<(NodeId, String)> =
                     set.iter().filter_map(|id| members.get(id).map(|n| (*id, n.addr.clone()))).collect();
-                rt.spawn(bootstrap_group(Arc::downgrade(group), set, ident.clone(), raft_peers.clone()));
+                rt.spawn(bootstrap::group(Arc::downgrade(group), set, ident.clone(), raft_peers.clone()));
             }
         } else if cfg.bootstrap && groups.len() > 1 {
             // Spread the leaders: group g's on the g-th member (mod their

@@ -398,7 +398,19 @@ async fn serve_conn(sock: Stream, serving: &Serving) -> io::Result<()> {
             }
             Rpc::Vote(r) => encode(&raft.vote(r).await)?,
             Rpc::Snapshot(r) => encode(&raft.install_snapshot(r).await)?,
-            Rpc::Init(members) => encode(&initialize(raft, members).await)?,
+            Rpc::Init(members) => {
+                let leader = members.first().map(|(id, _)| *id).filter(|l| *l != serving.ident.me);
+                let done = initialize(raft, members).await;
+                // Initialized here, not at the layout's leader (it did not
+                // answer in time): hand the group over to it, as the
+                // start's spread does.
+                if let (Ok(true), Some(l)) = (&done, leader) {
+                    if let Some(g) = serving.full.get().and_then(|g| g.get(usize::from(call.group))?.upgrade()) {
+                        tokio::spawn(crate::membership::lead_at_start(g, l));
+                    }
+                }
+                encode(&done.map(|_| ()))?
+            }
             Rpc::Change(change) => {
                 let group = serving.full.get().and_then(|g| g.get(usize::from(call.group))?.upgrade());
                 let done = match group {
@@ -425,12 +437,13 @@ async fn serve_conn(sock: Stream, serving: &Serving) -> io::Result<()> {
 /// initialized before (its log is not empty), so a bootstrap that asks
 /// again, or asks a second member after no answer from the first, changes
 /// nothing (members initialized with the same membership agree).
-pub(crate) async fn initialize(raft: &Raft, members: Vec<(NodeId, String)>) -> Result<(), String> {
+/// `Ok(true)` when this call initialized it.
+pub(crate) async fn initialize(raft: &Raft, members: Vec<(NodeId, String)>) -> Result<bool, String> {
     let members: BTreeMap<NodeId, openraft::BasicNode> =
         members.into_iter().map(|(id, addr)| (id, openraft::BasicNode { addr })).collect();
     match raft.initialize(members).await {
-        Ok(()) => Ok(()),
-        Err(RaftError::APIError(openraft::error::InitializeError::NotAllowed(_))) => Ok(()),
+        Ok(()) => Ok(true),
+        Err(RaftError::APIError(openraft::error::InitializeError::NotAllowed(_))) => Ok(false),
         Err(e) => Err(e.to_string()),
     }
 }

@@ -130,11 +130,24 @@ fn led_group(
 /// member known; one that did not answer is in the view unmeasured, so
 /// it is given nothing).
 fn view(ids: &[NodeId], reports: &BTreeMap<NodeId, NodeReport>, groups: usize) -> ClusterView {
+    // A node's memory in use, for the fill the high-water and accept rules
+    // read: the bytes of the groups it holds, as their leaders report
+    // them. Not the store's `mem_used`: a cache fills to its limit, and a
+    // removed replica's items stay until evicted, so that figure would not
+    // fall after a move and the node would shed group after group.
+    let mut held: BTreeMap<NodeId, u64> = BTreeMap::new();
+    for r in reports.values() {
+        for l in &r.led {
+            for n in l.voters.iter().map(|(n, _)| n).chain(&l.learners) {
+                *held.entry(*n).or_default() += l.bytes;
+            }
+        }
+    }
     let mut v = ClusterView::new();
     for id in ids {
         let n = match reports.get(id) {
             Some(r) => {
-                let n = NodeView::new(*id, r.mem_used, r.mem_limit);
+                let n = NodeView::new(*id, held.get(id).copied().unwrap_or(0), r.mem_limit);
                 match r.speed {
                     Some(s) => n.with_speed(s),
                     None => n,
@@ -204,7 +217,9 @@ pub(crate) async fn run(ctx: Ctx) {
     let new_runtime = || OperatorRuntime::new(RuntimeConfig::default());
     let new_planner = || Planner::new(PlannerConfig { mode: ctx.mode, replicas: ctx.replicas, ..Default::default() });
     let (mut planner, mut runtime) = (new_planner(), new_runtime());
-    let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel::<Event>();
+    // A channel per runtime: operator ids start again at 1 in a new one, so
+    // a late event of an earlier runtime's step must not reach it.
+    let (mut events_tx, mut events) = tokio::sync::mpsc::unbounded_channel::<Event>();
     let mut active = false;
     let mut tick = tokio::time::interval(ROUND);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -217,7 +232,12 @@ pub(crate) async fn run(ctx: Ctx) {
                 tracing::info!("placement: this node no longer leads group 0; stopping here");
                 // A new leader of group 0 starts afresh (module note).
                 (planner, runtime, active) = (new_planner(), new_runtime(), false);
-                ctx.shown.inner.lock().expect("placement shown lock").active = false;
+                (events_tx, events) = tokio::sync::mpsc::unbounded_channel::<Event>();
+                let mut shown = ctx.shown.inner.lock().expect("placement shown lock");
+                shown.active = false;
+                // What this node showed is no longer placement's view.
+                shown.nodes.clear();
+                shown.operators.clear();
             }
             continue;
         }

@@ -145,3 +145,23 @@ fn groups_held_by_three_of_four_nodes_serve_every_key_and_survive_a_kill_9() {
         assert_eq!(r, "STORED\r\n", "group {g} after the kill");
     }
 }
+
+/// `--cluster-read stale` serves a node's own store, but a node outside a
+/// group has none of the group's items: its reads of the group are
+/// answered from the leader, not as a miss.
+#[test]
+fn a_stale_read_at_a_node_outside_the_group_goes_to_its_leader() {
+    let ids: Vec<u64> = (1..=NODES as u64).collect();
+    let layout = recall_placement::layout::initial(&ids, GROUPS, REPLICAS);
+    let c = Cluster::start_with_args(
+        NODES,
+        &[],
+        &["--cluster-groups", "4", "--cluster-replicas", "3", "--cluster-read", "stale"],
+    );
+    let g = (0..GROUPS).find(|g| !layout[*g].contains(&1)).expect("a group node 1 does not hold");
+    map_until(c.clients[0], "node 1 knows every leader", |g, l| l == Some(layout[g][0]));
+    let k = &keys_of(g, 1)[0];
+    let leader = layout[g][0] as usize - 1;
+    assert_eq!(ask_until_served(c.clients[leader], &format!("set {k} 0 0 2\r\nhi\r\n")), "STORED\r\n");
+    assert_eq!(ask_until_served(c.clients[0], &format!("get {k}\r\n")), format!("VALUE {k} 0 2\r\nhi\r\nEND\r\n"));
+}

@@ -40,9 +40,10 @@ pub struct ClusterSection {
     /// Raft groups the keyspace's slots are split into: the same on every
     /// node, for the cluster's life (1: one group of every key).
     pub groups: usize,
-    /// How many of the peers hold each group (0: every peer). Read by the
-    /// bootstrapping node, which chooses each group's members and leader
-    /// (docs/design/placement.md, "Default group count").
+    /// How many of the peers hold each group (0: every peer); the same on
+    /// every node. The bootstrapping node chooses each group's members and
+    /// leader with it (docs/design/replication.md, "Groups held by R of the
+    /// N nodes").
     pub replicas: usize,
     /// Where leaders and replicas go: even (ED), leaders (LMO) or alor
     /// (config/placement.rs).
