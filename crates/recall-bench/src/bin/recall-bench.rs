@@ -290,6 +290,9 @@ fn print_human(r: &Report) {
         m.errors,
         m.value_len_mismatch
     );
+    for (text, n) in &m.error_kinds {
+        println!("error     {n} × {text}");
+    }
     let c = &m.cpu;
     let opt = |v: Option<f64>, unit: &str| v.map_or("-".to_string(), |v| format!("{v:.2}{unit}"));
     println!(

@@ -21,7 +21,9 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use recall_durable::DurableClient;
 
-use super::{cpu_report, measured, new_histogram, snapshot, split, Counts, LoadConfig, LoadError, Measured};
+use super::{
+    cpu_report, measured, new_histogram, snapshot, split, Counts, ErrorKinds, LoadConfig, LoadError, Measured,
+};
 use super::{PreloadReport, Stop};
 use crate::load::sys;
 use crate::workload::{OpKind, Workload};
@@ -39,6 +41,7 @@ pub(super) fn validate(cfg: &LoadConfig) -> Result<(), LoadError> {
 /// One task's tallies.
 struct TaskStats {
     counts: Counts,
+    error_kinds: ErrorKinds,
     latency: Histogram<u64>,
     window_start: u64,
     window_end: u64,
@@ -134,17 +137,19 @@ async fn measure(cfg: &LoadConfig, db: &Arc<DurableClient>, pattern: &Arc<Vec<u8
     let finish = snapshot(cfg.server_pid);
 
     let mut counts = Counts::default();
+    let mut error_kinds = ErrorKinds::default();
     let mut latency = new_histogram();
     let (mut w_start, mut w_end) = (u64::MAX, 0);
     for s in &stats {
         counts.add(&s.counts);
+        error_kinds.add(&s.error_kinds);
         latency.add(&s.latency).expect("same bounds");
         w_start = w_start.min(s.window_start);
         w_end = w_end.max(s.window_end);
     }
     let seconds = w_end.saturating_sub(w_start) as f64 / 1e9;
     let cpu = cpu_report(cfg.server_pid, &begin, &finish, counts.requests);
-    Ok(measured(&counts, &latency, None, seconds, cpu))
+    Ok(measured(&counts, &error_kinds, &latency, None, seconds, cpu))
 }
 
 /// One closed-loop task: a request, its reply, the next.
@@ -156,8 +161,13 @@ async fn drive(
     end: Option<u64>,
     quota: Option<u64>,
 ) -> TaskStats {
-    let mut s =
-        TaskStats { counts: Counts::default(), latency: new_histogram(), window_start: u64::MAX, window_end: 0 };
+    let mut s = TaskStats {
+        counts: Counts::default(),
+        error_kinds: ErrorKinds::default(),
+        latency: new_histogram(),
+        window_start: u64::MAX,
+        window_end: 0,
+    };
     let mut key = Vec::new();
     loop {
         if quota.is_some_and(|q| s.counts.requests >= q) {
@@ -170,6 +180,7 @@ async fn drive(
         }
         op.write_key(&mut key);
         let mut c = Counts::default();
+        let mut failed = None;
         match op.kind {
             OpKind::Get => {
                 c.get_keys = 1;
@@ -179,16 +190,16 @@ async fn drive(
                         c.len_mismatch = u64::from(item.value.len() != op.value_size as usize);
                     }
                     Ok(None) => w.on_miss(&op),
-                    Err(_) => c.errors = 1,
+                    Err(e) => failed = Some(e.to_string()),
                 }
             }
             OpKind::Set => match db.set(&key, &pattern[..op.value_size as usize], 0, op.ttl as i32).await {
                 Ok(_) => c.sets = 1,
-                Err(_) => c.errors = 1,
+                Err(e) => failed = Some(e.to_string()),
             },
             OpKind::Delete => match db.delete(&key).await {
                 Ok(_) => c.deletes = 1,
-                Err(_) => c.errors = 1,
+                Err(e) => failed = Some(e.to_string()),
             },
         }
         let done = sys::now_ns();
@@ -197,6 +208,10 @@ async fn drive(
         }
         c.requests = 1;
         c.keys = 1;
+        if let Some(text) = failed {
+            c.errors = 1;
+            s.error_kinds.record(text, 1);
+        }
         s.counts.add(&c);
         s.latency.saturating_record(done - start);
         s.window_start = s.window_start.min(start);

@@ -124,8 +124,36 @@ pub(crate) struct ThreadStats {
     pub latency: Histogram<u64>,
     pub service: Histogram<u64>,
     pub counts: Counts,
+    /// Measured error replies by text (at most `MAX_ERROR_KINDS` texts).
+    pub error_kinds: ErrorKinds,
     pub window_start: u64,
     pub window_end: u64,
+}
+
+/// How many distinct error texts a run keeps; the rest are counted
+/// under one entry.
+const MAX_ERROR_KINDS: usize = 32;
+
+/// Error replies counted by their text, so that a run's errors can be
+/// told apart (a refused forward, a timeout, memory) without a capture.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ErrorKinds(pub std::collections::BTreeMap<String, u64>);
+
+impl ErrorKinds {
+    pub fn record(&mut self, text: String, n: u64) {
+        let key = if self.0.len() >= MAX_ERROR_KINDS && !self.0.contains_key(&text) {
+            "(other texts)".to_string()
+        } else {
+            text
+        };
+        *self.0.entry(key).or_default() += n;
+    }
+
+    pub fn add(&mut self, o: &ErrorKinds) {
+        for (text, n) in &o.0 {
+            self.record(text.clone(), *n);
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -450,6 +478,8 @@ impl Worker<'_> {
             }
             if error {
                 c.errors += 1;
+                let text = conn.parser.take_error_text().unwrap_or_default();
+                self.stats.error_kinds.record(text, 1);
             }
             self.stats.latency.saturating_record(now.saturating_sub(done.intended).max(1));
             if !self.closed_loop {
@@ -538,6 +568,7 @@ fn event_loop(
             latency: new_histogram(),
             service: new_histogram(),
             counts: Counts::default(),
+            error_kinds: ErrorKinds::default(),
             window_start: measure_from,
             window_end: measure_from,
         },

@@ -48,7 +48,7 @@ use crate::workload::etc::{EtcConfig, EtcMode, EtcSizes, EtcWorkload};
 use crate::workload::fixed::{FixedConfig, FixedWorkload, Popularity};
 use crate::workload::ycsb::{YcsbConfig, YcsbKind, YcsbWorkload};
 use crate::workload::{Arrival, ConfigError, KeyFormat, Op, OpKind, Workload};
-use client::{new_histogram, Counts, Progress, Shared, ThreadPlan, ThreadStats};
+use client::{new_histogram, Counts, ErrorKinds, Progress, Shared, ThreadPlan, ThreadStats};
 
 /// A load-generator failure: bad configuration, a connection problem, or a
 /// reply that breaks the protocol.
@@ -596,12 +596,14 @@ fn measure(cfg: &LoadConfig, pattern: &Arc<Vec<u8>>, route: Option<&Arc<Route>>)
     let r = run_phase(shared, plans, cfg.server_pid, label)?;
 
     let mut counts = Counts::default();
+    let mut error_kinds = ErrorKinds::default();
     let mut latency = new_histogram();
     let mut service = new_histogram();
     let mut w_start = u64::MAX;
     let mut w_end = 0;
     for s in &r.stats {
         counts.add(&s.counts);
+        error_kinds.add(&s.error_kinds);
         latency.add(&s.latency).expect("same bounds");
         service.add(&s.service).expect("same bounds");
         w_start = w_start.min(s.window_start);
@@ -610,7 +612,7 @@ fn measure(cfg: &LoadConfig, pattern: &Arc<Vec<u8>>, route: Option<&Arc<Route>>)
     let seconds = (w_end.saturating_sub(w_start)) as f64 / 1e9;
     let service = cfg.rate.map(|_| Latency::from_hist(&service));
     let cpu = cpu_report(cfg.server_pid, &r.begin, &r.end, counts.requests);
-    Ok(measured(&counts, &latency, service, seconds, cpu))
+    Ok(measured(&counts, &error_kinds, &latency, service, seconds, cpu))
 }
 
 #[cfg(test)]

@@ -344,18 +344,29 @@ struct DataBlock {
     pos: usize,
 }
 
+/// How much of an error reply's line is kept for the report.
+const MAX_ERROR_TEXT: usize = 160;
+
 /// Incremental reply parser: feed it whatever bytes have arrived; it
 /// consumes complete lines and any amount of a value's data block, so a
 /// 1 MB value never has to fit in the read buffer.
 #[derive(Clone, Debug, Default)]
 pub struct ReplyParser {
     data: Option<DataBlock>,
+    /// The text of the last error reply, until taken.
+    error_text: Option<String>,
 }
 
 impl ReplyParser {
     /// A parser at the start of a reply.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The text of the last error reply parsed (at most
+    /// `MAX_ERROR_TEXT` bytes of its line), once.
+    pub fn take_error_text(&mut self) -> Option<String> {
+        self.error_text.take()
     }
 
     /// Whether the parser is between replies (not inside a data block).
@@ -385,6 +396,10 @@ impl ReplyParser {
             })?;
             consumed = nl + 1;
             let reply = parse_line(line)?;
+            if reply.is_error() {
+                let shown = &line[..line.len().min(MAX_ERROR_TEXT)];
+                self.error_text = Some(String::from_utf8_lossy(shown).into_owned());
+            }
             match reply {
                 Reply::Value { len } | Reply::Va { len } => {
                     self.data = Some(DataBlock { reply, len: len as usize, pos: 0 });
@@ -620,6 +635,18 @@ mod tests {
         for chunk in 1..=stream.len() {
             assert_eq!(parse_all(stream, chunk).unwrap(), want, "chunk {chunk}");
         }
+    }
+
+    #[test]
+    fn parser_keeps_the_text_of_an_error_reply_once() {
+        let mut p = ReplyParser::new();
+        let (_, r) = p.parse(b"SERVER_ERROR cluster leader unreachable\r\nSTORED\r\n").unwrap();
+        assert_eq!(r, Some(Reply::ServerError));
+        assert_eq!(p.take_error_text().as_deref(), Some("SERVER_ERROR cluster leader unreachable"));
+        assert_eq!(p.take_error_text(), None);
+        let (_, r) = p.parse(b"STORED\r\n").unwrap();
+        assert_eq!(r, Some(Reply::Stored));
+        assert_eq!(p.take_error_text(), None);
     }
 
     #[test]

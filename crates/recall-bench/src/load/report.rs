@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use super::client::Counts;
+use super::client::{Counts, ErrorKinds};
 use super::sys;
 
 /// Latency percentiles in microseconds.
@@ -111,6 +111,8 @@ pub struct Measured {
     pub deletes: u64,
     /// ERROR / CLIENT_ERROR / SERVER_ERROR replies.
     pub errors: u64,
+    /// Those replies by their text (the first 32 distinct texts).
+    pub error_kinds: std::collections::BTreeMap<String, u64>,
     /// Hits whose value length differed from what the workload stored.
     pub value_len_mismatch: u64,
     /// Latency from the scheduled send time (open loop) or the send time
@@ -187,6 +189,7 @@ pub(super) fn snapshot(pid: Option<u32>) -> Snapshot {
 /// The measured phase's report from its tallies over `seconds`.
 pub(super) fn measured(
     counts: &Counts,
+    error_kinds: &ErrorKinds,
     latency: &Histogram<u64>,
     service_latency_us: Option<Latency>,
     seconds: f64,
@@ -206,6 +209,7 @@ pub(super) fn measured(
         not_stored: counts.not_stored,
         deletes: counts.deletes,
         errors: counts.errors,
+        error_kinds: error_kinds.0.clone(),
         value_len_mismatch: counts.len_mismatch,
         latency_us: Latency::from_hist(latency),
         service_latency_us,
