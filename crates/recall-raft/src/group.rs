@@ -9,6 +9,9 @@ use super::*;
 /// that name each possible leader.
 pub(crate) struct Group {
     pub(crate) id: GroupId,
+    /// This group, for work that asks it again after a wait
+    /// (`after_election`).
+    pub(crate) me: std::sync::Weak<Group>,
     pub(crate) raft: Raft,
     pub(crate) log: log_store::LogStore,
     pub(crate) rt: tokio::runtime::Handle,
@@ -127,8 +130,12 @@ impl Group {
             return self.read_barrier.barrier(true);
         }
         let (gate, reads, limit) = (self.gate.clone(), self.read_barrier.clone(), self.timeout);
+        let raft = self.raft.clone();
         self.later(async move {
             gate.opened(limit).await;
+            // The hand-over ended and the new leader's election may still
+            // run: the refusal should name it (`after_election`).
+            leader_known(&raft, limit.min(timing::leader_wait())).await;
             reads.passed(!gate.is_closed()).await
         })
     }
@@ -148,36 +155,73 @@ impl Group {
     }
 }
 
+/// Wait until this node knows a leader of the group, at most `limit`: one
+/// that is another node, or this node once it has taken the leader's role
+/// (an election's winner is named a moment before it leads, and a request
+/// refused then would name this node to its own client). A timeout is not
+/// an error: what follows refuses, naming no leader.
+async fn leader_known(raft: &Raft, limit: Duration) {
+    let known = |m: &openraft::RaftMetrics<NodeId, BasicNode>| {
+        m.current_leader.is_some_and(|l| l != m.id || m.state == ServerState::Leader)
+    };
+    let _ = raft.wait(Some(limit)).metrics(known, "a leader is known").await;
+}
+
 impl Group {
     pub(crate) fn read_barrier(&self) -> Ready {
+        self.read_barrier_or_wait(true)
+    }
+
+    /// The read barrier; with `wait`, one that finds no leader known waits
+    /// for an election first (`after_election`).
+    fn read_barrier_or_wait(&self, wait: bool) -> Ready {
         // A node that knows no leader but was told one by a peer (it was
         // removed from the group): the read goes there.
         if self.learned().is_some() {
             return Ready::Refused(self.not_leader(None));
         }
-        match self.reads {
-            ReadMode::Linearizable => {
-                let (me, leads, leader) = {
-                    let m = self.raft.metrics();
-                    let m = m.borrow();
-                    (m.id, m.state == ServerState::Leader, m.current_leader)
-                };
-                match leader {
-                    // Another node leads: a read index from it, then the
-                    // local store (docs/design/replication.md, "Reads").
-                    Some(l) if l != me && !leads => self.follower_reads.barrier(),
-                    // This node leads, or nobody is known to: the leader's
-                    // barrier, which refuses with the line naming the
-                    // leader (or none) if this node does not lead.
-                    _ => self.read_index(),
-                }
-            }
-            // The leader's barrier, which refuses on a follower with the
-            // line naming the leader: the read is forwarded there.
-            ReadMode::Leader => self.read_index(),
+        if matches!(self.reads, ReadMode::Stale) {
             // Opted in: the local store as it is, on any node.
-            ReadMode::Stale => Ready::Now,
+            return Ready::Now;
         }
+        let (me, leads, leader) = {
+            let m = self.raft.metrics();
+            let m = m.borrow();
+            (m.id, m.state == ServerState::Leader, m.current_leader)
+        };
+        match (self.reads, leader) {
+            (_, l) if wait && !leads && l.is_none_or(|l| l == me) => {
+                self.after_election(|g| g.read_barrier_or_wait(false))
+            }
+            // Another node leads: a read index from it, then the local
+            // store (docs/design/replication.md, "Reads").
+            (ReadMode::Linearizable, Some(l)) if l != me && !leads => self.follower_reads.barrier(),
+            // This node leads (or, in leader read mode, another does): the
+            // leader's barrier, which refuses with the line naming the
+            // leader (or none) if this node does not lead, and the read is
+            // forwarded there.
+            _ => self.read_index(),
+        }
+    }
+
+    /// No leader is known here (or this node is named but does not lead
+    /// yet): an election is under way, after a hand-over (a round trip) or
+    /// a lost leader (about the failover time). A request that came in the gap waits for a leader, at most
+    /// `timing::leader_wait` and the request timeout, and is then asked
+    /// `again` (which does not wait twice), instead of being refused for a
+    /// gap that is usually milliseconds long. Refused as before if no
+    /// leader is known by then (a node cut off from its group).
+    fn after_election(&self, again: fn(&Group) -> Ready) -> Ready {
+        let (raft, me, limit) = (self.raft.clone(), self.me.clone(), self.timeout.min(timing::leader_wait()));
+        self.later(async move {
+            leader_known(&raft, limit).await;
+            let Some(group) = me.upgrade() else { return Err(Refusal::Replication(SHUT_DOWN)) };
+            match again(&group) {
+                Ready::Now => Ok(()),
+                Ready::Refused(r) => Err(r),
+                Ready::Later(t) => t.await.unwrap_or(Err(Refusal::Replication(SHUT_DOWN))),
+            }
+        })
     }
 
     /// A follower's [`network::Rpc::ReadIndex`], at this node: if it leads
@@ -201,6 +245,14 @@ impl Group {
     }
 
     pub(crate) fn write_barrier(&self) -> Ready {
+        self.write_barrier_or_wait(true)
+    }
+
+    /// The write barrier; with `wait`, one that finds no leader known waits
+    /// for an election first (`after_election`): the write is then decided
+    /// here, or refused with the line naming the new leader (and
+    /// forwarded there).
+    fn write_barrier_or_wait(&self, wait: bool) -> Ready {
         // A leader handing its leadership over lets no write be decided
         // until it is done (the target's log must match its own): the
         // write parks until the gate opens (or the timeout), and is then
@@ -216,16 +268,19 @@ impl Group {
         // first entry, and so everything committed before it: its store
         // holds every committed effect. Only until then does it need a
         // read barrier (once per term, in practice).
-        let (leader, settled, known) = {
+        let (leader, settled, known, me) = {
             let m = self.raft.metrics();
             let m = m.borrow();
-            (m.state == ServerState::Leader, self.read_barrier.settled(&m), m.current_leader)
+            (m.state == ServerState::Leader, self.read_barrier.settled(&m), m.current_leader, m.id)
         };
         match (leader, settled) {
             (true, true) => Ready::Now,
             // Never skipped, whatever the read mode: deciding a write
             // needs the committed state.
             (true, false) => self.read_index(),
+            (false, _) if wait && known.is_none_or(|l| l == me) && self.learned().is_none() => {
+                self.after_election(|g| g.write_barrier_or_wait(false))
+            }
             (false, _) => Ready::Refused(self.not_leader(known)),
         }
     }

@@ -481,11 +481,12 @@ impl Node {
             .zip(machines.iter().cloned())
             .map(|((id, raft, log), machine)| {
                 Arc::new_cyclic(|me: &std::sync::Weak<Group>| {
-                    let me = me.clone();
+                    let weak = me.clone();
                     let not_leader: read::NotLeader =
-                        Arc::new(move |l| me.upgrade().map_or(Refusal::NotLeader(NO_LEADER), |n| n.not_leader(l)));
+                        Arc::new(move |l| weak.upgrade().map_or(Refusal::NotLeader(NO_LEADER), |n| n.not_leader(l)));
                     Group {
                         id,
+                        me: me.clone(),
                         follower_reads: follower_read::FollowerReads::new(
                             raft.clone(),
                             handle.clone(),

@@ -63,6 +63,14 @@ pub const fn worst_election_start() -> Duration {
     Duration::from_millis(ELECTION_MAX_MS + ELECTION_MAX_MS + HEARTBEAT_MS * 3 / 2)
 }
 
+/// How long a request that finds no leader known waits for one before it
+/// is refused: an election that starts as late as a follower can stand
+/// and takes one more timeout (a split vote). After a hand-over the gap is
+/// a round trip; after a leader is lost, about the failover time.
+pub const fn leader_wait() -> Duration {
+    Duration::from_millis(worst_election_start().as_millis() as u64 + ELECTION_MAX_MS)
+}
+
 /// recall's settings for openraft's clocks.
 pub fn apply(cfg: &mut openraft::Config) {
     cfg.heartbeat_interval = HEARTBEAT_MS;

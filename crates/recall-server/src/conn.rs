@@ -316,7 +316,15 @@ where
         return split_on_raft_port(cx, stream, deadline, runs).await.map(Some);
     }
     if split.is_none() {
-        if let Some(reply) = raft_port_hop(cx, deadline, group, binary, req, reads_too).await {
+        let reply = match raft_port_hop(cx, deadline, group, binary, req, reads_too).await {
+            RaftHop::NotTaken => None,
+            RaftHop::Reply(reply) => Some(reply),
+            RaftHop::Here => {
+                session.run_next_locally();
+                return Ok(None);
+            }
+        };
+        if let Some(reply) = reply {
             let bytes = match reply {
                 Ok(bytes) => bytes,
                 Err(line) => error_reply(binary, req, &line),
@@ -344,12 +352,22 @@ where
     }
 }
 
+/// What [`raft_port_hop`] came to.
+enum RaftHop {
+    /// Not a request for the Raft port, or no other node leads its group.
+    NotTaken,
+    /// The leader's reply, or the error line for the client.
+    Reply(Result<Vec<u8>, String>),
+    /// The leader refused and no other node leads now: run it here.
+    Here,
+}
+
 /// A write sent to its group's leader on the Raft port, batched with other
 /// clients' (recall-raft's `forward.rs`): its reply, or the error line the
 /// client gets. A not-leader refusal (the leadership moved while it was on
 /// its way; nothing was proposed) sends it once more, to whoever this node
-/// sees leading by then; that second reply is the reply. `None`: not a
-/// request that goes this way, or no other node is known to lead.
+/// sees leading by then (or runs here if none other does); that second
+/// reply is the reply.
 async fn raft_port_hop(
     cx: &ConnCtx,
     deadline: &mut Deadline,
@@ -357,18 +375,27 @@ async fn raft_port_hop(
     binary: bool,
     req: &[u8],
     reads_too: bool,
-) -> Option<Result<Vec<u8>, String>> {
+) -> RaftHop {
     use recall_engine::ForwardFailed;
-    let mut reply = await_hop(cx, deadline, cx.engine.forward_to_leader(group, binary, req, reads_too)?).await;
+    let Some(first) = cx.engine.forward_to_leader(group, binary, req, reads_too) else { return RaftHop::NotTaken };
+    let mut reply = await_hop(cx, deadline, first).await;
     if let Ok(bytes) = &reply {
         if recall_proto::forward::not_leader_reply(bytes, binary).is_some() {
-            if let Some(again) = cx.engine.forward_to_leader(group, binary, req, reads_too) {
-                tracing::debug!(group, "forwarded write refused: not leader; once more");
-                reply = await_hop(cx, deadline, again).await;
+            match cx.engine.forward_to_leader(group, binary, req, reads_too) {
+                Some(again) => {
+                    tracing::debug!(group, "forwarded write refused: not leader; once more");
+                    reply = await_hop(cx, deadline, again).await;
+                }
+                // No other node leads now: the leadership came here (a
+                // hand-over to this node), or its election still runs.
+                // The refusal names this node or none, which is no answer
+                // for a client: the request runs here, where it waits
+                // for the election's end and is decided or forwarded.
+                None => return RaftHop::Here,
             }
         }
     }
-    Some(reply.map_err(|failed| match failed {
+    RaftHop::Reply(reply.map_err(|failed| match failed {
         ForwardFailed::Unreachable(e) => format!("SERVER_ERROR cluster leader unreachable ({e}); not applied"),
         ForwardFailed::Lost(e) => {
             format!("SERVER_ERROR cluster forward failed ({e}); the request may or may not have been applied")
@@ -394,9 +421,11 @@ async fn split_on_raft_port<S: AsyncWrite + Unpin>(
     let mut sent = 0;
     for run in runs {
         let reply = match raft_port_hop(cx, deadline, run.group, false, &run.req, true).await {
-            Some(Ok(bytes)) => bytes,
-            Some(Err(line)) => error_reply(false, &run.req, &line),
-            None => recall_raft::serve_forwarded(&cx.engine, cx.counters.clone(), &run.req).await,
+            RaftHop::Reply(Ok(bytes)) => bytes,
+            RaftHop::Reply(Err(line)) => error_reply(false, &run.req, &line),
+            RaftHop::NotTaken | RaftHop::Here => {
+                recall_raft::serve_forwarded(&cx.engine, cx.counters.clone(), &run.req).await
+            }
         };
         let (bytes, last) = match reply.strip_suffix(END) {
             Some(values) => (values, false),

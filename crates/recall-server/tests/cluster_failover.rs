@@ -1,7 +1,8 @@
 //! Kill -9 of the leader under writes on every node, with each client's
 //! timeout at the documented end-to-end bound (docs/design/replication.md,
 //! "Failover and the end-to-end bound": the larger of three request
-//! timeouts and two plus two seconds): every request a survivor was sent
+//! timeouts plus the longest wait for an election, and two plus two
+//! seconds): every request a survivor was sent
 //! is answered within it, by `STORED` or a clear `SERVER_ERROR` line, never
 //! silence; writes are served again by the survivors; every acknowledged
 //! write reads back from the new leader. No assertion on how fast (the
@@ -19,7 +20,7 @@ use recall_testkit::cluster::{ask, Cluster};
 const TIMEOUT: Duration = Duration::from_millis(3000);
 
 fn bound() -> Duration {
-    (TIMEOUT * 3).max(TIMEOUT * 2 + Duration::from_secs(2))
+    (TIMEOUT * 3 + recall_raft::timing::leader_wait()).max(TIMEOUT * 2 + Duration::from_secs(2))
 }
 
 /// What one request got: its key and the reply line, or why none came.
