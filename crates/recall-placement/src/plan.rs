@@ -316,7 +316,12 @@ impl Round {
     }
 
     /// Groups with extra voters for `leftover_rounds`: one removed each,
-    /// not the leader; the lowest weight, then the most data for it.
+    /// not the leader; the lowest weight, then the most data for it. A
+    /// group in a joint configuration counts the voters of both halves,
+    /// and a removal applies to the newer half (after the joint is
+    /// finished, `membership.rs`'s `settle`): the victim is then one the
+    /// older half alone holds, which finishes the joint; any other would
+    /// leave the group a replica short.
     fn trims(&mut self, due: Vec<GroupNo>, w: &BTreeMap<NodeId, f64>) {
         let data = self.projected.data_bytes();
         for gid in due {
@@ -328,9 +333,14 @@ impl Round {
                 continue;
             }
             let load = |n: NodeId| data.get(&n).copied().unwrap_or(0) as f64 / weight(w, n);
-            let victim = g.voters().map(|r| r.node()).filter(|&n| Some(n) != g.leader()).min_by(|&a, &b| {
-                weight(w, a).total_cmp(&weight(w, b)).then(load(b).total_cmp(&load(a))).then(b.cmp(&a))
-            });
+            let joint = g.voters().any(|r| r.leaving());
+            let victim = g
+                .voters()
+                .filter(|r| Some(r.node()) != g.leader() && (!joint || r.leaving()))
+                .map(|r| r.node())
+                .min_by(|&a, &b| {
+                    weight(w, a).total_cmp(&weight(w, b)).then(load(b).total_cmp(&load(a))).then(b.cmp(&a))
+                });
             if let Some(n) = victim {
                 self.emit(Operator::trim(gid, n));
             }

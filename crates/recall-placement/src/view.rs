@@ -69,6 +69,9 @@ pub struct Replica {
     voter: bool,
     /// Its log matches the leader's closely enough to lead now.
     caught_up: bool,
+    /// A voter of a joint configuration's older half only: the change
+    /// under way removes it.
+    leaving: bool,
 }
 
 impl Replica {
@@ -80,6 +83,9 @@ impl Replica {
     }
     pub fn caught_up(&self) -> bool {
         self.caught_up
+    }
+    pub fn leaving(&self) -> bool {
+        self.leaving
     }
 }
 
@@ -104,19 +110,27 @@ impl GroupView {
 
     /// A voter on `node`.
     pub fn voter(mut self, node: NodeId, caught_up: bool) -> GroupView {
-        self.set(Replica { node, voter: true, caught_up });
+        self.set(Replica { node, voter: true, caught_up, leaving: false });
+        self
+    }
+
+    /// A voter on `node` that only the older half of a joint
+    /// configuration holds: a removal under way, left unfinished if its
+    /// leader stopped between the two steps.
+    pub fn leaving(mut self, node: NodeId, caught_up: bool) -> GroupView {
+        self.set(Replica { node, voter: true, caught_up, leaving: true });
         self
     }
 
     /// A learner on `node` (a replica still being added).
     pub fn learner(mut self, node: NodeId) -> GroupView {
-        self.set(Replica { node, voter: false, caught_up: false });
+        self.set(Replica { node, voter: false, caught_up: false, leaving: false });
         self
     }
 
     /// The leader, which is also a caught-up voter.
     pub fn led_by(mut self, node: NodeId) -> GroupView {
-        self.set(Replica { node, voter: true, caught_up: true });
+        self.set(Replica { node, voter: true, caught_up: true, leaving: false });
         self.leader = Some(node);
         self
     }
@@ -281,7 +295,7 @@ impl ClusterView {
             }
             Step::AddLearner(n) => {
                 if !g.on(n) {
-                    g.replicas.push(Replica { node: n, voter: false, caught_up: true });
+                    g.replicas.push(Replica { node: n, voter: false, caught_up: true, leaving: false });
                     if let Some(node) = self.nodes.get_mut(&n) {
                         node.mem_used += bytes;
                     }

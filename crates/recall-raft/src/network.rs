@@ -153,6 +153,9 @@ pub struct LedGroup {
     /// walk, and in `even` mode, which walks nothing).
     pub bytes: u64,
     pub recent: u64,
+    /// Of `voters`, those only a joint configuration's older half holds
+    /// (a removal under way); empty when the configuration is uniform.
+    pub leaving: Vec<NodeId>,
 }
 
 /// A group's leader as a node knows it ([`Rpc::Leader`]'s answer).

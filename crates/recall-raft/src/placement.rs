@@ -117,12 +117,19 @@ fn led_group(
             (v, matched.is_some_and(|i| i + CAUGHT_UP_LAG >= last))
         })
         .collect();
+    // openraft's voters are both halves' of a joint configuration.
+    let halves = membership.get_joint_config();
+    let leaving = match halves.as_slice() {
+        [old, new] => old.iter().filter(|v| !new.contains(v)).copied().collect(),
+        _ => Vec::new(),
+    };
     Some(LedGroup {
         group,
         voters,
         learners: membership.learner_ids().collect(),
         bytes: size.bytes,
         recent: size.recent,
+        leaving,
     })
 }
 
@@ -162,7 +169,7 @@ fn view(ids: &[NodeId], reports: &BTreeMap<NodeId, NodeReport>, groups: usize) -
         let mut gv = GroupView::new(g, led.map_or(0, |(_, l)| l.bytes), led.map_or(0, |(_, l)| l.recent));
         if let Some((leader, l)) = led {
             for (node, caught_up) in &l.voters {
-                gv = gv.voter(*node, *caught_up);
+                gv = if l.leaving.contains(node) { gv.leaving(*node, *caught_up) } else { gv.voter(*node, *caught_up) };
             }
             for node in &l.learners {
                 gv = gv.learner(*node);

@@ -439,6 +439,33 @@ fn an_extra_voter_left_by_a_cut_move_is_trimmed_after_leftover_rounds() {
 }
 
 #[test]
+fn a_joint_configuration_left_unfinished_is_trimmed_by_its_leaving_voter() {
+    // Group 0 is in a joint configuration {1,2,3,4} -> {1,2,4} (a removal
+    // of node 3 whose leader stopped between the two steps): openraft
+    // counts four voters. Node 2 is the slowest, and would be the victim
+    // of a uniform four; here removing it would apply to the newer half
+    // and leave {1,4}. Node 3, which only the older half holds, goes.
+    let mut v = ClusterView::new();
+    for (n, speed) in [(1, 1000.0), (2, 100.0), (3, 1000.0), (4, 1000.0)] {
+        v = v.with_node(NodeView::new(n, 0, GIB).with_speed(speed));
+    }
+    let joint = GroupView::new(0, 100, 0).led_by(1).voter(2, true).leaving(3, true).voter(4, true);
+    v = v.with_group(joint);
+    let config = PlannerConfig { leftover_rounds: 1, replicas: Some(3), ..Default::default() };
+    let ops = Planner::new(config).plan(&v).into_operators();
+    let trims: Vec<_> = ops.iter().filter(|o| o.reason() == Reason::ExtraVoter).collect();
+    assert_eq!(trims, [&Operator::trim(0, 3)], "{ops:?}");
+    v.apply(trims[0]);
+    let left: Vec<_> = v.group(0).unwrap().voters().map(|r| r.node()).collect();
+    assert_eq!(left, [1, 2, 4]);
+
+    // The same four voters, uniform: the slowest goes.
+    let uniform = v.with_group(GroupView::new(0, 100, 0).led_by(1).voter(2, true).voter(3, true).voter(4, true));
+    let ops = Planner::new(config).plan(&uniform).into_operators();
+    assert_eq!(ops.iter().find(|o| o.reason() == Reason::ExtraVoter), Some(&Operator::trim(0, 2)), "{ops:?}");
+}
+
+#[test]
 fn a_slow_placement_leader_drains_the_operators_in_flight_and_goes_first() {
     // Node 1 leads every group and turns slow: with a move in flight (group
     // 3's) nothing else starts, so the runtime drains; then group 0's
