@@ -187,6 +187,16 @@ pub trait Replicator: Send + Sync {
         let _ = (group, req);
         None
     }
+    /// Answered once this node sees a leader of `group` other than
+    /// `from` (this node, once it has taken the role, counts), or after
+    /// an election's worst length: whether it did. A request the leader
+    /// `from` could not be sent to waits on it before going once more.
+    fn leader_moved(&self, group: usize, from: u64) -> Ticket<bool> {
+        let _ = (group, from);
+        let (answer, t) = crate::ticket::ticket();
+        answer.answer(false);
+        t
+    }
     /// Run a membership command (`cluster add-node`, ...): its reply is
     /// written to `out` now ([`AdminReply::Done`]) or comes later. It is
     /// about the group it names (`group=<g>`), or group 0, and that
@@ -206,7 +216,11 @@ pub use recall_proto::cluster::ClusterMap;
 pub enum ForwardFailed {
     /// It never reached the leader (no connection, or the leader's node
     /// refused this one): nothing of it was applied.
-    Unreachable(String),
+    Unreachable {
+        /// The node it was sent to.
+        leader: u64,
+        why: String,
+    },
     /// It was sent and no reply came (the connection broke, or the
     /// timeout passed): it may or may not have been applied.
     Lost(String),
@@ -678,6 +692,11 @@ impl Engine {
             return None;
         }
         self.replicator()?.forward(group, req.to_vec())
+    }
+
+    /// [`Replicator::leader_moved`], in cluster mode.
+    pub fn leader_moved(&self, group: usize, from: u64) -> Option<Ticket<bool>> {
+        Some(self.replicator()?.leader_moved(group, from))
     }
 
     /// The group, in cluster mode (its admin commands: `admin.rs`).

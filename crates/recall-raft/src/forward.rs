@@ -193,7 +193,8 @@ impl Lanes {
         conn: &mut Option<BufReader<Stream>>,
         reqs: Vec<Vec<u8>>,
     ) -> Result<Vec<Vec<u8>>, ForwardFailed> {
-        let unreachable = |e: String| ForwardFailed::Unreachable(format!("node {}: {e}", lane.to));
+        let unreachable =
+            |e: String| ForwardFailed::Unreachable { leader: lane.to, why: format!("node {}: {e}", lane.to) };
         let lost = |e: std::io::Error| ForwardFailed::Lost(format!("node {}: {e}", lane.to));
         let body = crate::network::encode(&Call { group: 0, rpc: Rpc::Forward(reqs) })
             .map_err(|e| unreachable(e.to_string()))?;

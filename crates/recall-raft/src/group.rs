@@ -155,6 +155,25 @@ impl Group {
     }
 }
 
+impl Group {
+    /// A ticket answered once this node sees a leader other than `from`
+    /// (this node counts once it leads), or after `timing::leader_wait`:
+    /// whether it did. After a leader was lost the followers keep naming
+    /// it until the election ends; a request that could not reach it
+    /// waits here for its successor.
+    pub(crate) fn leader_moved(&self, from: NodeId) -> Ticket<bool> {
+        let (answer, t) = recall_engine::ticket::ticket();
+        let raft = self.raft.clone();
+        self.rt.spawn(async move {
+            let moved = |m: &openraft::RaftMetrics<NodeId, BasicNode>| {
+                m.current_leader.is_some_and(|l| l != from && (l != m.id || m.state == ServerState::Leader))
+            };
+            answer.answer(raft.wait(Some(timing::leader_wait())).metrics(moved, "the leader moved").await.is_ok());
+        });
+        t
+    }
+}
+
 /// Wait until this node knows a leader of the group, at most `limit`: one
 /// that is another node, or this node once it has taken the leader's role
 /// (an election's winner is named a moment before it leads, and a request

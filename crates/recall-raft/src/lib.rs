@@ -649,6 +649,10 @@ impl Replicator for Node {
         Some(self.lanes.submit(to, addr, req))
     }
 
+    fn leader_moved(&self, group: usize, from: u64) -> Ticket<bool> {
+        self.group(group).leader_moved(from)
+    }
+
     fn map(&self) -> ClusterMap {
         let n = self.groups.len();
         let (mut nodes, first, me) = self.groups[0].map(n);

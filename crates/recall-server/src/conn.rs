@@ -379,24 +379,38 @@ async fn raft_port_hop(
     use recall_engine::ForwardFailed;
     let Some(first) = cx.engine.forward_to_leader(group, binary, req, reads_too) else { return RaftHop::NotTaken };
     let mut reply = await_hop(cx, deadline, first).await;
-    if let Ok(bytes) = &reply {
-        if recall_proto::forward::not_leader_reply(bytes, binary).is_some() {
-            match cx.engine.forward_to_leader(group, binary, req, reads_too) {
-                Some(again) => {
-                    tracing::debug!(group, "forwarded write refused: not leader; once more");
-                    reply = await_hop(cx, deadline, again).await;
-                }
-                // No other node leads now: the leadership came here (a
-                // hand-over to this node), or its election still runs.
-                // The refusal names this node or none, which is no answer
-                // for a client: the request runs here, where it waits
-                // for the election's end and is decided or forwarded.
-                None => return RaftHop::Here,
+    let again = match &reply {
+        Ok(bytes) => recall_proto::forward::not_leader_reply(bytes, binary).is_some(),
+        // The leader could not be reached (killed, or cut off), so nothing
+        // was applied: once this node sees its successor (the election
+        // that follows, at most `timing::leader_wait`), the request goes
+        // there, or runs here if this node won. No successor by then: the
+        // error.
+        Err(ForwardFailed::Unreachable { leader, .. }) => match cx.engine.leader_moved(group, *leader) {
+            Some(moved) => deadline.within(cx.engine.commit_timeout(), moved).await == Some(Some(true)),
+            None => false,
+        },
+        Err(ForwardFailed::Lost(_)) => false,
+    };
+    if again {
+        match cx.engine.forward_to_leader(group, binary, req, reads_too) {
+            Some(again) => {
+                tracing::debug!(group, "forwarded request refused or its leader unreachable; once more");
+                reply = await_hop(cx, deadline, again).await;
             }
+            // No other node leads now: the leadership came here (a
+            // hand-over to this node, or an election it won), or its
+            // election still runs. A refusal names this node or none,
+            // which is no answer for a client: the request runs here,
+            // where it waits for the election's end and is decided or
+            // forwarded.
+            None => return RaftHop::Here,
         }
     }
     RaftHop::Reply(reply.map_err(|failed| match failed {
-        ForwardFailed::Unreachable(e) => format!("SERVER_ERROR cluster leader unreachable ({e}); not applied"),
+        ForwardFailed::Unreachable { why, .. } => {
+            format!("SERVER_ERROR cluster leader unreachable ({why}); not applied")
+        }
         ForwardFailed::Lost(e) => {
             format!("SERVER_ERROR cluster forward failed ({e}); the request may or may not have been applied")
         }
