@@ -36,6 +36,9 @@ pub struct Cx<'c> {
     /// Cluster mode: how a write waits for its commit (see
     /// [`crate::Wait`]).
     pub wait: crate::Wait,
+    /// Cluster mode: whether a barrier that finds no leader known waits
+    /// for the election.
+    pub election: crate::Election,
 }
 
 impl<'c> Cx<'c> {
@@ -49,6 +52,7 @@ impl<'c> Cx<'c> {
             not_leader: None,
             conn: 0,
             wait: crate::Wait::Block,
+            election: crate::Election::Await,
         }
     }
 }

@@ -40,7 +40,9 @@ pub use commit::{Commit, Resolver};
 pub use execute::Cx;
 pub use op::{Op, Outcome};
 pub use out::{Out, Segment};
-pub use replicated::{AdminReply, Applied, Cause, ClusterMap, ForwardFailed, Parked, Pending, Ready, Replicator, Wait};
+pub use replicated::{
+    AdminReply, Applied, Cause, ClusterMap, Election, ForwardFailed, Parked, Pending, Ready, Replicator, Wait,
+};
 pub use session::{Processed, ProtocolChoice, Session};
 pub use stats::{Counters, Registry};
 pub use ticket::{Answer, Ticket};

@@ -134,11 +134,16 @@ pub trait Replicator: Send + Sync {
     /// [`Ready::Later`] while a ReadIndex round runs. A node its operator
     /// opted into stale reads answers `Now`, leader or not (recall-raft's
     /// `ReadMode::Stale`).
-    fn read_barrier(&self, group: usize) -> Ready;
+    ///
+    /// With [`Election::Await`], a node that knows no leader of the group
+    /// (an election runs) answers [`Ready::Later`] and asks again once one
+    /// is known, or refuses after an election's worst length.
+    fn read_barrier(&self, group: usize, election: Election) -> Ready;
     /// Whether this node may decide a write of a key of `group` now: it
     /// leads the group and has applied every entry of earlier terms, so its
     /// store holds every committed effect of the group.
-    fn write_barrier(&self, group: usize) -> Ready;
+    /// [`Election`] as for [`Replicator::read_barrier`].
+    fn write_barrier(&self, group: usize, election: Election) -> Ready;
     /// Submit `effect` (its `ts` is ignored: the log assigns it) with its
     /// `cause` to `group`'s log, without waiting, and resolve `done` once
     /// it is committed and applied here (every replica applies it with
@@ -188,10 +193,11 @@ pub trait Replicator: Send + Sync {
         None
     }
     /// Answered once this node sees a leader of `group` other than
-    /// `from` (this node, once it has taken the role, counts), or after
-    /// an election's worst length: whether it did. A request the leader
-    /// `from` could not be sent to waits on it before going once more.
-    fn leader_moved(&self, group: usize, from: u64) -> Ticket<bool> {
+    /// `from` (any, with `None`; this node counts once it has taken the
+    /// role), or after an election's worst length: whether it did. A
+    /// request the leader `from` could not be sent to waits on it before
+    /// going once more.
+    fn leader_moved(&self, group: usize, from: Option<u64>) -> Ticket<bool> {
         let _ = (group, from);
         let (answer, t) = crate::ticket::ticket();
         answer.answer(false);
@@ -210,6 +216,19 @@ pub trait Replicator: Send + Sync {
 }
 
 pub use recall_proto::cluster::ClusterMap;
+
+/// What a barrier does on a node that knows no leader of the group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Election {
+    /// Wait for the election's end (at most its worst length), then ask
+    /// again: a request that came in the gap is served or forwarded.
+    #[default]
+    Await,
+    /// Refuse at once: the request already waited once (it runs here
+    /// again because its forward found no other leader), or it cannot be
+    /// held (a multi-group flush).
+    Refuse,
+}
 
 /// Why a request sent to the leader ([`Replicator::forward`]) has no reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -552,7 +571,7 @@ impl Engine {
             Route::Refuse(r) => Ok(render(Outcome::Refused(r))),
             Route::Read if cx.read_fresh.has(group) => Err(render),
             Route::Read => {
-                let outcome = match rep.replicator.read_barrier(group) {
+                let outcome = match rep.replicator.read_barrier(group, cx.election) {
                     Ready::Now => Ok(()),
                     Ready::Refused(r) => Err(r),
                     Ready::Later(ticket) if awaits => {
@@ -587,7 +606,7 @@ impl Engine {
                             p
                         }
                         _ => {
-                            let pending = match self.propose_write(rep, op, cx.counters, cas_may_wait) {
+                            let pending = match self.propose_write(rep, op, cx.counters, cas_may_wait, cx.election) {
                                 Ok(p) => p,
                                 Err(Decided::Other(r)) => return Ok(render(refused(r, group, cx))),
                                 Err(d) => return Ok(render(d.outcome())),
@@ -695,7 +714,7 @@ impl Engine {
     }
 
     /// [`Replicator::leader_moved`], in cluster mode.
-    pub fn leader_moved(&self, group: usize, from: u64) -> Option<Ticket<bool>> {
+    pub fn leader_moved(&self, group: usize, from: Option<u64>) -> Option<Ticket<bool>> {
         Some(self.replicator()?.leader_moved(group, from))
     }
 
@@ -713,6 +732,7 @@ impl Engine {
         op: &Op<'_>,
         counters: &Counters,
         cas_may_wait: bool,
+        election: Election,
     ) -> Result<Pending, Decided> {
         match key_of(op) {
             // No key, no group: an entry in every group (`flush.rs`).
@@ -724,7 +744,7 @@ impl Engine {
                 // after it is decided on the flushed state (the flush's
                 // mark, until it is applied: `Replication::flushed`).
                 let mut all: Vec<_> = rep.stripes.iter().map(|s| s.lock()).collect();
-                let pending = self.decide_and_propose(rep, op, &mut all[0], counters, false)?;
+                let pending = self.decide_and_propose(rep, op, &mut all[0], counters, false, election)?;
                 if let Some(probe) = pending.commits.last().map(Commit::probe) {
                     rep.mark_flush(0, probe);
                     for s in &mut all {
@@ -733,7 +753,7 @@ impl Engine {
                 }
                 Ok(pending)
             }
-            key => self.decide_and_propose(rep, op, &mut rep.stripe(key).lock(), counters, cas_may_wait),
+            key => self.decide_and_propose(rep, op, &mut rep.stripe(key).lock(), counters, cas_may_wait, election),
         }
     }
 
@@ -756,13 +776,14 @@ impl Engine {
         scratch: &mut Scratch,
         counters: &Counters,
         cas_may_wait: bool,
+        election: Election,
     ) -> Result<Pending, Decided> {
         if rep.unresolved.load(Ordering::Acquire) > 0 {
             return Err(Decided::Other(Refusal::Replication(UNRESOLVED)));
         }
         let key = key_of(op);
         let group = rep.group_of(key);
-        match rep.replicator.write_barrier(group) {
+        match rep.replicator.write_barrier(group, election) {
             Ready::Now => {}
             Ready::Refused(r) => return Err(Decided::Other(r)),
             // Decided once the barrier passes (the request parks on it).

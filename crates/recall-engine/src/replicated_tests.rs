@@ -61,7 +61,7 @@ impl Replicator for Group {
         self.groups.max(1)
     }
 
-    fn read_barrier(&self, group: usize) -> Ready {
+    fn read_barrier(&self, group: usize, _: crate::Election) -> Ready {
         self.reads.fetch_add(1, Ordering::Relaxed);
         self.read_groups.lock().unwrap().push(group);
         if let Some(answer) = self.read_later.lock().unwrap().take() {
@@ -69,10 +69,10 @@ impl Replicator for Group {
             *answer.lock().unwrap() = Some(a);
             return Ready::Later(t);
         }
-        self.write_barrier(group)
+        self.write_barrier(group, crate::Election::Await)
     }
 
-    fn write_barrier(&self, group: usize) -> Ready {
+    fn write_barrier(&self, group: usize, _: crate::Election) -> Ready {
         if let Some(answer) = self.write_later.lock().unwrap().take() {
             let (a, t) = ticket();
             *answer.lock().unwrap() = Some(a);

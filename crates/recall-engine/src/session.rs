@@ -353,7 +353,10 @@ impl Session {
             None => idle(),
         };
         let read_fresh = std::mem::take(&mut self.fresh);
-        let mut cx = Cx { counters: &counters, barrier, read_fresh, not_leader: None, conn: self.conn, wait };
+        // A request run here again because its forward found no other
+        // leader waited for an election already.
+        let election = if self.local_once { crate::Election::Refuse } else { crate::Election::Await };
+        let mut cx = Cx { counters: &counters, barrier, read_fresh, not_leader: None, conn: self.conn, wait, election };
         // A streamed write that parked runs again first, with its answer
         // (it may park once more: decided again after a barrier).
         if let Some(w) = self.streamed.take() {

@@ -216,8 +216,10 @@ impl Lanes {
             None => return Err(lost(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "connection closed"))),
         };
         *conn = Some(s);
-        // The leader ran none of them (it is still starting, or stopping).
-        answer.map_err(unreachable)
+        // One of the leader's runs failed (`serve_batch`: a task that
+        // panicked or was cancelled), after the others, and perhaps that
+        // one, may have applied: not to be sent again.
+        answer.map_err(|e| ForwardFailed::Lost(format!("node {}: {e}", lane.to)))
     }
 
     /// Calls answered and the requests they carried.

@@ -157,16 +157,17 @@ impl Group {
 
 impl Group {
     /// A ticket answered once this node sees a leader other than `from`
-    /// (this node counts once it leads), or after `timing::leader_wait`:
+    /// (any, with `None`; this node counts once it leads), or after
+    /// `timing::leader_wait`:
     /// whether it did. After a leader was lost the followers keep naming
     /// it until the election ends; a request that could not reach it
     /// waits here for its successor.
-    pub(crate) fn leader_moved(&self, from: NodeId) -> Ticket<bool> {
+    pub(crate) fn leader_moved(&self, from: Option<NodeId>) -> Ticket<bool> {
         let (answer, t) = recall_engine::ticket::ticket();
         let raft = self.raft.clone();
         self.rt.spawn(async move {
             let moved = |m: &openraft::RaftMetrics<NodeId, BasicNode>| {
-                m.current_leader.is_some_and(|l| l != from && (l != m.id || m.state == ServerState::Leader))
+                m.current_leader.is_some_and(|l| Some(l) != from && (l != m.id || m.state == ServerState::Leader))
             };
             answer.answer(raft.wait(Some(timing::leader_wait())).metrics(moved, "the leader moved").await.is_ok());
         });
@@ -187,13 +188,9 @@ async fn leader_known(raft: &Raft, limit: Duration) {
 }
 
 impl Group {
-    pub(crate) fn read_barrier(&self) -> Ready {
-        self.read_barrier_or_wait(true)
-    }
-
     /// The read barrier; with `wait`, one that finds no leader known waits
     /// for an election first (`after_election`).
-    fn read_barrier_or_wait(&self, wait: bool) -> Ready {
+    pub(crate) fn read_barrier(&self, wait: bool) -> Ready {
         // A node that knows no leader but was told one by a peer (it was
         // removed from the group): the read goes there.
         if self.learned().is_some() {
@@ -209,9 +206,7 @@ impl Group {
             (m.id, m.state == ServerState::Leader, m.current_leader)
         };
         match (self.reads, leader) {
-            (_, l) if wait && !leads && l.is_none_or(|l| l == me) => {
-                self.after_election(|g| g.read_barrier_or_wait(false))
-            }
+            (_, l) if wait && !leads && l.is_none_or(|l| l == me) => self.after_election(|g| g.read_barrier(false)),
             // Another node leads: a read index from it, then the local
             // store (docs/design/replication.md, "Reads").
             (ReadMode::Linearizable, Some(l)) if l != me && !leads => self.follower_reads.barrier(),
@@ -263,15 +258,11 @@ impl Group {
         follower_read::answer(passed, || self.machine.applied_index(), self.leader())
     }
 
-    pub(crate) fn write_barrier(&self) -> Ready {
-        self.write_barrier_or_wait(true)
-    }
-
     /// The write barrier; with `wait`, one that finds no leader known waits
     /// for an election first (`after_election`): the write is then decided
     /// here, or refused with the line naming the new leader (and
     /// forwarded there).
-    fn write_barrier_or_wait(&self, wait: bool) -> Ready {
+    pub(crate) fn write_barrier(&self, wait: bool) -> Ready {
         // A leader handing its leadership over lets no write be decided
         // until it is done (the target's log must match its own): the
         // write parks until the gate opens (or the timeout), and is then
@@ -298,7 +289,7 @@ impl Group {
             // needs the committed state.
             (true, false) => self.read_index(),
             (false, _) if wait && known.is_none_or(|l| l == me) && self.learned().is_none() => {
-                self.after_election(|g| g.write_barrier_or_wait(false))
+                self.after_election(|g| g.write_barrier(false))
             }
             (false, _) => Ready::Refused(self.not_leader(known)),
         }

@@ -617,12 +617,12 @@ impl Replicator for Node {
         self.groups.len()
     }
 
-    fn read_barrier(&self, group: usize) -> Ready {
-        self.group(group).read_barrier()
+    fn read_barrier(&self, group: usize, election: recall_engine::Election) -> Ready {
+        self.group(group).read_barrier(election == recall_engine::Election::Await)
     }
 
-    fn write_barrier(&self, group: usize) -> Ready {
-        self.group(group).write_barrier()
+    fn write_barrier(&self, group: usize, election: recall_engine::Election) -> Ready {
+        self.group(group).write_barrier(election == recall_engine::Election::Await)
     }
 
     fn propose(
@@ -649,7 +649,7 @@ impl Replicator for Node {
         Some(self.lanes.submit(to, addr, req))
     }
 
-    fn leader_moved(&self, group: usize, from: u64) -> Ticket<bool> {
+    fn leader_moved(&self, group: usize, from: Option<u64>) -> Ticket<bool> {
         self.group(group).leader_moved(from)
     }
 

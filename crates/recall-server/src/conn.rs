@@ -386,10 +386,7 @@ async fn raft_port_hop(
         // that follows, at most `timing::leader_wait`), the request goes
         // there, or runs here if this node won. No successor by then: the
         // error.
-        Err(ForwardFailed::Unreachable { leader, .. }) => match cx.engine.leader_moved(group, *leader) {
-            Some(moved) => deadline.within(cx.engine.commit_timeout(), moved).await == Some(Some(true)),
-            None => false,
-        },
+        Err(ForwardFailed::Unreachable { leader, .. }) => leader_moved(cx, deadline, group, Some(*leader)).await,
         Err(ForwardFailed::Lost(_)) => false,
     };
     if again {
@@ -401,10 +398,16 @@ async fn raft_port_hop(
             // No other node leads now: the leadership came here (a
             // hand-over to this node, or an election it won), or its
             // election still runs. A refusal names this node or none,
-            // which is no answer for a client: the request runs here,
-            // where it waits for the election's end and is decided or
-            // forwarded.
-            None => return RaftHop::Here,
+            // which is no answer for a client: wait for the election's
+            // end (this node taking the role, or another named), then
+            // the second hop, or the request runs here.
+            None => {
+                leader_moved(cx, deadline, group, None).await;
+                match cx.engine.forward_to_leader(group, binary, req, reads_too) {
+                    Some(again) => reply = await_hop(cx, deadline, again).await,
+                    None => return RaftHop::Here,
+                }
+            }
         }
     }
     RaftHop::Reply(reply.map_err(|failed| match failed {
@@ -454,6 +457,15 @@ async fn split_on_raft_port<S: AsyncWrite + Unpin>(
     }
     stream.write_all(END).await.map_err(|_| Action::Close)?;
     Ok(sent + END.len())
+}
+
+/// Whether this node sees a leader of `group` other than `from` (any, with
+/// `None`) within an election's worst length ([`recall_engine::Replicator::leader_moved`]).
+async fn leader_moved(cx: &ConnCtx, deadline: &mut Deadline, group: usize, from: Option<u64>) -> bool {
+    match cx.engine.leader_moved(group, from) {
+        Some(moved) => deadline.within(cx.engine.commit_timeout(), moved).await == Some(Some(true)),
+        None => false,
+    }
 }
 
 async fn await_hop(

@@ -41,7 +41,7 @@ impl Engine {
         let mut there = Vec::new();
         let mut failed = false;
         for g in 0..rep.groups {
-            match rep.replicator.write_barrier(g) {
+            match rep.replicator.write_barrier(g, super::Election::Refuse) {
                 Ready::Now => here.push(g),
                 Ready::Refused(Refusal::NotLeader(_)) => there.push(g),
                 Ready::Refused(_) => failed = true,
@@ -69,7 +69,7 @@ impl Engine {
     /// flush asked of this node by another (its `Rpc::Flush`).
     pub async fn flush_group(&self, group: usize) -> Result<(), Refusal> {
         let Some(rep) = self.replication.get() else { return Err(Refusal::ClusterInternal) };
-        if let Ready::Later(t) = rep.replicator.write_barrier(group) {
+        if let Ready::Later(t) = rep.replicator.write_barrier(group, super::Election::Refuse) {
             t.await.unwrap_or(Err(Refusal::ClusterInternal))?;
         }
         let commit = self.flush_led(rep, &[group]).pop().unwrap_or(Err(Refusal::ClusterInternal))?;
@@ -98,7 +98,7 @@ impl Engine {
                 if unresolved {
                     return Err(Refusal::Replication(UNRESOLVED));
                 }
-                match rep.replicator.write_barrier(g) {
+                match rep.replicator.write_barrier(g, super::Election::Refuse) {
                     Ready::Now => {}
                     Ready::Refused(r) => return Err(r),
                     Ready::Later(_) => return Err(Refusal::Replication(BUSY)),
