@@ -166,25 +166,28 @@ impl Group {
         let (answer, t) = recall_engine::ticket::ticket();
         let raft = self.raft.clone();
         self.rt.spawn(async move {
-            let moved = |m: &openraft::RaftMetrics<NodeId, BasicNode>| {
-                m.current_leader.is_some_and(|l| Some(l) != from && (l != m.id || m.state == ServerState::Leader))
-            };
+            let moved = |m: &Metrics| settled_leader(m).is_some_and(|l| Some(l) != from);
             answer.answer(raft.wait(Some(timing::leader_wait())).metrics(moved, "the leader moved").await.is_ok());
         });
         t
     }
 }
 
-/// Wait until this node knows a leader of the group, at most `limit`: one
-/// that is another node, or this node once it has taken the leader's role
-/// (an election's winner is named a moment before it leads, and a request
-/// refused then would name this node to its own client). A timeout is not
-/// an error: what follows refuses, naming no leader.
+type Metrics = openraft::RaftMetrics<NodeId, BasicNode>;
+
+/// The leader this node knows, if it is another node, or this node once
+/// it has taken the leader's role: an election's winner is named a moment
+/// before it leads, and a request refused then would name this node to
+/// its own client.
+fn settled_leader(m: &Metrics) -> Option<NodeId> {
+    m.current_leader.filter(|&l| l != m.id || m.state == ServerState::Leader)
+}
+
+/// Wait until this node knows a settled leader of the group, at most
+/// `limit`. A timeout is not an error: what follows refuses, naming no
+/// leader.
 async fn leader_known(raft: &Raft, limit: Duration) {
-    let known = |m: &openraft::RaftMetrics<NodeId, BasicNode>| {
-        m.current_leader.is_some_and(|l| l != m.id || m.state == ServerState::Leader)
-    };
-    let _ = raft.wait(Some(limit)).metrics(known, "a leader is known").await;
+    let _ = raft.wait(Some(limit)).metrics(|m| settled_leader(m).is_some(), "a leader is known").await;
 }
 
 impl Group {
