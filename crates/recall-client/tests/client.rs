@@ -282,9 +282,9 @@ fn failover_and_recovery() {
         servers[1].kill();
         let mut kinds = Vec::new();
         for k in b_keys.iter().take(6) {
-            let t = Instant::now();
+            // A connection-level error, not a request timeout: the refused
+            // connect fails the request, nothing waits for an answer.
             let e = c.get(k).await.expect_err("dead server");
-            assert!(t.elapsed() < Duration::from_millis(500), "failed fast: {:?}", t.elapsed());
             assert!(e.is_connection_level(), "{e:?}");
             kinds.push(matches!(e, Error::ServerDead { .. }));
         }
@@ -365,13 +365,13 @@ fn request_timeout_on_a_silent_server() {
                 }
                 other => panic!("expected a request timeout, got {other:?}"),
             }
+            // A timer never fires early; how late it fires is the machine's.
             let took = t.elapsed();
-            assert!(took >= Duration::from_millis(190) && took < Duration::from_secs(2), "{took:?}");
+            assert!(took >= Duration::from_millis(190), "{took:?}");
         }
-        // Two timeouts reach the failure limit: now it fails at once.
-        let t = Instant::now();
+        // Two timeouts reach the failure limit: now it fails at once, with
+        // ServerDead (a request sent would time out instead).
         assert!(matches!(c.get("k").await, Err(Error::ServerDead { .. })));
-        assert!(t.elapsed() < Duration::from_millis(200), "no network involved: {:?}", t.elapsed());
     });
 }
 
@@ -398,12 +398,10 @@ fn connect_timeout_when_the_server_cannot_accept() {
     }
     let c = Client::builder().server(&addr.to_string()).connect_timeout(Duration::from_millis(150)).build().unwrap();
     rt().block_on(async {
-        let t = Instant::now();
         match c.get("k").await {
             Err(Error::Timeout { phase: TimeoutPhase::Connect, .. }) => {}
             other => panic!("expected a connect timeout, got {other:?}"),
         }
-        assert!(t.elapsed() < Duration::from_secs(1));
     });
     drop(listener);
 }

@@ -203,24 +203,20 @@ fn replay_is_order_independent() {
     assert_eq!(reference, Some(from_log));
 }
 
-/// Table 1's biggest row as a regression bound: 16,000 entries of 64-byte
-/// keys and values in at most 3 MB, recorded in well under 20 ms (the bound
-/// here is loose for debug builds and shared machines; the release numbers
-/// are in docs/benchmarks/durability.md).
+/// Table 1's biggest row as a regression bound on memory: 16,000 entries of
+/// 64-byte keys and values in at most 3 MB. How fast they are recorded is
+/// measured in release builds (docs/benchmarks/durability.md), not here.
 #[test]
 fn sixteen_thousand_entries_fit_in_three_megabytes() {
     let mut log = WriteBackup::new();
-    let t = Instant::now();
     for i in 0..16_000u64 {
         let k = format!("{i:064}");
         let v = format!("{:064}", i * 7);
         log.record_value(k.as_bytes(), v.as_bytes(), 0, 0, I1 + i + 1);
     }
-    let took = t.elapsed();
     assert_eq!(log.len(), 16_000);
     assert_eq!(log.bytes(), 16_000 * 128);
     assert!(log.memory() <= 3_000_000, "{} bytes", log.memory());
-    assert!(took < Duration::from_secs(2), "{took:?}");
     assert_eq!(log.trim(1, I1 + 16_000), 16_000);
 }
 
