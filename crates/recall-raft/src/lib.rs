@@ -739,8 +739,8 @@ impl Replicator for Node {
         lines.push(("cluster_write_samples", self.write_path.samples().to_string()));
         let delay = self.write_path.emulated_fsync_delay().as_micros();
         lines.push(("cluster_emulated_fsync_delay_us", delay.to_string()));
-        // Placement's operators, counted by this node's runtime while it
-        // led group 0 (`placement.rs`).
+        // Placement's operators, counted by this node's runtimes over
+        // every time it led group 0 (`placement.rs`).
         let (started, finished, abandoned) = self.placement.1.counts();
         lines.push(("cluster_placement", self.placement.0.name().to_string()));
         lines.push(("cluster_placement_operators", started.to_string()));

@@ -57,8 +57,16 @@ struct ShownInner {
     active: bool,
     nodes: Vec<String>,
     operators: Vec<String>,
-    /// Operators started, finished, abandoned by this node's runtime.
+    /// Operators started, finished, abandoned by this node's runtimes, the
+    /// retired ones included: a node that loses group 0 and leads it again
+    /// starts a new runtime, and its `stats` counters must not go back.
     counts: (u64, u64, u64),
+    /// The counts of this node's runtimes that have ended.
+    retired: (u64, u64, u64),
+}
+
+fn add(a: (u64, u64, u64), b: (u64, u64, u64)) -> (u64, u64, u64) {
+    (a.0 + b.0, a.1 + b.1, a.2 + b.2)
 }
 
 impl Shown {
@@ -237,10 +245,12 @@ pub(crate) async fn run(ctx: Ctx) {
         if m0.state != ServerState::Leader {
             if active {
                 tracing::info!("placement: this node no longer leads group 0; stopping here");
+                let mut shown = ctx.shown.inner.lock().expect("placement shown lock");
+                shown.retired = add(shown.retired, runtime.counts());
+                shown.counts = shown.retired;
                 // A new leader of group 0 starts afresh (module note).
                 (planner, runtime, active) = (new_planner(), new_runtime(), false);
                 (events_tx, events) = tokio::sync::mpsc::unbounded_channel::<Event>();
-                let mut shown = ctx.shown.inner.lock().expect("placement shown lock");
                 shown.active = false;
                 // What this node showed is no longer placement's view.
                 shown.nodes.clear();
@@ -345,7 +355,7 @@ pub(crate) async fn run(ctx: Ctx) {
         s.active = true;
         s.nodes = report::node_lines(&view, plan.weights());
         s.operators = report::operator_lines(&runtime);
-        s.counts = runtime.counts();
+        s.counts = add(s.retired, runtime.counts());
     }
 }
 
