@@ -57,11 +57,12 @@ struct ShownInner {
     active: bool,
     nodes: Vec<String>,
     operators: Vec<String>,
-    /// Operators started, finished, abandoned by this node's runtimes, the
-    /// retired ones included: a node that loses group 0 and leads it again
-    /// starts a new runtime, and its `stats` counters must not go back.
-    counts: (u64, u64, u64),
-    /// The counts of this node's runtimes that have ended.
+    /// Operators started, finished, abandoned by this node's current
+    /// runtime.
+    current: (u64, u64, u64),
+    /// The same for its runtimes that have ended: a node that loses group
+    /// 0 and leads it again starts a new runtime, and its `stats` counters
+    /// must not go back.
     retired: (u64, u64, u64),
 }
 
@@ -79,8 +80,11 @@ impl Shown {
         out
     }
 
+    /// Operators started, finished, abandoned by this node over every time
+    /// it led group 0.
     pub(crate) fn counts(&self) -> (u64, u64, u64) {
-        self.inner.lock().expect("placement shown lock").counts
+        let s = self.inner.lock().expect("placement shown lock");
+        add(s.retired, s.current)
     }
 }
 
@@ -247,7 +251,7 @@ pub(crate) async fn run(ctx: Ctx) {
                 tracing::info!("placement: this node no longer leads group 0; stopping here");
                 let mut shown = ctx.shown.inner.lock().expect("placement shown lock");
                 shown.retired = add(shown.retired, runtime.counts());
-                shown.counts = shown.retired;
+                shown.current = (0, 0, 0);
                 // A new leader of group 0 starts afresh (module note).
                 (planner, runtime, active) = (new_planner(), new_runtime(), false);
                 (events_tx, events) = tokio::sync::mpsc::unbounded_channel::<Event>();
@@ -355,7 +359,7 @@ pub(crate) async fn run(ctx: Ctx) {
         s.active = true;
         s.nodes = report::node_lines(&view, plan.weights());
         s.operators = report::operator_lines(&runtime);
-        s.counts = add(s.retired, runtime.counts());
+        s.current = runtime.counts();
     }
 }
 
