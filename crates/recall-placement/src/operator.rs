@@ -55,6 +55,11 @@ pub enum Reason {
     /// Eq. 1: the source holds more data for its weight than the target
     /// will after the move.
     Layout,
+    /// Eq. 1 too, moved ahead of the other moves: no replica of the group
+    /// is faster than its leader while the target is, by `gap` (the ratio
+    /// of their weights), so only this move gives the group a faster
+    /// leader.
+    LeaderRelief { gap: f64 },
     /// The source is past its memory high-water mark; this is its coldest
     /// group that fits elsewhere.
     HighWater,
@@ -71,6 +76,7 @@ impl fmt::Display for Reason {
             Reason::FasterReplica { gap } => write!(f, "faster replica ({gap:.2}x)"),
             Reason::LeaderBalance => f.write_str("leader balance"),
             Reason::Layout => f.write_str("data weight (Eq. 1)"),
+            Reason::LeaderRelief { gap } => write!(f, "no faster replica; a faster node ({gap:.2}x, Eq. 1)"),
             Reason::HighWater => f.write_str("memory high-water"),
             Reason::Leftover => f.write_str("leftover learner"),
             Reason::ExtraVoter => f.write_str("extra voter"),

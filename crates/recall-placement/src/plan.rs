@@ -20,14 +20,22 @@
 //!    memory weighs about zero (10^-6 of its weight, as in the paper), so
 //!    Eq. 1 holds toward any node with room; its coldest groups (fewest
 //!    accesses) move away until its projected fill is back under the mark.
-//! 2. **Leader migration** (`leaders`, `alor`): a group whose leader's weight
+//! 2. **Leader relief** (`alor`): a group none of whose voters is faster
+//!    than its leader, while a node outside it is, can get a faster leader
+//!    only by a move. Such a group's replica moves to that node ahead of
+//!    leader migration's transfers and the layout's moves (which would
+//!    otherwise take the round's operators and its move), by Eq. 1 like any move, the
+//!    largest gap between leader and target first; the new replica then
+//!    leads (a moved leader hands over to the fastest of the group's other
+//!    caught-up voters and the new replica).
+//! 3. **Leader migration** (`leaders`, `alor`): a group whose leader's weight
 //!    is below its best caught-up replica's hands leadership to that
 //!    replica, largest weight gap first; among replicas of the best weight,
 //!    the one leading fewest groups. Then, in every mode, leaders are
 //!    balanced by count among replicas of the leader's own weight, when one
 //!    leads at least two more groups than another (`even` has one weight,
 //!    so this is ED's leader spread).
-//! 3. **Weighted layout**: a replica of a group of `S_M` bytes moves from
+//! 4. **Weighted layout**: a replica of a group of `S_M` bytes moves from
 //!    node A to node B when `(S_A − S_M)/W_A > (S_B + S_M)/W_B` (Eq. 1),
 //!    `S` being a node's data bytes and `W` its weight (`alor`: its speed
 //!    tier; `even` and `leaders`: 1, i.e. balance bytes). Sources are taken
@@ -222,6 +230,7 @@ impl Planner {
         round.trims(trims, &speed);
         if c.mode == PlacementMode::Alor {
             round.moves(layout_w, true);
+            round.relief(layout_w);
         }
         if c.mode != PlacementMode::Even {
             round.faster_leaders(leader_w);
@@ -421,6 +430,57 @@ impl Round {
         }
     }
 
+    /// Leader relief (rule 2 of the module note), while moves are left.
+    fn relief(&mut self, w: &BTreeMap<NodeId, f64>) {
+        while self.room() && self.moves_left > 0 {
+            let Some(op) = self.next_relief(w) else { return };
+            self.moves_left -= 1;
+            self.emit(op);
+        }
+    }
+
+    /// Of the groups no voter of which outruns the leader, the one with the
+    /// largest gap to a faster node it can move to by Eq. 1: its source is
+    /// the voter most loaded for its weight (the placement group's leader
+    /// excepted, as in every move), its target the faster node least
+    /// loaded for its weight after the move.
+    fn next_relief(&self, w: &BTreeMap<NodeId, f64>) -> Option<Operator> {
+        let data = self.projected.data_bytes();
+        let lw = |n: NodeId| weight(w, n) * if self.full(n) { FULL_WEIGHT } else { 1.0 };
+        let s = |n: NodeId| data.get(&n).copied().unwrap_or(0) as f64;
+        let mut best: Option<(f64, Operator)> = None;
+        for g in self.free() {
+            let Some(l) = g.leader() else { continue };
+            let lead = weight(w, l);
+            if g.bytes() == 0 || g.voters().any(|r| weight(w, r.node()) > lead) {
+                continue;
+            }
+            let sm = g.bytes() as f64;
+            let target = self
+                .projected
+                .nodes()
+                .filter(|b| weight(w, b.id()) > lead && !g.on(b.id()) && !self.full(b.id()))
+                .filter(|b| !self.projected.avoided(g.id(), b.id()))
+                .filter(|b| b.mem_limit() == 0 || fill(b.mem_used() + g.bytes(), b.mem_limit()) <= self.c.accept_below)
+                .map(|b| ((s(b.id()) + sm) / lw(b.id()), b.id()))
+                .min_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
+            let Some((after_b, b)) = target else { continue };
+            let source = g
+                .voters()
+                .map(|r| r.node())
+                .filter(|&a| !(Some(g.id()) == self.c.placement_group && a == l))
+                .map(|a| ((s(a) - sm) / lw(a), a))
+                .max_by(|x, y| x.0.total_cmp(&y.0).then((x.1 == l).cmp(&(y.1 == l))).then(y.1.cmp(&x.1)));
+            let Some((before_a, a)) = source else { continue };
+            let gap = weight(w, b) / lead;
+            if before_a > after_b && best.as_ref().is_none_or(|(bg, _)| gap > *bg) {
+                let op = Operator::moved(g.id(), a, b, self.new_leader(&g, a, b, w), Reason::LeaderRelief { gap });
+                best = Some((gap, op));
+            }
+        }
+        best.map(|(_, op)| op)
+    }
+
     /// Replica moves by Eq. 1; with `high_water_only`, only moves off nodes
     /// past the high-water mark (which weigh about zero).
     fn moves(&mut self, w: &BTreeMap<NodeId, f64>, high_water_only: bool) {
@@ -479,13 +539,18 @@ impl Round {
     }
 
     /// Who leads `g` once its replica on `from` leaves (`None`: `from` does
-    /// not lead it): its best other caught-up voter, else the new replica.
+    /// not lead it): the new replica when it is faster than every other
+    /// caught-up voter (it is promoted, so caught up, before the hand-over),
+    /// else the best of those, else the new replica.
     fn new_leader(&self, g: &GroupView, from: NodeId, to: NodeId, w: &BTreeMap<NodeId, f64>) -> Option<NodeId> {
         if g.leader() != Some(from) {
             return None;
         }
         let others: Vec<NodeId> = self.candidates(g).into_iter().filter(|&n| n != from).collect();
         let best = others.iter().map(|&n| weight(w, n)).fold(0.0, f64::max);
+        if weight(w, to) > best {
+            return Some(to);
+        }
         self.least_leading(others.into_iter().filter(|&n| weight(w, n) == best)).or(Some(to))
     }
 }

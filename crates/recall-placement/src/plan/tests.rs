@@ -300,10 +300,11 @@ fn eq1_gives_a_three_times_faster_node_three_times_the_data() {
     let mut v = cluster(&[3000.0, 1000.0, 1000.0, 1000.0], 12, 1, 1000);
     let mut p = planner(PlacementMode::Alor);
     let first = p.plan(&v).into_operators();
-    // The first move: the most loaded for its weight (a slow node, the
-    // lowest id among equals) gives its coldest group to the fast node.
-    // Node 2 holds groups 1, 5, 9; group 1 is coldest.
-    assert_eq!(first[0], Operator::moved(1, 2, 1, Some(1), Reason::Layout));
+    // The first move goes to the fast node. With one replica a group, no
+    // group on a slow node has a replica faster than its leader, so the
+    // moves that start are leader relief's (Eq. 1 holds for each), equal
+    // gaps in group order: group 1, on node 2.
+    assert_eq!(first[0], Operator::moved(1, 2, 1, Some(1), Reason::LeaderRelief { gap: 3.0 }));
     settle(&mut p, &mut v);
     // Three times the data is 6000 and 2000 each; with whole groups of
     // 1000, Eq. 1 (strict) stops within one group of it: a last move
@@ -380,8 +381,9 @@ fn a_move_never_fills_its_target_past_accept_below() {
     let roomy = v.clone().with_node(NodeView::new(2, 0, GIB).with_speed(1000.0));
     let ops = planner(PlacementMode::Alor).plan(&roomy).into_operators();
     // Group 1, not group 0: a move never takes group 0, whose leader runs
-    // placement, off its leader.
-    assert_eq!(ops[0], Operator::moved(1, 1, 2, Some(2), Reason::Layout));
+    // placement, off its leader. Its one replica is on the slow node, so
+    // the move is leader relief's.
+    assert_eq!(ops[0], Operator::moved(1, 1, 2, Some(2), Reason::LeaderRelief { gap: 10.0 }));
 }
 
 #[test]
@@ -486,4 +488,88 @@ fn a_slow_placement_leader_drains_the_operators_in_flight_and_goes_first() {
     // Then the others move, group 0 no longer among them.
     let rest = p.plan(&v).into_operators();
     assert!(!rest.is_empty() && rest.iter().all(|o| o.group() != 0), "{rest:?}");
+}
+
+/// Node 1 was the fast node and became as slow as nodes 4-6; nodes 2 and 3
+/// are faster now. Groups 1-6 have a replica on node 2 (leader migration
+/// can help them); group 7's voters are nodes 1, 5 and 6 only, so no
+/// transfer gives it a faster leader. Group 7 is the hottest, so Eq. 1's
+/// coldest-first order would move it last.
+fn trapped_group() -> ClusterView {
+    const MIB: u64 = 1 << 20;
+    let mut v = ClusterView::new();
+    v = v.with_group(GroupView::new(0, MIB, 0).led_by(2).voter(1, true).voter(4, true));
+    for g in 1..=6 {
+        let slow = 4 + (g as u64 % 3);
+        v = v.with_group(GroupView::new(g, MIB, g as u64).led_by(1).voter(2, true).voter(slow, true));
+    }
+    v = v.with_group(GroupView::new(7, MIB, 1000).led_by(1).voter(5, true).voter(6, true));
+    let data = v.data_bytes();
+    for (n, speed) in [(1, 100.0), (2, 500.0), (3, 500.0), (4, 100.0), (5, 100.0), (6, 100.0)] {
+        let used = data.get(&n).copied().unwrap_or(0);
+        v = v.with_node(NodeView::new(n, used, GIB).with_speed(speed));
+    }
+    v
+}
+
+#[test]
+fn a_group_no_replica_of_which_outruns_its_leader_moves_to_a_faster_node_first() {
+    let v = trapped_group();
+    // The default limits: four operators a round, one move in flight.
+    let ops = Planner::new(PlannerConfig { mode: PlacementMode::Alor, ..PlannerConfig::default() }).plan(&v);
+    let ops = ops.operators();
+    // Node 3 holds nothing, so it is the faster node least loaded for its
+    // weight; it takes the leadership when its replica is a voter.
+    assert_eq!(ops[0], Operator::moved(7, 1, 3, Some(3), Reason::LeaderRelief { gap: 5.0 }), "{ops:#?}");
+    // The round's other operators are leader migration's.
+    assert!(ops[1..].iter().all(|o| matches!(o.reason(), Reason::FasterReplica { .. })), "{ops:#?}");
+    assert_eq!(ops.len(), 4);
+    // LMO moves no data: group 7 stays where it is.
+    let lmo = Planner::new(PlannerConfig { mode: PlacementMode::Leaders, ..PlannerConfig::default() }).plan(&v);
+    assert!(lmo.operators().iter().all(|o| o.group() != 7), "{:#?}", lmo.operators());
+}
+
+#[test]
+fn leader_relief_needs_eq1_and_a_faster_node() {
+    const MIB: u64 = 1 << 20;
+    // Group 7 alone on nodes 1, 5, 6; node 2 is faster but already holds
+    // far more for its weight than node 1 would give it: Eq. 1 says no.
+    let mut v = ClusterView::new()
+        .with_group(GroupView::new(7, MIB, 0).led_by(1).voter(5, true).voter(6, true))
+        .with_group(GroupView::new(8, 64 * MIB, 0).led_by(2).voter(3, true).voter(4, true));
+    for (n, speed, used) in [(1, 100.0, MIB), (2, 500.0, 64 * MIB), (3, 100.0, 64 * MIB)] {
+        v = v.with_node(NodeView::new(n, used, GIB).with_speed(speed));
+    }
+    for n in 4..=6 {
+        let used = v.data_bytes().get(&n).copied().unwrap_or(0);
+        v = v.with_node(NodeView::new(n, used, GIB).with_speed(100.0));
+    }
+    let ops = planner(PlacementMode::Alor).plan(&v).into_operators();
+    assert!(ops.iter().all(|o| !matches!(o.reason(), Reason::LeaderRelief { .. })), "{ops:#?}");
+    // Every node as slow as node 1: nothing to relieve (Eq. 1 still
+    // evens out the data).
+    let mut even = trapped_group();
+    for n in 1..=6 {
+        even.set_speed(n, 100.0);
+    }
+    let ops = planner(PlacementMode::Alor).plan(&even).into_operators();
+    assert!(ops.iter().all(|o| !matches!(o.reason(), Reason::LeaderRelief { .. })), "{ops:#?}");
+}
+
+#[test]
+fn a_moved_leader_hands_over_to_the_new_replica_when_it_is_the_fastest() {
+    // Groups 0 and 1 on nodes 1, 2, 3, all slow, led by nodes 1 and 2;
+    // node 4 is fast and empty. One move at a time: group 0's, the lower
+    // id of two equal gaps, from its leader (the most loaded for its
+    // weight, as every source is). It hands the leadership to node 4, not
+    // to node 2 or 3, so no second transfer follows.
+    let mut v = ClusterView::new()
+        .with_group(GroupView::new(0, 100, 0).led_by(1).voter(2, true).voter(3, true))
+        .with_group(GroupView::new(1, 100, 0).led_by(2).voter(1, true).voter(3, true));
+    for (n, speed, used) in [(1, 100.0, 200), (2, 100.0, 200), (3, 100.0, 200), (4, 1000.0, 0)] {
+        v = v.with_node(NodeView::new(n, used, GIB).with_speed(speed));
+    }
+    let config = PlannerConfig { mode: PlacementMode::Alor, placement_group: None, ..PlannerConfig::default() };
+    let ops = Planner::new(config).plan(&v).into_operators();
+    assert_eq!(ops, [Operator::moved(0, 1, 4, Some(4), Reason::LeaderRelief { gap: 10.0 })]);
 }
