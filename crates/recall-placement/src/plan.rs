@@ -71,7 +71,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::operator::{Operator, Reason};
-use crate::view::{fill, ClusterView, GroupView};
+use crate::view::{fill, ClusterView, GroupView, NodeView};
 use crate::weights::{Hysteresis, Weights};
 use crate::{GroupNo, NodeId, PlacementMode};
 
@@ -459,9 +459,7 @@ impl Round {
             let target = self
                 .projected
                 .nodes()
-                .filter(|b| weight(w, b.id()) > lead && !g.on(b.id()) && !self.full(b.id()))
-                .filter(|b| !self.projected.avoided(g.id(), b.id()))
-                .filter(|b| b.mem_limit() == 0 || fill(b.mem_used() + g.bytes(), b.mem_limit()) <= self.c.accept_below)
+                .filter(|b| weight(w, b.id()) > lead && self.may_take(&g, b))
                 .map(|b| ((s(b.id()) + sm) / lw(b.id()), b.id()))
                 .min_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
             let Some((after_b, b)) = target else { continue };
@@ -489,6 +487,16 @@ impl Round {
             self.moves_left -= 1;
             self.emit(op);
         }
+    }
+
+    /// Whether node `b` may receive a replica of `g`: it holds none, is not
+    /// avoided for `g`, is not full, and stays at or under `accept_below`
+    /// with it.
+    fn may_take(&self, g: &GroupView, b: &NodeView) -> bool {
+        !g.on(b.id())
+            && !self.projected.avoided(g.id(), b.id())
+            && !self.full(b.id())
+            && (b.mem_limit() == 0 || fill(b.mem_used() + g.bytes(), b.mem_limit()) <= self.c.accept_below)
     }
 
     fn full(&self, n: NodeId) -> bool {
@@ -519,10 +527,7 @@ impl Round {
                 let target = self
                     .projected
                     .nodes()
-                    .filter(|b| !g.on(b.id()) && !self.projected.avoided(g.id(), b.id()) && !self.full(b.id()))
-                    .filter(|b| {
-                        b.mem_limit() == 0 || fill(b.mem_used() + g.bytes(), b.mem_limit()) <= self.c.accept_below
-                    })
+                    .filter(|b| self.may_take(g, b))
                     .map(|b| ((s(b.id()) + sm) / lw(b.id()), b.id()))
                     .min_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
                 let Some((after_b, b)) = target else { continue };
