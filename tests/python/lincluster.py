@@ -69,6 +69,8 @@ SOCKET_TIMEOUT_S = 4.0
 # (an election takes about a second; nodes share a busy machine).
 RECOVERY_BUDGET_S = 30.0
 STARTUP_BUDGET_S = 30.0
+# Cluster starts tried when a node finds a chosen port taken (start_all).
+PORT_ATTEMPTS = 3
 # The slow-node fault: each message to and from the node held back this
 # long. A round trip then takes 2x this, a third of the 100 ms heartbeat
 # that is also openraft's AppendEntries timeout (recall-raft/src/timing.rs),
@@ -250,11 +252,15 @@ class Cluster:
         self.read = read
         self.extra = list(extra)
         self.ids = tuple(range(1, nodes + 1))
+        self._choose_ports()
+        self.procs: dict[int, subprocess.Popen] = {}
+        self.started: set[int] = set()
+
+    def _choose_ports(self) -> None:
+        """Client and Raft ports for every node, and the Raft links to them."""
         self.client = {i: free_port() for i in self.ids}
         self.raft = {i: free_port() for i in self.ids}
         self.links = {(i, j): Link((HOST, self.raft[j])) for i in self.ids for j in self.ids if i != j}
-        self.procs: dict[int, subprocess.Popen] = {}
-        self.started: set[int] = set()
 
     def addr(self, i: int) -> tuple[str, int]:
         return (HOST, self.client[i])
@@ -288,9 +294,34 @@ class Cluster:
             time.sleep(0.05)  # probing until the node answers
         raise RuntimeError(f"node {i} did not answer within {STARTUP_BUDGET_S}s")
 
+    def _port_taken(self) -> bool:
+        return any(
+            b"Address already in use" in (self.workdir / f"node{i}.log").read_bytes()
+            for i in self.ids
+            if (self.workdir / f"node{i}.log").exists()
+        )
+
     def start_all(self) -> None:
-        for i in self.ids:
-            self.start(i)
+        # free_port() releases the port it found, so another socket can take
+        # it before the node binds it. Then the whole cluster starts again on
+        # fresh ports (every node's flags name every port), at most
+        # PORT_ATTEMPTS times; the failed attempt's logs are kept beside.
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                for i in self.ids:
+                    self.start(i)
+                break
+            except RuntimeError:
+                if attempt == PORT_ATTEMPTS or not self._port_taken():
+                    raise
+                self.stop()
+                self.started.clear()
+                for i in self.ids:
+                    shutil.rmtree(self.workdir / f"node{i}", ignore_errors=True)
+                    log = self.workdir / f"node{i}.log"
+                    if log.exists():
+                        log.rename(self.workdir / f"node{i}.attempt{attempt}.log")
+                self._choose_ports()
         if self.leader(STARTUP_BUDGET_S) is None:
             raise RuntimeError(f"no leader elected within {STARTUP_BUDGET_S}s; logs in {self.workdir}")
 
