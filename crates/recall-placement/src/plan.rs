@@ -24,10 +24,10 @@
 //!    than its leader, while a node outside it is, can get a faster leader
 //!    only by a move. Such a group's replica moves to that node ahead of
 //!    leader migration's transfers and the layout's moves (which would
-//!    otherwise take the round's operators and its move), by Eq. 1 like any move, the
-//!    largest gap between leader and target first; the new replica then
-//!    leads (a moved leader hands over to the fastest of the group's other
-//!    caught-up voters and the new replica).
+//!    otherwise take the round's operators and its move), by Eq. 1 like
+//!    any move, the largest gap between leader and target first; the new
+//!    replica then leads (a moved leader hands over to the fastest of the
+//!    group's other caught-up voters and the new replica).
 //! 3. **Leader migration** (`leaders`, `alor`): a group whose leader's weight
 //!    is below its best caught-up replica's hands leadership to that
 //!    replica, largest weight gap first; among replicas of the best weight,
