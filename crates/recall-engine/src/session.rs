@@ -518,6 +518,10 @@ impl Session {
                         StreamBody::Framed => None,
                     };
                     let no_memory = matches!(body, StreamBody::Sized(_)) && reserved.is_none();
+                    let builder = match body {
+                        StreamBody::Sized(len) => BigBuilder::with_len(len),
+                        StreamBody::Framed => BigBuilder::new(),
+                    };
                     self.stream = Some(StreamIn {
                         cmd,
                         key: key.to_vec(),
@@ -529,7 +533,7 @@ impl Session {
                             StreamBody::Framed => BodyState::Framed(FrameReader::new()),
                             StreamBody::Sized(len) => BodyState::Sized { left: len, crlf: Vec::new() },
                         },
-                        builder: BigBuilder::new(),
+                        builder,
                         too_large: false,
                         no_memory,
                         reserved,
