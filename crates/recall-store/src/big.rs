@@ -156,8 +156,8 @@ impl BigBuilder {
 /// Copy `src` into `dst` (the same length). glibc's `memcpy` moves copies
 /// of a few KiB and more with `rep movsb`, which AMD's Zen cores run
 /// several times slower when the destination is less than 32 bytes ahead
-/// of the source modulo 4 KiB: a 64 KiB copy took 26 µs instead of 2.2 on
-/// the EPYC this project measures on. A chunk's bytes start 16 bytes into
+/// of the source modulo 4 KiB: a 64 KiB copy took 24–26 µs instead of
+/// 2.2–2.7 on the EPYC this project measures on (`examples/copy_distance.rs`). A chunk's bytes start 16 bytes into
 /// its allocation (after the `Arc`'s counts), so a copy from a buffer that
 /// starts on a page into a chunk that starts on a page (jemalloc aligns
 /// allocations of 16 KiB and more to pages) is that case every time. Such
